@@ -1,0 +1,63 @@
+"""steplog: crash-safe AI agents on SQLite.
+
+An agent is a consumer of its own event log: every completed step is checkpointed, a restarted
+agent continues from the first unfinished step, and every effect is idempotent. ::
+
+    import steplog
+
+    @steplog.agent(budget=steplog.Budget(max_steps=200))
+    def triage(run: steplog.Run, source: str = "demo") -> dict:
+        tickets = run.step("load", load_tickets, source)
+        ...
+
+Implementation lives in private-by-convention modules; this is the public surface.
+"""
+
+from __future__ import annotations
+
+from .agent import Agent, agent
+from .errors import (
+    AgentSpecError,
+    CorruptDatabase,
+    Fenced,
+    ForeignDatabase,
+    GaveUp,
+    LeaseHeld,
+    LogError,
+    NonDeterminism,
+    RunFailed,
+    RunStopped,
+    SteplogError,
+    TransientError,
+    UnknownRun,
+    UsageError,
+)
+from .llm.base import ChatModel, ChatReply, Usage
+from .policies import Budget, RetryPolicy
+from .runtime import Run, current_key
+
+__all__ = [
+    "Agent",
+    "AgentSpecError",
+    "Budget",
+    "ChatModel",
+    "ChatReply",
+    "CorruptDatabase",
+    "Fenced",
+    "ForeignDatabase",
+    "GaveUp",
+    "LeaseHeld",
+    "LogError",
+    "NonDeterminism",
+    "RetryPolicy",
+    "Run",
+    "RunFailed",
+    "RunStopped",
+    "SteplogError",
+    "TransientError",
+    "UnknownRun",
+    "Usage",
+    "UsageError",
+    "agent",
+    "current_key",
+]

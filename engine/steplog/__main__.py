@@ -1,0 +1,5 @@
+"""``python -m steplog`` is the ``steplog`` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,255 @@
+"""The ``steplog`` command line (CONTRACT.md "Command line"). Exit codes come from the errors."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from .errors import EXIT_USAGE, SteplogError, UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"steplog: {message}", err=True)
+    sys.exit(code)
+
+
+def _guard(fn: F) -> F:
+    """Turn steplog errors into one line on stderr and their documented exit code."""
+    import functools
+    import sqlite3
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SteplogError as exc:
+            _fail(str(exc), exc.exit_code)
+        except sqlite3.OperationalError as exc:
+            if "disk is full" in str(exc) or "disk I/O" in str(exc):
+                _fail(f"the log could not be written ({exc}); free disk space and run the same command again: "
+                      "the run resumes from its last checkpoint", 1)
+            raise
+
+    return wrapper  # type: ignore[return-value]
+
+
+db_option = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                         help="The log file (default: $STEPLOG_DB, else steplog.db in the user data directory).")
+
+
+@click.group(invoke_without_command=True)
+@click.version_option(package_name="steplog")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """steplog: crash-safe AI agents on SQLite, and the kill test that proves it."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(gui)
+
+
+@cli.command()
+@db_option
+def gui(db: Path | None) -> None:
+    """Open the desktop monitor."""
+    _exec_gui(db, demo=False)
+
+
+@cli.command()
+@db_option
+def demo(db: Path | None) -> None:
+    """Open the monitor with the demo agent running, ready for "Kill now"."""
+    _exec_gui(db, demo=True)
+
+
+def _exec_gui(db: Path | None, *, demo: bool) -> NoReturn:
+    """Replace this process with the monitor (package ``steplog_gui``).
+
+    An exec, not an import: the engine package stays free of Qt, and the import-linter
+    contract in the tests holds it to that.
+    """
+    import os
+
+    argv = [sys.executable, "-m", "steplog_gui"] + (["--db", str(db)] if db else []) + (["--demo"] if demo else [])
+    os.execv(sys.executable, argv)
+
+
+def _parse_params(values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--param {item!r} is malformed; write --param KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
+def _positive(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    def check(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        if value is not None and value <= 0:
+            raise click.BadParameter(f"must be positive (got {value}); omit {name} for no limit")
+        return value
+    return check
+
+
+@cli.command()
+@click.argument("agent")
+@click.option("--run-id", default=None, help="Start this run, or resume it if it exists and is not finished.")
+@db_option
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the agent's file effects go (default: runs/RUN_ID beside the log).")
+@click.option("--outbox", default=None, help="Base URL of the messages service built-in agents post to.")
+@click.option("--pace", type=float, default=0.0, show_default=True,
+              help="Seconds of simulated thinking added to each model call.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="An agent parameter (repeatable).")
+@click.option("--max-steps", type=int, default=None, callback=_positive("--max-steps"))
+@click.option("--max-tokens", type=int, default=None, callback=_positive("--max-tokens"))
+@click.option("--max-seconds", type=float, default=None, callback=_positive("--max-seconds"))
+@click.option("--max-cost", type=float, default=None, callback=_positive("--max-cost"))
+@click.option("--max-retries", type=click.IntRange(min=0), default=None, help="Retries of all steps together.")
+@click.option("--model", default=None, help="Chat model: 'offline' (default) or a model name at --base-url.")
+@click.option("--base-url", default=None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI).")
+@click.option("--lease-seconds", type=float, default=None, help="How long a silent engine keeps the run (default 15).")
+@click.option("--sync", "synchronous", type=click.Choice(["full", "normal"]), default="full", show_default=True,
+              help="full: a checkpoint survives power loss; normal: survives crashes only, faster.")
+@_guard
+def run(agent: str, run_id: str | None, db: Path | None, workdir: Path | None, outbox: str | None,
+        pace: float, params: tuple[str, ...], max_steps: int | None, max_tokens: int | None,
+        max_seconds: float | None, max_cost: float | None, max_retries: int | None, model: str | None,
+        base_url: str | None, lease_seconds: float | None, synchronous: str) -> None:
+    """Start or resume a run of AGENT (a built-in name, pkg.mod:fn or file.py:fn)."""
+    from .agent import resolve
+    from .engine import execute
+    from .lease import DEFAULT_LEASE_SECONDS
+    from .status import TERMINAL
+
+    resolved = resolve(agent)
+    # SIGTERM stops the engine like Ctrl-C: the lease is released so a relaunch resumes at once.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+    def started(rid: str, incarnation: int, resumed: bool) -> None:
+        verb = "resuming" if resumed else "starting"
+        click.echo(f"steplog: {verb} run {rid} (agent {resolved.default_spec()}, incarnation {incarnation})", err=True)
+
+    try:
+        outcome = execute(
+            resolved, run_id=run_id, db=db, workdir=workdir, outbox=outbox, params=_parse_params(params),
+            limits={"max_steps": max_steps, "max_tokens": max_tokens, "max_seconds": max_seconds,
+                    "max_cost_usd": max_cost, "max_retries": max_retries},
+            model=model, base_url=base_url, pace=pace,
+            lease_seconds=lease_seconds or DEFAULT_LEASE_SECONDS,
+            synchronous="FULL" if synchronous == "full" else "NORMAL", on_start=started)
+    except KeyboardInterrupt:
+        _fail("stopped; the lease is released, run the same command to resume", 130)
+    assert outcome.status in TERMINAL
+    if outcome.status == "succeeded":
+        click.echo(f"run {outcome.run_id} succeeded: {json.dumps(outcome.result, ensure_ascii=False)}")
+        return
+    from .errors import EXIT_FAILED, EXIT_GAVE_UP
+
+    verb = "gave up" if outcome.status == "gave_up" else "failed"
+    click.echo(f"run {outcome.run_id} {verb}: {outcome.reason}")
+    sys.exit(EXIT_GAVE_UP if outcome.status == "gave_up" else EXIT_FAILED)
+
+
+def _open_for_reading(db: Path | None) -> Any:
+    from .db import default_db_path, open_readonly
+
+    path = db or default_db_path()
+    return path, open_readonly(path)
+
+
+@cli.command()
+@click.argument("run_id")
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object (CONTRACT.md).")
+@_guard
+def status(run_id: str, db: Path | None, as_json: bool) -> None:
+    """Show one run."""
+    from .status import run_status
+
+    path, conn = _open_for_reading(db)
+    try:
+        s = run_status(conn, run_id, db=path)
+    finally:
+        conn.close()
+    if as_json:
+        click.echo(json.dumps(s, ensure_ascii=False))
+        return
+    click.echo(_describe(s))
+
+
+def _describe(s: dict[str, Any]) -> str:
+    def fmt(b: dict[str, Any]) -> str:
+        return f"{b['used']}" + (f"/{b['limit']}" if b["limit"] is not None else "")
+
+    budget = s["budget"]
+    redone = s["step_executions"] - s["steps_committed"]
+    return (f"{s['run_id']}  {s['agent']}  {s['status']}"
+            + (f" ({s['reason']})" if s["reason"] else "")
+            + f"\n  steps {fmt(budget['steps'])}  executions {s['step_executions']} (redone/retried {redone})"
+            + f"  incarnations {s['incarnations']}"
+            + f"\n  tokens {fmt(budget['tokens'])}" + (" (estimated)" if budget["tokens"]["estimated"] else "")
+            + f"  cost ${fmt(budget['cost_usd'])}  seconds {fmt(budget['seconds'])}")
+
+
+@cli.command()
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="A JSON list of status objects, newest first.")
+@_guard
+def runs(db: Path | None, as_json: bool) -> None:
+    """List the runs in the log."""
+    from .status import all_runs
+
+    _path, conn = _open_for_reading(db)
+    try:
+        rows = all_runs(conn)
+    finally:
+        conn.close()
+    if as_json:
+        click.echo(json.dumps(rows, ensure_ascii=False))
+        return
+    if not rows:
+        click.echo("no runs yet")
+    for s in rows:
+        click.echo(f"{s['run_id']:<28} {s['agent']:<20} {s['status']:<10} steps {s['steps_committed']:>5}"
+                   f"  incarnations {s['incarnations']}")
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="0 picks a free port.")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The outbox's own SQLite file (default: outbox.db in the user data directory).")
+@click.option("--port-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the bound port number here once listening.")
+@click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds each delivery takes (tests).")
+@_guard
+def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay: float) -> None:
+    """Run the outbox: an idempotent messages service on HOST:PORT."""
+    from .outbox import serve
+
+    serve(host=host, port=port, db=db, port_file=port_file, delay=delay)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        _fail("aborted", 130)
+    except click.ClickException as exc:
+        _fail(exc.format_message().replace("\n", " "), EXIT_USAGE)
+    except SystemExit:
+        raise
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Test-only crash points: make the engine die at an exact place, to prove recovery from there.
+
+``STEPLOG_CRASH_AT="after_effect_started@5"`` makes the engine ``os._exit(CRASH_EXIT_CODE)`` the
+moment step 5 reaches that point, after printing one line to stderr that proves it got there.
+Several points may be given, comma-separated. Never set it outside tests: it exists so the kill
+test's sweep and our own tests can hit each window deterministically.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+POINTS = (
+    "after_decision",          # the model's answer is committed, nothing acted yet
+    "after_effect_started",    # the ledger says "started"; the effect has not been done
+    "after_effect_completed",  # the effect is done and ledgered; the step is not recorded
+    "before_step_record",      # the step body returned; its checkpoint is not committed
+    "after_step_record",       # the checkpoint is committed
+)
+CRASH_EXIT_CODE = 86
+ENV = "STEPLOG_CRASH_AT"
+
+
+def _parse(spec: str) -> frozenset[tuple[str, int]]:
+    out = set()
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        point, _, seq = part.partition("@")
+        if point not in POINTS or not seq.isdigit():
+            raise SystemExit(f"steplog: bad {ENV}={spec!r}: use POINT@SEQ with POINT one of {', '.join(POINTS)}")
+        out.add((point, int(seq)))
+    return frozenset(out)
+
+
+_ARMED = _parse(os.environ.get(ENV, ""))
+
+
+def reached(point: str, seq: int) -> None:
+    """Die here if this point of this step is armed (a no-op otherwise, and cheap)."""
+    if _ARMED and (point, seq) in _ARMED:
+        sys.stderr.write(f"steplog: crash point {point}@{seq} reached\n")
+        sys.stderr.flush()
+        os._exit(CRASH_EXIT_CODE)

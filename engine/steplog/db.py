@@ -1,0 +1,201 @@
+"""Opening the log: validation, every PRAGMA in one place, migrations, private file modes.
+
+A file is *checked read-only before anything writes to it*: a foreign, corrupt or newer file is
+refused with a ``LogError`` and its bytes stay exactly as they were.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Literal
+
+from .errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema
+from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+
+Synchronous = Literal["FULL", "NORMAL"]
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+BUSY_TIMEOUT_MS = 10_000
+
+
+def default_db_path() -> Path:
+    """``$STEPLOG_DB``, else ``steplog.db`` in the user data directory (created 0700)."""
+    env = os.environ.get("STEPLOG_DB")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs  # imported here: only the default path needs it
+
+    return Path(platformdirs.user_data_dir("steplog", appauthor=False)) / "steplog.db"
+
+
+def _apply_pragmas(conn: sqlite3.Connection, *, readonly: bool, synchronous: Synchronous) -> None:
+    # Wait for a competing writer instead of failing at once with SQLITE_BUSY. Two engines racing
+    # for a lease, or the monitor reading during a checkpoint, are normal and short.
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    if readonly:
+        return
+    # WAL: readers (status, the monitor) never block the engine's writes, and a commit is one
+    # sequential append. Persistent in the file once set.
+    conn.execute("PRAGMA journal_mode = WAL")
+    # FULL: the WAL is fsynced at every commit, so a committed checkpoint survives power loss.
+    # NORMAL survives process crashes (every kill test) but may lose the last commits on power
+    # loss; it is offered as an option, never the default.
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    # Referential checks cost a lookup per insert on the hot path; the engine is the only
+    # writer and writes parents first.
+    conn.execute("PRAGMA foreign_keys = OFF")
+
+
+def _read_header(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(100)
+    except PermissionError as exc:
+        raise LogError(f"cannot read {path}: permission denied; fix its permissions or use another --db") from exc
+    except IsADirectoryError as exc:
+        raise LogError(f"{path} is a directory; give --db a file path such as {path}/steplog.db") from exc
+
+
+def inspect(path: Path) -> int:
+    """Check an existing file read-only and return its schema version (0 = empty, new).
+
+    Raises ``CorruptDatabase``, ``ForeignDatabase`` or ``NewerSchema``; never writes.
+    """
+    header = _read_header(path)
+    if not header:
+        return 0  # an empty file is an empty database
+    if len(header) < 100 or not header.startswith(SQLITE_HEADER):
+        raise CorruptDatabase(
+            f"{path} is not a SQLite database (corrupt, truncated or another kind of file); "
+            "it was left untouched: point --db at a steplog log or a new path"
+        )
+    # Read the ids through SQLite, not from the header bytes: a fresh log's first pages may
+    # still live only in the -wal file.
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
+        try:
+            tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise CorruptDatabase(
+            f"{path} is a damaged SQLite file ({exc}); it was left untouched: "
+            "restore it from a backup or point --db at a new path"
+        ) from exc
+    if app_id != APPLICATION_ID:
+        if app_id == 0 and not tables and version == 0:
+            return 0
+        what = f"application_id {app_id:#x}" if app_id else f"tables: {', '.join(sorted(tables)[:5])}"
+        raise ForeignDatabase(
+            f"{path} is a SQLite database but not a steplog log ({what}); "
+            "it was left untouched: point --db at a steplog log or a new path"
+        )
+    if version > SCHEMA_VERSION:
+        raise NewerSchema(
+            f"{path} was written by a newer steplog (schema {version}, this one knows {SCHEMA_VERSION}); "
+            "upgrade steplog to use it"
+        )
+    return int(version)
+
+
+def _create_private(path: Path) -> None:
+    """Create the data directory 0700 (if we make it) and the file 0600, atomically."""
+    parent = path.parent
+    if not parent.exists():
+        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise LogError(f"cannot create {path}: {exc.strerror}; choose a writable --db path") from exc
+
+
+def pending_migrations(conn: sqlite3.Connection) -> int:
+    """How many migrations a connected log still needs (read-only check)."""
+    return SCHEMA_VERSION - int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    if pending_migrations(conn) <= 0:
+        return
+    with immediate(conn):
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])  # re-read under the lock
+        for step in MIGRATIONS[version:]:
+            for statement in _split(step):
+                conn.execute(statement)
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _split(script: str) -> Iterator[str]:
+    """Split a migration into statements (``executescript`` would commit our transaction)."""
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        if line.lstrip().startswith("--"):
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            yield buf.strip()
+            buf = ""
+    if buf.strip():
+        yield buf.strip()
+
+
+@contextmanager
+def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A write transaction that takes the write lock up front.
+
+    A deferred transaction that reads and then writes fails with SQLITE_BUSY *without waiting*
+    when another writer got in between; ``BEGIN IMMEDIATE`` waits on ``busy_timeout`` instead.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    else:
+        conn.execute("COMMIT")
+
+
+def open_log(path: Path, *, synchronous: Synchronous = "FULL") -> sqlite3.Connection:
+    """Open (creating if needed) a log for writing: validated, migrated, WAL, private."""
+    path = Path(path)
+    existed = path.exists()
+    if existed:
+        inspect(path)
+    else:
+        _create_private(path)
+    try:
+        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        _apply_pragmas(conn, readonly=False, synchronous=synchronous)
+        _migrate(conn)
+    except sqlite3.OperationalError as exc:
+        raise LogError(f"cannot open {path} for writing: {exc}; check the path, its permissions and free disk space") from exc
+    except sqlite3.DatabaseError as exc:
+        raise CorruptDatabase(f"{path} is a damaged SQLite file ({exc}); restore it or use a new --db") from exc
+    return conn
+
+
+def open_readonly(path: Path) -> sqlite3.Connection:
+    """Open an existing log for reading only; refuses missing, foreign and corrupt files."""
+    path = Path(path)
+    if not path.exists():
+        raise LogError(f"{path} does not exist; run an agent first or pass --db with an existing log")
+    version = inspect(path)
+    if version == 0:
+        raise ForeignDatabase(f"{path} is an empty database, not a steplog log; run an agent with --db {path} first")
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+        _apply_pragmas(conn, readonly=True, synchronous="FULL")
+    except sqlite3.DatabaseError as exc:
+        raise CorruptDatabase(f"{path} cannot be read ({exc}); restore it or use another --db") from exc
+    return conn

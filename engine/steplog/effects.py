@@ -1,0 +1,146 @@
+"""The idempotent effects behind ``Run.write_file``, ``Run.http_post`` and ``Run.merge``.
+
+Each is safe to repeat with the same key: a file is replaced atomically under a stable name, an
+HTTP request carries an ``Idempotency-Key`` the far side deduplicates on, and a database row is
+merged (upserted), never inserted twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from .errors import TransientError, UsageError
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class EffectRejected(Exception):
+    """The far side refused the effect for good (a 4xx other than 409/429)."""
+
+
+def digest(value: bytes | str | Any) -> str:
+    """A stable hash of an effect's request, to notice a replay that would send something else."""
+    if isinstance(value, str):
+        value = value.encode()
+    elif not isinstance(value, bytes):
+        value = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return hashlib.sha256(value).hexdigest()
+
+
+def confined(workdir: Path, relpath: str) -> Path:
+    """``workdir/relpath``, refusing absolute paths and anything that escapes the workdir."""
+    if not relpath or os.path.isabs(relpath):
+        raise UsageError(f"effect path {relpath!r} must be relative to the run's workdir")
+    root = workdir.resolve()
+    target = (root / relpath).resolve()
+    if target != root and root not in target.parents:
+        raise UsageError(f"effect path {relpath!r} escapes the run's workdir {root}; keep file effects inside it")
+    return target
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_file(workdir: Path, relpath: str, content: str | bytes, key: str) -> dict[str, Any]:
+    """Write atomically: a temp file beside the target, fsync, rename over it, fsync the dir.
+
+    A reader (or a kill) sees either the old file or the new one, never half of one.
+    """
+    data = content.encode() if isinstance(content, str) else content
+    target = confined(workdir, relpath)
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = target.with_name(f".{target.name}.{digest(key)[:12]}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
+    return {"path": relpath, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def http_post(url: str, body: Any, key: str, *, headers: dict[str, str] | None = None,
+              timeout: float = 30.0) -> dict[str, Any]:
+    """POST JSON with an ``Idempotency-Key``; transient failures raise ``TransientError``."""
+    import httpx  # ~0.1 s to import: only runs that post pay for it
+
+    try:
+        response = httpx.post(url, json=body, timeout=timeout,
+                              headers={**(headers or {}), "Idempotency-Key": key})
+    except httpx.TransportError as exc:
+        raise TransientError(f"POST {url} failed: {type(exc).__name__}: {exc}") from exc
+    status = response.status_code
+    if status in (408, 409, 425, 429) or status >= 500:
+        # 409: the first request with this key is still in flight at the far side.
+        raise TransientError(f"POST {url} answered {status}; will retry with the same key")
+    if status >= 400:
+        raise EffectRejected(f"POST {url} answered {status}: {response.text[:200]}")
+    try:
+        parsed: Any = response.json()
+    except ValueError:
+        parsed = response.text
+    return {"status": status, "body": parsed}
+
+
+def merge(workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """Upsert one row: the key columns identify it, the values are set. Never a second row."""
+    for ident in (table, *key, *values):
+        if not _IDENT.match(ident):
+            raise UsageError(f"merge: {ident!r} is not a plain SQL identifier (letters, digits, _)")
+    if not key:
+        raise UsageError("merge: key must name at least one column")
+    path = confined(workdir, db)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    conn = sqlite3.connect(path, isolation_level=None, timeout=10)
+    try:
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            key_cols = ", ".join(f'"{k}"' for k in key)
+            cols = {**key, **values}
+            conn.execute(
+                f'CREATE TABLE IF NOT EXISTS "{table}" ('
+                + ", ".join(f'"{c}"' for c in cols) + f", PRIMARY KEY ({key_cols}))"
+            )
+            existing = {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}
+            for col in cols:
+                if col not in existing:
+                    conn.execute(f'ALTER TABLE "{table}" ADD COLUMN "{col}"')
+            names = ", ".join(f'"{c}"' for c in cols)
+            marks = ", ".join("?" for _ in cols)
+            updates = ", ".join(f'"{c}" = excluded."{c}"' for c in values) or f'"{next(iter(key))}" = excluded."{next(iter(key))}"'
+            conn.execute(
+                f'INSERT INTO "{table}" ({names}) VALUES ({marks}) ON CONFLICT ({key_cols}) DO UPDATE SET {updates}',
+                [_sql_value(v) for v in cols.values()],
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.close()
+    return {"db": db, "table": table, "key": key}
+
+
+def _sql_value(v: Any) -> Any:
+    if v is None or isinstance(v, (int, float, str, bytes)):
+        return v
+    return json.dumps(v, sort_keys=True, ensure_ascii=False)

@@ -1,0 +1,129 @@
+"""The one exception tree of steplog.
+
+Every error steplog raises on purpose is a ``SteplogError``; messages say what went wrong *and*
+what to do next, on one line, because the CLI prints them as they are.
+
+```
+SteplogError
+├── UsageError               bad input: unknown agent, malformed option or param   (exit 2)
+│   └── AgentSpecError       an AGENT argument that cannot be resolved             (exit 2)
+├── LogError                 the log file itself is unusable                        (exit 2)
+│   ├── ForeignDatabase      not a steplog file (application_id differs)
+│   ├── CorruptDatabase      not SQLite at all, truncated, or failing integrity checks
+│   └── NewerSchema          written by a newer steplog; refuse rather than guess
+├── UnknownRun               no run with that id in this log                        (exit 2)
+├── LeaseHeld                another live engine holds the run                      (exit 75)
+│   └── Fenced               this engine lost the run to a newer incarnation        (exit 75)
+├── RunStopped               the run reached a terminal state other than success
+│   ├── GaveUp               a budget was exhausted (status ``gave_up``)            (exit 3)
+│   └── RunFailed            a step failed past its policy, a poison pill,
+│       │                    an ambiguous effect or non-determinism (``failed``)  (exit 4)
+│       └── NonDeterminism   the replay reached a different step than recorded
+└── StepError (internal)     raised *into* a step to stop it; never caught by users
+```
+
+``TransientError`` is not in the tree: it is for *agent code* to raise when an attempt may succeed
+if simply retried (the default ``RetryPolicy`` retries every ``Exception`` anyway).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_GAVE_UP = 3
+EXIT_FAILED = 4
+EXIT_LEASE_HELD = 75
+
+
+class SteplogError(Exception):
+    """Base of every error steplog raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(SteplogError):
+    """The caller asked for something malformed; nothing was written."""
+
+    exit_code = EXIT_USAGE
+
+
+class AgentSpecError(UsageError):
+    """An agent spec (``name``, ``pkg.mod:fn`` or ``file.py:fn``) that cannot be resolved."""
+
+
+class LogError(SteplogError):
+    """The log file cannot be used; it was left exactly as it was."""
+
+    exit_code = EXIT_USAGE
+
+
+class ForeignDatabase(LogError):
+    """A SQLite file that is not a steplog log."""
+
+
+class CorruptDatabase(LogError):
+    """A file that is not a readable SQLite database."""
+
+
+class NewerSchema(LogError):
+    """A log written by a newer steplog than this one."""
+
+
+class UnknownRun(SteplogError):
+    """No run with the given id exists in the log."""
+
+    exit_code = EXIT_USAGE
+
+
+class LeaseHeld(SteplogError):
+    """Another live engine holds this run's lease; this engine wrote nothing."""
+
+    exit_code = EXIT_LEASE_HELD
+
+
+class Fenced(LeaseHeld):
+    """A newer incarnation took the run over; this engine's writes are refused."""
+
+
+class RunStopped(SteplogError):
+    """The run ended in a terminal state other than ``succeeded``.
+
+    ``status`` is the run's status and ``reason`` the recorded reason.
+    """
+
+    status = "failed"
+
+    def __init__(self, reason: str, *, run_id: str | None = None,
+                 details: dict[str, Any] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.run_id = run_id
+        self.details: dict[str, Any] = details or {}
+
+
+class GaveUp(RunStopped):
+    """A budget was exhausted: the run stopped gracefully in ``gave_up``."""
+
+    status = "gave_up"
+    exit_code = EXIT_GAVE_UP
+
+
+class RunFailed(RunStopped):
+    """The run stopped in ``failed``: retries exhausted, poison pill, ambiguous effect."""
+
+    status = "failed"
+    exit_code = EXIT_FAILED
+
+
+class NonDeterminism(RunFailed):
+    """On replay the agent reached a different step than the log recorded."""
+
+
+class TransientError(Exception):
+    """Raise from agent code for a failure that a plain retry may cure."""
+
+
+class StepError(SteplogError):
+    """Internal: a step body could not complete (wraps the cause for the retry loop)."""

@@ -1,0 +1,294 @@
+"""The engine's write side of the log: every state change of one run, fenced and evented.
+
+Each public method is one ``BEGIN IMMEDIATE`` transaction that (1) proves this engine still holds
+the run (``UPDATE run ... WHERE incarnation = mine``; zero rows means a newer incarnation took
+over, and the transaction is rolled back and ``Fenced`` raised), (2) changes the checkpoint rows,
+and (3) appends the matching ``event`` row. A reader tailing ``event`` therefore sees every change.
+
+Raw ``sqlite3`` on purpose: this is the hot path (two commits per no-op step).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import Fenced
+
+Clock = Callable[[], float]
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+@dataclass
+class StepRecord:
+    """What the log knows of one step when the engine (re)starts."""
+
+    seq: int
+    name: str
+    kind: str
+    status: str
+    phase: str
+    decision: str | None
+    result: str | None
+    error: str | None
+    attempts: int
+    recoveries: int
+    incarnation: int
+
+
+@dataclass
+class EffectRecord:
+    key: str
+    status: str
+    request_hash: str
+    response: str | None
+    idempotent: bool
+
+
+@dataclass
+class Usage:
+    """Budget use as the run row holds it; ``seconds_base`` is what earlier incarnations used."""
+
+    steps: int = 0
+    tokens: int = 0
+    tokens_estimated: int = 0
+    reserved_tokens: int = 0
+    cost_usd: float = 0.0
+    reserved_cost_usd: float = 0.0
+    retries: int = 0
+    executions: int = 0
+    seconds_base: float = 0.0
+
+    def snapshot(self, seconds: float) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "tokens": self.tokens + self.reserved_tokens,
+            "tokens_estimated": self.tokens_estimated,
+            "cost_usd": round(self.cost_usd + self.reserved_cost_usd, 6),
+            "seconds": round(seconds, 3),
+            "retries": self.retries,
+            "executions": self.executions,
+        }
+
+
+class Journal:
+    """Writes for one run by one incarnation. Not thread-safe: the engine's main thread only."""
+
+    def __init__(self, conn: sqlite3.Connection, run_id: str, incarnation: int, usage: Usage,
+                 *, clock: Clock = time.time, monotonic: Clock = time.monotonic,
+                 lease_seconds: float, durable_starts: bool = False) -> None:
+        self.conn = conn
+        self.run_id = run_id
+        self.incarnation = incarnation
+        self.usage = usage
+        self._clock = clock
+        self._monotonic = monotonic
+        self._t0 = monotonic()
+        self._lease_seconds = lease_seconds
+        # Step-start markers are committed without fsync (synchronous=NORMAL for that one
+        # transaction): a kill cannot lose them, and the record commit that follows fsyncs the
+        # WAL, markers included. Only a power cut between the two could drop an attempt counter.
+        self._durable_starts = durable_starts
+        self._sync = "FULL"
+        self.fenced = threading.Event()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def seconds_used(self) -> float:
+        return self.usage.seconds_base + (self._monotonic() - self._t0)
+
+    def _set_sync(self, level: str) -> None:
+        if level != self._sync:
+            self.conn.execute(f"PRAGMA synchronous = {level}")
+            self._sync = level
+
+    @contextmanager
+    def _tx(self, *, durable: bool = True, run_sets: str = "", run_args: tuple[Any, ...] = ()) -> Iterator[sqlite3.Connection]:
+        """One fenced write transaction; ``run_sets`` adds assignments to the run-row update."""
+        if self.fenced.is_set():
+            raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
+        self._set_sync("FULL" if durable or self._durable_starts else "NORMAL")
+        now = self._clock()
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            u = self.usage
+            cur = conn.execute(
+                "UPDATE run SET updated_at = ?, lease_expires = ?, used_seconds = ?, used_steps = ?,"
+                " used_tokens = ?, tokens_estimated = ?, reserved_tokens = ?, used_cost_usd = ?,"
+                " reserved_cost_usd = ?, used_retries = ?, step_executions = ?"
+                + (", " + run_sets if run_sets else "")
+                + " WHERE id = ? AND incarnation = ?",
+                (now, now + self._lease_seconds, self.seconds_used(), u.steps, u.tokens,
+                 u.tokens_estimated, u.reserved_tokens, u.cost_usd, u.reserved_cost_usd,
+                 u.retries, u.executions, *run_args, self.run_id, self.incarnation),
+            )
+            if cur.rowcount != 1:
+                self.fenced.set()
+                raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _event(self, kind: str, seq: int | None, data: dict[str, Any]) -> None:
+        self.conn.execute(
+            "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?)",
+            (self.run_id, self._clock(), self.incarnation, kind, seq, dumps(data)),
+        )
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def begin_attempt(self, seq: int, name: str, kind: str, *, attempt: int, recoveries: int,
+                      fresh: bool, durable: bool, reserve_tokens: int = 0, reserve_cost: float = 0.0) -> None:
+        """Commit that attempt ``attempt`` of step ``seq`` starts (and reserve its model budget)."""
+        u = self.usage
+        u.executions += 1
+        u.reserved_tokens += reserve_tokens
+        u.reserved_cost_usd += reserve_cost
+        now = self._clock()
+        with self._tx(durable=durable):
+            if fresh:
+                self.conn.execute(
+                    "INSERT INTO step (run_id, seq, name, kind, status, phase, attempts, recoveries,"
+                    " started_at, incarnation) VALUES (?, ?, ?, ?, 'running', 'started', ?, ?, ?, ?)",
+                    (self.run_id, seq, name, kind, attempt, recoveries, now, self.incarnation),
+                )
+            else:
+                self.conn.execute(
+                    "UPDATE step SET status = 'running', attempts = ?, recoveries = ?, started_at = ?,"
+                    " incarnation = ?, error = NULL WHERE run_id = ? AND seq = ?",
+                    (attempt, recoveries, now, self.incarnation, self.run_id, seq),
+                )
+            self._event("step_started", seq, {
+                "name": name, "kind": kind, "attempt": attempt, "recoveries": recoveries,
+                "reserved_tokens": reserve_tokens, "usage": u.snapshot(self.seconds_used()),
+            })
+
+    def count_retry(self) -> None:
+        self.usage.retries += 1
+
+    def record_decision(self, seq: int, decision: dict[str, Any], *, tokens_in: int, tokens_out: int,
+                        tokens_cached: int, estimated: bool, cost: float,
+                        reserved_tokens: int, reserved_cost: float) -> None:
+        """Commit the model's answer before anything acts on it; swap reservation for usage."""
+        u = self.usage
+        u.reserved_tokens -= reserved_tokens
+        u.reserved_cost_usd -= reserved_cost
+        u.tokens += tokens_in + tokens_out
+        if estimated:
+            u.tokens_estimated += tokens_in + tokens_out
+        u.cost_usd += cost
+        with self._tx():
+            self.conn.execute(
+                "UPDATE step SET phase = 'decided', decision = ?, tokens_in = ?, tokens_out = ?,"
+                " tokens_cached = ?, tokens_estimated = ?, cost_usd = ? WHERE run_id = ? AND seq = ?",
+                (dumps(decision), tokens_in, tokens_out, tokens_cached, int(estimated), cost,
+                 self.run_id, seq),
+            )
+            self._event("decision_recorded", seq, {
+                "tokens_in": tokens_in, "tokens_out": tokens_out, "estimated": estimated,
+                "cost_usd": cost, "usage": u.snapshot(self.seconds_used()),
+            })
+
+    def fail_attempt(self, seq: int, error: str, *, will_retry: bool,
+                     release_tokens: int = 0, release_cost: float = 0.0) -> None:
+        u = self.usage
+        # A failed model call spent nothing we know of; the provider did not bill an error.
+        u.reserved_tokens -= release_tokens
+        u.reserved_cost_usd -= release_cost
+        with self._tx():
+            self.conn.execute(
+                "UPDATE step SET status = ?, error = ?, finished_at = ? WHERE run_id = ? AND seq = ?",
+                ("running" if will_retry else "failed", error, self._clock(), self.run_id, seq),
+            )
+            self._event("step_attempt_failed", seq, {"error": error, "will_retry": will_retry,
+                                                     "usage": u.snapshot(self.seconds_used())})
+
+    def commit_step(self, seq: int, name: str, kind: str, result_json: str, *, duration: float) -> None:
+        """The checkpoint: the step's result is recorded; it will never run again."""
+        u = self.usage
+        u.steps += 1
+        with self._tx():
+            self.conn.execute(
+                "UPDATE step SET status = 'committed', phase = 'recorded', result = ?, finished_at = ?"
+                " WHERE run_id = ? AND seq = ?",
+                (result_json, self._clock(), self.run_id, seq),
+            )
+            self._event("step_committed", seq, {
+                "name": name, "kind": kind, "duration": round(duration, 6),
+                "usage": u.snapshot(self.seconds_used()),
+            })
+
+    # -- effects (the idempotency ledger) ---------------------------------------------------
+
+    def effect_started(self, key: str, seq: int, idx: int, kind: str, target: str,
+                       request_hash: str, idempotent: bool, *, again: bool) -> None:
+        now = self._clock()
+        with self._tx():
+            if again:
+                self.conn.execute("UPDATE effect SET attempts = attempts + 1 WHERE key = ?", (key,))
+            else:
+                self.conn.execute(
+                    "INSERT INTO effect (key, run_id, seq, idx, kind, target, idempotent, status,"
+                    " request_hash, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'started', ?, ?)",
+                    (key, self.run_id, seq, idx, kind, target, int(idempotent), request_hash, now),
+                )
+            self.conn.execute("UPDATE step SET phase = 'acting' WHERE run_id = ? AND seq = ?", (self.run_id, seq))
+            self._event("effect_started", seq, {"key": key, "kind": kind, "target": target, "again": again})
+
+    def effect_completed(self, key: str, seq: int, response_json: str) -> None:
+        with self._tx():
+            self.conn.execute(
+                "UPDATE effect SET status = 'completed', response = ?, completed_at = ? WHERE key = ?",
+                (response_json, self._clock(), key),
+            )
+            self._event("effect_completed", seq, {"key": key})
+
+    # -- the run ----------------------------------------------------------------------------
+
+    def finish(self, status: str, reason: str | None, result_json: str | None,
+               details: dict[str, Any] | None = None) -> None:
+        """The terminal transaction: status, reason, result, and the lease released."""
+        now = self._clock()
+        with self._tx(run_sets="status = ?, reason = ?, result = ?, finished_at = ?, lease_pid = NULL,"
+                              " lease_expires = NULL",
+                      run_args=(status, reason, result_json, now)):
+            self._event("run_finished", None, {
+                "status": status, "reason": reason, **(details or {}),
+                "usage": self.usage.snapshot(self.seconds_used()),
+            })
+
+    def release(self) -> None:
+        """Let go of the lease without finishing (the process is stopping for another reason)."""
+        try:
+            with self._tx(run_sets="lease_pid = NULL, lease_expires = NULL"):
+                self._event("lease_released", None, {"usage": self.usage.snapshot(self.seconds_used())})
+        except Fenced:
+            pass
+
+
+def load_steps(conn: sqlite3.Connection, run_id: str) -> dict[int, StepRecord]:
+    rows = conn.execute(
+        "SELECT seq, name, kind, status, phase, decision, result, error, attempts, recoveries, incarnation"
+        " FROM step WHERE run_id = ?",
+        (run_id,),
+    ).fetchall()
+    return {r[0]: StepRecord(*r) for r in rows}
+
+
+def load_effect(conn: sqlite3.Connection, key: str) -> EffectRecord | None:
+    row = conn.execute(
+        "SELECT key, status, request_hash, response, idempotent FROM effect WHERE key = ?", (key,)
+    ).fetchone()
+    return EffectRecord(row[0], row[1], row[2], row[3], bool(row[4])) if row else None

@@ -1,0 +1,109 @@
+"""The model seam: what the engine needs from any chat model, and the normalised reply.
+
+"Model" in steplog means an LLM; Qt item models are "views' models" and tables are "tables".
+Adapters implement ``ChatModel``; the engine reserves budget with ``estimate`` before calling
+``complete`` and charges the ``Usage`` the reply reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import TransientError
+
+Message = Mapping[str, str]
+"""One chat message: ``{"role": "system"|"user"|"assistant", "content": "..."}``."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token usage of one model call, normalised across providers."""
+
+    input_tokens: int = 0
+    """Prompt tokens, cached ones included."""
+    output_tokens: int = 0
+    """Completion tokens."""
+    cached_tokens: int = 0
+    """Prompt tokens served from the provider's cache (a subset of ``input_tokens``)."""
+    estimated: bool = False
+    """True when counted from text length, not reported by the provider."""
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """A model's answer: the recorded *decision* of a chat step."""
+
+    text: str
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    cost_usd: float = 0.0
+    finish_reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ChatReply:
+        usage = Usage(**data.get("usage", {}))
+        return cls(
+            text=data["text"],
+            usage=usage,
+            model=data.get("model", ""),
+            cost_usd=float(data.get("cost_usd", 0.0)),
+            finish_reason=data.get("finish_reason"),
+        )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The most a call may spend: reserved against the budget before the call is made."""
+
+    tokens: int
+    cost_usd: float
+
+
+class ModelError(Exception):
+    """A model call that failed for good (bad request, auth, malformed reply)."""
+
+
+class ModelUnavailable(ModelError, TransientError):
+    """A model call that may succeed if retried: timeout, 429, 5xx, connection refused.
+
+    ``retry_after`` is the provider's requested wait in seconds, when it sent one.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """What the engine needs from a chat model."""
+
+    name: str
+    """Model name as shown in the log and used for pricing."""
+
+    def estimate(self, messages: Sequence[Message], *, max_tokens: int) -> Estimate:
+        """An upper bound on what ``complete`` with these arguments can cost."""
+        ...
+
+    def complete(self, messages: Sequence[Message], *, max_tokens: int, idempotency_key: str) -> ChatReply:
+        """Call the model once. No retries inside: the engine owns the retry policy."""
+        ...
+
+
+def estimate_tokens(text: str) -> int:
+    """A conservative token count from text: ~3 characters a token, never zero."""
+    return max(1, (len(text) + 2) // 3)
+
+
+def estimate_messages(messages: Sequence[Message]) -> int:
+    """Estimated prompt tokens for a message list (content plus ~4 tokens framing each)."""
+    return sum(estimate_tokens(m.get("content", "")) + 4 for m in messages)

@@ -1,0 +1,300 @@
+"""``Run``: what agent code calls. Every ``run.*`` call is one step with a sequence number.
+
+On resume the agent function is re-entered from the top; a step the log has committed returns its
+recorded result without running, and the first unfinished step runs. The order inside a step is
+*decide (commit), act (ledgered, keyed), record (commit)*; see DESIGN.md "One step".
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from . import crashpoints, effects
+from .errors import GaveUp, NonDeterminism, RunFailed, RunStopped, SteplogError, UsageError
+from .journal import Journal, StepRecord, dumps, load_effect
+from .llm.base import ChatModel, ChatReply, Estimate, Message
+from .policies import Budget, RetryPolicy
+from .redact import redact
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_current: ContextVar[StepContext | None] = ContextVar("steplog_step", default=None)
+
+
+def effect_key(run_id: str, seq: int, idx: int = 0) -> str:
+    """The idempotency key of effect ``idx`` of step ``seq``: a pure function, never random."""
+    return f"{run_id}:{seq}" if idx == 0 else f"{run_id}:{seq}.{idx}"
+
+
+def current_key() -> str:
+    """The stable idempotency key of the step being executed (for effects you make yourself)."""
+    ctx = _current.get()
+    if ctx is None:
+        raise UsageError("steplog.current_key() works only inside a step function (run.step(...))")
+    return effect_key(ctx.run.id, ctx.seq)
+
+
+@dataclass
+class StepContext:
+    run: Run
+    seq: int
+    name: str
+    decided: bool = False
+    _next_effect: int = field(default=0)
+
+    def effect(self, kind: str, target: str, request_hash: str, do: Callable[[str], Any],
+               *, idempotent: bool = True) -> Any:
+        """One ledgered effect: "started" committed, done with its key, "completed" committed."""
+        run = self.run
+        idx = self._next_effect
+        self._next_effect += 1
+        key = effect_key(run.id, self.seq, idx)
+        prior = load_effect(run._journal.conn, key)
+        if prior is not None:
+            if prior.request_hash != request_hash:
+                raise NonDeterminism(
+                    f"step {self.seq} '{self.name}': effect {key} was started with a different request "
+                    "than the agent now makes; effects must be a deterministic function of recorded results",
+                    run_id=run.id)
+            if prior.status == "completed":
+                return json.loads(prior.response or "null")
+            if not prior.idempotent:
+                raise RunFailed(
+                    f"needs reconciliation: effect {key} ({kind} {target}) was started but never confirmed "
+                    "and its target cannot deduplicate; check the target by hand, then start a new run",
+                    run_id=run.id)
+        run._journal.effect_started(key, self.seq, idx, kind, target, request_hash, idempotent,
+                                    again=prior is not None)
+        crashpoints.reached("after_effect_started", self.seq)
+        response = do(key)
+        run._journal.effect_completed(key, self.seq, dumps(response))
+        crashpoints.reached("after_effect_completed", self.seq)
+        return response
+
+
+class Run:
+    """The handle an agent function gets. Attributes: ``id``, ``workdir``, ``outbox``,
+    ``params``, ``incarnation``, ``model``."""
+
+    def __init__(self, *, run_id: str, workdir: Path, outbox: str | None, params: dict[str, Any],
+                 journal: Journal, steps: dict[int, StepRecord], budget: Budget, retry: RetryPolicy,
+                 model: ChatModel, pace: float = 0.0, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.id = run_id
+        self.workdir = workdir
+        self.outbox = outbox
+        self.params = params
+        self.model = model
+        self.budget = budget
+        self._journal = journal
+        self._steps = steps
+        self._retry = retry
+        self._pace = pace
+        self._sleep = sleep
+        self._seq = 0
+        self._stopping: RunStopped | None = None
+
+    @property
+    def incarnation(self) -> int:
+        return self._journal.incarnation
+
+    # -- the public steps -------------------------------------------------------------------
+
+    def step(self, name: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn(*args, **kwargs)`` once; its JSON result is checkpointed and replayed.
+
+        The value returned is always the JSON round trip of ``fn``'s result, so first run and
+        replay see the same types.
+        """
+        seq, prior = self._enter(name, "call")
+        if prior is not None and prior.status == "committed":
+            return json.loads(prior.result or "null")  # type: ignore[no-any-return]
+        return self._execute(seq, name, "call", prior, lambda ctx: fn(*args, **kwargs))  # type: ignore[no-any-return]
+
+    def effect(self, name: str, fn: Callable[[str], T], *, target: str = "", request: Any = None,
+               idempotent: bool = True) -> T:
+        """One ledgered effect of your own: ``fn(key)`` with the step's stable idempotency key.
+
+        Declare ``idempotent=False`` when the target cannot deduplicate: an effect found started
+        but unconfirmed after a crash then stops the run ("needs reconciliation") instead of
+        being sent again.
+        """
+        seq, prior = self._enter(name, "effect")
+        if prior is not None and prior.status == "committed":
+            return json.loads(prior.result or "null")  # type: ignore[no-any-return]
+        request_hash = effects.digest(request if request is not None else name)
+        return self._execute(seq, name, "effect", prior, lambda ctx: ctx.effect(  # type: ignore[no-any-return]
+            "effect", target or name, request_hash, fn, idempotent=idempotent))
+
+    def write_file(self, path: str, content: str | bytes, *, name: str | None = None) -> dict[str, Any]:
+        """Write ``workdir/path`` atomically under its stable name."""
+        effects.confined(self.workdir, path)  # refuse escapes before anything is recorded
+        return self._effect_step(name or f"write {path}", "write_file", path, effects.digest(content),
+                                 lambda key: effects.write_file(self.workdir, path, content, key))
+
+    def http_post(self, url: str, body: Any, *, name: str | None = None,
+                  headers: dict[str, str] | None = None, timeout: float = 30.0) -> dict[str, Any]:
+        """POST ``body`` as JSON with the step's ``Idempotency-Key``; returns status and body."""
+        return self._effect_step(name or f"post {url}", "http_post", url, effects.digest(body),
+                                 lambda key: effects.http_post(url, body, key, headers=headers, timeout=timeout))
+
+    def merge(self, db: str, table: str, *, key: dict[str, Any], values: dict[str, Any],
+              name: str | None = None) -> dict[str, Any]:
+        """Upsert one row into SQLite file ``workdir/db`` (created as needed)."""
+        effects.confined(self.workdir, db)
+        label = ",".join(f"{k}={v}" for k, v in key.items())
+        return self._effect_step(name or f"merge {table} {label}", "merge", f"{db}:{table}",
+                                 effects.digest({"key": key, "values": values}),
+                                 lambda _key: effects.merge(self.workdir, db, table, key, values))
+
+    def chat(self, messages: Sequence[Message], *, name: str = "chat", max_tokens: int = 512) -> ChatReply:
+        """Ask the model once. The answer (the *decision*) is committed before anything acts on
+        it; on resume a recorded decision is reused and the model is never asked again."""
+        seq, prior = self._enter(name, "chat")
+        if prior is not None and prior.status == "committed":
+            return ChatReply.from_json(json.loads(prior.result or "{}"))
+        if prior is not None and prior.decision is not None:
+            decision = json.loads(prior.decision)
+            return ChatReply.from_json(self._execute(seq, name, "chat", prior, lambda ctx: decision))
+        estimate = self.model.estimate(messages, max_tokens=max_tokens)
+
+        def ask(ctx: StepContext) -> dict[str, Any]:
+            if self._pace:
+                self._sleep(self._pace)
+            reply = self.model.complete(messages, max_tokens=max_tokens, idempotency_key=effect_key(self.id, seq))
+            decision = reply.to_json()
+            u = reply.usage
+            self._journal.record_decision(
+                seq, decision, tokens_in=u.input_tokens, tokens_out=u.output_tokens,
+                tokens_cached=u.cached_tokens, estimated=u.estimated, cost=reply.cost_usd,
+                reserved_tokens=estimate.tokens, reserved_cost=estimate.cost_usd)
+            ctx.decided = True
+            crashpoints.reached("after_decision", seq)
+            return decision
+
+        return ChatReply.from_json(self._execute(seq, name, "chat", prior, ask, reserve=estimate))
+
+    # -- machinery --------------------------------------------------------------------------
+
+    def _effect_step(self, name: str, kind: str, target: str, request_hash: str,
+                     do: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+        seq, prior = self._enter(name, kind)
+        if prior is not None and prior.status == "committed":
+            recorded: dict[str, Any] = json.loads(prior.result or "null")
+            return recorded
+        done: dict[str, Any] = self._execute(seq, name, kind, prior,
+                                             lambda ctx: ctx.effect(kind, target, request_hash, do))
+        return done
+
+    def _stop(self, exc: RunStopped) -> RunStopped:
+        """Remember a terminal decision: agent code that swallows it cannot carry on."""
+        self._stopping = exc
+        return exc
+
+    def _enter(self, name: str, kind: str) -> tuple[int, StepRecord | None]:
+        if self._stopping is not None:
+            raise self._stopping
+        if _current.get() is not None:
+            raise UsageError(f"step '{name}' was called inside another step; call run.* from the agent function only")
+        self._seq += 1
+        seq = self._seq
+        prior = self._steps.get(seq)
+        if prior is not None and (prior.name != name or prior.kind != kind):
+            raise self._stop(NonDeterminism(
+                f"non-determinism at step {seq}: the log has {prior.kind} '{prior.name}' but the agent "
+                f"now reached {kind} '{name}'; replays must make the same steps in the same order",
+                run_id=self.id))
+        return seq, prior
+
+    def _check_budgets(self, seq: int, name: str, reserve: Estimate | None) -> None:
+        b, u, j = self.budget, self._journal.usage, self._journal
+        tokens = u.tokens + u.reserved_tokens
+        cost = u.cost_usd + u.reserved_cost_usd
+        if b.max_steps is not None and u.steps >= b.max_steps:
+            raise self._give_up("steps", u.steps, b.max_steps, seq, name)
+        seconds = j.seconds_used()
+        if b.max_seconds is not None and seconds >= b.max_seconds:
+            raise self._give_up("seconds", round(seconds, 3), b.max_seconds, seq, name)
+        need_tokens = reserve.tokens if reserve else 0
+        if b.max_tokens is not None and (tokens >= b.max_tokens or tokens + need_tokens > b.max_tokens):
+            raise self._give_up("tokens", tokens, b.max_tokens, seq, name, need=need_tokens)
+        need_cost = reserve.cost_usd if reserve else 0.0
+        if b.max_cost_usd is not None and (cost >= b.max_cost_usd or cost + need_cost > b.max_cost_usd):
+            raise self._give_up("cost_usd", round(cost, 6), b.max_cost_usd, seq, name, need=need_cost)
+
+    def _give_up(self, budget: str, used: float, limit: float, seq: int, name: str, *, need: float = 0) -> GaveUp:
+        why = f"budget exhausted: {budget} used {used} of {limit}"
+        if need:
+            why += f" (step {seq} '{name}' would need up to {need} more)"
+        exc = GaveUp(why, run_id=self.id, details={"budget": budget, "used": used, "limit": limit, "seq": seq})
+        self._stop(exc)
+        return exc
+
+    def _execute(self, seq: int, name: str, kind: str, prior: StepRecord | None,
+                 attempt_fn: Callable[[StepContext], Any], *, reserve: Estimate | None = None) -> Any:
+        j = self._journal
+        self._check_budgets(seq, name, reserve)
+        attempts = prior.attempts if prior else 0
+        recoveries = prior.recoveries if prior else 0
+        if prior is not None and prior.status == "running" and prior.incarnation != j.incarnation:
+            recoveries += 1  # an earlier engine died inside this step
+            limit = self.budget.max_recoveries
+            if limit is not None and recoveries > limit:
+                raise self._stop(RunFailed(
+                    f"poison pill: {recoveries} engines died inside step {seq} '{name}' "
+                    f"(max_recoveries {limit}); fix the cause, then raise max_recoveries", run_id=self.id))
+        fresh = prior is None
+        policy = self._retry
+        while True:
+            attempts += 1
+            j.begin_attempt(seq, name, kind, attempt=attempts, recoveries=recoveries, fresh=fresh,
+                            durable=reserve is not None,
+                            reserve_tokens=reserve.tokens if reserve else 0,
+                            reserve_cost=reserve.cost_usd if reserve else 0.0)
+            fresh = False
+            ctx = StepContext(self, seq, name)
+            token = _current.set(ctx)
+            started = time.monotonic()
+            try:
+                value = attempt_fn(ctx)
+            except SteplogError as exc:
+                if isinstance(exc, RunStopped):
+                    self._stop(exc)
+                raise
+            except Exception as exc:
+                failures = attempts - recoveries
+                error = redact(f"{type(exc).__name__}: {exc}")
+                retryable = isinstance(exc, policy.retry_on) and failures < policy.max_attempts
+                retries_left = self.budget.max_retries is None or j.usage.retries < self.budget.max_retries
+                release = reserve if (reserve is not None and not ctx.decided) else None
+                j.fail_attempt(seq, error, will_retry=retryable and retries_left,
+                               release_tokens=release.tokens if release else 0,
+                               release_cost=release.cost_usd if release else 0.0)
+                if retryable and not retries_left:
+                    raise self._give_up("retries", j.usage.retries, self.budget.max_retries or 0, seq, name) from exc
+                if not retryable:
+                    raise self._stop(RunFailed(
+                        f"step {seq} '{name}' failed after {failures} attempt(s): {error}", run_id=self.id)) from exc
+                j.count_retry()
+                wait = max(policy.interval(failures), float(getattr(exc, "retry_after", None) or 0.0))
+                self._sleep(wait)
+                self._check_budgets(seq, name, reserve)
+                continue
+            finally:
+                _current.reset(token)
+            crashpoints.reached("before_step_record", seq)
+            try:
+                result_json = dumps(value)
+            except (TypeError, ValueError) as exc:
+                raise self._stop(RunFailed(
+                    f"step {seq} '{name}' returned {type(value).__name__}, which cannot be recorded as JSON; "
+                    "return JSON-compatible data (dict, list, str, number, bool, None)", run_id=self.id)) from exc
+            j.commit_step(seq, name, kind, result_json, duration=time.monotonic() - started)
+            crashpoints.reached("after_step_record", seq)
+            return json.loads(result_json)

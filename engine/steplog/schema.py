@@ -1,0 +1,116 @@
+"""The log's schema as an ordered registry of migrations.
+
+Migrations are frozen SQL, applied in order inside one ``BEGIN IMMEDIATE`` transaction, and the
+version lives in ``PRAGMA user_version``. The typed read models in ``tables.py`` mirror the
+result; a test checks that the two agree column for column.
+
+Why SQL and not ``SQLModel.metadata.create_all``: the engine must resume a killed run in well
+under a second, and ``import sqlmodel`` alone costs ~0.6 s, so the write path never imports it.
+"""
+
+from __future__ import annotations
+
+# "STLG": marks the file as a steplog log so a foreign SQLite file is refused, not modified.
+APPLICATION_ID = 0x53544C47
+
+_V1 = """
+CREATE TABLE run (
+    id                TEXT PRIMARY KEY,
+    agent             TEXT NOT NULL,
+    model             TEXT,
+    params            TEXT NOT NULL DEFAULT '{}',
+    status            TEXT NOT NULL DEFAULT 'running'
+                      CHECK (status IN ('running', 'succeeded', 'gave_up', 'failed')),
+    reason            TEXT,
+    result            TEXT,
+    workdir           TEXT,
+    outbox            TEXT,
+    limit_steps       INTEGER,
+    limit_tokens      INTEGER,
+    limit_seconds     REAL,
+    limit_cost_usd    REAL,
+    limit_retries     INTEGER,
+    limit_recoveries  INTEGER,
+    used_steps        INTEGER NOT NULL DEFAULT 0,
+    used_tokens       INTEGER NOT NULL DEFAULT 0,
+    tokens_estimated  INTEGER NOT NULL DEFAULT 0,
+    reserved_tokens   INTEGER NOT NULL DEFAULT 0,
+    used_seconds      REAL    NOT NULL DEFAULT 0,
+    used_cost_usd     REAL    NOT NULL DEFAULT 0,
+    reserved_cost_usd REAL    NOT NULL DEFAULT 0,
+    used_retries      INTEGER NOT NULL DEFAULT 0,
+    step_executions   INTEGER NOT NULL DEFAULT 0,
+    incarnation       INTEGER NOT NULL DEFAULT 0,
+    lease_pid         INTEGER,
+    lease_host        TEXT,
+    lease_boot        TEXT,
+    lease_proc_start  REAL,
+    lease_expires     REAL,
+    created_at        REAL NOT NULL,
+    updated_at        REAL NOT NULL,
+    finished_at       REAL
+);
+
+CREATE TABLE step (
+    run_id           TEXT NOT NULL REFERENCES run(id),
+    seq              INTEGER NOT NULL,
+    name             TEXT NOT NULL,
+    kind             TEXT NOT NULL,
+    status           TEXT NOT NULL DEFAULT 'running'
+                     CHECK (status IN ('running', 'committed', 'failed')),
+    phase            TEXT NOT NULL DEFAULT 'started',
+    decision         TEXT,
+    result           TEXT,
+    error            TEXT,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    recoveries       INTEGER NOT NULL DEFAULT 0,
+    tokens_in        INTEGER NOT NULL DEFAULT 0,
+    tokens_out       INTEGER NOT NULL DEFAULT 0,
+    tokens_cached    INTEGER NOT NULL DEFAULT 0,
+    tokens_estimated INTEGER NOT NULL DEFAULT 0,
+    cost_usd         REAL    NOT NULL DEFAULT 0,
+    started_at       REAL NOT NULL,
+    finished_at      REAL,
+    incarnation      INTEGER NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+
+CREATE TABLE effect (
+    key           TEXT PRIMARY KEY,
+    run_id        TEXT NOT NULL REFERENCES run(id),
+    seq           INTEGER NOT NULL,
+    idx           INTEGER NOT NULL,
+    kind          TEXT NOT NULL,
+    target        TEXT NOT NULL,
+    idempotent    INTEGER NOT NULL DEFAULT 1,
+    status        TEXT NOT NULL CHECK (status IN ('started', 'completed')),
+    request_hash  TEXT NOT NULL,
+    response      TEXT,
+    attempts      INTEGER NOT NULL DEFAULT 1,
+    started_at    REAL NOT NULL,
+    completed_at  REAL
+);
+CREATE INDEX effect_by_step ON effect (run_id, seq);
+
+CREATE TABLE event (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id      TEXT NOT NULL,
+    ts          REAL NOT NULL,
+    incarnation INTEGER NOT NULL,
+    kind        TEXT NOT NULL,
+    seq         INTEGER,
+    data        TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX event_by_run ON event (run_id, id);
+
+-- The event table is append-only: a tailing reader ("since id N") must see every change.
+CREATE TRIGGER event_is_append_only_update BEFORE UPDATE ON event
+BEGIN SELECT RAISE(ABORT, 'the event table is append-only'); END;
+CREATE TRIGGER event_is_append_only_delete BEFORE DELETE ON event
+BEGIN SELECT RAISE(ABORT, 'the event table is append-only'); END;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1,)
+"""``MIGRATIONS[i]`` takes a log from ``user_version`` i to i + 1. Append only; never edit."""
+
+SCHEMA_VERSION = len(MIGRATIONS)

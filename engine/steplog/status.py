@@ -1,0 +1,74 @@
+"""Reading runs back: the status JSON of CONTRACT.md, from the log, read-only.
+
+Import-light on purpose (the engine imports ``TERMINAL`` and ``outcome_error`` from here).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from .errors import GaveUp, RunFailed, RunStopped, UnknownRun
+
+STATUSES = ("running", "succeeded", "gave_up", "failed")
+TERMINAL = frozenset({"succeeded", "gave_up", "failed"})
+
+
+def outcome_error(run_id: str, status: str, reason: str | None) -> RunStopped:
+    """The exception that stands for a terminal non-success status."""
+    cls = GaveUp if status == "gave_up" else RunFailed
+    return cls(reason or status, run_id=run_id)
+
+
+_SELECT = (
+    "SELECT id, agent, model, status, reason, result, workdir, outbox, params, used_steps, step_executions,"
+    " incarnation, limit_steps, limit_tokens, limit_seconds, limit_cost_usd, used_tokens + reserved_tokens,"
+    " tokens_estimated, used_seconds, used_cost_usd + reserved_cost_usd, used_retries, limit_retries,"
+    " created_at, updated_at, finished_at, lease_pid FROM run"
+)
+
+
+def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
+    (rid, agent, model, status, reason, result, workdir, outbox, params, steps, executions, incarnation,
+     l_steps, l_tokens, l_seconds, l_cost, tokens, tokens_est, seconds, cost, retries, l_retries,
+     created, updated, finished, lease_pid) = r
+    return {
+        "run_id": rid,
+        "agent": agent,
+        "model": model or "offline",
+        "status": status,
+        "reason": reason,
+        "result": json.loads(result) if result else None,
+        "steps_committed": steps,
+        "step_executions": executions,
+        "incarnations": incarnation,
+        "budget": {
+            "steps": {"used": steps, "limit": l_steps},
+            "tokens": {"used": tokens, "limit": l_tokens, "estimated": tokens_est},
+            "seconds": {"used": round(seconds, 3), "limit": l_seconds},
+            "cost_usd": {"used": round(cost, 6), "limit": l_cost},
+            "retries": {"used": retries, "limit": l_retries},
+        },
+        "params": json.loads(params),
+        "workdir": workdir,
+        "outbox": outbox,
+        "created_at": created,
+        "updated_at": updated,
+        "finished_at": finished,
+        "lease_pid": lease_pid,
+    }
+
+
+def run_status(conn: sqlite3.Connection, run_id: str, *, db: Path | None = None) -> dict[str, Any]:
+    row = conn.execute(_SELECT + " WHERE id = ?", (run_id,)).fetchone()
+    if row is None:
+        where = f" in {db}" if db else ""
+        raise UnknownRun(f"no run {run_id!r}{where}; `steplog runs` lists the runs there")
+    return _as_status(row)
+
+
+def all_runs(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Every run, newest first."""
+    return [_as_status(r) for r in conn.execute(_SELECT + " ORDER BY created_at DESC, id DESC")]

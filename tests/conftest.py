@@ -1,0 +1,83 @@
+"""Shared fixtures: every test owns a fresh log, and real engines run as real processes."""
+
+from __future__ import annotations
+
+import os
+
+# Qt must never try to open a display in the test run (it aborts the whole process without one).
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TESTS = Path(__file__).parent
+AGENTS = TESTS / "engine" / "agents_for_tests.py"
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A path for a fresh log of this test's own (not created yet)."""
+    return tmp_path / "data" / "steplog.db"
+
+
+@dataclass
+class Engine:
+    """A ``steplog`` command run as its own process group, like the monitor and killtest do."""
+
+    db: Path
+    env: dict[str, str]
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "steplog", *args]
+
+    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen(self.argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**self.env, **(env or {})}, start_new_session=True)
+
+    def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout,
+                              env={**self.env, **(env or {})}, start_new_session=True)
+
+    def status(self, run_id: str) -> dict[str, Any]:
+        done = self.run("status", run_id, "--db", str(self.db), "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+    def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        conn = sqlite3.connect(f"{self.db.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            return conn.execute(sql, args).fetchall()
+        finally:
+            conn.close()
+
+
+def kill_group(proc: subprocess.Popen[str]) -> float:
+    """SIGKILL the whole process group without warning; returns when it is dead (and the time of the kill)."""
+    t = time.time()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    if proc.stdout:
+        proc.stdout.close()
+    if proc.stderr:
+        proc.stderr.close()
+    return t
+
+
+@pytest.fixture
+def engine(db: Path) -> Iterator[Engine]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPLOG_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent / "engine"), str(TESTS.parent / "gui"), env.get("PYTHONPATH", "")])
+    yield Engine(db=db, env=env)

@@ -1,0 +1,59 @@
+"""Agents the engine tests run by file path (``path.py:function``), as a user would.
+
+``witness`` makes every kind of step, and its effects go to a *witness*: a SQLite file the test
+owns, playing a far side that deduplicates on the idempotency key and records every attempt.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+import steplog
+
+
+def compute(i: int, pause: float) -> int:
+    if pause:
+        time.sleep(pause)
+    return (i * 7919) % 1000
+
+
+def apply_to_witness(witness: str, key: str, i: int, value: int) -> dict[str, Any]:
+    conn = sqlite3.connect(witness, timeout=30, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("CREATE TABLE IF NOT EXISTS attempt (n INTEGER PRIMARY KEY, key TEXT, i INTEGER)")
+        conn.execute("CREATE TABLE IF NOT EXISTS applied (key TEXT PRIMARY KEY, i INTEGER, value INTEGER)")
+        conn.execute("INSERT INTO attempt (key, i) VALUES (?, ?)", (key, i))
+        conn.execute("INSERT OR IGNORE INTO applied (key, i, value) VALUES (?, ?, ?)", (key, i, value))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    return {"applied": key}
+
+
+@steplog.agent(budget=steplog.Budget(max_steps=100_000))
+def witness(run: steplog.Run, n: int = 10, witness: str = "", pause: float = 0.0) -> dict[str, Any]:
+    total = 0
+    for i in range(n):
+        value = run.step(f"compute {i}", compute, i, pause)
+        reply = run.chat([{"role": "user", "content": f"Item {i} has value {value}. Summarise."}],
+                         name=f"think {i}", max_tokens=64)
+        run.effect(f"apply {i}", lambda key, i=i, value=value: apply_to_witness(witness, key, i, value),
+                   target="witness", request={"i": i, "value": value})
+        run.write_file(f"out/{i}.txt", f"{i}: {value}\n{reply.text}\n")
+        run.merge("rows.db", "items", key={"i": i}, values={"value": value})
+        total += value
+    return {"n": n, "total": total}
+
+
+@steplog.agent
+def noop(run: steplog.Run, n: int = 100) -> int:
+    for i in range(n):
+        run.step(f"s{i}", int, i)
+    return n
+
+
+STEPS_PER_ITEM = 5

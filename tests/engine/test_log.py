@@ -1,0 +1,119 @@
+"""The log file: created private, validated before any write, refused when foreign or corrupt."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from steplog.db import inspect, open_log
+from steplog.errors import CorruptDatabase, ForeignDatabase, NewerSchema
+from steplog.schema import APPLICATION_ID, SCHEMA_VERSION
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_new_log_is_private_wal_and_stamped(db: Path) -> None:
+    conn = open_log(db)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    finally:
+        conn.close()
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+    assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
+
+
+def test_normal_sync_is_an_option(db: Path) -> None:
+    conn = open_log(db, synchronous="NORMAL")
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+    conn.close()
+
+
+def test_reopening_a_log_migrates_nothing_twice(db: Path) -> None:
+    open_log(db).close()
+    conn = open_log(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    conn.close()
+
+
+def test_the_event_table_is_append_only(db: Path) -> None:
+    conn = open_log(db)
+    conn.execute("INSERT INTO event (run_id, ts, incarnation, kind) VALUES ('r', 0, 0, 'x')")
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        conn.execute("UPDATE event SET kind = 'y'")
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        conn.execute("DELETE FROM event")
+    conn.close()
+
+
+@pytest.mark.parametrize("content", [b"hello, this is not a database" * 10, b"SQLite format 3\x00" + b"\x00" * 20])
+def test_non_sqlite_or_truncated_files_are_refused_untouched(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "x.db"
+    path.write_bytes(content)
+    before = digest(path)
+    with pytest.raises(CorruptDatabase, match="untouched"):
+        open_log(path)
+    assert digest(path) == before
+    assert not Path(f"{path}-wal").exists()
+
+
+def test_a_truncated_log_is_refused_untouched(db: Path) -> None:
+    conn = open_log(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    data = db.read_bytes()
+    db.write_bytes(data[: len(data) // 2 + 7])
+    before = digest(db)
+    with pytest.raises((CorruptDatabase, ForeignDatabase)):
+        open_log(db)
+        # a half file can still look like SQLite at the header: then the schema read fails
+    assert digest(db) == before
+
+
+def test_a_foreign_sqlite_file_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "shop.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+    conn.commit()
+    conn.close()
+    before = digest(path)
+    with pytest.raises(ForeignDatabase, match="not a steplog log.*orders"):
+        open_log(path)
+    assert digest(path) == before
+
+
+def test_a_log_from_a_newer_steplog_is_refused(db: Path) -> None:
+    conn = open_log(db)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(NewerSchema, match="upgrade steplog"):
+        open_log(db)
+
+
+def test_an_empty_file_becomes_a_log(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    path.touch()
+    assert inspect(path) == 0
+    open_log(path).close()
+    assert inspect(path) == SCHEMA_VERSION
+
+
+def test_sqlmodel_tables_mirror_the_migrated_schema(db: Path) -> None:
+    from steplog.tables import EffectRow, EventRow, RunRow, StepRow
+
+    conn = open_log(db)
+    try:
+        for model in (RunRow, StepRow, EffectRow, EventRow):
+            table = model.__table__  # type: ignore[attr-defined]
+            actual = [r[1] for r in conn.execute(f"PRAGMA table_info({table.name})")]
+            assert [c.name for c in table.columns] == actual, table.name
+    finally:
+        conn.close()
