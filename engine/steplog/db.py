@@ -104,11 +104,21 @@ def inspect(path: Path) -> int:
     return int(version)
 
 
+def private_dir(path: Path) -> Path:
+    """Make ``path`` and any missing parents with mode 0700 (``mkdir -p`` gives parents 0755)."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
 def _create_private(path: Path) -> None:
     """Create the data directory 0700 (if we make it) and the file 0600, atomically."""
-    parent = path.parent
-    if not parent.exists():
-        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(path.parent)
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         os.close(fd)

@@ -15,6 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from .db import private_dir
 from .errors import TransientError, UsageError
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -59,7 +60,7 @@ def write_file(workdir: Path, relpath: str, content: str | bytes, key: str) -> d
     """
     data = content.encode() if isinstance(content, str) else content
     target = confined(workdir, relpath)
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(target.parent)
     tmp = target.with_name(f".{target.name}.{digest(key)[:12]}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -106,7 +107,7 @@ def merge(workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[
     if not key:
         raise UsageError("merge: key must name at least one column")
     path = confined(workdir, db)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(path.parent)
     if not path.exists():
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
     conn = sqlite3.connect(path, isolation_level=None, timeout=10)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .agent import Agent, bind_params
-from .db import Synchronous, default_db_path, immediate, open_log
+from .db import Synchronous, default_db_path, immediate, open_log, private_dir
 from .errors import Fenced, LeaseHeld, RunStopped, UsageError
 from .journal import Journal, Usage, dumps, load_steps
 from .lease import DEFAULT_LEASE_SECONDS, me, vacancy
@@ -140,7 +140,7 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | Non
         run = Run(run_id=row["id"], workdir=Path(row["workdir"]), outbox=row["outbox"],
                   params=json.loads(row["params"]), journal=journal, steps=load_steps(conn, row["id"]),
                   budget=the_budget, retry=agent.retry, model=chat_model, pace=pace)
-        Path(row["workdir"]).mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(Path(row["workdir"]))
         if on_start is not None:
             on_start(run.id, incarnation, resumed)
         heartbeat = _Heartbeat(db_path, journal, lease_seconds)
