@@ -1,0 +1,52 @@
+"""Chat models for steplog: the seam (``ChatModel``), a scripted offline model and an OpenAI adapter.
+
+``import steplog.llm`` stays cheap: the ``openai`` SDK (and its HTTP stack) is imported only when an
+``OpenAICompatModel`` is first asked for, so an offline run resumes without paying for it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from .base import ChatModel, ChatReply, Estimate, ModelError, ModelUnavailable, Usage
+from .offline import OfflineModel
+from .prices import Price, PriceTable
+
+if TYPE_CHECKING:
+    from .openai_compat import OpenAICompatModel
+
+__all__ = [
+    "ChatModel",
+    "ChatReply",
+    "Estimate",
+    "ModelError",
+    "ModelUnavailable",
+    "OfflineModel",
+    "OpenAICompatModel",
+    "Price",
+    "PriceTable",
+    "Usage",
+    "make_model",
+]
+
+
+def make_model(name: str | None, *, base_url: str | None = None) -> ChatModel:
+    """The model called ``name``: ``None`` or ``"offline"`` is the scripted ``OfflineModel``;
+    anything else is served by an OpenAI-compatible endpoint at ``base_url`` (default
+    ``$OPENAI_BASE_URL``, else OpenAI itself) with the key from ``$OPENAI_API_KEY``.
+    """
+    if name is None or name == "offline":
+        return OfflineModel()
+    from .openai_compat import OpenAICompatModel
+
+    return OpenAICompatModel(name, base_url=base_url or os.environ.get("OPENAI_BASE_URL"))
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: import the adapter (and with it the openai SDK) on first use only.
+    if name == "OpenAICompatModel":
+        from .openai_compat import OpenAICompatModel
+
+        return OpenAICompatModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,240 @@
+"""``OpenAICompatModel``: any OpenAI-compatible chat endpoint through the official ``openai`` SDK.
+
+Importing this module imports ``openai`` (about 0.6 s), so ``steplog.llm`` only imports it when an
+``OpenAICompatModel`` is actually asked for.
+
+One ``complete`` is exactly one HTTP request: the SDK's own retries are off (``max_retries=0``)
+because the engine owns the retry policy, and a call that timed out on our side may still have
+been billed on theirs, so it must not be silently sent twice. Each request carries the step's
+``Idempotency-Key`` header (ignored by servers that do not support it).
+
+Errors, all with a one-line message that says what to do and never contains the API key:
+
+- ``ModelUnavailable`` (retried by the engine's policy): timeout, connection refused, HTTP 408,
+  409, 429 (with ``retry_after`` from ``Retry-After``), 5xx, and a *malformed* 200 answer (body not
+  JSON, no ``choices``, no message content). Malformed is treated as transient on purpose: in
+  practice it is a proxy or gateway glitch far more often than a stable server bug, and the retry
+  policy bounds how often we try.
+- ``ModelError`` (final): a missing or rejected API key, 403, 404 (unknown model or wrong base URL),
+  400/422 (bad request), a 429 that says the quota is exhausted, and a refusal by the model.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import re
+import time
+from collections.abc import Sequence
+from typing import cast
+from urllib.parse import urlsplit
+
+import openai
+from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+
+from .base import ChatReply, Estimate, Message, ModelError, ModelUnavailable, Usage, estimate_messages, estimate_tokens
+from .prices import Price, PriceTable, is_local
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+LOCAL_PLACEHOLDER_KEY = "not-needed"
+"""Sent as the key to a local server when none is configured (most ignore it, the SDK wants one)."""
+
+_REASONING_MODEL = re.compile(r"^(?:openai/)?(?:o\d|gpt-5)")
+_SECRET_LIKE = re.compile(r"\bsk-[A-Za-z0-9_\-*.]+|(?i:bearer)\s+\S+")
+
+
+class OpenAICompatModel:
+    """A chat model behind an OpenAI-compatible ``/chat/completions`` endpoint."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        prices: PriceTable | None = None,
+    ) -> None:
+        self.name = model
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self.timeout = timeout
+        self.price: Price | None = (prices or PriceTable()).price_for(model, base_url=self.base_url)
+        """None when the model's price is unknown: calls are charged 0 and callers say "cost unknown"."""
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        local = is_local(self.base_url)
+        self._missing_key = not key and not local
+        # The key lives in the client only; error messages are scrubbed of it (see _scrub).
+        self._client = openai.OpenAI(
+            api_key=key or LOCAL_PLACEHOLDER_KEY, base_url=self.base_url, timeout=timeout, max_retries=0
+        )
+
+    @property
+    def cost_known(self) -> bool:
+        """False when this model is not in the price table and not served locally."""
+        return self.price is not None
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatModel({self.name!r}, base_url={_display_url(self.base_url)!r})"
+
+    def estimate(self, messages: Sequence[Message], *, max_tokens: int) -> Estimate:
+        prompt = estimate_messages(messages)
+        cost = self.price.cost(prompt, max_tokens) if self.price is not None else 0.0
+        return Estimate(tokens=prompt + max_tokens, cost_usd=cost)
+
+    def complete(self, messages: Sequence[Message], *, max_tokens: int, idempotency_key: str) -> ChatReply:
+        where = _display_url(self.base_url)
+        if self._missing_key:
+            raise ModelError(f"no API key for {where}: set OPENAI_API_KEY (or pass api_key=...)")
+        params = cast(
+            "list[ChatCompletionMessageParam]",
+            [{"role": m.get("role", "user"), "content": m.get("content", "")} for m in messages],
+        )
+        # OpenAI's reasoning models reject max_tokens and take max_completion_tokens instead.
+        reasoning = bool(_REASONING_MODEL.match(self.name))
+        try:
+            completion = self._client.chat.completions.create(
+                model=self.name,
+                messages=params,
+                max_tokens=openai.omit if reasoning else max_tokens,
+                max_completion_tokens=max_tokens if reasoning else openai.omit,
+                extra_headers={"Idempotency-Key": idempotency_key},
+            )
+        except openai.APIError as exc:
+            raise self._map_error(exc, where) from None
+        except openai.OpenAIError as exc:
+            raise ModelError(f"model call to {where} failed: {self._scrub(str(exc))}") from None
+        except ValueError as exc:  # the body said JSON and was not (json.JSONDecodeError), or failed validation
+            raise _malformed(where, type(exc).__name__) from None
+        return self._reply(completion, messages, where)
+
+    def _reply(self, completion: object, messages: Sequence[Message], where: str) -> ChatReply:
+        choices = getattr(completion, "choices", None)
+        if not isinstance(completion, ChatCompletion) or not isinstance(choices, list) or not choices:
+            raise _malformed(where, "no choices")
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        text = getattr(message, "content", None)
+        if not isinstance(text, str):
+            refusal = getattr(message, "refusal", None)
+            if isinstance(refusal, str) and refusal:
+                raise ModelError(f"the model declined to answer: {self._scrub(refusal)}; rephrase the prompt")
+            raise _malformed(where, "no message content")
+        usage = _usage(getattr(completion, "usage", None))
+        if usage is None:
+            usage = Usage(estimate_messages(messages), estimate_tokens(text), 0, estimated=True)
+        model = getattr(completion, "model", None)
+        finish_reason = getattr(choice, "finish_reason", None)
+        return ChatReply(
+            text=text,
+            usage=usage,
+            model=model if isinstance(model, str) and model else self.name,
+            cost_usd=self.price.cost_of(usage) if self.price is not None else 0.0,
+            finish_reason=finish_reason if isinstance(finish_reason, str) else None,
+        )
+
+    def _map_error(self, exc: openai.APIError, where: str) -> ModelError:
+        if isinstance(exc, openai.APITimeoutError):
+            return ModelUnavailable(
+                f"model call to {where} timed out after {self.timeout:g}s: transient; "
+                "if it keeps happening, raise the timeout or check the server"
+            )
+        if isinstance(exc, openai.APIConnectionError):
+            return ModelUnavailable(f"cannot reach {where}: is the server running? (check OPENAI_BASE_URL)")
+        if not isinstance(exc, openai.APIStatusError):  # APIResponseValidationError and the like
+            return _malformed(where, type(exc).__name__)
+        status = exc.status_code
+        said = self._server_said(exc.body)
+        retry_after = _retry_after(exc.response.headers)
+        if status == 429 and exc.code == "insufficient_quota":
+            return ModelError(f"quota exhausted at {where} (HTTP 429): add credit or use another key{said}")
+        if status == 429:
+            wait = f"; retry after {retry_after:g}s" if retry_after is not None else ""
+            return ModelUnavailable(f"rate limited by {where} (HTTP 429){wait}{said}", retry_after=retry_after)
+        if status in (408, 409) or status >= 500:
+            return ModelUnavailable(
+                f"HTTP {status} from {where}: transient server error; "
+                f"if it persists, check the provider's status{said}",
+                retry_after=retry_after,
+            )
+        if status == 401:
+            return ModelError(f"authentication failed at {where} (HTTP 401): set OPENAI_API_KEY to a valid key{said}")
+        if status == 403:
+            return ModelError(f"permission denied for model {self.name!r} at {where} (HTTP 403): "
+                              f"check that the key's project may use it{said}")
+        if status == 404:
+            return ModelError(f"model {self.name!r} or endpoint not found at {where} (HTTP 404): "
+                              f"check the model name and that the base URL ends in /v1{said}")
+        return ModelError(f"request rejected by {where} (HTTP {status}): check the model name and max_tokens{said}")
+
+    def _server_said(self, body: object) -> str:
+        """The server's own error message, scrubbed and shortened, as a suffix; or ''."""
+        message: object = None
+        if isinstance(body, dict):
+            error = body.get("error", body)
+            message = error.get("message") if isinstance(error, dict) else error
+        elif isinstance(body, str):
+            message = body
+        if not isinstance(message, str) or not message.strip():
+            return ""
+        return f" (server said: {self._scrub(message)})"
+
+    def _scrub(self, text: str) -> str:
+        """One line, at most 200 characters, with the API key and anything key-like removed."""
+        secret = self._client.api_key
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "[redacted]")
+        text = _SECRET_LIKE.sub("[redacted]", text)
+        text = " ".join(text.split())
+        return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _usage(raw: object) -> Usage | None:
+    """Provider-reported usage, or None when the server sent none (or nonsense)."""
+    prompt = getattr(raw, "prompt_tokens", None)
+    completion = getattr(raw, "completion_tokens", None)
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        return None
+    cached = getattr(getattr(raw, "prompt_tokens_details", None), "cached_tokens", None)
+    return Usage(prompt, completion, cached if isinstance(cached, int) else 0, estimated=False)
+
+
+def _retry_after(headers: object) -> float | None:
+    """Seconds the server asked us to wait: ``retry-after-ms``, ``retry-after`` seconds or HTTP date."""
+    get = getattr(headers, "get", None)
+    if get is None:
+        return None
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = get(name)
+        if isinstance(value, str) and value.strip():
+            try:
+                return max(0.0, float(value) * scale)
+            except ValueError:
+                pass
+    value = get("retry-after")
+    if isinstance(value, str):
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        return max(0.0, when.timestamp() - time.time())
+    return None
+
+
+def _malformed(where: str, what: str) -> ModelUnavailable:
+    return ModelUnavailable(
+        f"malformed response from {where} ({what}): treated as transient; "
+        "if it persists, check the server or any proxy in front of it"
+    )
+
+
+def _display_url(url: str) -> str:
+    """The URL without credentials or query (either may carry a key)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # a malformed port: show none rather than fail while reporting an error
+        port = ""
+    return f"{parts.scheme}://{host}{port}{parts.path}" if parts.scheme else url.split("?", 1)[0]

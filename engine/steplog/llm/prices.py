@@ -1,0 +1,108 @@
+"""What a model call costs: list prices per million tokens, and the rule for local endpoints.
+
+``PriceTable.price_for(model, base_url=...)`` answers with
+
+- the table's ``Price`` for a known model name (a dated snapshot such as
+  ``gpt-4o-mini-2024-07-18`` is priced as its base name), wherever it is served from: a localhost
+  proxy in front of a paid API still bills, and over-counting is the safe side of a budget;
+- ``FREE`` for any other model on a local endpoint (localhost, a loopback address): a model you
+  run yourself costs nothing per token;
+- ``None`` for an unknown model on a remote endpoint. Callers charge 0 for it and say
+  "cost unknown" rather than pretend to know.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from urllib.parse import urlsplit
+
+from .base import Usage
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per one million tokens."""
+
+    input: float
+    """Uncached prompt tokens."""
+    output: float
+    """Completion tokens (reasoning tokens included, as the providers bill them)."""
+    cached_input: float | None = None
+    """Prompt tokens served from the provider's cache; ``None`` means the full input price."""
+
+    def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
+        """USD for one call; ``cached_tokens`` is the cached part of ``input_tokens``."""
+        cached = min(max(cached_tokens, 0), input_tokens)
+        cached_price = self.input if self.cached_input is None else self.cached_input
+        per_million = (input_tokens - cached) * self.input + cached * cached_price + output_tokens * self.output
+        return per_million / 1_000_000
+
+    def cost_of(self, usage: Usage) -> float:
+        """USD for a call that used ``usage``."""
+        return self.cost(usage.input_tokens, usage.output_tokens, usage.cached_tokens)
+
+
+FREE = Price(input=0.0, output=0.0, cached_input=0.0)
+"""The price of a model served from your own machine."""
+
+# OpenAI list prices, standard tier, USD per 1M tokens (input, output, cached input), as published
+# on https://openai.com/api/pricing and checked 2025-08; unchanged in third-party snapshots of that
+# page dated 2026-03. Batch and flex tiers are cheaper; we charge the standard price.
+LIST_PRICES: Mapping[str, Price] = MappingProxyType(
+    {
+        "gpt-4o": Price(2.50, 10.00, 1.25),
+        "gpt-4o-mini": Price(0.15, 0.60, 0.075),
+        "gpt-4.1": Price(2.00, 8.00, 0.50),
+        "gpt-4.1-mini": Price(0.40, 1.60, 0.10),
+        "gpt-4.1-nano": Price(0.10, 0.40, 0.025),
+        "o3": Price(2.00, 8.00, 0.50),
+        "o3-mini": Price(1.10, 4.40, 0.55),
+        "o4-mini": Price(1.10, 4.40, 0.275),
+        "gpt-5": Price(1.25, 10.00, 0.125),
+        "gpt-5-mini": Price(0.25, 2.00, 0.025),
+        "gpt-5-nano": Price(0.05, 0.40, 0.005),
+    }
+)
+
+_SNAPSHOT_SUFFIX = re.compile(r"-\d{4}-\d{2}-\d{2}$")
+_LOCAL_NAMES = frozenset({"localhost", "host.docker.internal"})
+
+
+def is_local(base_url: str | None) -> bool:
+    """True when ``base_url`` points at this machine (localhost or a loopback/unspecified address)."""
+    if not base_url:
+        return False
+    host = (urlsplit(base_url if "//" in base_url else f"//{base_url}").hostname or "").lower()
+    if host in _LOCAL_NAMES or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    """Model name to ``Price``; ``PriceTable()`` is the shipped list, ``PriceTable({...})`` your own."""
+
+    prices: Mapping[str, Price] = field(default_factory=lambda: LIST_PRICES, hash=False)
+
+    def price_for(self, model: str, *, base_url: str | None = None) -> Price | None:
+        """The price of ``model`` served at ``base_url``; None when it is unknown (see module doc)."""
+        name = model.strip()
+        if name.startswith("openai/"):  # router-style names, e.g. "openai/gpt-4o-mini"
+            name = name[len("openai/"):]
+        for candidate in (name, _SNAPSHOT_SUFFIX.sub("", name)):
+            price = self.prices.get(candidate)
+            if price is not None:
+                return price
+        return FREE if is_local(base_url) else None
+
+    def with_prices(self, prices: Mapping[str, Price]) -> PriceTable:
+        """A copy of this table with ``prices`` added or replaced."""
+        return PriceTable(MappingProxyType({**self.prices, **prices}))
