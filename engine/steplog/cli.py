@@ -240,11 +240,13 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
 
 def main() -> None:
     try:
-        cli.main(standalone_mode=False)
+        cli.main(prog_name="steplog", standalone_mode=False)
     except click.exceptions.Abort:
         _fail("aborted", 130)
     except click.ClickException as exc:
-        _fail(exc.format_message().replace("\n", " "), EXIT_USAGE)
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "steplog"
+        _fail(exc.format_message().replace("\n", " ").rstrip(".") + f"; see `{where} --help`", EXIT_USAGE)
     except SystemExit:
         raise
     except click.exceptions.Exit as exc:

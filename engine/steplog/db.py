@@ -75,8 +75,11 @@ def inspect(path: Path) -> int:
         )
     # Read the ids through SQLite, not from the header bytes: a fresh log's first pages may
     # still live only in the -wal file.
+    # Without a -wal beside it, open as immutable: a read-only open of a WAL-mode file would
+    # otherwise create -wal and -shm files next to a file we are about to refuse.
+    immutable = "" if Path(f"{path}-wal").exists() else "&immutable=1"
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{immutable}", uri=True, isolation_level=None)
         try:
             tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
             app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])

@@ -7,6 +7,7 @@ first write, so a refused start leaves the log byte for byte as it was.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import sqlite3
 import threading
@@ -47,6 +48,9 @@ class Outcome:
         if self.status == "succeeded":
             return self.result
         raise outcome_error(self.run_id, self.status, self.reason)
+
+
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}")
 
 
 def new_run_id() -> str:
@@ -117,6 +121,8 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | Non
 
     spec = agent.default_spec()
     bound = bind_params(agent, params or {})
+    if run_id is not None and not _RUN_ID.fullmatch(run_id):
+        raise UsageError(f"run id {run_id!r} may use letters, digits, '-', '_' and '.' only (at most 100)")
     if pace < 0:
         raise UsageError(f"--pace must be 0 or more seconds (got {pace})")
     if lease_seconds <= 0:
@@ -192,8 +198,6 @@ def _claim(conn: sqlite3.Connection, agent: Agent[..., Any], spec: str, run_id: 
         resumed = row is not None
         if row is None:
             run_id = run_id or new_run_id()
-            if not run_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
-                raise UsageError(f"run id {run_id!r} may use letters, digits, '-', '_' and '.' only")
             b = agent.budget.merged(**limits)
             wd = (workdir or db_path.parent / "runs" / run_id).expanduser().resolve()
             conn.execute(

@@ -57,3 +57,35 @@ def noop(run: steplog.Run, n: int = 100) -> int:
 
 
 STEPS_PER_ITEM = 5
+
+
+@steplog.agent(budget=steplog.Budget(max_recoveries=2))
+def suicidal(run: steplog.Run) -> str:
+    """Its second step kills its own engine every time: a poison pill."""
+    import os
+    import signal
+
+    run.step("fine", int, 1)
+    run.step("deadly", lambda: os.kill(os.getpid(), signal.SIGKILL))
+    return "unreachable"
+
+
+def _send_once(path: str) -> dict[str, Any]:
+    with open(path, "a") as f:
+        f.write(f"{steplog.current_key()}\n")
+    return {"sent": True}
+
+
+@steplog.agent
+def fire_and_forget(run: steplog.Run, outbox_file: str = "") -> str:
+    """A non-idempotent effect (an append that cannot deduplicate)."""
+    run.step("prepare", int, 1)
+    run.effect("send", lambda key: _send_once(outbox_file), target=outbox_file, idempotent=False)
+    return "sent"
+
+
+@steplog.agent
+def chatty(run: steplog.Run, n: int = 5) -> int:
+    for i in range(n):
+        run.chat([{"role": "user", "content": f"Say something about item {i}."}], name=f"ask {i}", max_tokens=50)
+    return n

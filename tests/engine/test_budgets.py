@@ -1,0 +1,115 @@
+"""Budgets: every one ends the run in ``gave_up`` (exit 3) with its name, used and limit,
+never past the limit for tokens and cost, across kills too; raising one resumes the run."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import AGENTS, Engine, kill_group
+from fakes.openai_server import FakeOpenAI
+
+
+def test_steps_budget(engine: Engine) -> None:
+    done = engine.run("run", f"{AGENTS}:noop", "--run-id", "s", "--db", str(engine.db), "--max-steps", "10")
+    assert done.returncode == 3
+    assert "budget exhausted: steps used 10 of 10" in done.stdout
+    status = engine.status("s")
+    assert (status["status"], status["steps_committed"]) == ("gave_up", 10)
+    assert status["reason"].startswith("budget exhausted: steps")
+
+
+def test_retries_budget_flaky_gives_up_gracefully(engine: Engine) -> None:
+    done = engine.run("run", "flaky", "--run-id", "f", "--db", str(engine.db))
+    assert done.returncode == 3, done.stderr
+    status = engine.status("f")
+    assert status["status"] == "gave_up"
+    assert status["reason"] == "budget exhausted: retries used 5 of 5"
+    assert status["budget"]["retries"] == {"used": 5, "limit": 5}
+    # The first attempt and five retries ran; the committed "prepare" step ran once.
+    assert status["step_executions"] == 1 + 6
+
+
+def test_seconds_budget_counts_active_time_within_one_step(engine: Engine, tmp_path: Path) -> None:
+    done = engine.run("run", f"{AGENTS}:witness", "--run-id", "t", "--db", str(engine.db), "--param", "n=100",
+                      "--param", f"witness={tmp_path / 'w.db'}", "--param", "pause=0.05", "--max-seconds", "0.5")
+    assert done.returncode == 3
+    status = engine.status("t")
+    assert status["reason"].startswith("budget exhausted: seconds")
+    assert 0.5 <= status["budget"]["seconds"]["used"] < 0.5 + 0.2  # at most one step past
+
+
+def test_tokens_budget_is_never_overspent_even_across_kills(engine: Engine, tmp_path: Path) -> None:
+    args = ["run", f"{AGENTS}:witness", "--run-id", "tok", "--db", str(engine.db), "--param", "n=400",
+            "--param", f"witness={tmp_path / 'w.db'}", "--param", "pause=0.01", "--max-tokens", "2000"]
+    rng = random.Random(7)
+    kills = 0
+    while kills < 6:
+        proc = engine.start(*args)
+        try:
+            proc.wait(timeout=rng.uniform(0.2, 0.5))
+            break
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            kills += 1
+    final = engine.run(*args)
+    assert final.returncode == 3, final.stderr
+    status = engine.status("tok")
+    assert status["status"] == "gave_up"
+    assert status["reason"].startswith("budget exhausted: tokens")
+    assert status["budget"]["tokens"]["used"] <= 2000
+
+
+def test_cost_budget_with_a_priced_model(engine: Engine) -> None:
+    with FakeOpenAI() as fake:
+        done = engine.run("run", f"{AGENTS}:chatty", "--run-id", "c", "--db", str(engine.db), "--param", "n=50",
+                          "--model", "gpt-4o", "--base-url", fake.base_url, "--max-cost", "0.003",
+                          env={"OPENAI_API_KEY": "sk-test-not-a-real-key-000000"})
+        calls = fake.call_count
+    assert done.returncode == 3, done.stderr
+    status = engine.status("c")
+    assert status["reason"].startswith("budget exhausted: cost_usd")
+    assert 0 < status["budget"]["cost_usd"]["used"] <= 0.003
+    assert calls == status["steps_committed"] < 50  # stopped before the call that could overspend
+    assert status["budget"]["tokens"]["estimated"] == 0  # real usage from the provider
+
+
+def test_poison_pill_fails_the_run_after_max_recoveries(engine: Engine) -> None:
+    args = ["run", f"{AGENTS}:suicidal", "--run-id", "p", "--db", str(engine.db)]
+    codes = [engine.run(*args).returncode for _ in range(3)]
+    assert codes == [-9, -9, -9]  # the engine killed itself inside "deadly" each time
+    last = engine.run(*args)
+    assert last.returncode == 4
+    assert "poison pill: 3 engines died inside step 2 'deadly'" in last.stdout
+    assert engine.status("p")["status"] == "failed"
+
+
+def test_a_terminal_run_is_reported_and_nothing_written(engine: Engine) -> None:
+    args = ["run", f"{AGENTS}:noop", "--run-id", "s", "--db", str(engine.db), "--max-steps", "10"]
+    assert engine.run(*args).returncode == 3
+    before = engine.db.read_bytes(), engine.query("SELECT count(*) FROM event")
+    again = engine.run("run", f"{AGENTS}:noop", "--run-id", "s", "--db", str(engine.db))
+    assert again.returncode == 3
+    assert "gave up: budget exhausted: steps used 10 of 10" in again.stdout
+    assert engine.query("SELECT count(*) FROM event") == before[1]
+
+
+def test_raising_the_budget_resumes_a_run_that_gave_up(engine: Engine) -> None:
+    assert engine.run("run", f"{AGENTS}:noop", "--run-id", "s", "--db", str(engine.db), "--max-steps", "10").returncode == 3
+    more = engine.run("run", f"{AGENTS}:noop", "--run-id", "s", "--db", str(engine.db), "--max-steps", "500")
+    assert more.returncode == 0, more.stderr
+    status = engine.status("s")
+    assert (status["status"], status["steps_committed"], status["step_executions"]) == ("succeeded", 100, 100)
+    assert status["budget"]["steps"]["limit"] == 500
+    assert engine.query("SELECT count(*) FROM event WHERE kind = 'budget_changed'") == [(1,)]
+
+
+@pytest.mark.parametrize("option", ["--max-steps=0", "--max-tokens=-5", "--max-seconds=0", "--max-cost=-1"])
+def test_zero_or_negative_budgets_are_bad_input(engine: Engine, option: str) -> None:
+    done = engine.run("run", "flaky", "--db", str(engine.db), option)
+    assert done.returncode == 2
+    assert "must be positive" in done.stderr and done.stderr.count("\n") == 1
+    assert not engine.db.exists()

@@ -1,0 +1,105 @@
+"""Bad input gets one clear line on stderr, exit 2, and nothing written."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import AGENTS, Engine
+
+
+def one_line_error(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("steplog: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["run", "nosuch"], "unknown agent 'nosuch': use a built-in name"),
+    (["run", "nosuch.module:fn"], "cannot import 'nosuch.module'"),
+    (["run", "steplog.agents.flaky:nothing"], "has no 'nothing'"),
+    (["run", "/nowhere/agent.py:main"], "agent file /nowhere/agent.py does not exist"),
+    (["run", "flaky", "--param", "novalue"], "--param 'novalue' is malformed; write --param KEY=VALUE"),
+    (["run", "flaky", "--param", "colour=red"], "agent flaky has no parameter 'colour' (it takes: batches)"),
+    (["run", "flaky", "--param", "batches=many"], "--param batches=many: agent flaky expects int"),
+    (["run", "flaky", "--param", "api_key=sk-123"], "secrets must not be"),
+    (["run", "flaky", "--pace", "-1"], "--pace must be 0 or more"),
+    (["run", "flaky", "--run-id", "no spaces please"], "run id 'no spaces please' may use letters"),
+    (["run", "flaky", "--bogus"], "No such option '--bogus'; see `steplog run --help`"),
+])
+def test_bad_run_input_is_refused_before_anything_is_written(engine: Engine, args: list[str], message: str) -> None:
+    done = engine.run(*args, "--db", str(engine.db))
+    assert done.returncode == 2, done.stderr
+    assert message in one_line_error(done.stderr)
+    assert not engine.db.exists() and not engine.db.parent.exists()
+
+
+def test_status_of_an_unknown_run(engine: Engine) -> None:
+    assert engine.run("run", f"{AGENTS}:noop", "--param", "n=1", "--db", str(engine.db)).returncode == 0
+    done = engine.run("status", "nope", "--db", str(engine.db))
+    assert done.returncode == 2
+    assert "no run 'nope'" in one_line_error(done.stderr)
+
+
+def test_status_and_runs_of_a_missing_log(engine: Engine) -> None:
+    for args in (["status", "x"], ["runs"]):
+        done = engine.run(*args, "--db", str(engine.db))
+        assert done.returncode == 2
+        assert "does not exist" in one_line_error(done.stderr)
+    assert not engine.db.exists()
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("kind", ["garbage", "foreign", "truncated"])
+@pytest.mark.parametrize("command", ["run", "status", "runs"])
+def test_corrupt_truncated_or_foreign_logs_are_refused_byte_for_byte(engine: Engine, tmp_path: Path, kind: str, command: str) -> None:
+    path = tmp_path / "log.db"
+    if kind == "garbage":
+        path.write_bytes(b"\x00\x01not sqlite at all" * 100)
+    elif kind == "foreign":
+        conn = sqlite3.connect(path)
+        conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+        conn.commit()
+        conn.close()
+    else:
+        good = tmp_path / "good.db"
+        assert engine.run("run", f"{AGENTS}:noop", "--db", str(good)).returncode == 0
+        conn = sqlite3.connect(good)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        path.write_bytes(good.read_bytes()[:1500])
+    before = sha(path)
+    args = {"run": ["run", f"{AGENTS}:noop"], "status": ["status", "x"], "runs": ["runs"]}[command]
+    done = engine.run(*args, "--db", str(path))
+    assert done.returncode == 2, done.stderr
+    line = one_line_error(done.stderr)
+    assert ("not a steplog log" in line) or ("not a SQLite database" in line) or ("damaged" in line), line
+    assert sha(path) == before
+    assert not Path(f"{path}-wal").exists()
+
+
+def test_a_directory_as_the_log(engine: Engine, tmp_path: Path) -> None:
+    done = engine.run("run", f"{AGENTS}:noop", "--db", str(tmp_path))
+    assert done.returncode == 2
+    one_line_error(done.stderr)
+
+
+def test_runs_lists_newest_first_as_json(engine: Engine) -> None:
+    import json
+
+    for rid in ("a1", "b2"):
+        assert engine.run("run", f"{AGENTS}:noop", "--param", "n=3", "--run-id", rid, "--db", str(engine.db)).returncode == 0
+    done = engine.run("runs", "--db", str(engine.db), "--json")
+    listed = json.loads(done.stdout)
+    assert [r["run_id"] for r in listed] == ["b2", "a1"]
+    for r in listed:
+        assert set(r) >= {"run_id", "agent", "status", "reason", "steps_committed", "step_executions",
+                          "incarnations", "budget"}
+        assert set(r["budget"]) >= {"steps", "tokens", "seconds", "cost_usd"}

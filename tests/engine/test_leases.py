@@ -1,0 +1,81 @@
+"""Leases and fencing: one engine works a run at a time, and a zombie writes nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from conftest import AGENTS, Engine, kill_group
+
+
+def witness_run(engine: Engine, run_id: str, tmp_path: Path, *, n: int, pause: float, extra: tuple[str, ...] = ()) -> list[str]:
+    return ["run", f"{AGENTS}:witness", "--run-id", run_id, "--db", str(engine.db), "--param", f"n={n}",
+            "--param", f"witness={tmp_path / 'w.db'}", "--param", f"pause={pause}", *extra]
+
+
+def wait_for(predicate, timeout: float = 20.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_two_engines_started_together_one_works_the_other_exits_75(engine: Engine, tmp_path: Path) -> None:
+    for trial in range(8):
+        args = witness_run(engine, f"race{trial}", tmp_path, n=6, pause=0.1)
+        a, b = engine.start(*args), engine.start(*args)
+        results = sorted([(a.wait(timeout=60), a.stderr.read()), (b.wait(timeout=60), b.stderr.read())])  # type: ignore[union-attr]
+        for p in (a, b):
+            p.stdout.close()  # type: ignore[union-attr]
+            p.stderr.close()  # type: ignore[union-attr]
+        assert [code for code, _ in results] == [0, 75], results
+        assert "is being worked on by pid" in results[1][1]
+        assert results[1][1].count("\n") == 1  # one clear line
+        status = engine.status(f"race{trial}")
+        assert status["incarnations"] == 1  # the loser never took the lease
+        assert engine.query("SELECT DISTINCT incarnation FROM event WHERE run_id = ? AND incarnation > 0",
+                            f"race{trial}") == [(1,)]
+
+
+def test_a_live_engine_is_not_taken_over_and_nothing_is_written(engine: Engine, tmp_path: Path) -> None:
+    args = witness_run(engine, "live", tmp_path, n=100, pause=0.05)
+    first = engine.start(*args)
+    try:
+        wait_for(lambda: engine.db.exists() and engine.query(
+            "SELECT count(*) FROM event WHERE kind = 'step_committed'")[0][0] > 0, what="first commit")
+        before = engine.query("SELECT max(id) FROM event")[0][0]
+        second = engine.run(*args)
+        assert second.returncode == 75, second.stderr
+        rows = engine.query("SELECT incarnation FROM event WHERE id > ? AND incarnation != 1", before)
+        assert rows == []
+    finally:
+        kill_group(first)
+
+
+def test_a_zombie_finds_itself_fenced_and_writes_nothing(engine: Engine, tmp_path: Path) -> None:
+    """Stop engine A mid-step, let its lease expire, let B finish the run, then continue A."""
+    args = witness_run(engine, "zombie", tmp_path, n=8, pause=0.3, extra=("--lease-seconds", "1"))
+    a = engine.start(*args)
+    try:
+        # Freeze A while it sleeps inside a step body (not inside a write transaction).
+        wait_for(lambda: engine.db.exists() and engine.query(
+            "SELECT count(*) FROM event WHERE kind = 'step_started' AND seq = 6")[0][0] == 1, what="step 6")
+        os.killpg(a.pid, signal.SIGSTOP)
+        wait_for(lambda: engine.query("SELECT lease_expires FROM run")[0][0] < time.time(), what="lease expiry")
+        b = engine.run(*args)
+        assert b.returncode == 0, b.stderr
+        takeover = engine.query("SELECT id, data FROM event WHERE kind = 'lease_acquired' AND incarnation = 2")
+        assert "let its lease expire" in takeover[0][1]
+        last_before_continue = engine.query("SELECT max(id) FROM event")[0][0]
+
+        os.killpg(a.pid, signal.SIGCONT)
+        assert a.wait(timeout=30) == 75
+        assert "took it over" in a.stderr.read()  # type: ignore[union-attr]
+        # Not a single write of A's was accepted after B took over.
+        assert engine.query("SELECT count(*) FROM event WHERE incarnation = 1 AND id > ?", takeover[0][0]) == [(0,)]
+        assert engine.query("SELECT max(id) FROM event")[0][0] == last_before_continue
+        assert engine.status("zombie")["status"] == "succeeded"
+    finally:
+        kill_group(a)
