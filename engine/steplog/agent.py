@@ -36,8 +36,10 @@ class Agent(Generic[P, R]):
     """
 
     def __init__(self, fn: Callable[Concatenate[Any, P], R], *, name: str | None = None,
-                 budget: Budget | None = None, retry: RetryPolicy | None = None) -> None:
+                 budget: Budget | None = None, retry: RetryPolicy | None = None,
+                 needs_outbox: bool = False) -> None:
         self.fn = fn
+        self.needs_outbox = needs_outbox
         self.name = name or fn.__name__
         self.budget = budget or Budget()
         self.retry = retry or RetryPolicy()
@@ -88,15 +90,18 @@ class Agent(Generic[P, R]):
 @overload
 def agent(fn: Callable[Concatenate[Any, P], R], /) -> Agent[P, R]: ...
 @overload
-def agent(*, name: str | None = None, budget: Budget | None = None,
-          retry: RetryPolicy | None = None) -> Callable[[Callable[Concatenate[Any, P], R]], Agent[P, R]]: ...
+def agent(*, name: str | None = None, budget: Budget | None = None, retry: RetryPolicy | None = None,
+          needs_outbox: bool = False) -> Callable[[Callable[Concatenate[Any, P], R]], Agent[P, R]]: ...
 
 
 def agent(fn: Any = None, /, *, name: str | None = None, budget: Budget | None = None,
-          retry: RetryPolicy | None = None) -> Any:
-    """Make a function ``f(run, **params)`` a steplog agent (with or without arguments)."""
+          retry: RetryPolicy | None = None, needs_outbox: bool = False) -> Any:
+    """Make a function ``f(run, **params)`` a steplog agent (with or without arguments).
+
+    ``needs_outbox``: the agent posts to ``run.outbox``; starting it without one is bad input.
+    """
     def wrap(f: Callable[Concatenate[Any, P], R]) -> Agent[P, R]:
-        return Agent(f, name=name, budget=budget, retry=retry)
+        return Agent(f, name=name, budget=budget, retry=retry, needs_outbox=needs_outbox)
 
     return wrap(fn) if fn is not None else wrap
 

@@ -123,6 +123,10 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | Non
     bound = bind_params(agent, params or {})
     if run_id is not None and not _RUN_ID.fullmatch(run_id):
         raise UsageError(f"run id {run_id!r} may use letters, digits, '-', '_' and '.' only (at most 100)")
+    if outbox is not None and not outbox.startswith(("http://", "https://")):
+        raise UsageError(f"--outbox {outbox!r} is not an http(s) URL; start one with `steplog outbox --port 0`")
+    if agent.needs_outbox and outbox is None and run_id is None:
+        raise UsageError(f"agent {spec} posts messages: pass --outbox URL (start one with `steplog outbox --port 0`)")
     if pace < 0:
         raise UsageError(f"--pace must be 0 or more seconds (got {pace})")
     if lease_seconds <= 0:
@@ -197,6 +201,8 @@ def _claim(conn: sqlite3.Connection, agent: Agent[..., Any], spec: str, run_id: 
         row = conn.execute(f"SELECT {_RUN_COLUMNS} FROM run WHERE id = ?", (run_id,)).fetchone() if run_id else None
         resumed = row is not None
         if row is None:
+            if agent.needs_outbox and not outbox:
+                raise UsageError(f"agent {spec} posts messages: pass --outbox URL (start one with `steplog outbox --port 0`)")
             run_id = run_id or new_run_id()
             b = agent.budget.merged(**limits)
             wd = (workdir or db_path.parent / "runs" / run_id).expanduser().resolve()
