@@ -34,6 +34,19 @@ def _parse(spec: str) -> frozenset[tuple[str, int]]:
 
 _ARMED = _parse(os.environ.get(ENV, ""))
 
+# TEST-ONLY: a deliberately broken engine, so the kill test can prove its verdict catches one.
+# ``STEPLOG_TEST_BREAK=unstable_keys`` gives every HTTP idempotency key a random suffix (the far
+# side then delivers again after a kill); ``record_before_act`` marks an effect completed in the
+# ledger before doing it (a kill in between loses the effect). Comma-separated; never in production.
+BREAK_ENV = "STEPLOG_TEST_BREAK"
+BREAKS = ("unstable_keys", "record_before_act")
+_BROKEN = frozenset(filter(None, (b.strip() for b in os.environ.get(BREAK_ENV, "").split(","))))
+
+
+def broken(flaw: str) -> bool:
+    """TEST-ONLY: is this deliberate engine flaw switched on (``STEPLOG_TEST_BREAK``)?"""
+    return flaw in _BROKEN
+
 
 def reached(point: str, seq: int) -> None:
     """Die here if this point of this step is armed (a no-op otherwise, and cheap)."""

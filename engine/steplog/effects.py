@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from .db import private_dir
-from .errors import TransientError, UsageError
+from .errors import PermanentError, TransientError, UsageError
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class EffectRejected(Exception):
+class EffectRejected(PermanentError):
     """The far side refused the effect for good (a 4xx other than 409/429)."""
 
 
@@ -81,6 +81,10 @@ def http_post(url: str, body: Any, key: str, *, headers: dict[str, str] | None =
     """POST JSON with an ``Idempotency-Key``; transient failures raise ``TransientError``."""
     import httpx  # ~0.1 s to import: only runs that post pay for it
 
+    from . import crashpoints
+
+    if crashpoints.broken("unstable_keys"):  # TEST-ONLY broken engine (see crashpoints.BREAKS)
+        key = f"{key}~{os.urandom(4).hex()}"
     try:
         response = httpx.post(url, json=body, timeout=timeout,
                               headers={**(headers or {}), "Idempotency-Key": key})

@@ -22,8 +22,9 @@ SteplogError
 └── StepError (internal)     raised *into* a step to stop it; never caught by users
 ```
 
-``TransientError`` is not in the tree: it is for *agent code* to raise when an attempt may succeed
-if simply retried (the default ``RetryPolicy`` retries every ``Exception`` anyway).
+``TransientError`` and ``PermanentError`` are not in the tree: they are for *agent code* (and the
+model and effect adapters) to say whether retrying can help. The default ``RetryPolicy`` retries
+every ``Exception`` except a ``PermanentError`` that is not also transient.
 """
 
 from __future__ import annotations
@@ -123,6 +124,13 @@ class NonDeterminism(RunFailed):
 
 class TransientError(Exception):
     """Raise from agent code for a failure that a plain retry may cure."""
+
+
+class PermanentError(Exception):
+    """Raise from agent code for a failure no retry can cure (bad request, auth, 4xx).
+
+    The engine never retries it, whatever the retry policy says, unless it is also a
+    ``TransientError`` (a rate limit is a model error that *is* worth retrying)."""
 
 
 class StepError(SteplogError):

@@ -73,7 +73,7 @@ class Usage:
             "steps": self.steps,
             "tokens": self.tokens + self.reserved_tokens,
             "tokens_estimated": self.tokens_estimated,
-            "cost_usd": round(self.cost_usd + self.reserved_cost_usd, 6),
+            "cost_usd": round(self.cost_usd + self.reserved_cost_usd, 9),
             "seconds": round(seconds, 3),
             "retries": self.retries,
             "executions": self.executions,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
-from .errors import UsageError
+from .errors import PermanentError, TransientError, UsageError
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,14 @@ class RetryPolicy(NamedTuple):
     max_interval: float = 30.0
     """Cap on the interval; a provider's Retry-After may still ask for longer."""
     retry_on: tuple[type[BaseException], ...] = (Exception,)
-    """Exception types worth retrying; others fail the step at once."""
+    """Exception types worth retrying; others fail the step at once. A ``PermanentError``
+    (bad request, bad key, a 4xx) is never retried unless it is also a ``TransientError``."""
+
+    def retries(self, exc: BaseException) -> bool:
+        """Is another attempt worth making after ``exc``?"""
+        if isinstance(exc, PermanentError) and not isinstance(exc, TransientError):
+            return False
+        return isinstance(exc, self.retry_on)
 
     def interval(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""

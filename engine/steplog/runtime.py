@@ -72,6 +72,8 @@ class StepContext:
                     run_id=run.id)
         run._journal.effect_started(key, self.seq, idx, kind, target, request_hash, idempotent,
                                     again=prior is not None)
+        if crashpoints.broken("record_before_act"):  # TEST-ONLY broken engine (see crashpoints.BREAKS)
+            run._journal.effect_completed(key, self.seq, "null")
         crashpoints.reached("after_effect_started", self.seq)
         response = do(key)
         run._journal.effect_completed(key, self.seq, dumps(response))
@@ -226,7 +228,7 @@ class Run:
             raise self._give_up("tokens", tokens, b.max_tokens, seq, name, need=need_tokens)
         need_cost = reserve.cost_usd if reserve else 0.0
         if b.max_cost_usd is not None and (cost >= b.max_cost_usd or cost + need_cost > b.max_cost_usd):
-            raise self._give_up("cost_usd", round(cost, 6), b.max_cost_usd, seq, name, need=need_cost)
+            raise self._give_up("cost_usd", round(cost, 9), b.max_cost_usd, seq, name, need=need_cost)
 
     def _give_up(self, budget: str, used: float, limit: float, seq: int, name: str, *, need: float = 0) -> GaveUp:
         why = f"budget exhausted: {budget} used {used} of {limit}"
@@ -270,7 +272,7 @@ class Run:
             except Exception as exc:
                 failures = attempts - recoveries
                 error = redact(f"{type(exc).__name__}: {exc}")
-                retryable = isinstance(exc, policy.retry_on) and failures < policy.max_attempts
+                retryable = policy.retries(exc) and failures < policy.max_attempts
                 retries_left = self.budget.max_retries is None or j.usage.retries < self.budget.max_retries
                 release = reserve if (reserve is not None and not ctx.decided) else None
                 j.fail_attempt(seq, error, will_retry=retryable and retries_left,

@@ -48,7 +48,7 @@ def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
             "steps": {"used": steps, "limit": l_steps},
             "tokens": {"used": tokens, "limit": l_tokens, "estimated": tokens_est},
             "seconds": {"used": round(seconds, 3), "limit": l_seconds},
-            "cost_usd": {"used": round(cost, 6), "limit": l_cost},
+            "cost_usd": {"used": round(cost, 9), "limit": l_cost},
             "retries": {"used": retries, "limit": l_retries},
         },
         "params": json.loads(params),

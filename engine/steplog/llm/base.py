@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import TransientError
+from ..errors import PermanentError, TransientError
 
 Message = Mapping[str, str]
 """One chat message: ``{"role": "system"|"user"|"assistant", "content": "..."}``."""
@@ -68,8 +68,8 @@ class Estimate:
     cost_usd: float
 
 
-class ModelError(Exception):
-    """A model call that failed for good (bad request, auth, malformed reply)."""
+class ModelError(PermanentError):
+    """A model call that failed for good (bad request, auth, malformed reply); not retried."""
 
 
 class ModelUnavailable(ModelError, TransientError):

@@ -1,0 +1,66 @@
+"""``naive``: the demo's task written the way agents usually are, to show what a kill does to it.
+
+Same tickets, same offline model answers, same outputs as ``demo`` when nothing goes wrong. But
+nothing is checkpointed: the ``run`` handle is used only for its workdir, outbox and params, so a
+killed and relaunched run starts again from the first ticket. And nothing is idempotent: each POST
+carries a fresh random ``Idempotency-Key`` (the outbox cannot tell a re-send from a new message),
+rows are INSERTed into a table without a primary key, and a log file is appended to. After a kill
+``steplog killtest naive`` therefore finds messages delivered twice, rows that appear twice and
+lines appended twice: the failing half of the product's argument (``killtest demo`` passes).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections import Counter
+from typing import Any
+
+import steplog
+from steplog.agents.demo import load_tickets, parse_triage, prompt, render_reply, render_summary
+from steplog.llm import OfflineModel
+from steplog.policies import Budget
+
+
+def _post(url: str, body: dict[str, Any]) -> None:
+    import httpx
+
+    # The naive part: a new key per request, so a re-send after a crash is a new message.
+    response = httpx.post(f"{url}/messages", json=body, timeout=30.0,
+                          headers={"Idempotency-Key": str(uuid.uuid4())})
+    response.raise_for_status()
+
+
+@steplog.agent(budget=Budget(max_steps=200, max_tokens=60_000, max_seconds=900, max_cost_usd=0.50), needs_outbox=True)
+def naive(run: steplog.Run, tickets: int = 0) -> dict[str, Any]:
+    """Triage the shipped tickets with no checkpoints and no idempotency (do not copy this)."""
+    model = OfflineModel()  # asked directly: no recorded decision to reuse after a crash
+    workdir, outbox = run.workdir, str(run.outbox).rstrip("/")
+    (workdir / "replies").mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(workdir / "helpdesk.db")
+    try:
+        db.execute("CREATE TABLE IF NOT EXISTS tickets (id, customer, subject, category, priority, status,"
+                   " reply_file)")  # no primary key: a second INSERT is a second row
+        rows: list[dict[str, str]] = []
+        for t in load_tickets(tickets):
+            answer = model.complete(prompt(t), max_tokens=600, idempotency_key=str(uuid.uuid4()))
+            triage = parse_triage(answer.text)
+            (workdir / "replies" / f"{t['id']}.md").write_text(render_reply(t, triage), encoding="utf-8")
+            with open(workdir / "replies.log", "a", encoding="utf-8") as log:
+                log.write(f"{t['id']} {triage['priority']} {triage['category']}\n")
+            _post(outbox, {
+                "ticket_id": t["id"], "to": t["customer"], "subject": f"Re: {t['subject']}",
+                "category": triage["category"], "priority": triage["priority"], "text": triage["reply"],
+            })
+            db.execute("INSERT INTO tickets VALUES (?, ?, ?, ?, ?, 'answered', ?)",
+                       (t["id"], t["customer"], t["subject"], triage["category"], triage["priority"],
+                        f"replies/{t['id']}.md"))
+            db.commit()
+            rows.append({"id": t["id"], "subject": t["subject"],
+                         **{k: triage[k] for k in ("category", "priority")}})
+    finally:
+        db.close()
+    summary = render_summary(rows)
+    (workdir / "summary.md").write_text(summary, encoding="utf-8")
+    _post(outbox, {"digest": True, "tickets": [r["id"] for r in rows], "text": summary})
+    return {"answered": len(rows), "by_category": dict(sorted(Counter(r["category"] for r in rows).items()))}

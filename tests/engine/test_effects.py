@@ -1,0 +1,27 @@
+"""Effects after a crash: idempotent ones are re-sent with the same key, a non-idempotent one
+that may or may not have happened stops the run instead of being sent twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import AGENTS, Engine
+from steplog.crashpoints import CRASH_EXIT_CODE
+
+
+def test_an_unconfirmed_non_idempotent_effect_needs_reconciliation(engine: Engine, tmp_path: Path) -> None:
+    sent = tmp_path / "sent.txt"
+    args = ["run", f"{AGENTS}:fire_and_forget", "--run-id", "ff", "--db", str(engine.db), "--param", f"outbox_file={sent}"]
+    assert engine.run(*args, env={"STEPLOG_CRASH_AT": "after_effect_started@2"}).returncode == CRASH_EXIT_CODE
+    resumed = engine.run(*args)
+    assert resumed.returncode == 4
+    assert "needs reconciliation: effect ff:2" in resumed.stdout
+    assert not sent.exists()  # never silently sent
+
+
+def test_a_confirmed_non_idempotent_effect_is_not_sent_again(engine: Engine, tmp_path: Path) -> None:
+    sent = tmp_path / "sent.txt"
+    args = ["run", f"{AGENTS}:fire_and_forget", "--run-id", "ff", "--db", str(engine.db), "--param", f"outbox_file={sent}"]
+    assert engine.run(*args, env={"STEPLOG_CRASH_AT": "after_effect_completed@2"}).returncode == CRASH_EXIT_CODE
+    assert engine.run(*args).returncode == 0
+    assert sent.read_text() == "ff:2\n"

@@ -1,0 +1,192 @@
+"""The runtime's promises, in-process: replay, determinism checks, JSON results, retries, events."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import steplog
+from steplog.errors import TransientError
+
+
+class Interrupt(BaseException):
+    """Stands in for a kill inside a step (the engine releases the lease and stops)."""
+
+
+def rows(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+
+
+def test_completed_steps_return_recorded_results_without_running_again(db: Path) -> None:
+    calls: list[str] = []
+    interrupt_at: list[str] = ["c"]
+
+    def work(name: str) -> str:
+        calls.append(name)
+        if interrupt_at and name == interrupt_at[0]:
+            interrupt_at.clear()
+            raise Interrupt
+        return name.upper()
+
+    @steplog.agent
+    def three(run: steplog.Run) -> list[str]:
+        return [run.step(n, work, n) for n in ("a", "b", "c")]
+
+    with pytest.raises(Interrupt):
+        three.run("r", db=db)
+    assert calls == ["a", "b", "c"]
+    assert three.run("r", db=db) == ["A", "B", "C"]
+    assert calls == ["a", "b", "c", "c"]  # only the unfinished step ran again
+    assert rows(db, "SELECT incarnation FROM run") == [(2,)]
+
+
+def test_a_replay_that_reaches_another_step_is_non_determinism(db: Path) -> None:
+    names = iter(["first", "second"])
+
+    @steplog.agent
+    def drifting(run: steplog.Run) -> None:
+        run.step(next(names), int, 1)
+        raise Interrupt
+
+    with pytest.raises(Interrupt):
+        drifting.run("r", db=db)
+    with pytest.raises(steplog.RunFailed, match="non-determinism at step 1: the log has call 'first' but the agent now reached call 'second'") as info:
+        drifting.run("r", db=db)
+    assert info.value.status == "failed"
+    assert rows(db, "SELECT status FROM run") == [("failed",)]
+
+
+def test_results_are_the_json_round_trip_on_first_run_and_replay(db: Path) -> None:
+    @steplog.agent
+    def shapes(run: steplog.Run) -> Any:
+        return run.step("pair", lambda: (1, 2))
+
+    assert shapes.run("r", db=db) == [1, 2]
+    assert shapes.run("r", db=db) == [1, 2]
+
+
+def test_a_result_that_is_not_json_fails_the_run_clearly(db: Path) -> None:
+    @steplog.agent
+    def bad(run: steplog.Run) -> None:
+        run.step("object", object)
+
+    with pytest.raises(steplog.RunFailed, match="returned object, which cannot be recorded as JSON"):
+        bad.run("r", db=db)
+
+
+def test_transient_errors_are_retried_per_policy_with_attempts_committed(db: Path) -> None:
+    failures = [TransientError("try again"), TransientError("and again")]
+
+    def shaky() -> str:
+        if failures:
+            raise failures.pop(0)
+        return "ok"
+
+    @steplog.agent(retry=steplog.RetryPolicy(max_attempts=3, initial_interval=0.001))
+    def patient(run: steplog.Run) -> str:
+        return run.step("shaky", shaky)
+
+    assert patient.run("r", db=db) == "ok"
+    assert rows(db, "SELECT attempts, status FROM step") == [(3, "committed")]
+    assert rows(db, "SELECT used_retries, step_executions, used_steps FROM run") == [(2, 3, 1)]
+    kinds = [k for (k,) in rows(db, "SELECT kind FROM event ORDER BY id")]
+    assert kinds == ["run_created", "lease_acquired", "step_started", "step_attempt_failed", "step_started",
+                     "step_attempt_failed", "step_started", "step_committed", "run_finished"]
+
+
+def test_errors_past_the_retry_policy_fail_the_run(db: Path) -> None:
+    @steplog.agent(retry=steplog.RetryPolicy(max_attempts=2, initial_interval=0.001))
+    def doomed(run: steplog.Run) -> None:
+        run.step("boom", lambda: 1 / 0)
+
+    with pytest.raises(steplog.RunFailed, match="step 1 'boom' failed after 2 attempt"):
+        doomed.run("r", db=db)
+
+
+def test_an_agent_that_swallows_a_stop_cannot_carry_on(db: Path) -> None:
+    @steplog.agent(budget=steplog.Budget(max_steps=2))
+    def stubborn(run: steplog.Run) -> str:
+        for i in range(5):
+            try:
+                run.step(f"s{i}", int, i)
+            except Exception:
+                pass
+        return "done anyway"
+
+    with pytest.raises(steplog.GaveUp, match="steps used 2 of 2"):
+        stubborn.run("r", db=db)
+
+
+def test_current_key_is_stable_and_only_inside_steps(db: Path) -> None:
+    seen: list[str] = []
+
+    @steplog.agent
+    def keyed(run: steplog.Run) -> str:
+        run.step("one", int, 1)
+        return run.step("two", lambda: seen.append(steplog.current_key()) or steplog.current_key())
+
+    assert keyed.run("k1", db=db) == "k1:2"
+    with pytest.raises(steplog.UsageError, match="only inside a step"):
+        steplog.current_key()
+
+
+def test_file_effects_stay_inside_the_workdir(db: Path, tmp_path: Path) -> None:
+    @steplog.agent
+    def escaping(run: steplog.Run) -> None:
+        run.write_file("../../outside.txt", "nope")
+
+    with pytest.raises(steplog.RunFailed, match="escapes the run's workdir"):
+        escaping.run("r", db=db, workdir=tmp_path / "wd")
+    assert not (tmp_path / "outside.txt").exists()
+
+
+def test_secrets_in_errors_never_reach_the_log(db: Path) -> None:
+    def leak() -> None:
+        raise RuntimeError("auth failed for key sk-abcdefghijklmnopqrstuvwx and Bearer abc.def.ghi123")
+
+    @steplog.agent(retry=steplog.RetryPolicy(max_attempts=1))
+    def leaky(run: steplog.Run) -> None:
+        run.step("leak", leak)
+
+    with pytest.raises(steplog.RunFailed):
+        leaky.run("r", db=db)
+    dump = "\n".join("\n".join(open(p, "rb").read().decode("latin-1") for p in db.parent.glob("steplog.db*")).splitlines())
+    assert "sk-abcdefghijklmnopqrstuvwx" not in dump
+    assert "abc.def.ghi123" not in dump
+    assert "[redacted]" in rows(db, "SELECT reason FROM run")[0][0]
+
+
+def test_every_state_change_writes_an_event_in_the_same_transaction(db: Path, tmp_path: Path) -> None:
+    @steplog.agent
+    def one_of_each(run: steplog.Run) -> None:
+        run.step("call", int, 1)
+        run.chat([{"role": "user", "content": "hello"}], name="ask", max_tokens=400)
+        run.write_file("a.txt", "A")
+        run.merge("m.db", "t", key={"id": 1}, values={"v": 2})
+
+    one_of_each.run("r", db=db)
+    by_seq: dict[int, list[str]] = {}
+    for seq, kind in rows(db, "SELECT seq, kind FROM event WHERE seq IS NOT NULL ORDER BY id"):
+        by_seq.setdefault(seq, []).append(kind)
+    assert by_seq[1] == ["step_started", "step_committed"]
+    assert by_seq[2] == ["step_started", "decision_recorded", "step_committed"]
+    assert by_seq[3] == by_seq[4] == ["step_started", "effect_started", "effect_completed", "step_committed"]
+    usage = json.loads(rows(db, "SELECT data FROM event WHERE kind = 'run_finished'")[0][0])["usage"]
+    assert usage["steps"] == 4 and usage["tokens"] > 0 and usage["tokens_estimated"] == usage["tokens"]
+
+
+def test_steps_cannot_nest(db: Path) -> None:
+    @steplog.agent
+    def nested(run: steplog.Run) -> None:
+        run.step("outer", lambda: run.step("inner", int, 1))
+
+    with pytest.raises(steplog.RunFailed, match="called inside another step"):
+        nested.run("r", db=db)
