@@ -1,0 +1,55 @@
+"""``python -m steplog_gui [--db PATH] [--demo]``: build the application and run it."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .demo import DemoConfig
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="steplog gui", description="The steplog desktop monitor.")
+    parser.add_argument("--db", type=Path, default=None, help="the log to monitor (default: steplog's default log)")
+    parser.add_argument("--demo", action="store_true", help="start the demo agent and its outbox, ready for Kill now")
+    parser.add_argument("--demo-tickets", type=int, default=0, help="limit the demo to the first N tickets")
+    return parser.parse_args(list(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from steplog.db import default_db_path
+
+    db = (args.db or default_db_path()).expanduser().resolve()
+
+    import pyqtgraph as pg
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from . import resources
+    from .main_window import MainWindow
+    from .monitor import Monitor
+    from .settings import Settings
+
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    app.setApplicationName("steplog monitor")
+    app.setOrganizationName("steplog")
+    app.setDesktopFileName("steplog")
+    app.setWindowIcon(resources.app_icon())
+    pg.setConfigOptions(antialias=False)
+    monitor = Monitor(db)
+    window = MainWindow(monitor, Settings())
+    monitor.start()
+    if args.demo:
+        params = {"tickets": str(args.demo_tickets)} if args.demo_tickets else {}
+        window.start_demo(DemoConfig(params=params))
+    window.show()
+    # Ctrl-C in the terminal closes the window (and asks about a running engine) instead of dying.
+    signal.signal(signal.SIGINT, lambda *_: window.close())
+    keepalive = QTimer()  # lets Python see the signal while Qt's loop runs
+    keepalive.start(250)
+    keepalive.timeout.connect(lambda: None)
+    return int(app.exec())

@@ -1,0 +1,161 @@
+"""Budget charts: for steps, tokens, cost and active seconds, used over time against the limit.
+
+Each chart's curves are created once and fed with ``setData`` on a timer (downsampled, clipped
+to view). Tokens carry a second, dashed series: the part that is only *estimated* (a model that
+reported no usage). A dotted line projects the recent rate to the limit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QGridLayout, QWidget
+
+from . import theme
+from .monitor import Monitor
+from .run_state import RunState
+
+REFRESH_MS = 200
+PROJECTION_POINTS = 30
+BUDGETS = (("steps", "steps", "Steps"), ("tokens", "tokens", "Tokens"),
+           ("cost_usd", "cost_usd", "Cost (USD)"), ("seconds", "seconds", "Active seconds"))
+
+
+@dataclass(frozen=True)
+class Projection:
+    at: float
+    """Seconds since the run started when the limit would be reached at the recent rate."""
+    from_x: float
+    from_y: float
+    limit: float
+
+
+def project(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64], limit: float | None) -> Projection | None:
+    """Linear projection of the last points to ``limit``; ``None`` without a limit or a rise."""
+    if not limit or len(x) < 2:
+        return None
+    xs, ys = x[-PROJECTION_POINTS:], y[-PROJECTION_POINTS:]
+    dx, dy = xs[-1] - xs[0], ys[-1] - ys[0]
+    if dx <= 0 or dy <= 0 or ys[-1] >= limit:
+        return None
+    return Projection(xs[-1] + (limit - ys[-1]) * dx / dy, float(xs[-1]), float(ys[-1]), float(limit))
+
+
+class _Chart:
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.widget = pg.PlotWidget()
+        self.widget.setMenuEnabled(False)
+        self.widget.setMouseEnabled(x=True, y=False)
+        self.widget.showGrid(x=True, y=True, alpha=0.2)
+        self.used = self.widget.plot([], [], name="used" if title != "Tokens" else "tokens (reported + estimated)")
+        self.used.setDownsampling(auto=True, method="peak")
+        self.used.setClipToView(True)
+        self.estimated: pg.PlotDataItem | None = None
+        self.limit = pg.InfiniteLine(angle=0, movable=False)
+        self.limit.setVisible(False)
+        self.widget.addItem(self.limit)
+        self.projection = self.widget.plot([], [])
+
+    def set_title(self, text: str, pal: theme.Palette) -> None:
+        self.widget.setTitle(text, color=pal.foreground, size="9pt")
+
+
+class BudgetCharts(QWidget):
+    """Four charts for the selected run, live."""
+
+    def __init__(self, monitor: Monitor, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._monitor = monitor
+        self._run_id: str | None = None
+        self._dirty = False
+        self.charts: dict[str, _Chart] = {}
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        for i, (key, _col, title) in enumerate(BUDGETS):
+            chart = _Chart(title)
+            self.charts[key] = chart
+            grid.addWidget(chart.widget, i // 2, i % 2)
+        tokens = self.charts["tokens"]
+        legend = tokens.widget.addLegend(offset=(5, 5))
+        legend.addItem(tokens.used, "tokens (reported + estimated)")
+        tokens.estimated = tokens.widget.plot([], [], name="estimated (no usage reported)")
+        tokens.estimated.setDownsampling(auto=True, method="peak")
+        tokens.estimated.setClipToView(True)
+        self.apply_palette(theme.current())
+        monitor.runs_changed.connect(lambda ids: setattr(self, "_dirty", self._dirty or self._run_id in ids))
+        monitor.state_reset.connect(lambda: self.set_run(None))
+        self._timer = QTimer(self)
+        self._timer.setInterval(REFRESH_MS)
+        self._timer.timeout.connect(self._tick)
+        self._timer.start()
+
+    def apply_palette(self, pal: theme.Palette) -> None:
+        self._palette = pal
+        for chart in self.charts.values():
+            chart.widget.setBackground(pal.background)
+            for axis in ("left", "bottom"):
+                ax = chart.widget.getAxis(axis)
+                ax.setPen(pg.mkPen(pal.foreground))
+                ax.setTextPen(pg.mkPen(pal.foreground))
+            chart.used.setPen(pg.mkPen(pal.status["running"], width=2))
+            chart.limit.setPen(pg.mkPen(pal.limit, width=1.5))
+            chart.projection.setPen(pg.mkPen(pal.projection, width=1.5, style=Qt.PenStyle.DotLine))
+            if chart.estimated is not None:
+                chart.estimated.setPen(pg.mkPen(pal.estimated, width=2, style=Qt.PenStyle.DashLine))
+        self._dirty = True
+
+    def set_run(self, run_id: str | None) -> None:
+        self._run_id = run_id
+        self.refresh()
+        for chart in self.charts.values():
+            chart.widget.enableAutoRange()
+
+    def _tick(self) -> None:
+        if self._dirty:
+            self.refresh()
+
+    def refresh(self) -> None:
+        self._dirty = False
+        run = self._monitor.run(self._run_id) if self._run_id else None
+        for key, col, title in BUDGETS:
+            self._draw(self.charts[key], run, key, col, title)
+
+    def _draw(self, chart: _Chart, run: RunState | None, key: str, col: str, title: str) -> None:
+        pal = self._palette
+        if run is None or not len(run.usage_series):
+            chart.used.setData([], [])
+            chart.projection.setData([], [])
+            if chart.estimated is not None:
+                chart.estimated.setData([], [])
+            chart.limit.setVisible(False)
+            chart.set_title(title, pal)
+            return
+        s = run.usage_series
+        t0 = run.created if math.isfinite(run.created) else float(s["ts"][0])
+        x = s["ts"] - t0
+        y = s[col]
+        chart.used.setData(x, y)
+        if chart.estimated is not None:
+            chart.estimated.setData(x, s["tokens_estimated"])
+        limit = run.limits.get(key)
+        chart.limit.setVisible(bool(limit))
+        if limit:
+            chart.limit.setValue(float(limit))
+        proj = project(x, y, float(limit) if limit else None) if not run.terminal else None
+        used = float(y[-1])
+        fmt = (lambda v: f"{v:.4f}") if key == "cost_usd" else (lambda v: f"{v:.1f}" if key == "seconds" else f"{v:.0f}")
+        text = f"{title}: {fmt(used)}" + (f" / {fmt(float(limit))}" if limit else " (no limit)")
+        if key == "tokens" and s["tokens_estimated"][-1] > 0:
+            text += f" · {s['tokens_estimated'][-1]:.0f} estimated"
+        if proj is not None:
+            chart.projection.setData([proj.from_x, proj.at], [proj.from_y, proj.limit])
+            text += f" · limit in ~{max(0.0, proj.at - proj.from_x):.0f} s at this rate"
+        else:
+            chart.projection.setData([], [])
+        chart.set_title(text, pal)

@@ -1,0 +1,255 @@
+"""Start, kill and relaunch one engine process (``steplog run``) for one run.
+
+The engine runs in its own session / process group (``start_new_session``), so ``kill_now`` is a
+``killpg(SIGKILL)`` that leaves no grandchild behind. After a kill the same command (same run
+id) is relaunched as soon as the dead process is reaped; the engine takes the dead holder's
+lease at once and resumes. Exits are noticed by a 50 ms ``poll()`` timer: nothing here ever
+blocks the GUI thread on the process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from .monitor import Monitor
+
+POLL_MS = 50
+STOP_GRACE_S = 5.0
+EXIT_MEANINGS = {0: "succeeded", 3: "gave up (a budget ran out)", 4: "failed", 75: "another engine holds this run",
+                 2: "refused (bad input)"}
+
+
+@dataclass
+class LaunchSpec:
+    """What to run: the same spec relaunches the run after every kill."""
+
+    agent: str
+    run_id: str
+    db: Path
+    outbox: str | None = None
+    pace: float = 0.0
+    params: dict[str, str] = field(default_factory=dict)
+    limits: dict[str, float] = field(default_factory=dict)
+    """CLI limit options without the leading dashes, e.g. {"max-steps": 100}."""
+
+    def argv(self) -> list[str]:
+        args = [sys.executable, "-m", "steplog", "run", self.agent, "--run-id", self.run_id, "--db", str(self.db)]
+        if self.outbox:
+            args += ["--outbox", self.outbox]
+        if self.pace:
+            args += ["--pace", repr(float(self.pace))]
+        for k, v in self.params.items():
+            args += ["--param", f"{k}={v}"]
+        for k, v in self.limits.items():
+            args += [f"--{k}", str(v)]
+        return args
+
+
+class EngineProcess(QObject):
+    """The engine working on one run, as seen by the monitor's kill panel."""
+
+    engine_started = Signal(str, int)
+    """(run_id, pid) of a new engine process (first launch or relaunch)."""
+    engine_killed = Signal(str, float)
+    """(run_id, time.time() of the SIGKILL)."""
+    engine_exited = Signal(str, int, str)
+    """(run_id, exit code, one line saying what it means) when it ended on its own."""
+    state_changed = Signal()
+    """Running/armed/auto-kill state changed (buttons follow it)."""
+
+    def __init__(self, monitor: Monitor, parent: QObject | None = None, *, env: dict[str, str] | None = None) -> None:
+        super().__init__(parent)
+        self._monitor = monitor
+        self._env = env
+        self.spec: LaunchSpec | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr_path: Path | None = None
+        self._killed_by_us = False
+        self._stopping = False
+        self.kills = 0
+        self.window_armed = False
+        self.last_exit: tuple[int, str] | None = None
+        self._poll = QTimer(self)
+        self._poll.setInterval(POLL_MS)
+        self._poll.timeout.connect(self._check)
+        self._auto = QTimer(self)
+        self._auto.timeout.connect(self.kill_now)
+        self._stop_deadline = 0.0
+        monitor.events_applied.connect(self._watch_window)
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def auto_kill_seconds(self) -> float:
+        return self._auto.interval() / 1000 if self._auto.isActive() else 0.0
+
+    # -- control ----------------------------------------------------------------------------
+
+    def start(self, spec: LaunchSpec) -> None:
+        """Launch (or relaunch) ``spec``; a previous process must be gone."""
+        if self.running:
+            raise RuntimeError("an engine is already running; stop it first")
+        if self.spec is None or self.spec.run_id != spec.run_id:
+            self.kills = 0
+        self.spec = spec
+        self._stopping = False
+        self._launch()
+
+    def _launch(self) -> None:
+        assert self.spec is not None
+        fd, name = tempfile.mkstemp(prefix="steplog-engine-", suffix=".log")
+        self._stderr_path = Path(name)
+        env = dict(self._env if self._env is not None else os.environ)
+        # The child imports the same steplog as this process, installed or not.
+        import steplog
+
+        root = str(Path(steplog.__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        try:
+            self._proc = subprocess.Popen(self.spec.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=fd, env=env, start_new_session=True)
+        finally:
+            os.close(fd)
+        self._killed_by_us = False
+        self._poll.start()
+        self.engine_started.emit(self.spec.run_id, self._proc.pid)
+        self.state_changed.emit()
+
+    def kill_now(self) -> bool:
+        """SIGKILL the engine's process group; it is relaunched once reaped. False if none runs."""
+        if not self.running or self._proc is None or self.spec is None:
+            return False
+        ts = time.time()
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        self._killed_by_us = True
+        self.kills += 1
+        self.window_armed = False
+        self._monitor.state.note_kill(self.spec.run_id, ts)
+        self.engine_killed.emit(self.spec.run_id, ts)
+        self.state_changed.emit()
+        return True
+
+    def arm_window_kill(self) -> None:
+        """Kill at the next act→record window: as soon as an effect of the run starts."""
+        self.window_armed = self.running
+        self.state_changed.emit()
+
+    def set_auto_kill(self, seconds: float) -> None:
+        """Kill every ``seconds`` (0 turns the storm off)."""
+        if seconds > 0:
+            self._auto.start(int(seconds * 1000))
+        else:
+            self._auto.stop()
+        self.state_changed.emit()
+
+    def stop(self) -> None:
+        """SIGTERM (the engine releases its lease), SIGKILL after a grace period; no relaunch."""
+        self._auto.stop()
+        self.window_armed = False
+        self._stopping = True
+        if self.running and self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            self._stop_deadline = time.monotonic() + STOP_GRACE_S
+        self.state_changed.emit()
+
+    def terminate_now(self, grace: float = 3.0) -> None:
+        """Stop now without relaunch and reap (window closing, test teardown): SIGTERM so the
+        engine releases its lease, SIGKILL to the group after ``grace`` seconds."""
+        self._auto.stop()
+        self._stopping = True
+        proc = self._proc
+        if proc is not None:
+            for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, None)):
+                try:
+                    os.killpg(proc.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                try:
+                    proc.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            try:  # the group may hold grandchildren even after the leader is gone
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._poll.stop()
+
+    def detach(self) -> None:
+        """Leave the engine running on its own (closing the window, "leave it running")."""
+        self._auto.stop()
+        self._poll.stop()
+        self._proc = None
+
+    # -- watching ---------------------------------------------------------------------------
+
+    def _watch_window(self, events: list[object]) -> None:
+        if not self.window_armed or self.spec is None:
+            return
+        for ev in events:
+            if getattr(ev, "run_id", None) == self.spec.run_id and getattr(ev, "kind", "") == "effect_started":
+                self.kill_now()
+                return
+
+    def _check(self) -> None:
+        proc = self._proc
+        if proc is None:
+            self._poll.stop()
+            return
+        code = proc.poll()
+        if code is None:
+            if self._stopping and self._stop_deadline and time.monotonic() > self._stop_deadline:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            return
+        assert self.spec is not None
+        if self._killed_by_us and not self._stopping:
+            self._launch()  # same run id: the engine resumes from its last checkpoint
+            return
+        self._poll.stop()
+        self._auto.stop()
+        self.window_armed = False
+        message = self._describe_exit(code)
+        self.last_exit = (code, message)
+        self.engine_exited.emit(self.spec.run_id, code, message)
+        self.state_changed.emit()
+
+    def _describe_exit(self, code: int) -> str:
+        if self._stopping:
+            return "stopped; Resume continues it from its last checkpoint"
+        meaning = EXIT_MEANINGS.get(code)
+        detail = ""
+        if self._stderr_path is not None:
+            try:
+                lines = [ln for ln in self._stderr_path.read_text(errors="replace").splitlines() if ln.strip()]
+                detail = lines[-1] if lines else ""
+            except OSError:
+                pass
+        if meaning is None:
+            meaning = f"died (exit code {code})" if code >= 0 else f"was killed by signal {-code}"
+        return f"engine {meaning}" + (f": {detail}" if detail and code not in (0,) else "")

@@ -1,0 +1,59 @@
+"""Run blocking calls (a DB read, an HTTP poll, starting the outbox) off the GUI thread.
+
+``submit(fn, on_done, on_error)`` runs ``fn()`` on the global ``QThreadPool`` and calls
+``on_done(result)`` or ``on_error(exc)`` back on the GUI thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+
+_pending: set[_Carrier] = set()
+
+
+class _Carrier(QObject):
+    sig_done = Signal(object)
+    """The job's result (delivered on the thread that created the carrier: the GUI)."""
+    sig_failed = Signal(object)
+    """The exception the job raised."""
+
+
+class _Job(QRunnable):
+    def __init__(self, fn: Callable[[], Any], carrier: _Carrier) -> None:
+        super().__init__()
+        self._fn, self._carrier = fn, carrier
+
+    def run(self) -> None:
+        try:
+            result = self._fn()
+        except Exception as exc:  # delivered to on_error; nothing escapes a pool thread
+            self._carrier.sig_failed.emit(exc)
+        else:
+            self._carrier.sig_done.emit(result)
+
+
+def submit(fn: Callable[[], Any], on_done: Callable[[Any], None],
+           on_error: Callable[[BaseException], None] | None = None) -> None:
+    carrier = _Carrier()
+    _pending.add(carrier)
+
+    def done(result: Any) -> None:
+        _pending.discard(carrier)
+        on_done(result)
+
+    def failed(exc: BaseException) -> None:
+        _pending.discard(carrier)
+        if on_error is not None:
+            on_error(exc)
+
+    carrier.sig_done.connect(done)
+    carrier.sig_failed.connect(failed)
+    QThreadPool.globalInstance().start(_Job(fn, carrier))
+
+
+def wait_idle(msecs: int = 5000) -> bool:
+    """Wait for running jobs (used at shutdown and in tests)."""
+    return QThreadPool.globalInstance().waitForDone(msecs)

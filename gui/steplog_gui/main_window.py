@@ -1,0 +1,346 @@
+"""The monitor's main window: runs list, timeline, budget charts, step detail, outbox, kill panel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QItemSelection, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (QCheckBox, QDockWidget, QDoubleSpinBox, QFileDialog, QLabel, QMainWindow,
+                               QMessageBox, QSplitter, QTableView, QToolBar, QVBoxLayout, QWidget)
+
+from . import jobs, resources, theme
+from .budget_charts import BudgetCharts
+from .demo import DemoConfig, DemoLauncher
+from .engine_process import EngineProcess, LaunchSpec
+from .monitor import Monitor
+from .new_run_dialog import NewRunDialog
+from .outbox_panel import OutboxPanel
+from .outbox_watcher import OutboxWatcher
+from .repository import LogRepository
+from .runs_model import RUN_ID_ROLE, RunsModel
+from .settings import Settings
+from .step_detail import StepDetailLoader, StepDetailView
+from .timeline_view import TimelineView
+from .verdict_strip import VerdictStrip
+
+
+def _read_run_row(path: Path, run_id: str) -> dict[str, Any] | None:
+    repo = LogRepository(path)
+    try:
+        return repo.run_row(run_id)
+    finally:
+        repo.close()
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, monitor: Monitor, settings: Settings, *, engine_env: dict[str, str] | None = None) -> None:
+        super().__init__()
+        self.monitor = monitor
+        self.settings = settings
+        self.close_policy: str | None = None
+        """'stop' or 'leave' answers the close question without asking (tests, scripts)."""
+        self.setWindowTitle(f"steplog monitor — {monitor.path}")
+        self.setWindowIcon(resources.app_icon())
+        self.engine = EngineProcess(monitor, self, env=engine_env)
+        self.watcher = OutboxWatcher(self)
+        self.demo: DemoLauncher | None = None
+        self._run_id: str | None = None
+        self._run_outbox: dict[str, str | None] = {}
+
+        self.banner = QLabel("")
+        self.banner.setTextFormat(Qt.TextFormat.PlainText)
+        self.banner.setWordWrap(True)
+        self.banner.setStyleSheet("background: #b00020; color: white; padding: 6px; font-weight: bold")
+        self.banner.hide()
+        self.verdict = VerdictStrip(monitor, self.watcher)
+        self.timeline = TimelineView(monitor)
+        self.charts = BudgetCharts(monitor)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.timeline)
+        split.addWidget(self.charts)
+        split.setSizes([400, 300])
+        central = QWidget()
+        box = QVBoxLayout(central)
+        box.setContentsMargins(4, 4, 4, 4)
+        box.addWidget(self.banner)
+        box.addWidget(self.verdict)
+        box.addWidget(split, 1)
+        self.setCentralWidget(central)
+
+        self.runs_model = RunsModel(monitor, self)
+        self.runs_view = QTableView()
+        self.runs_view.setModel(self.runs_model)
+        self.runs_view.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
+        self.runs_view.setSelectionMode(QTableView.SelectionMode.SingleSelection)
+        self.runs_view.verticalHeader().hide()
+        self.runs_view.horizontalHeader().setStretchLastSection(True)
+        self.runs_view.selectionModel().selectionChanged.connect(self._on_run_selected)
+        self.loader = StepDetailLoader(lambda: self.monitor.path, self)
+        self.detail = StepDetailView(self.loader, self.watcher)
+        self.outbox_panel = OutboxPanel(self.watcher)
+        self._dock("Runs", "runs", self.runs_view, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self._dock("Step detail", "detail", self.detail, Qt.DockWidgetArea.RightDockWidgetArea)
+        self._dock("Outbox", "outbox", self.outbox_panel, Qt.DockWidgetArea.RightDockWidgetArea)
+        self._build_actions()
+        self.statusBar().showMessage("ready")
+
+        self.timeline.step_selected.connect(lambda rid, seq: self.loader.load(rid, seq))
+        monitor.problem_changed.connect(self._show_problem)
+        monitor.runs_added.connect(self._on_runs_added)
+        monitor.runs_changed.connect(lambda ids: self._update_actions() if self._run_id in ids else None)
+        self.engine.engine_started.connect(self._on_engine_started)
+        self.engine.engine_exited.connect(lambda _rid, _code, msg: self.statusBar().showMessage(msg))
+        self.engine.engine_killed.connect(
+            lambda rid, _ts: self.statusBar().showMessage(f"killed the engine of {rid} (SIGKILL to its group); relaunching"))
+        self.engine.state_changed.connect(self._update_actions)
+        theme_relay = theme.Theme(self)
+        theme_relay.changed.connect(self._apply_palette)
+        if settings.geometry is not None:
+            self.restoreGeometry(settings.geometry)
+        else:
+            self.resize(1400, 900)
+        if settings.window_state is not None:
+            self.restoreState(settings.window_state)
+        settings.add_recent(str(monitor.path))
+        self._rebuild_recent()
+        self._update_actions()
+
+    # -- construction -----------------------------------------------------------------------
+
+    def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(f"dock_{name}")
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _action(self, text: str, slot: Any, shortcut: str | QKeySequence | None = None, tip: str = "") -> QAction:
+        action = QAction(text, self)
+        action.triggered.connect(slot)
+        if shortcut:
+            action.setShortcut(QKeySequence(shortcut))
+        action.setToolTip(tip or text)
+        action.setStatusTip(tip or text)
+        return action
+
+    def _build_actions(self) -> None:
+        self.act_new = self._action("&New run…", self.new_run, QKeySequence.StandardKey.New)
+        self.act_resume = self._action("&Resume run", self.resume_selected, "Ctrl+R", "relaunch the selected run's engine")
+        self.act_open = self._action("&Open log…", self.open_log, QKeySequence.StandardKey.Open)
+        self.act_quit = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
+        self.act_kill = self._action("&Kill now", self.kill_now, "Ctrl+K",
+                                     "SIGKILL the engine's process group, then relaunch it with the same run id")
+        self.act_kill_window = self._action("Kill at next act→record &window", self.engine.arm_window_kill,
+                                            "Ctrl+Shift+K", "kill the moment the next effect starts")
+        self.act_stop = self._action("&Stop engine", self.engine.stop, None, "SIGTERM: the engine releases its lease")
+        self.act_about = self._action("&About steplog", self.about)
+        self.auto_kill = QCheckBox("Auto-kill every")
+        self.auto_kill.toggled.connect(self._auto_kill_toggled)
+        self.auto_seconds = QDoubleSpinBox()
+        self.auto_seconds.setRange(0.2, 600)
+        self.auto_seconds.setSuffix(" s")
+        self.auto_seconds.setValue(self.settings.auto_kill_seconds)
+        self.auto_seconds.valueChanged.connect(self._auto_kill_toggled)
+
+        bar = QToolBar("Engine")
+        bar.setObjectName("toolbar_engine")
+        for a in (self.act_new, self.act_resume, self.act_stop):
+            bar.addAction(a)
+        bar.addSeparator()
+        bar.addAction(self.act_kill)
+        bar.addAction(self.act_kill_window)
+        bar.addWidget(self.auto_kill)
+        bar.addWidget(self.auto_seconds)
+        self.addToolBar(bar)
+        kill_button = bar.widgetForAction(self.act_kill)
+        kill_button.setObjectName("kill_now")
+        kill_button.setStyleSheet("QToolButton { color: white; background: #c62828; font-weight: bold; padding: 4px 10px }"
+                                  " QToolButton:disabled { background: #888 }")
+
+        menu = self.menuBar()
+        file_menu = menu.addMenu("&File")
+        file_menu.addAction(self.act_open)
+        self.recent_menu = file_menu.addMenu("Open &recent")
+        file_menu.addSeparator()
+        file_menu.addAction(self.act_quit)
+        run_menu = menu.addMenu("&Run")
+        for a in (self.act_new, self.act_resume, self.act_stop):
+            run_menu.addAction(a)
+        kill_menu = menu.addMenu("&Kill")
+        kill_menu.addAction(self.act_kill)
+        kill_menu.addAction(self.act_kill_window)
+        view_menu = menu.addMenu("&View")
+        for dock in self.findChildren(QDockWidget):
+            view_menu.addAction(dock.toggleViewAction())
+        help_menu = menu.addMenu("&Help")
+        help_menu.addAction(self.act_about)
+
+    def _rebuild_recent(self) -> None:
+        self.recent_menu.clear()
+        for path in self.settings.recent_files:
+            self.recent_menu.addAction(path, lambda p=path: self.switch_log(Path(p)))
+
+    # -- runs -------------------------------------------------------------------------------
+
+    def select_run(self, run_id: str) -> None:
+        row = self.runs_model.row_of(run_id)
+        if row >= 0:
+            self.runs_view.selectRow(row)
+
+    def _on_runs_added(self, run_ids: list[str]) -> None:
+        wanted = self.engine.spec.run_id if self.engine.spec else None
+        if wanted in run_ids or (self._run_id is None and not wanted):
+            self.select_run(wanted or run_ids[-1])
+        elif self._run_id is not None:  # inserting rows at the top moved the selection: keep the run
+            self.select_run(self._run_id)
+
+    def _on_run_selected(self, _sel: QItemSelection, _desel: QItemSelection) -> None:
+        rows = self.runs_view.selectionModel().selectedRows()
+        run_id = rows[0].data(RUN_ID_ROLE) if rows else None
+        if run_id == self._run_id:
+            return
+        self._run_id = run_id
+        self.timeline.set_run(run_id)
+        self.charts.set_run(run_id)
+        self.verdict.set_run(run_id)
+        self._update_actions()
+        if run_id is None:
+            return
+        if self.demo is not None and self.demo.outbox is not None and run_id == self.demo.run_id:
+            self.watcher.set_url(self.demo.outbox.url)
+            return
+        path = self.monitor.path
+        jobs.submit(lambda: _read_run_row(path, run_id), lambda row: self._on_run_row(run_id, row), lambda _e: None)
+
+    def _on_run_row(self, run_id: str, row: dict[str, Any] | None) -> None:
+        self._run_outbox[run_id] = row.get("outbox") if row else None
+        if run_id == self._run_id:
+            self.watcher.set_url(self._run_outbox[run_id])
+
+    def _on_engine_started(self, run_id: str, pid: int) -> None:
+        self.statusBar().showMessage(f"engine pid {pid} working on {run_id}")
+        if self._run_id != run_id:
+            self.select_run(run_id)
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def start_demo(self, config: DemoConfig | None = None) -> DemoLauncher:
+        self.demo = DemoLauncher(self.engine, self.monitor.path, config, self)
+        self.demo.outbox_ready.connect(self.watcher.set_url)
+        self.demo.demo_failed.connect(self._show_problem)
+        self.demo.start()
+        self.statusBar().showMessage("starting the outbox and the demo agent…")
+        return self.demo
+
+    def start_run(self, spec: LaunchSpec) -> None:
+        if self.engine.running:
+            QMessageBox.information(self, "steplog", "An engine is already running; stop it first.")
+            return
+        try:
+            self.engine.start(spec)
+        except OSError as exc:
+            self._show_problem(f"the engine did not start: {exc}")
+
+    def new_run(self) -> None:
+        outbox = self.demo.outbox.url if self.demo is not None and self.demo.outbox is not None else None
+        dialog = NewRunDialog(self, outbox=outbox)
+        if dialog.exec():
+            self.start_run(dialog.spec(self.monitor.path))
+
+    def resume_selected(self) -> None:
+        run = self.monitor.run(self._run_id) if self._run_id else None
+        if run is None:
+            return
+        pace = self.demo.config.pace if self.demo is not None and run.run_id == self.demo.run_id else 0.0
+        self.start_run(LaunchSpec(agent=run.agent, run_id=run.run_id, db=self.monitor.path,
+                                  outbox=self._run_outbox.get(run.run_id), pace=pace))
+
+    def kill_now(self) -> None:
+        if not self.engine.kill_now():
+            self.statusBar().showMessage("no engine is running")
+
+    def _auto_kill_toggled(self, *_args: Any) -> None:
+        self.settings.auto_kill_seconds = self.auto_seconds.value()
+        self.engine.set_auto_kill(self.auto_seconds.value() if self.auto_kill.isChecked() else 0.0)
+
+    def open_log(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a steplog log", str(self.monitor.path.parent),
+                                              "SQLite logs (*.db *.sqlite *.sqlite3);;All files (*)")
+        if path:
+            self.switch_log(Path(path))
+
+    def switch_log(self, path: Path) -> None:
+        self._run_id = None
+        self.watcher.set_url(None)
+        self.monitor.switch_to(path)
+        self.setWindowTitle(f"steplog monitor — {path}")
+        self.settings.add_recent(str(path))
+        self._rebuild_recent()
+
+    def about(self) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("steplog")
+        except PackageNotFoundError:
+            v = "development"
+        QMessageBox.about(self, "About steplog",
+                          f"steplog {v}\n\nCrash-safe AI agents on SQLite: checkpointed steps, idempotent effects, "
+                          "budgets, leases, and the kill test that proves it.\n\nThis monitor tails the log read-only.")
+
+    def _update_actions(self) -> None:
+        running = self.engine.running
+        run = self.monitor.run(self._run_id) if self._run_id else None
+        self.act_kill.setEnabled(running)
+        self.act_kill_window.setEnabled(running and not self.engine.window_armed)
+        self.act_kill_window.setText("Armed: kills at the next effect" if self.engine.window_armed
+                                     else "Kill at next act→record window")
+        self.act_stop.setEnabled(running)
+        self.act_resume.setEnabled(not running and run is not None and run.status in ("running", "gave_up"))
+        if not running and self.auto_kill.isChecked():
+            self.auto_kill.setChecked(False)
+
+    def _show_problem(self, text: str) -> None:
+        self.banner.setText(text)
+        self.banner.setVisible(bool(text))
+
+    def _apply_palette(self, pal: theme.Palette) -> None:
+        self.timeline.apply_palette(pal)
+        self.charts.apply_palette(pal)
+        self.verdict.refresh()
+
+    # -- closing ----------------------------------------------------------------------------
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
+        policy = self.close_policy
+        if self.engine.running and policy is None:
+            box = QMessageBox(QMessageBox.Icon.Question, "An engine is running",
+                              "An engine is still working on a run. What should happen to it?", parent=self)
+            leave = box.addButton("Leave it running", QMessageBox.ButtonRole.AcceptRole)
+            stop = box.addButton("Stop it", QMessageBox.ButtonRole.DestructiveRole)
+            box.addButton(QMessageBox.StandardButton.Cancel)
+            box.exec()
+            clicked = box.clickedButton()
+            policy = "leave" if clicked is leave else "stop" if clicked is stop else None
+            if policy is None:
+                event.ignore()
+                return
+        self.shutdown(stop_engine=policy != "leave")
+        event.accept()
+
+    def shutdown(self, *, stop_engine: bool = True) -> None:
+        """Save settings and let go of everything: the engine (stopped or left running), outbox, tail."""
+        self.settings.geometry = self.saveGeometry()
+        self.settings.window_state = self.saveState()
+        self.settings.sync()
+        if stop_engine:
+            self.engine.terminate_now()
+            if self.demo is not None:
+                self.demo.stop_outbox()
+        else:
+            self.engine.detach()
+        self.watcher.stop()
+        self.monitor.stop()
+        jobs.wait_idle(3000)

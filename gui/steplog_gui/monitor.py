@@ -1,0 +1,83 @@
+"""The monitor's shared state: a ``LogState`` fed by the ``Tailer``, with Qt signals for the views.
+
+Views and item models receive a ``Monitor`` in their constructors and subscribe to it; none of
+them reads the log themselves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+
+from .repository import Event
+from .run_state import LogState, RunState
+from .tailer import Tailer
+
+
+class Monitor(QObject):
+    """The runs of one log, kept current by a tailer."""
+
+    runs_added = Signal(list)
+    """Run ids seen for the first time, oldest first."""
+    runs_changed = Signal(set)
+    """Run ids whose state changed in the last batch of events."""
+    events_applied = Signal(list)
+    """The batch of ``Event`` just folded (for controllers that react to kinds, e.g. kill-at-window)."""
+    state_reset = Signal()
+    """Everything was dropped (the log file was replaced or another one opened)."""
+    problem_changed = Signal(str)
+    """Why the log cannot be read ('' when it can)."""
+
+    def __init__(self, path: Path, parent: QObject | None = None, *, use_watchdog: bool = True) -> None:
+        super().__init__(parent)
+        self.path = Path(path)
+        self.state = LogState()
+        self.order: list[str] = []
+        self.problem = ""
+        self._use_watchdog = use_watchdog
+        self._tailer: Tailer | None = None
+
+    def start(self) -> None:
+        self._tailer = Tailer(self.path, self, use_watchdog=self._use_watchdog)
+        self._tailer.events_arrived.connect(self.apply)
+        self._tailer.log_reset.connect(self._reset)
+        self._tailer.problem_changed.connect(self._problem)
+        self._tailer.start()
+
+    def stop(self) -> None:
+        if self._tailer is not None:
+            self._tailer.stop()
+            self._tailer.deleteLater()
+            self._tailer = None
+
+    def switch_to(self, path: Path) -> None:
+        """Monitor another log file."""
+        self.stop()
+        self.path = Path(path)
+        self._reset()
+        self._problem("")
+        self.start()
+
+    def run(self, run_id: str) -> RunState | None:
+        return self.state.runs.get(run_id)
+
+    def apply(self, events: list[Event]) -> None:
+        known = set(self.state.runs)
+        touched = self.state.apply(events)
+        new = [rid for rid in dict.fromkeys(e.run_id for e in events) if rid not in known and rid in touched]
+        if new:
+            self.order.extend(new)
+            self.runs_added.emit(new)
+        if touched:
+            self.runs_changed.emit(touched)
+        self.events_applied.emit(events)
+
+    def _reset(self) -> None:
+        self.state = LogState()
+        self.order = []
+        self.state_reset.emit()
+
+    def _problem(self, text: str) -> None:
+        self.problem = text
+        self.problem_changed.emit(text)

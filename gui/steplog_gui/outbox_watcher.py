@@ -1,0 +1,77 @@
+"""Poll the outbox service's ledger (``steplog.outbox.fetch_ledger``) off the GUI thread."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from . import jobs
+
+POLL_MS = 500
+
+
+class OutboxWatcher(QObject):
+    """The latest ``Ledger`` of one outbox URL, refreshed every ``POLL_MS``."""
+
+    ledger_changed = Signal(object)
+    """The new ``steplog.outbox.Ledger`` (only emitted when it differs from the last one)."""
+    problem_changed = Signal(str)
+    """Why the outbox cannot be read ('' when it can)."""
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.url: str | None = None
+        self.ledger: Any = None
+        self.problem = ""
+        self._busy = False
+        self._timer = QTimer(self)
+        self._timer.setInterval(POLL_MS)
+        self._timer.timeout.connect(self.refresh)
+
+    def set_url(self, url: str | None) -> None:
+        if url == self.url:
+            return
+        self.url = url
+        self.ledger = None
+        self.ledger_changed.emit(None)
+        if url:
+            self._timer.start()
+            self.refresh()
+        else:
+            self._timer.stop()
+
+    def stop(self) -> None:
+        self._timer.stop()
+
+    def refresh(self) -> None:
+        if self._busy or not self.url:
+            return
+        self._busy = True
+        url = self.url
+
+        def fetch() -> Any:
+            from steplog.outbox import fetch_ledger
+
+            return fetch_ledger(url, timeout=2.0)
+
+        jobs.submit(fetch, lambda ledger: self._done(url, ledger), lambda exc: self._failed(url, exc))
+
+    def _done(self, url: str, ledger: Any) -> None:
+        self._busy = False
+        if url != self.url:
+            return
+        self._set_problem("")
+        if ledger != self.ledger:
+            self.ledger = ledger
+            self.ledger_changed.emit(ledger)
+
+    def _failed(self, url: str, exc: BaseException) -> None:
+        self._busy = False
+        if url == self.url:
+            self._set_problem(f"outbox {url} cannot be read: {type(exc).__name__}: {exc}")
+
+    def _set_problem(self, text: str) -> None:
+        if text != self.problem:
+            self.problem = text
+            self.problem_changed.emit(text)

@@ -1,0 +1,63 @@
+"""A read-only table model over a list of plain records (dicts): effects, deliveries, attempts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtGui import QColor
+
+_Index = QModelIndex | QPersistentModelIndex
+
+
+class RecordsModel(QAbstractTableModel):
+    """Rows are dicts; ``columns`` is a sequence of (header, key). ``colour(record)`` may return
+    a QColor for the whole row (e.g. a real duplicate delivery in red)."""
+
+    def __init__(self, columns: Sequence[tuple[str, str]], parent: Any = None,
+                 colour: Callable[[dict[str, Any]], QColor | None] | None = None) -> None:
+        super().__init__(parent)
+        self._columns = list(columns)
+        self._rows: list[dict[str, Any]] = []
+        self._colour = colour
+
+    def rowCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self._columns)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole and 0 <= section < len(self._columns):
+            return self._columns[section][0]
+        return None
+
+    def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or not (0 <= index.row() < len(self._rows)):
+            return None
+        record = self._rows[index.row()]
+        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole):
+            value = record.get(self._columns[index.column()][1])
+            return "" if value is None else str(value)
+        if role == Qt.ItemDataRole.ForegroundRole and self._colour is not None:
+            return self._colour(record)
+        return None
+
+    def record(self, row: int) -> dict[str, Any]:
+        return self._rows[row]
+
+    def set_records(self, records: Sequence[dict[str, Any]]) -> None:
+        """Replace the rows; appends only emit an insert (a live list keeps its selection)."""
+        new = list(records)
+        old = self._rows
+        n = len(old)
+        if len(new) >= n and new[:n] == old:
+            if len(new) > n:
+                self.beginInsertRows(QModelIndex(), n, len(new) - 1)
+                self._rows = new
+                self.endInsertRows()
+            return
+        self.beginResetModel()
+        self._rows = new
+        self.endResetModel()

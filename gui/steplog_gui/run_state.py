@@ -1,0 +1,252 @@
+"""What the monitor knows of each run, folded from the event stream; Qt-free.
+
+``LogState.apply(events)`` consumes events in id order (the tailer's since-bookmark batches) and
+keeps, per run: the run's summary (agent, status, limits, latest usage), one record per *step
+execution* in growable numpy columns (the timeline's bars), the usage series (the budget charts)
+and the kills (lease takeovers from a dead holder) with their resume latency.
+
+A kill is visible in the log only as the next incarnation's ``lease_acquired`` with
+``previous_pid`` set; its exact time is known only to whoever killed, so ``RunState.note_kill``
+lets the engine controller add it, and the last event of the dead incarnation stands in otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .repository import Event
+
+# Outcome of one step execution (a bar's colour).
+RUNNING, COMMITTED, REDONE, FAILED, GAVE_UP = range(5)
+OUTCOME_NAMES = ("in progress", "committed", "redone (interrupted by a kill)", "failed", "gave up")
+# Phase reached by one execution (engine's step.phase).
+PHASES = ("started", "decided", "acting", "recorded")
+
+
+class Columns:
+    """Parallel growable numpy columns (amortised O(1) append, views without copying)."""
+
+    def __init__(self, **dtypes: str) -> None:
+        self._cap = 256
+        self._n = 0
+        self._cols: dict[str, npt.NDArray[Any]] = {k: np.zeros(self._cap, dtype=d) for k, d in dtypes.items()}
+
+    def __len__(self) -> int:
+        return self._n
+
+    def append(self, **values: Any) -> int:
+        if self._n == self._cap:
+            self._cap *= 2
+            for k, col in self._cols.items():
+                grown = np.zeros(self._cap, dtype=col.dtype)
+                grown[: self._n] = col[: self._n]
+                self._cols[k] = grown
+        i = self._n
+        for k, v in values.items():
+            self._cols[k][i] = v
+        self._n += 1
+        return i
+
+    def __getitem__(self, name: str) -> npt.NDArray[Any]:
+        """A view of the filled part of column ``name`` (writable; do not keep across appends)."""
+        return self._cols[name][: self._n]
+
+
+@dataclass
+class Kill:
+    """One engine process that died holding the lease, and how fast the next one got going."""
+
+    killed_incarnation: int
+    ts: float
+    """When it died: the killer's clock when known, else the dead engine's last event."""
+    exact: bool
+    resumed_at: float
+    """The next incarnation's lease_acquired."""
+    first_commit: float | None = None
+    """The first step the next incarnation committed (resume latency = first_commit - ts)."""
+
+    @property
+    def latency(self) -> float | None:
+        return None if self.first_commit is None else self.first_commit - self.ts
+
+
+@dataclass
+class RunState:
+    run_id: str
+    agent: str = "?"
+    params: dict[str, Any] = field(default_factory=dict)
+    model: str = "offline"
+    limits: dict[str, float | None] = field(default_factory=dict)
+    status: str = "running"
+    reason: str | None = None
+    created: float = math.nan
+    finished: float | None = None
+    last_ts: float = math.nan
+    usage: dict[str, float] = field(default_factory=dict)
+    incarnation: int = 0
+    pid: int | None = None
+    kills: list[Kill] = field(default_factory=list)
+    step_names: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """seq -> (name, kind)"""
+    executions: Columns = field(default_factory=lambda: Columns(
+        start="f8", end="f8", lane="i4", outcome="i1", seq="i8", phase="i1", tokens="i8", estimated="?"))
+    usage_series: Columns = field(default_factory=lambda: Columns(
+        ts="f8", steps="f8", tokens="f8", tokens_estimated="f8", cost_usd="f8", seconds="f8"))
+    _open: dict[int, int] = field(default_factory=dict)  # seq -> execution index still running
+    _last_ts_by_inc: dict[int, float] = field(default_factory=dict)
+    _kill_hints: list[float] = field(default_factory=list)
+
+    # -- derived ----------------------------------------------------------------------------
+
+    @property
+    def terminal(self) -> bool:
+        return self.status != "running"
+
+    @property
+    def steps_committed(self) -> int:
+        return int(self.usage.get("steps", 0))
+
+    @property
+    def step_executions(self) -> int:
+        return int(self.usage.get("executions", 0))
+
+    @property
+    def in_progress(self) -> int:
+        return len(self._open)
+
+    @property
+    def redone(self) -> int:
+        """Step executions that did not commit and ran again (CONTRACT: executions - committed)."""
+        return max(0, self.step_executions - self.steps_committed - self.in_progress)
+
+    def duration(self, now: float) -> float:
+        end = self.finished if self.finished is not None else (now if not self.terminal else self.last_ts)
+        return max(0.0, end - self.created) if not math.isnan(self.created) else 0.0
+
+    def execution_at(self, x: float, lane: int, now: float) -> int | None:
+        """The execution under time ``x`` in ``lane``, or ``None``."""
+        ex = self.executions
+        if not len(ex):
+            return None
+        end = np.where(np.isnan(ex["end"]), now, ex["end"])
+        hit = np.nonzero((ex["lane"] == lane) & (ex["start"] <= x) & (end >= x))[0]
+        return int(hit[-1]) if len(hit) else None
+
+    # -- folding ----------------------------------------------------------------------------
+
+    def apply(self, ev: Event) -> None:
+        d = ev.data
+        self.last_ts = ev.ts
+        self._last_ts_by_inc[ev.incarnation] = ev.ts
+        kind = ev.kind
+        if "usage" in d and isinstance(d["usage"], dict):
+            self.usage = d["usage"]
+            u = self.usage
+            self.usage_series.append(ts=ev.ts, steps=u.get("steps", 0), tokens=u.get("tokens", 0),
+                                     tokens_estimated=u.get("tokens_estimated", 0),
+                                     cost_usd=u.get("cost_usd", 0.0), seconds=u.get("seconds", 0.0))
+        if kind == "run_created":
+            self.agent = str(d.get("agent", "?"))
+            self.params = dict(d.get("params") or {})
+            self.model = str(d.get("model") or "offline")
+            self.limits = dict(d.get("budget") or {})
+            self.created = ev.ts
+        elif kind == "budget_changed":
+            self.limits.update({k: d.get(k) for k in ("steps", "tokens", "seconds", "cost_usd", "retries", "recoveries")})
+            if d.get("reopened"):
+                self.status, self.reason, self.finished = "running", None, None
+        elif kind == "lease_acquired":
+            self._new_incarnation(ev)
+        elif kind == "step_started" and ev.seq is not None:
+            self.step_names[ev.seq] = (str(d.get("name", "")), str(d.get("kind", "")))
+            self._open[ev.seq] = self.executions.append(
+                start=ev.ts, end=math.nan, lane=ev.incarnation, outcome=RUNNING, seq=ev.seq, phase=0)
+        elif kind == "decision_recorded" and ev.seq in self._open:
+            i = self._open[ev.seq]
+            ex = self.executions
+            ex["phase"][i] = 1
+            ex["tokens"][i] = int(d.get("tokens_in", 0)) + int(d.get("tokens_out", 0))
+            ex["estimated"][i] = bool(d.get("estimated"))
+        elif kind in ("effect_started", "effect_completed") and ev.seq in self._open:
+            self.executions["phase"][self._open[ev.seq]] = 2
+        elif kind == "step_committed" and ev.seq is not None:
+            self._close(ev.seq, ev.ts, COMMITTED, phase=3)
+            for k in self.kills:
+                if k.first_commit is None and k.killed_incarnation < ev.incarnation:
+                    k.first_commit = ev.ts
+        elif kind == "step_attempt_failed" and ev.seq is not None:
+            self._close(ev.seq, ev.ts, FAILED)
+        elif kind == "run_finished":
+            self.status = str(d.get("status", "failed"))
+            self.reason = d.get("reason")
+            self.finished = ev.ts
+            outcome = GAVE_UP if self.status == "gave_up" else FAILED
+            if self._open:
+                for seq in list(self._open):
+                    self._close(seq, ev.ts, outcome)
+            elif self.status == "gave_up":  # stopped before starting the next step: a short marker bar
+                self.executions.append(start=ev.ts, end=ev.ts + 0.05, lane=ev.incarnation, outcome=GAVE_UP,
+                                       seq=-1, phase=0)
+                self.step_names[-1] = (f"gave up: {self.reason or ''}", "budget")
+            self.pid = None
+        elif kind == "lease_released":
+            self.pid = None
+
+    def _close(self, seq: int, ts: float, outcome: int, phase: int | None = None) -> None:
+        i = self._open.pop(seq, None)
+        if i is None:
+            return
+        ex = self.executions
+        ex["end"][i] = ts
+        ex["outcome"][i] = outcome
+        if phase is not None:
+            ex["phase"][i] = phase
+
+    def _new_incarnation(self, ev: Event) -> None:
+        d = ev.data
+        previous = self.incarnation
+        dead_end = self._last_ts_by_inc.get(previous, ev.ts)
+        if d.get("previous_pid") is not None and previous > 0:
+            hint = next((h for h in reversed(self._kill_hints) if dead_end - 0.05 <= h <= ev.ts), None)
+            self.kills.append(Kill(previous, hint if hint is not None else dead_end, hint is not None, ev.ts))
+        for seq, i in list(self._open.items()):  # the dead engine's open steps: they will run again
+            ex = self.executions
+            ex["end"][i] = dead_end
+            ex["outcome"][i] = REDONE
+            del self._open[seq]
+        self.incarnation = ev.incarnation
+        self.pid = d.get("pid")
+
+
+class LogState:
+    """Every run in one log, folded from its events; ``bookmark`` is the last event id applied."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, RunState] = {}
+        self.bookmark = 0
+        self._kill_hints: dict[str, list[float]] = {}
+
+    def note_kill(self, run_id: str, ts: float) -> None:
+        """The controller SIGKILLed ``run_id``'s engine at ``ts``: the exact time for its kill record."""
+        self._kill_hints.setdefault(run_id, []).append(ts)
+
+    def apply(self, events: Iterable[Event]) -> set[str]:
+        """Fold a batch (ids ascending, all above the bookmark); returns the run ids it touched."""
+        touched: set[str] = set()
+        for ev in events:
+            if ev.id <= self.bookmark:
+                continue
+            run = self.runs.get(ev.run_id)
+            if run is None:
+                run = self.runs[ev.run_id] = RunState(ev.run_id)
+                run._kill_hints = self._kill_hints.setdefault(ev.run_id, [])
+            run.apply(ev)
+            self.bookmark = ev.id
+            touched.add(ev.run_id)
+        return touched

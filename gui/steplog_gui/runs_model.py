@@ -1,0 +1,144 @@
+"""The runs list as a Qt item model over ``Monitor`` (newest first)."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, QTimer
+
+from . import theme
+from .monitor import Monitor
+from .run_state import RunState
+
+COLUMNS = ("Run", "Agent", "Status", "Steps", "Budget use", "Started", "Duration")
+RUN_ID_ROLE = Qt.ItemDataRole.UserRole + 1
+_Index = QModelIndex | QPersistentModelIndex
+
+
+def budget_use(run: RunState) -> tuple[float, str]:
+    """The most used budget as (fraction, text), e.g. (0.43, "43% tokens")."""
+    best, label = -1.0, ""
+    for name, used_key in (("steps", "steps"), ("tokens", "tokens"), ("seconds", "seconds"), ("cost_usd", "cost_usd")):
+        limit = run.limits.get(name)
+        if not limit:
+            continue
+        frac = float(run.usage.get(used_key, 0)) / float(limit)
+        if frac > best:
+            best, label = frac, f"{frac:.0%} {name.replace('_usd', '')}"
+    return (best, label) if best >= 0 else (math.nan, "no limits")
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+class RunsModel(QAbstractTableModel):
+    """One row per run in the log; status is coloured text; refreshes live."""
+
+    def __init__(self, monitor: Monitor, parent: Any = None) -> None:
+        super().__init__(parent)
+        self._monitor = monitor
+        self._ids: list[str] = list(reversed(monitor.order))
+        self._row: dict[str, int] = {}
+        self._reindex()
+        monitor.runs_added.connect(self._on_added)
+        monitor.runs_changed.connect(self._on_changed)
+        monitor.state_reset.connect(self._on_reset)
+        self._clock = QTimer(self)  # durations of running runs tick
+        self._clock.setInterval(1000)
+        self._clock.timeout.connect(self._tick)
+        self._clock.start()
+
+    def _reindex(self) -> None:
+        self._row = {rid: i for i, rid in enumerate(self._ids)}
+
+    # -- model API --------------------------------------------------------------------------
+
+    def rowCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self._ids)
+
+    def columnCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole and 0 <= section < len(COLUMNS):
+            return COLUMNS[section]
+        return None
+
+    def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or not (0 <= index.row() < len(self._ids)):
+            return None
+        run = self._monitor.run(self._ids[index.row()])
+        if run is None:
+            return None
+        col = index.column()
+        if role == RUN_ID_ROLE:
+            return run.run_id
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._display(run, col)
+        if role == Qt.ItemDataRole.ForegroundRole and col == 2:
+            return theme.qcolor(theme.current().status.get(run.status, theme.current().foreground))
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if col == 2 and run.reason:
+                return run.reason
+            if col == 1:
+                return run.agent
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (3, 4, 6):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    def _display(self, run: RunState, col: int) -> str:
+        if col == 0:
+            return run.run_id
+        if col == 1:
+            return run.agent.rsplit("/", 1)[-1]
+        if col == 2:
+            return run.status.replace("_", " ")
+        if col == 3:
+            limit = run.limits.get("steps")
+            return f"{run.steps_committed}" + (f" / {limit}" if limit else "")
+        if col == 4:
+            return budget_use(run)[1]
+        if col == 5:
+            return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.created)) if not math.isnan(run.created) else ""
+        return fmt_duration(run.duration(time.time()))
+
+    def run_id(self, row: int) -> str:
+        return self._ids[row]
+
+    def row_of(self, run_id: str) -> int:
+        return self._row.get(run_id, -1)
+
+    # -- updates ----------------------------------------------------------------------------
+
+    def _on_added(self, run_ids: list[str]) -> None:
+        fresh = [r for r in run_ids if r not in self._row]
+        if not fresh:
+            return
+        self.beginInsertRows(QModelIndex(), 0, len(fresh) - 1)
+        self._ids[0:0] = list(reversed(fresh))
+        self._reindex()
+        self.endInsertRows()
+
+    def _on_changed(self, run_ids: set[str]) -> None:
+        rows = [self._row[r] for r in run_ids if r in self._row]
+        if rows:
+            self.dataChanged.emit(self.index(min(rows), 0), self.index(max(rows), len(COLUMNS) - 1))
+
+    def _on_reset(self) -> None:
+        self.beginResetModel()
+        self._ids = list(reversed(self._monitor.order))
+        self._reindex()
+        self.endResetModel()
+
+    def _tick(self) -> None:
+        running = [i for i, rid in enumerate(self._ids) if (r := self._monitor.run(rid)) and not r.terminal]
+        if running:
+            self.dataChanged.emit(self.index(min(running), 6), self.index(max(running), 6))

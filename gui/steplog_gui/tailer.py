@@ -1,0 +1,189 @@
+"""Tail the log's event table off the GUI thread and hand new events to the GUI.
+
+Change detection, fastest first:
+1. watchdog on the log's folder (``.db``, ``-wal``): a hint only, because the file event can arrive
+   *before* the commit is visible to a reader (measured: almost always with synchronous=FULL), so
+   a hint queries at once and again ``RECHECK_MS`` later;
+2. ``PRAGMA data_version`` polled every ``POLL_MS``: the safety net, a few microseconds per poll.
+Either way only events with ``id > bookmark`` are read, in batches, and the connection is in
+autocommit mode, so no read transaction is held between refreshes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
+
+from .repository import LogNotReady, LogRepository, LogUnavailable
+
+POLL_MS = 50
+RECHECK_MS = 30
+BATCH = 5000
+
+
+class _TailWorker(QObject):
+    """Lives in the tailer's thread; owns the read-only connection."""
+
+    sig_events = Signal(object)
+    """A list of ``repository.Event``, ids ascending, all above the previous batch."""
+    sig_problem = Signal(str)
+    """Why the log cannot be read ('' once it can)."""
+    sig_reset = Signal()
+    """The file was replaced: everything read so far is void; events restart from id 1."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.repo = LogRepository(path)
+        self.bookmark = 0
+        self._version: int | None = None
+        self._problem = ""
+        self._hinted = False
+        self._timer: QTimer | None = None
+
+    @Slot()
+    def start(self) -> None:
+        self._timer = QTimer(self)
+        self._timer.setInterval(POLL_MS)
+        self._timer.timeout.connect(self.check)
+        self._timer.start()
+        self.check(force=True)
+
+    @Slot()
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+        self.repo.close()
+
+    @Slot()
+    def hint(self) -> None:
+        """A file event: query now and once more shortly after (the commit may not be visible yet)."""
+        if self._hinted:
+            return
+        self._hinted = True
+        QTimer.singleShot(0, self._hinted_check)
+        QTimer.singleShot(RECHECK_MS, self.check)
+
+    def _hinted_check(self) -> None:
+        self._hinted = False
+        self.check()
+
+    def _set_problem(self, text: str) -> None:
+        if text != self._problem:
+            self._problem = text
+            self.sig_problem.emit(text)
+
+    @Slot()
+    def check(self, force: bool = False) -> None:
+        try:
+            if not self.repo.is_open:
+                if not self.path.exists() or os.path.getsize(self.path) == 0:
+                    self._set_problem("" if self.bookmark == 0 else f"{self.path} was deleted while open")
+                    return
+                self.repo.open()
+                self._version = None
+            problem = self.repo.check_file()
+            if problem == "replaced":
+                self.repo.open()
+                self.bookmark, self._version = 0, None
+                self.sig_reset.emit()
+                self._set_problem("")
+            elif problem == "deleted":
+                self.repo.close()
+                self._set_problem(f"{self.path} was deleted while open; showing what was read before")
+                return
+            version = self.repo.data_version()
+            if not force and version == self._version:
+                return
+            self._version = version
+            self._read()
+            self._set_problem("")
+        except LogNotReady:
+            self.repo.close()
+            self._set_problem("")
+        except LogUnavailable as exc:
+            self.repo.close()
+            self._set_problem(str(exc))
+
+    def _read(self) -> None:
+        while True:
+            events = self.repo.events_since(self.bookmark, limit=BATCH)
+            if not events:
+                return
+            self.bookmark = events[-1].id
+            self.sig_events.emit(events)
+            if len(events) < BATCH:
+                return
+
+
+class Tailer(QObject):
+    """The GUI-side face of the tail: start/stop, and signals delivered on the GUI thread."""
+
+    events_arrived = Signal(object)
+    """A list of ``repository.Event`` (ids ascending)."""
+    problem_changed = Signal(str)
+    """A one-line reason the log cannot be read, or '' when it can again."""
+    log_reset = Signal()
+    """The file was replaced by another: drop what was folded so far."""
+    _sig_hint = Signal()
+    _sig_stop = Signal()
+
+    def __init__(self, path: Path, parent: QObject | None = None, *, use_watchdog: bool = True) -> None:
+        super().__init__(parent)
+        self.path = Path(path)
+        self._thread = QThread()
+        self._thread.setObjectName("steplog-tailer")
+        self._worker = _TailWorker(self.path)
+        self._worker.moveToThread(self._thread)
+        self._worker.sig_events.connect(self.events_arrived)
+        self._worker.sig_problem.connect(self.problem_changed)
+        self._worker.sig_reset.connect(self.log_reset)
+        self._sig_hint.connect(self._worker.hint)
+        self._sig_stop.connect(self._worker.stop)
+        self._thread.started.connect(self._worker.start)
+        self._use_watchdog = use_watchdog
+        self._observer: object | None = None
+        self._watch_timer = QTimer(self)
+        self._watch_timer.setInterval(1000)
+        self._watch_timer.timeout.connect(self._ensure_watch)
+
+    def start(self) -> None:
+        self._thread.start()
+        if self._use_watchdog:
+            self._ensure_watch()
+            self._watch_timer.start()
+
+    def stop(self) -> None:
+        self._watch_timer.stop()
+        if self._observer is not None:
+            self._observer.stop()  # type: ignore[attr-defined]
+            self._observer.join(timeout=2)  # type: ignore[attr-defined]
+            self._observer = None
+        if self._thread.isRunning():
+            self._sig_stop.emit()
+            self._thread.quit()
+            self._thread.wait(5000)
+
+    def _ensure_watch(self) -> None:
+        """Watch the folder once it exists (a fresh demo creates it after the window opens)."""
+        if self._observer is not None or not self.path.parent.is_dir():
+            return
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        names = {self.path.name, self.path.name + "-wal"}
+        hint = self._sig_hint
+
+        class _Hint(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:  # watchdog's thread
+                if os.path.basename(str(event.src_path)) in names:
+                    hint.emit()
+
+        observer = Observer()
+        observer.schedule(_Hint(), str(self.path.parent), recursive=False)
+        observer.daemon = True
+        observer.start()
+        self._observer = observer
+        self._watch_timer.stop()

@@ -1,0 +1,76 @@
+"""Colours: follow the OS light/dark scheme (``QStyleHints.colorScheme()``), pyqtgraph included.
+
+One ``Palette`` per scheme; views ask ``current()`` when they draw and re-read it on
+``Theme.changed``. Outcome and status colours are chosen to stay distinct in both schemes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QColor, QGuiApplication
+
+from .run_state import COMMITTED, FAILED, GAVE_UP, REDONE, RUNNING
+
+
+@dataclass(frozen=True)
+class Palette:
+    dark: bool
+    background: str
+    foreground: str
+    grid: str
+    outcome: dict[int, str]
+    status: dict[str, str]
+    kill: str
+    limit: str
+    estimated: str
+    projection: str
+    duplicate: str
+
+
+LIGHT = Palette(
+    dark=False, background="#ffffff", foreground="#202124", grid="#d0d0d0",
+    outcome={COMMITTED: "#2e9d4f", REDONE: "#e8930c", FAILED: "#d03030", RUNNING: "#2f74d0", GAVE_UP: "#8a5cc2"},
+    status={"running": "#2f74d0", "succeeded": "#2e9d4f", "gave_up": "#b27300", "failed": "#d03030"},
+    kill="#d00000", limit="#d03030", estimated="#8a5cc2", projection="#888888", duplicate="#d00000",
+)
+DARK = Palette(
+    dark=True, background="#1e1f22", foreground="#e6e6e6", grid="#444444",
+    outcome={COMMITTED: "#3fbf66", REDONE: "#f0a030", FAILED: "#ff5c5c", RUNNING: "#5a9cff", GAVE_UP: "#b48cf0"},
+    status={"running": "#5a9cff", "succeeded": "#3fbf66", "gave_up": "#f0b040", "failed": "#ff5c5c"},
+    kill="#ff4040", limit="#ff6060", estimated="#b48cf0", projection="#aaaaaa", duplicate="#ff4040",
+)
+
+
+def is_dark() -> bool:
+    app = QGuiApplication.instance()
+    if app is None:
+        return False
+    scheme = QGuiApplication.styleHints().colorScheme()
+    if scheme == Qt.ColorScheme.Unknown:  # no OS preference: judge by the window colour
+        return QGuiApplication.palette().window().color().lightness() < 128  # type: ignore[attr-defined]
+    return scheme == Qt.ColorScheme.Dark
+
+
+def current() -> Palette:
+    return DARK if is_dark() else LIGHT
+
+
+def qcolor(hex_: str) -> QColor:
+    return QColor(hex_)
+
+
+class Theme(QObject):
+    """Relays the OS scheme change to the views."""
+
+    changed = Signal(object)
+    """The new ``Palette`` after the OS switched between light and dark."""
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        QGuiApplication.styleHints().colorSchemeChanged.connect(lambda _s: self.changed.emit(current()))
+
+    @property
+    def palette(self) -> Palette:
+        return current()

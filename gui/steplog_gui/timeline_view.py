@@ -1,0 +1,198 @@
+"""The step timeline: one bar per step execution, one lane per engine incarnation, kill markers.
+
+One ``BarGraphItem`` per outcome colour (five items whatever the number of steps: each draws its
+rectangles in one ``drawRects`` call), created once and fed with ``setOpts`` on a timer, so
+100k bars stay smooth. Hover shows the step; click selects it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, Qt, QTimer, Signal
+from PySide6.QtGui import QCursor
+from PySide6.QtWidgets import QToolTip, QVBoxLayout, QWidget
+
+from . import theme
+from .monitor import Monitor
+from .run_state import COMMITTED, FAILED, GAVE_UP, REDONE, RUNNING, RunState
+from .timeline_data import BAR_HEIGHT, bars, describe, kill_marks
+
+REFRESH_MS = 100
+MAX_KILL_LABELS = 40
+OUTCOMES = (COMMITTED, REDONE, FAILED, GAVE_UP, RUNNING)
+
+
+class TimelineView(QWidget):
+    """The timeline of the selected run."""
+
+    step_selected = Signal(str, int)
+    """(run_id, seq) of a clicked bar."""
+
+    def __init__(self, monitor: Monitor, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._monitor = monitor
+        self._run_id: str | None = None
+        self._dirty = False
+        self.plot = pg.PlotWidget()
+        self.plot.setLabel("bottom", "seconds since the run started")
+        self.plot.setLabel("left", "engine")
+        self.plot.showGrid(x=True, y=False, alpha=0.25)
+        self.plot.setMouseEnabled(x=True, y=False)
+        self.plot.getPlotItem().setMenuEnabled(False)
+        self.plot.getViewBox().setLimits(yMin=0, minYRange=1)
+        self._items: dict[int, pg.BarGraphItem] = {}
+        for outcome in OUTCOMES:
+            item = pg.BarGraphItem(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT, pen=None)
+            self._items[outcome] = item
+            self.plot.addItem(item)
+        self._selected = pg.BarGraphItem(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT + 0.1,
+                                         brush=None, pen=pg.mkPen("#000000", width=2))
+        self.plot.addItem(self._selected)
+        self._kills = pg.PlotDataItem(connect="pairs")
+        self.plot.addItem(self._kills)
+        self._kill_labels: list[pg.TextItem] = []
+        self._selected_seq: int | None = None
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.plot)
+        self.apply_palette(theme.current())
+        self.plot.scene().sigMouseMoved.connect(self._hover)
+        self.plot.scene().sigMouseClicked.connect(self._click)
+        monitor.runs_changed.connect(self._on_changed)
+        monitor.state_reset.connect(lambda: self.set_run(None))
+        self._timer = QTimer(self)
+        self._timer.setInterval(REFRESH_MS)
+        self._timer.timeout.connect(self._tick)
+        self._timer.start()
+
+    # -- public -----------------------------------------------------------------------------
+
+    def set_run(self, run_id: str | None) -> None:
+        self._run_id = run_id
+        self._selected_seq = None
+        self.refresh()
+        self.plot.enableAutoRange()
+
+    def select_step(self, seq: int | None) -> None:
+        self._selected_seq = seq
+        self._draw_selection()
+
+    def apply_palette(self, pal: theme.Palette) -> None:
+        self.plot.setBackground(pal.background)
+        for axis in ("left", "bottom"):
+            ax = self.plot.getAxis(axis)
+            ax.setPen(pg.mkPen(pal.foreground))
+            ax.setTextPen(pg.mkPen(pal.foreground))
+        for outcome, item in self._items.items():
+            item.setOpts(brush=pg.mkBrush(pal.outcome[outcome]), pen=None)
+        self._selected.setOpts(pen=pg.mkPen(pal.foreground, width=2), brush=None)
+        self._kills.setPen(pg.mkPen(pal.kill, width=3))
+        self._palette = pal
+        self._dirty = True
+
+    def run(self) -> RunState | None:
+        return self._monitor.run(self._run_id) if self._run_id else None
+
+    # -- drawing ----------------------------------------------------------------------------
+
+    def _on_changed(self, run_ids: set[str]) -> None:
+        if self._run_id in run_ids:
+            self._dirty = True
+
+    def _tick(self) -> None:
+        run = self.run()
+        if run is None:
+            return
+        if self._dirty:
+            self.refresh()
+        elif run.in_progress:
+            self._draw(RUNNING, run, time.time())  # running bars grow with the clock
+
+    def refresh(self) -> None:
+        self._dirty = False
+        run = self.run()
+        now = time.time()
+        for outcome in OUTCOMES:
+            self._draw(outcome, run, now)
+        self._draw_kills(run)
+        self._draw_selection()
+        if run is not None:
+            lanes = max(1, run.incarnation)
+            ax = self.plot.getAxis("left")
+            step = max(1, lanes // 12)
+            ax.setTicks([[(i, str(i)) for i in range(1, lanes + 1, step)], []])
+
+    def _draw(self, outcome: int, run: RunState | None, now: float) -> None:
+        item = self._items[outcome]
+        if run is None:
+            item.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0))
+            return
+        b = bars(run, outcome, now)
+        item.setOpts(x0=b.x0, width=b.width, y0=b.y0, height=BAR_HEIGHT)
+
+    def _draw_selection(self) -> None:
+        run = self.run()
+        if run is None or self._selected_seq is None:
+            self._selected.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0))
+            return
+        ex = run.executions
+        mask = ex["seq"] == self._selected_seq
+        t0 = run.created if np.isfinite(run.created) else 0.0
+        end = np.where(np.isnan(ex["end"][mask]), time.time(), ex["end"][mask])
+        start = ex["start"][mask]
+        self._selected.setOpts(x0=start - t0, width=np.maximum(end - start, 0.02),
+                               y0=ex["lane"][mask] - (BAR_HEIGHT + 0.1) / 2)
+
+    def _draw_kills(self, run: RunState | None) -> None:
+        for label in self._kill_labels:
+            self.plot.removeItem(label)
+        self._kill_labels = []
+        marks = kill_marks(run) if run is not None else []
+        if not marks:
+            self._kills.setData([], [])
+            return
+        xs = np.repeat([m[0] for m in marks], 2)
+        ys = np.array([[m[1] - 0.5, m[1] + 0.5] for m in marks]).ravel()
+        self._kills.setData(xs, ys)
+        for x, lane, latency in marks[-MAX_KILL_LABELS:]:
+            text = "kill" + (f" → resumed in {latency:.2f} s" if latency is not None else "")
+            label = pg.TextItem(text, color=self._palette.kill, anchor=(0, 1))
+            label.setPos(x, lane + 0.5)
+            self.plot.addItem(label)
+            self._kill_labels.append(label)
+
+    # -- interaction ------------------------------------------------------------------------
+
+    def _execution_at(self, scene_pos: QPointF) -> int | None:
+        run = self.run()
+        if run is None or not self.plot.sceneBoundingRect().contains(scene_pos):
+            return None
+        p = self.plot.getViewBox().mapSceneToView(scene_pos)
+        lane = int(round(p.y()))
+        if abs(p.y() - lane) > BAR_HEIGHT / 2:
+            return None
+        t0 = run.created if np.isfinite(run.created) else 0.0
+        return run.execution_at(p.x() + t0, lane, time.time())
+
+    def _hover(self, scene_pos: QPointF) -> None:
+        i = self._execution_at(scene_pos)
+        run = self.run()
+        if i is None or run is None:
+            QToolTip.hideText()
+            return
+        QToolTip.showText(QCursor.pos(), describe(run, i, time.time()), self.plot)
+
+    def _click(self, event: object) -> None:
+        if getattr(event, "button", lambda: None)() != Qt.MouseButton.LeftButton:
+            return
+        i = self._execution_at(event.scenePos())  # type: ignore[attr-defined]
+        run = self.run()
+        if i is None or run is None:
+            return
+        seq = int(run.executions["seq"][i])
+        if seq >= 0:
+            self.select_step(seq)
+            self.step_selected.emit(run.run_id, seq)

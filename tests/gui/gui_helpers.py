@@ -1,0 +1,45 @@
+"""GUI fixtures: real logs written by real engines, settings in a temp file, no leftover processes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import AGENTS, Engine
+
+CRASH_AT = "after_effect_started@8"
+"""A witness run that dies (os._exit) while step 8's effect is in flight, then resumes."""
+
+
+def witness_args(engine: Engine, run_id: str, witness: Path, n: int, pause: float = 0.0) -> list[str]:
+    return ["run", f"{AGENTS}:witness", "--run-id", run_id, "--db", str(engine.db),
+            "--param", f"n={n}", "--param", f"witness={witness}", "--param", f"pause={pause}"]
+
+
+@pytest.fixture
+def crashed_run(engine: Engine, tmp_path: Path) -> Engine:
+    """A log holding run "R": crashed once mid-effect by the engine's crash point, then resumed to the end."""
+    args = witness_args(engine, "R", tmp_path / "w.db", 3)
+    first = engine.run(*args, env={"STEPLOG_CRASH_AT": CRASH_AT})
+    assert first.returncode == 86, first.stderr
+    second = engine.run(*args)
+    assert second.returncode == 0, second.stderr
+    return engine
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Iterator[object]:
+    from PySide6.QtCore import QSettings
+
+    from steplog_gui.settings import Settings
+
+    yield Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+
+
+@pytest.fixture
+def gui_env(engine: Engine) -> dict[str, str]:
+    """The environment for engines the GUI launches (no STEPLOG_* from the developer's shell)."""
+    return {**engine.env, "PATH": os.environ.get("PATH", "")}
