@@ -145,7 +145,7 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | Non
                       tokens_estimated=row["tokens_estimated"], cost_usd=row["used_cost_usd"] + row["reserved_cost_usd"],
                       retries=row["used_retries"], executions=row["step_executions"],
                       seconds_base=row["used_seconds"])
-        journal = Journal(conn, row["id"], incarnation, usage, lease_seconds=lease_seconds)
+        journal = Journal(conn, row["id"], incarnation, usage, lease_seconds=lease_seconds, synchronous=synchronous)
         chat_model = make_model(row["model"], base_url=base_url)
         run = Run(run_id=row["id"], workdir=Path(row["workdir"]), outbox=row["outbox"],
                   params=json.loads(row["params"]), journal=journal, steps=load_steps(conn, row["id"]),

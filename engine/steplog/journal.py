@@ -85,7 +85,7 @@ class Journal:
 
     def __init__(self, conn: sqlite3.Connection, run_id: str, incarnation: int, usage: Usage,
                  *, clock: Clock = time.time, monotonic: Clock = time.monotonic,
-                 lease_seconds: float, durable_starts: bool = False) -> None:
+                 lease_seconds: float, synchronous: str = "FULL", durable_starts: bool = False) -> None:
         self.conn = conn
         self.run_id = run_id
         self.incarnation = incarnation
@@ -98,7 +98,8 @@ class Journal:
         # transaction): a kill cannot lose them, and the record commit that follows fsyncs the
         # WAL, markers included. Only a power cut between the two could drop an attempt counter.
         self._durable_starts = durable_starts
-        self._sync = "FULL"
+        self._base_sync = synchronous
+        self._sync = synchronous
         self.fenced = threading.Event()
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -116,7 +117,7 @@ class Journal:
         """One fenced write transaction; ``run_sets`` adds assignments to the run-row update."""
         if self.fenced.is_set():
             raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
-        self._set_sync("FULL" if durable or self._durable_starts else "NORMAL")
+        self._set_sync(self._base_sync if durable or self._durable_starts else "NORMAL")
         now = self._clock()
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
