@@ -60,7 +60,9 @@ class _Chart:
         self.limit = pg.InfiniteLine(angle=0, movable=False)
         self.limit.setVisible(False)
         self.widget.addItem(self.limit)
-        self.projection = self.widget.plot([], [])
+        # The projection may reach far past the data: it must not drag the autorange with it.
+        self.projection = pg.PlotDataItem([], [])
+        self.widget.addItem(self.projection, ignoreBounds=True)
 
     def set_title(self, text: str, pal: theme.Palette) -> None:
         self.widget.setTitle(text, color=pal.foreground, size="9pt")

@@ -134,8 +134,8 @@ class EngineProcess(QObject):
 
     def kill_now(self) -> bool:
         """SIGKILL the engine's process group; it is relaunched once reaped. False if none runs."""
-        if not self.running or self._proc is None or self.spec is None:
-            return False
+        if not self.running or self._proc is None or self.spec is None or self._killed_by_us:
+            return False  # nothing to kill, or the last kill is not reaped and relaunched yet
         ts = time.time()
         try:
             os.killpg(self._proc.pid, signal.SIGKILL)

@@ -7,7 +7,7 @@ from typing import Any
 
 from PySide6.QtCore import QItemSelection, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
-from PySide6.QtWidgets import (QCheckBox, QDockWidget, QDoubleSpinBox, QFileDialog, QLabel, QMainWindow,
+from PySide6.QtWidgets import (QCheckBox, QDockWidget, QDoubleSpinBox, QFileDialog, QHeaderView, QLabel, QMainWindow,
                                QMessageBox, QSplitter, QTableView, QToolBar, QVBoxLayout, QWidget)
 
 from . import jobs, resources, theme
@@ -76,6 +76,7 @@ class MainWindow(QMainWindow):
         self.runs_view.setSelectionMode(QTableView.SelectionMode.SingleSelection)
         self.runs_view.verticalHeader().hide()
         self.runs_view.horizontalHeader().setStretchLastSection(True)
+        self.runs_view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.runs_view.selectionModel().selectionChanged.connect(self._on_run_selected)
         self.loader = StepDetailLoader(lambda: self.monitor.path, self)
         self.detail = StepDetailView(self.loader, self.watcher)

@@ -86,8 +86,8 @@ class TimelineView(QWidget):
             ax = self.plot.getAxis(axis)
             ax.setPen(pg.mkPen(pal.foreground))
             ax.setTextPen(pg.mkPen(pal.foreground))
-        for outcome, item in self._items.items():
-            item.setOpts(brush=pg.mkBrush(pal.outcome[outcome]), pen=None)
+        for outcome, item in self._items.items():  # a background-coloured outline separates back-to-back steps
+            item.setOpts(brush=pg.mkBrush(pal.outcome[outcome]), pen=pg.mkPen(pal.background, width=1))
         self._selected.setOpts(pen=pg.mkPen(pal.foreground, width=2), brush=None)
         self._kills.setPen(pg.mkPen(pal.kill, width=3))
         self._palette = pal
