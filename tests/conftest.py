@@ -53,6 +53,16 @@ class Engine:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)  # type: ignore[no-any-return]
 
+    def events(self, kind: str, seq: int | None = None) -> int:
+        """How many events of ``kind`` (for step ``seq``) the log holds; 0 before it exists."""
+        if not self.db.exists():
+            return 0
+        try:
+            sql = "SELECT count(*) FROM event WHERE kind = ?" + (" AND seq = ?" if seq is not None else "")
+            return int(self.query(sql, kind, *([seq] if seq is not None else []))[0][0])
+        except sqlite3.OperationalError:
+            return 0  # the engine is creating the schema right now
+
     def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         conn = sqlite3.connect(f"{self.db.resolve().as_uri()}?mode=ro", uri=True)
         try:

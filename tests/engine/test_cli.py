@@ -103,3 +103,34 @@ def test_runs_lists_newest_first_as_json(engine: Engine) -> None:
         assert set(r) >= {"run_id", "agent", "status", "reason", "steps_committed", "step_executions",
                           "incarnations", "budget"}
         assert set(r["budget"]) >= {"steps", "tokens", "seconds", "cost_usd"}
+
+
+def test_the_outbox_command_serves_on_a_free_port_and_reports_it(engine: Engine, tmp_path: Path) -> None:
+    import signal
+    import time
+
+    import httpx
+
+    port_file = tmp_path / "port"
+    proc = engine.start("outbox", "--port", "0", "--port-file", str(port_file), "--db", str(tmp_path / "o.db"))
+    try:
+        deadline = time.monotonic() + 20
+        while not port_file.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        url = f"http://127.0.0.1:{int(port_file.read_text())}"
+        first = httpx.post(f"{url}/messages", json={"ticket_id": "T-1"}, headers={"Idempotency-Key": "k1"})
+        again = httpx.post(f"{url}/messages", json={"ticket_id": "T-1"}, headers={"Idempotency-Key": "k1"})
+        assert (first.status_code, again.status_code) == (201, 200)
+        assert first.json() == again.json()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
+
+
+def test_version_and_help_work(engine: Engine) -> None:
+    assert engine.run("--version").returncode == 0
+    done = engine.run("run", "--help")
+    assert done.returncode == 0 and "--max-tokens" in done.stdout

@@ -43,8 +43,7 @@ def test_a_live_engine_is_not_taken_over_and_nothing_is_written(engine: Engine, 
     args = witness_run(engine, "live", tmp_path, n=100, pause=0.05)
     first = engine.start(*args)
     try:
-        wait_for(lambda: engine.db.exists() and engine.query(
-            "SELECT count(*) FROM event WHERE kind = 'step_committed'")[0][0] > 0, what="first commit")
+        wait_for(lambda: engine.events("step_committed") > 0, what="first commit")
         before = engine.query("SELECT max(id) FROM event")[0][0]
         second = engine.run(*args)
         assert second.returncode == 75, second.stderr
@@ -60,8 +59,7 @@ def test_a_zombie_finds_itself_fenced_and_writes_nothing(engine: Engine, tmp_pat
     a = engine.start(*args)
     try:
         # Freeze A while it sleeps inside a step body (not inside a write transaction).
-        wait_for(lambda: engine.db.exists() and engine.query(
-            "SELECT count(*) FROM event WHERE kind = 'step_started' AND seq = 6")[0][0] == 1, what="step 6")
+        wait_for(lambda: engine.events("step_started", seq=6) == 1, what="step 6")
         os.killpg(a.pid, signal.SIGSTOP)
         wait_for(lambda: engine.query("SELECT lease_expires FROM run")[0][0] < time.time(), what="lease expiry")
         b = engine.run(*args)
@@ -79,3 +77,17 @@ def test_a_zombie_finds_itself_fenced_and_writes_nothing(engine: Engine, tmp_pat
         assert engine.status("zombie")["status"] == "succeeded"
     finally:
         kill_group(a)
+
+
+def test_sigterm_stops_cleanly_and_releases_the_lease_for_an_immediate_resume(engine: Engine, tmp_path: Path) -> None:
+    args = witness_run(engine, "term", tmp_path, n=40, pause=0.05)
+    proc = engine.start(*args)
+    wait_for(lambda: engine.events("step_committed") > 3, what="some commits")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 130
+    assert "lease is released" in proc.stderr.read()  # type: ignore[union-attr]
+    proc.stdout.close()  # type: ignore[union-attr]
+    proc.stderr.close()  # type: ignore[union-attr]
+    assert engine.query("SELECT lease_pid, status FROM run") == [(None, "running")]
+    assert engine.query("SELECT count(*) FROM event WHERE kind = 'lease_released'") == [(1,)]
+    assert engine.run(*args).returncode == 0
