@@ -238,6 +238,34 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
     serve(host=host, port=port, db=db, port_file=port_file, delay=delay)
 
 
+@cli.command()
+@click.argument("agent")
+@click.option("--kills", type=click.IntRange(min=0), default=30, show_default=True,
+              help="SIGKILLs in the storm, at seeded random moments over the whole run (0: no storm).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the kill moments.")
+@click.option("--sweep", is_flag=True, help="Also crash once at every crash point of every step, and resume.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the verdict and run metadata).")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a JUnit XML file: one testcase per check, one per sweep case.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="An agent parameter (repeatable).")
+@click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Sweep cases run at once.")
+@click.option("--time-limit", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              help="Seconds allowed for each of the reference, the storm and the sweep.")
+@click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Keep every run's log, workdir and outbox in this folder (default: a temp folder, removed).")
+@_guard
+def killtest(agent: str, kills: int, seed: int, sweep: bool, as_json: bool, junit: Path | None,
+             params: tuple[str, ...], jobs: int, time_limit: float, keep: Path | None) -> None:
+    """Kill AGENT's engine again and again; PASS if nothing was duplicated, lost or redone twice.
+
+    Exit 0 on PASS, 1 on FAIL, 2 on bad usage.
+    """
+    from .killtest.command import run_command
+
+    sys.exit(run_command(agent, kills=kills, seed=seed, sweep=sweep, as_json=as_json, junit=junit,
+                         params=_parse_params(params), jobs=jobs, time_limit=time_limit, keep=keep))
+
+
 def main() -> None:
     try:
         cli.main(prog_name="steplog", standalone_mode=False)

@@ -18,7 +18,7 @@ from typing import Any
 
 from .agent import Agent, bind_params
 from .db import Synchronous, default_db_path, immediate, open_log, private_dir
-from .errors import Fenced, LeaseHeld, RunStopped, UsageError
+from .errors import Fenced, LeaseHeld, LogWriteError, RunStopped, UsageError
 from .journal import Journal, Usage, dumps, load_steps
 from .lease import DEFAULT_LEASE_SECONDS, me, vacancy
 from .policies import Budget
@@ -175,8 +175,8 @@ def _drive(agent: Agent[..., Any], run: Run, journal: Journal, resumed: bool) ->
                 f"the agent returned {type(result).__name__}, which cannot be recorded as JSON")) from None
         journal.finish("succeeded", None, result_json)
         return Outcome(run.id, "succeeded", None, json.loads(result_json), resumed, journal.incarnation)
-    except Fenced:
-        raise
+    except (Fenced, LogWriteError):
+        raise  # nothing more can be recorded; the run stays resumable
     except RunStopped as stop:
         journal.finish(stop.status, stop.reason, None, stop.details)
         return Outcome(run.id, stop.status, stop.reason, None, resumed, journal.incarnation)

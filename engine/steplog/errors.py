@@ -11,6 +11,7 @@ SteplogError
 │   ├── ForeignDatabase      not a steplog file (application_id differs)
 │   ├── CorruptDatabase      not SQLite at all, truncated, or failing integrity checks
 │   └── NewerSchema          written by a newer steplog; refuse rather than guess
+├── LogWriteError            a checkpoint could not be written (disk full, I/O)    (exit 1)
 ├── UnknownRun               no run with that id in this log                        (exit 2)
 ├── LeaseHeld                another live engine holds the run                      (exit 75)
 │   └── Fenced               this engine lost the run to a newer incarnation        (exit 75)
@@ -70,6 +71,13 @@ class CorruptDatabase(LogError):
 
 class NewerSchema(LogError):
     """A log written by a newer steplog than this one."""
+
+
+class LogWriteError(SteplogError):
+    """Writing the log failed (disk full, I/O error). Nothing half-written stays: the
+    transaction rolled back, and the same command resumes from the last checkpoint."""
+
+    exit_code = 1
 
 
 class UnknownRun(SteplogError):

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import Fenced
+from .errors import Fenced, LogWriteError
 
 Clock = Callable[[], float]
 
@@ -117,6 +117,16 @@ class Journal:
         """One fenced write transaction; ``run_sets`` adds assignments to the run-row update."""
         if self.fenced.is_set():
             raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
+        try:
+            with self._fenced_tx(durable, run_sets, run_args) as conn:
+                yield conn
+        except sqlite3.Error as exc:
+            raise LogWriteError(
+                f"writing the log failed ({exc}); nothing was half-written: free disk space or fix the "
+                "file, then run the same command again to resume from the last checkpoint") from exc
+
+    @contextmanager
+    def _fenced_tx(self, durable: bool, run_sets: str, run_args: tuple[Any, ...]) -> Iterator[sqlite3.Connection]:
         self._set_sync(self._base_sync if durable or self._durable_starts else "NORMAL")
         now = self._clock()
         conn = self.conn
@@ -138,7 +148,8 @@ class Journal:
                 raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
             yield conn
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
 

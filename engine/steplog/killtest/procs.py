@@ -1,0 +1,158 @@
+"""Real engines as real process groups, and a read-only eye on their log.
+
+Each run of the kill test lives in a ``Sandbox`` of its own (log, workdir, outbox file, engine
+output). Engines are ``python -m steplog run ...`` in a new session, so ``os.killpg(SIGKILL)``
+takes the engine and anything it started, and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import crashpoints
+
+POLL_SECONDS = 0.002
+"""How often the log is looked at while waiting for a kill moment (a demo step takes ~7 ms)."""
+
+
+def _child_pythonpath() -> str:
+    """The steplog package root, then this process's own project paths (not the stdlib or
+    site-packages), so an agent importable here (``my_pkg.agent:main``) is importable there."""
+    prefixes = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+    out = [str(Path(__file__).resolve().parents[2])]
+    for entry in [*sys.path, *os.environ.get("PYTHONPATH", "").split(os.pathsep)]:
+        if not entry or not Path(entry).is_dir():
+            continue
+        resolved = str(Path(entry).resolve())
+        if resolved.startswith(prefixes) or "site-packages" in resolved or "dist-packages" in resolved:
+            continue
+        if resolved not in out:
+            out.append(resolved)
+    return os.pathsep.join(out)
+
+
+@dataclass
+class Exited:
+    code: int
+    stderr: str
+
+
+@dataclass
+class Sandbox:
+    """One run's own folder: ``steplog.db``, ``work/``, ``outbox.db`` and each engine's output."""
+
+    root: Path
+    agent: str
+    run_id: str
+    params: dict[str, str]
+    outbox_url: str = ""
+    launches: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def db(self) -> Path:
+        return self.root / "steplog.db"
+
+    @property
+    def workdir(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def outbox_db(self) -> Path:
+        return self.root / "outbox.db"
+
+    def argv(self) -> list[str]:
+        params = [a for k, v in self.params.items() for a in ("--param", f"{k}={v}")]
+        return [sys.executable, "-m", "steplog", "run", self.agent, "--run-id", self.run_id, "--db", str(self.db),
+                "--workdir", str(self.workdir), "--outbox", self.outbox_url, "--pace", "0", *params]
+
+    def launch(self, crash_at: str | None = None) -> subprocess.Popen[bytes]:
+        """Start an engine on this run (a new one or a resume) in its own process group."""
+        env = {k: v for k, v in os.environ.items() if k != crashpoints.ENV}
+        env["PYTHONPATH"] = _child_pythonpath()
+        if crash_at:
+            env[crashpoints.ENV] = crash_at
+        self.launches += 1
+        out = self.root / f"engine-{self.launches}"
+        with open(f"{out}.stdout", "wb") as stdout, open(f"{out}.stderr", "wb") as stderr:
+            return subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env,
+                                    start_new_session=True)
+
+    def stderr_of(self, launch: int | None = None) -> str:
+        path = self.root / f"engine-{launch or self.launches}.stderr"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def wait(self, proc: subprocess.Popen[bytes], timeout: float) -> Exited:
+        """Wait for the engine to exit; past ``timeout`` kill its group and say so."""
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            raise TimeoutError(f"the engine ({' '.join(self.argv()[3:5])}) did not finish within {timeout:.0f} s; "
+                               f"its output is in {self.root}") from None
+        return Exited(code, self.stderr_of())
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> float:
+    """SIGKILL the engine's whole process group; returns the time of the kill once it is dead."""
+    at = time.time()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    return at
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    ts: float
+    incarnation: int
+    kind: str
+    seq: int | None
+
+
+class LogWatch:
+    """New ``event`` rows of a log, read-only, holding no transaction between polls.
+
+    The log may not exist yet (the first engine is still starting): ``poll`` then returns nothing.
+    """
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self.last_id = 0
+        self._conn: sqlite3.Connection | None = None
+
+    def poll(self) -> list[Event]:
+        if self._conn is None:
+            if not self.db.exists():
+                return []
+            try:
+                self._conn = sqlite3.connect(f"{self.db.resolve().as_uri()}?mode=ro", uri=True,
+                                             isolation_level=None, timeout=5)
+            except sqlite3.Error:
+                return []
+        try:
+            rows = self._conn.execute("SELECT id, ts, incarnation, kind, seq FROM event WHERE id > ? ORDER BY id",
+                                      (self.last_id,)).fetchall()
+        except sqlite3.Error:  # not initialised yet: look again next time, with a fresh connection
+            self.close()
+            return []
+        if rows:
+            self.last_id = rows[-1][0]
+        return [Event(*r) for r in rows]
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -1,0 +1,368 @@
+"""Did a run survive its kills? The one verdict, for ``steplog killtest`` and the monitor alike.
+
+Judged by evidence the engine does not write about itself: the outbox's own ledger (what the
+outside world received, and every attempt), the workdir compared with an uninterrupted reference
+run (files byte for byte, SQLite tables row by row), and the log's own counters
+(``step_executions - steps_committed`` is work redone). Two calls::
+
+    from steplog.verdict import collect, judge
+
+    evidence = collect(db, run_id, ledger=outbox.ledger(), kill_times=[t1, t2])  # read-only, cheap
+    verdict = judge(evidence)                                                    # pure
+    verdict.passed      # True / False once the run is terminal; None while it is still going
+    verdict.checks      # [Check(name, ok, detail)]: ok None = "not checked" (no reference, no outbox,
+                        #  or the run not finished yet), never a silent pass
+    verdict.kills       # [Kill(at, seq, step_name, phase, resume_latency, redone, ...)]
+    verdict.duplicates, verdict.missing, verdict.different   # [Finding(kind, subject, detail)]
+    verdict.to_json()
+
+For the live monitor: call ``collect`` with the kill times you made (``time.time()`` just before
+``killpg``) and the outbox ledger if there is one, and no ``reference``; checks that need the
+reference say "not checked". ``Verdict.failing`` is True as soon as any check has failed, even
+while the run is still going (a duplicate delivery cannot be undone). Nothing here imports Qt,
+starts a process or writes anything; the log is opened read-only and no transaction is held.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .db import open_readonly
+from .killtest.outputs import Finding, Outputs, compare, snapshot
+from .outbox.ledger import Delivery, Ledger, canonical_json
+from .status import TERMINAL, run_status
+
+__all__ = ["Check", "Evidence", "Finding", "Kill", "KillMark", "Reference", "Verdict", "collect", "judge",
+           "latency_stats", "message_label", "redone_histogram"]
+
+PHASES = {  # the last event an engine wrote before it died → where in the step the kill landed
+    "lease_acquired": "resuming", "step_started": "running", "decision_recorded": "decided",
+    "effect_started": "acting", "effect_completed": "acted", "step_committed": "recorded",
+    "step_attempt_failed": "retrying", "run_finished": "finished", "lease_released": "finished",
+}
+"""Phases besides these: ``start-up`` (killed before taking the lease) and ``deciding`` (a chat
+step started, its answer not committed)."""
+
+
+@dataclass(frozen=True)
+class KillMark:
+    """A kill as its maker knows it: when, and for a crash-point kill, which point and the proof."""
+
+    at: float
+    point: str | None = None
+    """``"after_effect_started@5"`` for a crash-point kill (``STEPLOG_CRASH_AT``)."""
+    proved: bool | None = None
+    """The engine printed that it reached ``point`` (``None``: not a crash-point kill)."""
+
+
+@dataclass(frozen=True)
+class Kill:
+    """One kill as the log shows it."""
+
+    at: float
+    """Unix time of the kill."""
+    seq: int | None
+    """The step it landed in (or just after, in phase ``recorded``); ``None`` in start-up."""
+    step_name: str | None
+    phase: str
+    incarnation: int | None
+    """The engine killed; ``None`` when it died before taking the lease."""
+    resume_latency: float | None
+    """Kill → first step committed by the next engine; ``None`` if that engine committed none."""
+    redone: int
+    """Steps the next engine ran again that had started before the kill."""
+    point: str | None = None
+    proved: bool | None = None
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool | None
+    """``None``: not checked (and why is in ``detail``)."""
+    detail: str
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What an uninterrupted run of the same agent and params produced."""
+
+    status: str
+    outputs: Outputs
+    messages: tuple[dict[str, Any], ...]
+    redone: int
+    resends: int
+    steps: tuple[tuple[int, str, str], ...]
+    """(seq, name, kind) of each step, in order."""
+    duration: float = 0.0
+    """Seconds from launch to exit, start-up included."""
+    startup: float = 0.0
+    """Seconds from launch to the engine taking the lease."""
+
+    @classmethod
+    def capture(cls, db: Path, run_id: str, *, ledger: Ledger | None, duration: float = 0.0,
+                startup: float = 0.0) -> Reference:
+        conn = open_readonly(db)
+        try:
+            s = run_status(conn, run_id, db=db)
+            steps = tuple((r[0], r[1], r[2]) for r in conn.execute(
+                "SELECT seq, name, kind FROM step WHERE run_id = ? ORDER BY seq", (run_id,)))
+        finally:
+            conn.close()
+        return cls(status=s["status"], outputs=snapshot(Path(s["workdir"])),
+                   messages=tuple(d.body for d in ledger.deliveries) if ledger else (),
+                   redone=s["step_executions"] - s["steps_committed"],
+                   resends=_resends(ledger) if ledger else 0, steps=steps, duration=duration, startup=startup)
+
+
+@dataclass
+class Evidence:
+    """Everything the verdict looks at, gathered by ``collect``."""
+
+    status: dict[str, Any]
+    """``steplog status --json`` of the run."""
+    kills: list[Kill]
+    ledger: Ledger | None
+    reference: Reference | None
+    outputs: Outputs | None
+    """The workdir's outputs (read only when there is a reference and the run is terminal)."""
+    lease_refusals: int | None = None
+    """Relaunches refused with exit 75 after a kill (``None``: nobody counted)."""
+
+
+@dataclass
+class Verdict:
+    run_id: str
+    status: str
+    reason: str | None
+    passed: bool | None
+    """``None`` while the run is not terminal."""
+    checks: list[Check]
+    kills: list[Kill]
+    duplicates: list[Finding] = field(default_factory=list)
+    missing: list[Finding] = field(default_factory=list)
+    different: list[Finding] = field(default_factory=list)
+    steps_committed: int = 0
+    step_executions: int = 0
+    redone_steps: int = 0
+    """``step_executions - steps_committed`` (the engine's own count)."""
+    incarnations: int = 0
+    deliveries: int | None = None
+    attempts: int | None = None
+    budget: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failing(self) -> bool:
+        """Some check has failed already (true before the run ends, too)."""
+        return any(c.ok is False for c in self.checks)
+
+    @property
+    def latencies(self) -> list[float]:
+        return [k.resume_latency for k in self.kills if k.resume_latency is not None]
+
+    def latency_stats(self) -> dict[str, float | None]:
+        """Median, p95 and max resume latency in seconds (``None`` without measurements)."""
+        return latency_stats(self.kills)
+
+    def redone_histogram(self) -> dict[int, int]:
+        """Redone steps per kill → number of kills."""
+        return redone_histogram(self.kills)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "status": self.status, "reason": self.reason, "passed": self.passed,
+            "checks": [asdict(c) for c in self.checks], "kills": [asdict(k) for k in self.kills],
+            "duplicates": [f.to_json() for f in self.duplicates], "missing": [f.to_json() for f in self.missing],
+            "different": [f.to_json() for f in self.different],
+            "steps_committed": self.steps_committed, "step_executions": self.step_executions,
+            "redone_steps": self.redone_steps, "incarnations": self.incarnations,
+            "deliveries": self.deliveries, "attempts": self.attempts, "budget": self.budget,
+            "resume_latency": self.latency_stats(),
+            "redone_per_kill": {str(k): v for k, v in self.redone_histogram().items()},
+        }
+
+
+def latency_stats(kills: Sequence[Kill]) -> dict[str, float | None]:
+    """Median, p95 and max resume latency over ``kills`` (``None`` where nothing was measured)."""
+    xs = sorted(k.resume_latency for k in kills if k.resume_latency is not None)
+    if not xs:
+        return {"median": None, "p95": None, "max": None}
+    return {"median": statistics.median(xs), "p95": xs[min(len(xs) - 1, math.ceil(0.95 * len(xs)) - 1)], "max": xs[-1]}
+
+
+def redone_histogram(kills: Sequence[Kill]) -> dict[int, int]:
+    """Redone steps per kill → how many kills redid that many."""
+    hist: dict[int, int] = {}
+    for k in kills:
+        hist[k.redone] = hist.get(k.redone, 0) + 1
+    return dict(sorted(hist.items()))
+
+
+def collect(db: Path, run_id: str, *, ledger: Ledger | None = None,
+            kill_times: Sequence[float | KillMark] = (), reference: Reference | None = None,
+            lease_refusals: int | None = None) -> Evidence:
+    """Read the evidence for ``run_id`` from the log (read-only) and, with a reference, the workdir."""
+    conn = open_readonly(Path(db))
+    try:
+        status = run_status(conn, run_id, db=Path(db))
+        events = conn.execute("SELECT ts, incarnation, kind, seq, data FROM event WHERE run_id = ? ORDER BY id",
+                              (run_id,)).fetchall()
+        steps = dict(conn.execute("SELECT seq, name FROM step WHERE run_id = ?", (run_id,)).fetchall())
+    finally:
+        conn.close()
+    marks = sorted((m if isinstance(m, KillMark) else KillMark(float(m)) for m in kill_times), key=lambda m: m.at)
+    outputs = snapshot(Path(status["workdir"])) if reference is not None and status["status"] in TERMINAL else None
+    return Evidence(status=status, kills=_kills(events, marks, steps), ledger=ledger, reference=reference,
+                    outputs=outputs, lease_refusals=lease_refusals)
+
+
+def _kills(events: list[sqlite3.Row], marks: list[KillMark], steps: dict[int, str]) -> list[Kill]:
+    out: list[Kill] = []
+    for i, m in enumerate(marks):
+        since = marks[i - 1].at if i else -math.inf
+        before = [e for e in events if e[0] <= m.at]
+        window = [e for e in before if e[0] > since]
+        leases = [e for e in window if e[2] == "lease_acquired"]
+        seq: int | None = None
+        incarnation: int | None = None
+        if not leases:
+            phase = "start-up"
+        else:
+            incarnation = leases[-1][1]
+            last = [e for e in window if e[1] == incarnation][-1]
+            phase, seq = PHASES.get(last[2], last[2]), last[3]
+            if last[2] == "step_started" and json.loads(last[4] or "{}").get("kind") == "chat":
+                phase = "deciding"
+        nexts = [e for e in events if e[0] > m.at and e[2] == "lease_acquired"]
+        latency, redone = None, 0
+        if nexts:
+            inc = nexts[0][1]
+            commits = [e[0] for e in events if e[1] == inc and e[2] == "step_committed"]
+            latency = commits[0] - m.at if commits else None
+            # Steps the killed engine had started (and not finished): redone if started again.
+            started = {e[3] for e in window if e[2] == "step_started"} - {
+                e[3] for e in window if e[2] == "step_committed"}
+            redone = sum(1 for e in events if e[1] == inc and e[2] == "step_started" and e[3] in started)
+        out.append(Kill(at=m.at, seq=seq, step_name=steps.get(seq) if seq is not None else None, phase=phase,
+                        incarnation=incarnation, resume_latency=latency, redone=redone,
+                        point=m.point, proved=m.proved))
+    return out
+
+
+def message_label(body: dict[str, Any]) -> str:
+    """A message's logical identity, as people name it: by ticket, digest, or its canonical body."""
+    if "ticket_id" in body:
+        return f"message for ticket {body['ticket_id']}"
+    if body.get("digest"):
+        return "digest message"
+    return f"message {canonical_json(body)[:80]}"
+
+
+def _resends(ledger: Ledger) -> int:
+    return sum(1 for a in ledger.attempts if a.outcome in ("replayed", "in_flight", "error"))
+
+
+def _messages(ledger: Ledger, ref: Reference | None) -> tuple[list[Finding], list[Finding], list[Finding]]:
+    """Deliveries of one logical message beyond what the reference had (or beyond one)."""
+    got: dict[str, list[Delivery]] = {}
+    for d in ledger.deliveries:
+        got.setdefault(message_label(d.body), []).append(d)
+    want: dict[str, list[str]] = {}
+    for body in ref.messages if ref else ():
+        want.setdefault(message_label(body), []).append(canonical_json(body))
+    dup, missing, different = [], [], []
+    for label in sorted(got.keys() | want.keys()):
+        g, w = got.get(label, []), want.get(label, [])
+        expected = len(w) if ref else 1
+        if len(g) > expected and (ref is None or w):
+            keys = ", ".join(d.key if len(d.key) <= 24 else d.key[:8] + "…" for d in g[:4]) + (", …" if len(g) > 4 else "")
+            dup.append(Finding("message", label, f"delivered {len(g)} times (keys {keys})"
+                               + (f"; the reference {expected}" if expected != 1 else "")))
+        elif ref is not None and len(g) > expected:
+            different.append(Finding("message", label, "delivered, but the reference sent no such message"))
+        elif ref is not None and len(g) < expected:
+            missing.append(Finding("message", label, "never delivered" if not g else f"delivered {len(g)} of {expected} times"))
+        elif ref is not None and sorted(canonical_json(d.body) for d in g) != sorted(w):
+            different.append(Finding("message", label, "body differs from the reference's"))
+    for a in ledger.attempts:
+        if a.outcome == "conflict":
+            different.append(Finding("message", f"key {a.key}", "sent again with a different body (422)"))
+    return dup, missing, different
+
+
+def judge(ev: Evidence) -> Verdict:
+    """Apply the PASS rules to the evidence. Pure: no I/O."""
+    s, ref, ledger, kills = ev.status, ev.reference, ev.ledger, ev.kills
+    terminal = s["status"] in TERMINAL
+    redone = s["step_executions"] - s["steps_committed"]
+    dup: list[Finding] = []
+    missing: list[Finding] = []
+    different: list[Finding] = []
+    if ledger is not None:
+        dup, late_missing, late_different = _messages(ledger, ref)
+        if terminal:  # before the end, "missing" only means "not sent yet"
+            missing, different = late_missing, late_different
+    if ref is not None and ev.outputs is not None:
+        diff = compare(ref.outputs, ev.outputs)
+        dup, missing, different = dup + diff.duplicates, missing + diff.missing, different + diff.different
+    pending = "not checked: the run is still going"
+    no_ref = "not checked: no reference run to compare with"
+    checks = [Check("terminal state", True if terminal else None,
+                    f"the run ended {s['status']}" + (f": {s['reason']}" if s["reason"] else "") if terminal else pending)]
+    if not terminal:
+        checks.append(Check("outcome", None, pending))
+    elif ref is not None:
+        checks.append(Check("outcome", s["status"] == ref.status, f"{s['status']}, the reference {ref.status}"))
+    else:
+        checks.append(Check("outcome", s["status"] == "succeeded", f"the run {s['status']}"))
+    checks.append(Check("no duplicate effects", not dup if (ledger is not None or ev.outputs is not None) else None,
+                        f"{len(dup)} duplicated, e.g. {dup[0]}" if dup
+                        else "nothing delivered, written or inserted twice" if ledger or ev.outputs
+                        else "not checked: no outbox ledger and no reference"))
+    checks.append(Check("nothing missing", None if ref is None or ev.outputs is None else not missing,
+                        (no_ref if ref is None else pending) if ev.outputs is None
+                        else f"{len(missing)} missing, e.g. {missing[0]}" if missing
+                        else "every message, file and row of the reference is there"))
+    off = len(dup) + len(missing) + len(different)
+    checks.append(Check("outputs identical to the reference", None if ev.outputs is None else not off,
+                        (no_ref if ref is None else pending) if ev.outputs is None
+                        else f"{len(dup)} duplicated, {len(missing)} missing, {len(different)} different"
+                        + (f", e.g. {different[0]}" if different else "") if off
+                        else "files byte for byte, tables row for row, message bodies"))
+    allowed = len(kills) + (ref.redone if ref else 0)
+    worst = max((k.redone for k in kills), default=0)
+    checks.append(Check("at most one redone step per kill", redone <= allowed and worst <= 1,
+                        f"{redone} step(s) redone after {len(kills)} kill(s); at most {worst} for one kill"))
+    if ledger is not None:
+        resends = _resends(ledger)
+        ok = resends <= len(kills) + (ref.resends if ref else 0)
+        checks.append(Check("re-sends only after kills", ok, f"{len(ledger.attempts)} attempts for "
+                            f"{len(ledger.deliveries)} deliveries: {resends} re-sent after {len(kills)} kill(s)"))
+    else:
+        checks.append(Check("re-sends only after kills", None, "not checked: no outbox ledger"))
+    over = [f"{name} {b['used']} > {b['limit']}" for name, b in s["budget"].items()
+            if b.get("limit") is not None and b["used"] > b["limit"]]
+    checks.append(Check("budgets not exceeded", not over, "; ".join(over) or "every budget within its limit"))
+    if ev.lease_refusals is not None:
+        checks.append(Check("relaunch resumes at once", ev.lease_refusals == 0,
+                            f"{ev.lease_refusals} relaunch(es) refused with exit 75: the dead engine's lease "
+                            "was not seen as vacant" if ev.lease_refusals else "no relaunch was refused (exit 75)"))
+    pointed = [k for k in kills if k.point is not None]
+    if pointed:
+        unproved = [k.point or "" for k in pointed if not k.proved]
+        checks.append(Check("crash points reached", not unproved, "not reached: " + ", ".join(unproved) if unproved
+                            else ", ".join(k.point or "" for k in pointed) + " reached (the engine said so)"))
+    failed = any(c.ok is False for c in checks)
+    return Verdict(run_id=s["run_id"], status=s["status"], reason=s["reason"],
+                   passed=(not failed) if terminal else None, checks=checks, kills=kills, duplicates=dup,
+                   missing=missing, different=different, steps_committed=s["steps_committed"],
+                   step_executions=s["step_executions"], redone_steps=redone, incarnations=s["incarnations"],
+                   deliveries=len(ledger.deliveries) if ledger else None,
+                   attempts=len(ledger.attempts) if ledger else None, budget=s["budget"])

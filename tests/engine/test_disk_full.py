@@ -1,0 +1,46 @@
+"""A full disk stops the engine with one clear line and a log that resumes once space is back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import AGENTS, Engine
+
+
+@pytest.fixture
+def tiny_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs (needs root, as in CI; skipped elsewhere)."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_disk_full_stops_with_one_line_and_the_run_resumes_when_space_returns(tiny_fs: Path, tmp_path: Path) -> None:
+    engine = Engine(db=tiny_fs / "steplog.db", env={**os.environ})
+    args = ["run", f"{AGENTS}:noop", "--run-id", "full", "--db", str(engine.db), "--param", "n=5000",
+            "--workdir", str(tmp_path / "wd")]
+    done = engine.run(*args)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = [l for l in done.stderr.splitlines() if l.startswith("steplog: ") and "starting run" not in l]
+    assert len(lines) == 1 and "writing the log failed" in lines[0] and "full" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+
+    subprocess.run(["mount", "-o", "remount,size=64m", str(tiny_fs)], check=True)
+    again = engine.run(*args)
+    assert again.returncode == 0, again.stderr
+    status = engine.status("full")
+    assert (status["status"], status["steps_committed"]) == ("succeeded", 5000)
+    assert status["step_executions"] - status["steps_committed"] <= 1
