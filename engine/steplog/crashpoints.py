@@ -35,9 +35,10 @@ def _parse(spec: str) -> frozenset[tuple[str, int]]:
 _ARMED = _parse(os.environ.get(ENV, ""))
 
 # TEST-ONLY: a deliberately broken engine, so the kill test can prove its verdict catches one.
-# ``STEPLOG_TEST_BREAK=unstable_keys`` gives every HTTP idempotency key a random suffix (the far
-# side then delivers again after a kill); ``record_before_act`` marks an effect completed in the
-# ledger before doing it (a kill in between loses the effect). Comma-separated; never in production.
+# ``STEPLOG_TEST_BREAK=unstable_keys`` makes idempotency keys differ from one engine process to
+# the next (a resumed step re-sends under a new key: the far side delivers twice);
+# ``record_before_act`` marks an effect completed in the ledger before doing it (a kill in between
+# loses the effect). Comma-separated; never in production.
 BREAK_ENV = "STEPLOG_TEST_BREAK"
 BREAKS = ("unstable_keys", "record_before_act")
 _BROKEN = frozenset(filter(None, (b.strip() for b in os.environ.get(BREAK_ENV, "").split(","))))

@@ -81,10 +81,6 @@ def http_post(url: str, body: Any, key: str, *, headers: dict[str, str] | None =
     """POST JSON with an ``Idempotency-Key``; transient failures raise ``TransientError``."""
     import httpx  # ~0.1 s to import: only runs that post pay for it
 
-    from . import crashpoints
-
-    if crashpoints.broken("unstable_keys"):  # TEST-ONLY broken engine (see crashpoints.BREAKS)
-        key = f"{key}~{os.urandom(4).hex()}"
     try:
         response = httpx.post(url, json=body, timeout=timeout,
                               headers={**(headers or {}), "Idempotency-Key": key})

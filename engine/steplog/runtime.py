@@ -8,6 +8,7 @@ recorded result without running, and the first unfinished step runs. The order i
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
@@ -30,7 +31,10 @@ _current: ContextVar[StepContext | None] = ContextVar("steplog_step", default=No
 
 def effect_key(run_id: str, seq: int, idx: int = 0) -> str:
     """The idempotency key of effect ``idx`` of step ``seq``: a pure function, never random."""
-    return f"{run_id}:{seq}" if idx == 0 else f"{run_id}:{seq}.{idx}"
+    key = f"{run_id}:{seq}" if idx == 0 else f"{run_id}:{seq}.{idx}"
+    if crashpoints.broken("unstable_keys"):  # TEST-ONLY broken engine: a new key per process
+        key += f"~{os.getpid()}"
+    return key
 
 
 def current_key() -> str:

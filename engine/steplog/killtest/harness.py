@@ -57,6 +57,8 @@ class Options:
     """Wall-clock seconds for each of the reference, the storm and the sweep."""
     max_launches: int | None = None
     """Engine launches allowed in the storm (default: 3 per kill + 20)."""
+    sweep_points: tuple[str, ...] | None = None
+    """Only these crash points in the sweep (default: all of ``crashpoints.POINTS``)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,9 @@ def killtest(opts: Options, base: Path, progress: Progress | None = None) -> Rep
     bind_params(agent, opts.params)
     if opts.kills < 0:
         raise UsageError(f"--kills must be 0 or more (got {opts.kills})")
+    unknown = set(opts.sweep_points or ()) - set(crashpoints.POINTS)
+    if unknown:
+        raise UsageError(f"unknown crash point(s) {', '.join(sorted(unknown))}: use {', '.join(crashpoints.POINTS)}")
     tell = progress or (lambda _stage, _done, _total: None)
     started = time.monotonic()
     ref = run_reference(opts, base / "reference", tell)
@@ -196,13 +201,14 @@ def _kill_when(proc: subprocess.Popen[bytes], target: Target | None, watch: LogW
         time.sleep(POLL_SECONDS)
 
 
-def sweep_cases(ref: Reference) -> list[tuple[int, str, str]]:
+def sweep_cases(ref: Reference, points: tuple[str, ...] | None = None) -> list[tuple[int, str, str]]:
     """(seq, point, step name) for every step of the reference and every point its kind passes."""
-    return [(seq, point, name) for seq, name, kind in ref.steps for point in POINTS_BY_KIND.get(kind, ())]
+    return [(seq, point, name) for seq, name, kind in ref.steps for point in POINTS_BY_KIND.get(kind, ())
+            if points is None or point in points]
 
 
 def run_sweep(opts: Options, ref: Reference, root: Path, tell: Progress) -> SweepResult:
-    cases = sweep_cases(ref)
+    cases = sweep_cases(ref, opts.sweep_points)
     started = time.monotonic()
     lock, done = threading.Lock(), [0]
     per_case = max(30.0, ref.duration * 20)
