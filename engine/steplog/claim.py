@@ -1,0 +1,184 @@
+"""Claiming a run: create it or find it, check that resuming it is legitimate, take its lease.
+
+All of it happens in one ``BEGIN IMMEDIATE`` transaction, so two engines racing for one run are
+serialised, and every refusal (wrong agent, changed params, a live lease) rolls back: nothing
+is written.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .agent import Agent
+from .db import immediate
+from .errors import LeaseHeld, UsageError
+from .journal import dumps
+from .lease import me, vacancy
+from .policies import Budget
+from .status import TERMINAL
+
+RUN_COLUMNS = (
+    "id, agent, model, params, status, reason, result, workdir, outbox, limit_steps, limit_tokens,"
+    " limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, used_steps, used_tokens,"
+    " tokens_estimated, reserved_tokens, used_seconds, used_cost_usd, reserved_cost_usd, used_retries,"
+    " step_executions, incarnation, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires"
+)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the caller asked for; ``limits`` are ``Budget`` overrides (``None`` = unchanged)."""
+
+    agent: Agent[..., Any]
+    spec: str
+    run_id: str
+    db_path: Path
+    workdir: Path | None
+    outbox: str | None
+    params: dict[str, Any]
+    limits: dict[str, Any]
+    model: str | None
+    lease_seconds: float
+
+
+@dataclass(frozen=True)
+class Claimed:
+    row: sqlite3.Row
+    incarnation: int
+    resumed: bool
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The run was already terminal (and not reopened): report it, change nothing."""
+
+    row: sqlite3.Row
+
+
+def budget_of(row: sqlite3.Row) -> Budget:
+    return Budget(max_steps=row["limit_steps"], max_tokens=row["limit_tokens"],
+                  max_seconds=row["limit_seconds"], max_cost_usd=row["limit_cost_usd"],
+                  max_retries=row["limit_retries"], max_recoveries=row["limit_recoveries"])
+
+
+def _limits_json(b: Budget) -> dict[str, Any]:
+    return {"steps": b.max_steps, "tokens": b.max_tokens, "seconds": b.max_seconds, "cost_usd": b.max_cost_usd,
+            "retries": b.max_retries, "recoveries": b.max_recoveries}
+
+
+def _exhausted(budget: Budget, row: sqlite3.Row) -> bool:
+    """Would this budget still stop the run where it gave up?"""
+    checks = (
+        (budget.max_steps, row["used_steps"]),
+        (budget.max_tokens, row["used_tokens"] + row["reserved_tokens"]),
+        (budget.max_seconds, row["used_seconds"]),
+        (budget.max_cost_usd, row["used_cost_usd"] + row["reserved_cost_usd"]),
+        (budget.max_retries, row["used_retries"]),
+    )
+    return any(limit is not None and used >= limit for limit, used in checks)
+
+
+def _event(conn: sqlite3.Connection, run_id: str, now: float, incarnation: int, kind: str, data: dict[str, Any]) -> None:
+    conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, ?, ?, ?)",
+                 (run_id, now, incarnation, kind, dumps(data)))
+
+
+def _select(conn: sqlite3.Connection, run_id: str) -> sqlite3.Row | None:
+    row: sqlite3.Row | None = conn.execute(f"SELECT {RUN_COLUMNS} FROM run WHERE id = ?", (run_id,)).fetchone()
+    return row
+
+
+def _create(conn: sqlite3.Connection, req: Request, now: float) -> sqlite3.Row:
+    if req.agent.needs_outbox and not req.outbox:
+        raise UsageError(f"agent {req.spec} posts messages: pass --outbox URL (start one with `steplog outbox --port 0`)")
+    b = req.agent.budget.merged(**req.limits)
+    workdir = (req.workdir or req.db_path.parent / "runs" / req.run_id).expanduser().resolve()
+    conn.execute(
+        "INSERT INTO run (id, agent, model, params, workdir, outbox, limit_steps, limit_tokens, limit_seconds,"
+        " limit_cost_usd, limit_retries, limit_recoveries, created_at, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (req.run_id, req.spec, req.model, dumps(req.params), str(workdir), req.outbox, b.max_steps, b.max_tokens,
+         b.max_seconds, b.max_cost_usd, b.max_retries, b.max_recoveries, now, now))
+    _event(conn, req.run_id, now, 0, "run_created", {
+        "agent": req.spec, "params": req.params, "model": req.model or "offline", "budget": _limits_json(b)})
+    created = _select(conn, req.run_id)
+    assert created is not None
+    return created
+
+
+def _check_resume(row: sqlite3.Row, req: Request) -> None:
+    """A resume must be the same run: same agent, same params, same workdir."""
+    rid = req.run_id
+    if row["agent"] != req.spec:
+        raise UsageError(f"run {rid} belongs to agent {row['agent']}, not {req.spec}; pass the same agent to resume it")
+    if req.params and req.params != json.loads(row["params"]):
+        raise UsageError(f"run {rid} was started with params {row['params']}; resume it without --param")
+    if req.workdir is not None and str(req.workdir.expanduser().resolve()) != row["workdir"]:
+        raise UsageError(f"run {rid} works in {row['workdir']}; omit --workdir to resume it")
+
+
+def _update_run(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, raised: Budget | None, now: float) -> None:
+    """Apply raised limits (reopening a run that gave up) and a new outbox URL or model."""
+    if raised is not None and raised != budget_of(row):
+        conn.execute(
+            "UPDATE run SET limit_steps = ?, limit_tokens = ?, limit_seconds = ?, limit_cost_usd = ?,"
+            " limit_retries = ?, limit_recoveries = ?, status = 'running', reason = NULL, finished_at = NULL"
+            " WHERE id = ?",
+            (raised.max_steps, raised.max_tokens, raised.max_seconds, raised.max_cost_usd,
+             raised.max_retries, raised.max_recoveries, req.run_id))
+        _event(conn, req.run_id, now, row["incarnation"], "budget_changed",
+               {**_limits_json(raised), "reopened": row["status"] == "gave_up"})
+    if req.outbox and req.outbox != row["outbox"]:
+        conn.execute("UPDATE run SET outbox = ? WHERE id = ?", (req.outbox, req.run_id))
+    if req.model and req.model != row["model"]:
+        conn.execute("UPDATE run SET model = ? WHERE id = ?", (req.model, req.run_id))
+
+
+def _take_lease(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, now: float, resumed: bool) -> int:
+    why = vacancy(pid=row["lease_pid"], host=row["lease_host"], boot=row["lease_boot"],
+                  proc_start=row["lease_proc_start"], expires=row["lease_expires"], now=now)
+    if why is None:
+        until = time.strftime("%H:%M:%S", time.localtime(row["lease_expires"]))
+        raise LeaseHeld(f"run {req.run_id} is being worked on by pid {row['lease_pid']} on {row['lease_host']} "
+                        f"(lease until {until}); wait for it or stop that engine")
+    holder = me()
+    incarnation = int(row["incarnation"]) + 1
+    conn.execute(
+        "UPDATE run SET incarnation = ?, lease_pid = ?, lease_host = ?, lease_boot = ?, lease_proc_start = ?,"
+        " lease_expires = ?, updated_at = ?,"
+        # Reservations of a dead engine stay charged: its model call may have been billed.
+        " used_tokens = used_tokens + reserved_tokens, reserved_tokens = 0,"
+        " used_cost_usd = used_cost_usd + reserved_cost_usd, reserved_cost_usd = 0"
+        " WHERE id = ?",
+        (incarnation, holder.pid, holder.host, holder.boot, holder.proc_start, now + req.lease_seconds, now, req.run_id))
+    _event(conn, req.run_id, now, incarnation, "lease_acquired", {
+        "pid": holder.pid, "host": holder.host, "resumed": resumed, "previous_pid": row["lease_pid"],
+        "forfeited_tokens": row["reserved_tokens"], "takeover": why if row["lease_pid"] else None})
+    return incarnation
+
+
+def claim(conn: sqlite3.Connection, req: Request) -> Claimed | Finished:
+    """Create or find the run and take its lease, in one transaction. Refusals write nothing."""
+    now = time.time()
+    with immediate(conn):
+        row = _select(conn, req.run_id)
+        resumed = row is not None
+        if row is None:
+            row = _create(conn, req, now)
+        else:
+            _check_resume(row, req)
+            raised = budget_of(row).merged(**req.limits) if any(v is not None for v in req.limits.values()) else None
+            if row["status"] in TERMINAL:
+                reopen = row["status"] == "gave_up" and raised is not None and not _exhausted(raised, row)
+                if not reopen:
+                    return Finished(row)
+            _update_run(conn, row, req, raised, now)  # rolled back with the rest if the lease is held
+        incarnation = _take_lease(conn, row, req, now, resumed)
+        fresh = _select(conn, req.run_id)
+        assert fresh is not None
+    return Claimed(fresh, incarnation, resumed)
