@@ -22,6 +22,7 @@ from .timeline_data import BAR_HEIGHT, bars, describe, kill_marks
 
 REFRESH_MS = 100
 MAX_KILL_LABELS = 40
+OUTLINE_MAX_BARS = 5000
 OUTCOMES = (COMMITTED, REDONE, FAILED, GAVE_UP, RUNNING)
 
 
@@ -54,6 +55,8 @@ class TimelineView(QWidget):
         self._kills = pg.PlotDataItem(connect="pairs")
         self.plot.addItem(self._kills)
         self._kill_labels: list[pg.TextItem] = []
+        self._kill_key: object = None
+        self._outlined: dict[int, bool] = {}
         self._selected_seq: int | None = None
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -86,8 +89,9 @@ class TimelineView(QWidget):
             ax = self.plot.getAxis(axis)
             ax.setPen(pg.mkPen(pal.foreground))
             ax.setTextPen(pg.mkPen(pal.foreground))
-        for outcome, item in self._items.items():  # a background-coloured outline separates back-to-back steps
-            item.setOpts(brush=pg.mkBrush(pal.outcome[outcome]), pen=pg.mkPen(pal.background, width=1))
+        for outcome, item in self._items.items():
+            item.setOpts(brush=pg.mkBrush(pal.outcome[outcome]), pen=None)
+        self._outlined.clear()
         self._selected.setOpts(pen=pg.mkPen(pal.foreground, width=2), brush=None)
         self._kills.setPen(pg.mkPen(pal.kill, width=3))
         self._palette = pal
@@ -131,6 +135,12 @@ class TimelineView(QWidget):
             item.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0))
             return
         b = bars(run, outcome, now)
+        # A background-coloured outline separates back-to-back steps, but triples the paint time:
+        # only while there are few bars (measured at 100k bars: 13 ms/frame without, 38 ms with).
+        outlined = len(b.x0) <= OUTLINE_MAX_BARS
+        if outlined != self._outlined.get(outcome):
+            self._outlined[outcome] = outlined
+            item.setOpts(pen=pg.mkPen(self._palette.background, width=1) if outlined else None)
         item.setOpts(x0=b.x0, width=b.width, y0=b.y0, height=BAR_HEIGHT)
 
     def _draw_selection(self) -> None:
@@ -147,10 +157,14 @@ class TimelineView(QWidget):
                                y0=ex["lane"][mask] - (BAR_HEIGHT + 0.1) / 2)
 
     def _draw_kills(self, run: RunState | None) -> None:
+        marks = kill_marks(run) if run is not None else []
+        key = (id(run), marks, id(self._palette))
+        if key == self._kill_key:
+            return
+        self._kill_key = key
         for label in self._kill_labels:
             self.plot.removeItem(label)
         self._kill_labels = []
-        marks = kill_marks(run) if run is not None else []
         if not marks:
             self._kills.setData([], [])
             return
