@@ -8,6 +8,7 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import json
+import random
 import signal
 import sqlite3
 import subprocess
@@ -84,6 +85,31 @@ def kill_group(proc: subprocess.Popen[str]) -> float:
     if proc.stderr:
         proc.stderr.close()
     return t
+
+
+@dataclass
+class Storm:
+    kills: int
+    kill_times: list[float]
+    exit_code: int
+
+
+def storm(engine: Engine, args: list[str], rng: random.Random, max_kills: int,
+          low: float = 0.0, high: float = 0.6) -> Storm:
+    """Run ``steplog ARGS`` until it ends by itself, SIGKILLing its process group at random
+    moments (up to ``max_kills`` times) and relaunching it after each kill."""
+    times: list[float] = []
+    while True:
+        proc = engine.start(*args)
+        try:
+            code = proc.wait(timeout=rng.uniform(low, high) if len(times) < max_kills else 600)
+        except subprocess.TimeoutExpired:
+            times.append(kill_group(proc))
+            continue
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe:
+                pipe.close()
+        return Storm(kills=len(times), kill_times=times, exit_code=code)
 
 
 @pytest.fixture
