@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from conftest import AGENTS, Engine
 from fakes.openai_server import FakeOpenAI
