@@ -131,6 +131,8 @@ class LogWatch:
     def __init__(self, db: Path) -> None:
         self.db = db
         self.last_id = 0
+        self.max_seq = 0
+        """The furthest step any engine has reached so far."""
         self._conn: sqlite3.Connection | None = None
 
     def poll(self) -> list[Event]:
@@ -150,6 +152,7 @@ class LogWatch:
             return []
         if rows:
             self.last_id = rows[-1][0]
+            self.max_seq = max([self.max_seq, *(r[4] for r in rows if r[4] is not None)])
         return [Event(*r) for r in rows]
 
     def close(self) -> None:

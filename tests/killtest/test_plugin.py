@@ -1,0 +1,23 @@
+"""The ``killtest`` pytest fixture (entry point ``pytest11``), used as a user would on their own agent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_my_agent_survives_kills(killtest: Any) -> None:
+    report = killtest("my_agent_pkg.shop:shop", kills=10)
+    assert report.passed, report.summary()
+    assert len(report.verdict.kills) == 10
+
+
+def test_a_careless_agent_is_caught_with_what_it_did_twice(killtest: Any) -> None:
+    report = killtest("my_agent_pkg.shop:careless", kills=6, params={"orders": 5})
+    assert not report.passed
+    found = [str(f) for f in report.verdict.duplicates]
+    assert any(f.startswith('message {"order_id":"O-001","total":18}: delivered') for f in found), found
+    assert any(f.startswith("ledger.txt: ") for f in found), found
