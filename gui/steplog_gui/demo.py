@@ -43,6 +43,7 @@ class DemoLauncher(QObject):
         self.config = config or DemoConfig()
         self.outbox: Any = None
         self.run_id: str | None = None
+        self._closed = False
 
     def start(self) -> None:
         outbox_db = self._db.parent / "outbox.db"
@@ -54,9 +55,17 @@ class DemoLauncher(QObject):
             private_dir(outbox_db.parent)
             return start(outbox_db)
 
-        jobs.submit(start_outbox, self._launch, lambda exc: self.demo_failed.emit(f"the outbox did not start: {exc}"))
+        # No owner: if the window is gone when the outbox is up, _launch must still stop it.
+        jobs.submit(start_outbox, self._launch, self._failed)
+
+    def _failed(self, exc: BaseException) -> None:
+        if not self._closed:
+            self.demo_failed.emit(f"the outbox did not start: {exc}")
 
     def _launch(self, outbox: Any) -> None:
+        if self._closed:  # the window closed while the outbox was starting
+            outbox.stop(grace=2.0)
+            return
         self.outbox = outbox
         self.outbox_ready.emit(outbox.url)
         self.run_id = time.strftime("demo-%Y%m%d-%H%M%S")
@@ -68,6 +77,7 @@ class DemoLauncher(QObject):
             self.demo_failed.emit(f"the engine did not start: {exc}")
 
     def stop_outbox(self) -> None:
+        self._closed = True
         if self.outbox is not None:
             self.outbox.stop(grace=2.0)
             self.outbox = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import shiboken6
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
 _pending: set[_Carrier] = set()
@@ -36,17 +37,22 @@ class _Job(QRunnable):
 
 
 def submit(fn: Callable[[], Any], on_done: Callable[[Any], None],
-           on_error: Callable[[BaseException], None] | None = None) -> None:
+           on_error: Callable[[BaseException], None] | None = None, *, owner: QObject | None = None) -> None:
+    """``owner``: the QObject the callbacks belong to; if it is gone by then, they are dropped."""
     carrier = _Carrier()
     _pending.add(carrier)
 
+    def alive() -> bool:
+        return owner is None or shiboken6.isValid(owner)
+
     def done(result: Any) -> None:
         _pending.discard(carrier)
-        on_done(result)
+        if alive():
+            on_done(result)
 
     def failed(exc: BaseException) -> None:
         _pending.discard(carrier)
-        if on_error is not None:
+        if on_error is not None and alive():
             on_error(exc)
 
     carrier.sig_done.connect(done)

@@ -24,6 +24,7 @@ from .settings import Settings
 from .step_detail import StepDetailLoader, StepDetailView
 from .timeline_view import TimelineView
 from .verdict_strip import VerdictStrip
+from .verdict_watcher import VerdictWatcher
 
 
 def _read_run_row(path: Path, run_id: str) -> dict[str, Any] | None:
@@ -54,7 +55,8 @@ class MainWindow(QMainWindow):
         self.banner.setWordWrap(True)
         self.banner.setStyleSheet("background: #b00020; color: white; padding: 6px; font-weight: bold")
         self.banner.hide()
-        self.verdict = VerdictStrip(monitor, self.watcher)
+        self.judge = VerdictWatcher(monitor, self.watcher, self)
+        self.verdict = VerdictStrip(self.judge)
         self.timeline = TimelineView(monitor)
         self.charts = BudgetCharts(monitor)
         split = QSplitter(Qt.Orientation.Vertical)
@@ -205,7 +207,7 @@ class MainWindow(QMainWindow):
         self._run_id = run_id
         self.timeline.set_run(run_id)
         self.charts.set_run(run_id)
-        self.verdict.set_run(run_id)
+        self.judge.set_run(run_id)
         self._update_actions()
         if run_id is None:
             return
@@ -213,7 +215,8 @@ class MainWindow(QMainWindow):
             self.watcher.set_url(self.demo.outbox.url)
             return
         path = self.monitor.path
-        jobs.submit(lambda: _read_run_row(path, run_id), lambda row: self._on_run_row(run_id, row), lambda _e: None)
+        jobs.submit(lambda: _read_run_row(path, run_id), lambda row: self._on_run_row(run_id, row), lambda _e: None,
+                    owner=self)
 
     def _on_run_row(self, run_id: str, row: dict[str, Any] | None) -> None:
         self._run_outbox[run_id] = row.get("outbox") if row else None
@@ -310,7 +313,7 @@ class MainWindow(QMainWindow):
     def _apply_palette(self, pal: theme.Palette) -> None:
         self.timeline.apply_palette(pal)
         self.charts.apply_palette(pal)
-        self.verdict.refresh()
+        self.verdict.show_verdict(self.judge.verdict)
 
     # -- closing ----------------------------------------------------------------------------
 

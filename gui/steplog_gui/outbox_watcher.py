@@ -55,7 +55,7 @@ class OutboxWatcher(QObject):
 
             return fetch_ledger(url, timeout=2.0)
 
-        jobs.submit(fetch, lambda ledger: self._done(url, ledger), lambda exc: self._failed(url, exc))
+        jobs.submit(fetch, lambda ledger: self._done(url, ledger), lambda exc: self._failed(url, exc), owner=self)
 
     def _done(self, url: str, ledger: Any) -> None:
         self._busy = False

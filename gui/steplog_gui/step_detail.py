@@ -46,7 +46,7 @@ class StepDetailLoader(QObject):
         path = self._path_of()
         jobs.submit(lambda: _read_detail(path, run_id, seq),
                     lambda d: self.detail_loaded.emit(d) if self._wanted == (run_id, seq) else None,
-                    lambda exc: self.load_failed.emit(str(exc)))
+                    lambda exc: self.load_failed.emit(str(exc)), owner=self)
 
     def reload(self) -> None:
         if self._wanted:
