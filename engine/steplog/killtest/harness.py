@@ -158,7 +158,7 @@ def run_storm(opts: Options, ref: Reference, root: Path, tell: Progress) -> Stor
                 try:
                     killed_at = _kill_when(proc, target, watch, deadline)
                 finally:
-                    if proc.poll() is None and time.monotonic() > deadline:
+                    if proc.poll() is None:  # the deadline passed, or we were interrupted
                         kill_group(proc)
                 if killed_at is not None:
                     kills.append(killed_at)
@@ -176,6 +176,9 @@ def run_storm(opts: Options, ref: Reference, root: Path, tell: Progress) -> Stor
         finally:
             watch.close()
         tell("storm", len(targets), len(targets))
+        if not box.db.exists():
+            raise KilltestError(f"the storm's engines never created their log; see their output in {root}: "
+                                + (error or box.stderr_of().strip()[-400:]))
         verdict = judge(collect(box.db, box.run_id, ledger=outbox.ledger(), kill_times=kills, reference=ref,
                                 lease_refusals=refusals))
     return StormResult(verdict=verdict, planned=len(targets), launches=box.launches,
@@ -249,6 +252,8 @@ def _sweep_case(opts: Options, ref: Reference, root: Path, case: tuple[int, str,
                 refusals += 1
         except TimeoutError as exc:
             error, at, proved = str(exc), time.time(), False
+        if not box.db.exists():
+            raise KilltestError(f"sweep case {crash_at}: the engine never created its log; see {root}")
         verdict = judge(collect(box.db, box.run_id, ledger=outbox.ledger(), reference=ref, lease_refusals=refusals,
                                 kill_times=[KillMark(at, crash_at, proved)]))
     return SweepCase(seq=seq, point=point, step_name=name, verdict=verdict, error=error)

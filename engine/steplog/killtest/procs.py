@@ -96,9 +96,11 @@ class Sandbox:
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            kill_group(proc)
             raise TimeoutError(f"the engine ({' '.join(self.argv()[3:5])}) did not finish within {timeout:.0f} s; "
                                f"its output is in {self.root}") from None
+        finally:
+            if proc.poll() is None:  # timed out or interrupted: leave no engine behind
+                kill_group(proc)
         return Exited(code, self.stderr_of())
 
 
