@@ -21,6 +21,9 @@ from .run_state import COMMITTED, FAILED, GAVE_UP, REDONE, RUNNING, RunState
 from .timeline_data import BAR_HEIGHT, bars, describe, kill_marks
 
 REFRESH_MS = 100
+"""Running bars grow with the clock at this period."""
+COALESCE_MS = 15
+"""New events redraw this soon after they arrive (one frame), however many batches came."""
 MAX_KILL_LABELS = 40
 OUTLINE_MAX_BARS = 5000
 OUTCOMES = (COMMITTED, REDONE, FAILED, GAVE_UP, RUNNING)
@@ -66,6 +69,10 @@ class TimelineView(QWidget):
         self.plot.scene().sigMouseClicked.connect(self._click)
         monitor.runs_changed.connect(self._on_changed)
         monitor.state_reset.connect(lambda: self.set_run(None))
+        self._soon = QTimer(self)
+        self._soon.setSingleShot(True)
+        self._soon.setInterval(COALESCE_MS)
+        self._soon.timeout.connect(self._tick)
         self._timer = QTimer(self)
         self._timer.setInterval(REFRESH_MS)
         self._timer.timeout.connect(self._tick)
@@ -105,6 +112,8 @@ class TimelineView(QWidget):
     def _on_changed(self, run_ids: set[str]) -> None:
         if self._run_id in run_ids:
             self._dirty = True
+            if not self._soon.isActive():  # coalesce a burst of batches into one redraw
+                self._soon.start()
 
     def _tick(self) -> None:
         run = self.run()

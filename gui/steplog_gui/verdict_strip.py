@@ -15,12 +15,22 @@ from . import theme
 from .verdict_watcher import VerdictWatcher
 
 
+LIVE_FINAL_CHECKS = ("no duplicate effects",)
+"""Checks whose failure is final even while the run goes on (a delivery cannot be undone).
+
+``steplog.verdict`` counts ``step_executions - steps_committed`` as redone, which includes the
+step in progress, so its "at most one redone step per kill" check fails on a live run with no
+kill at all; until the engine subtracts the open step, the strip waits for the end for that one.
+"""
+
+
 def decision(verdict: Any) -> str:
     """PASS / FAIL / running… / '' for a ``steplog.verdict.Verdict`` (or ``None``)."""
     if verdict is None:
         return ""
     if verdict.passed is None:
-        return "FAIL" if verdict.failing else "running…"
+        final = any(c.ok is False and c.name in LIVE_FINAL_CHECKS for c in verdict.checks)
+        return "FAIL" if final else "running…"
     return "PASS" if verdict.passed else "FAIL"
 
 
@@ -38,8 +48,13 @@ class VerdictStrip(QFrame):
             layout.addWidget(label)
         layout.addStretch(1)
         self.labels["verdict"].setMinimumWidth(80)
+        self._watcher = watcher
         watcher.verdict_changed.connect(self.show_verdict)
         self.show_verdict(None)
+
+    def _in_progress(self) -> int:
+        """Steps the engine is executing right now (counted by the verdict as executions)."""
+        return self._watcher.in_progress()
 
     def show_verdict(self, v: Any) -> None:
         pal = theme.current()
@@ -50,7 +65,8 @@ class VerdictStrip(QFrame):
             self.labels["verdict"].setStyleSheet("")
             return
         self.labels["kills"].setText(f"Kills: {len(v.kills)}")
-        self.labels["redone"].setText(f"Steps redone: {v.redone_steps}")
+        redone = v.redone_steps if v.passed is not None else max(0, v.redone_steps - self._in_progress())
+        self.labels["redone"].setText(f"Steps redone: {redone}")
         dup = "?" if v.deliveries is None else str(len(v.duplicates))
         self.labels["duplicates"].setText(f"Duplicates: {dup}")
         self.labels["duplicates"].setStyleSheet(f"color: {pal.duplicate}; font-weight: bold" if v.duplicates else "")

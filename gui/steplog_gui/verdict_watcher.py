@@ -63,6 +63,10 @@ class VerdictWatcher(QObject):
         estimated = [k.ts for k in run.kills if not k.exact]  # takeovers of engines killed elsewhere
         return sorted(exact + estimated)
 
+    def in_progress(self) -> int:
+        run = self._monitor.run(self.run_id) if self.run_id else None
+        return run.in_progress if run is not None else 0
+
     def schedule(self) -> None:
         if self.run_id is None:
             return
