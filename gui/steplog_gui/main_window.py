@@ -98,6 +98,7 @@ class MainWindow(QMainWindow):
         self.engine.engine_killed.connect(
             lambda rid, _ts: self.statusBar().showMessage(f"killed the engine of {rid} (SIGKILL to its group); relaunching"))
         self.engine.state_changed.connect(self._update_actions)
+        self.engine.state_changed.connect(self.watcher.poke)
         theme_relay = theme.Theme(self)
         theme_relay.changed.connect(self._apply_palette)
         if settings.geometry is not None:

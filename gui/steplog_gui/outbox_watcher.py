@@ -9,6 +9,9 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from . import jobs
 
 POLL_MS = 500
+IDLE_POLL_MS = 3000
+QUIET_POLLS = 10
+"""After this many polls without a change the watcher drops to ``IDLE_POLL_MS``."""
 
 
 class OutboxWatcher(QObject):
@@ -25,6 +28,8 @@ class OutboxWatcher(QObject):
         self.ledger: Any = None
         self.problem = ""
         self._busy = False
+        self._transport: Any = None
+        self._quiet = 0
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self.refresh)
@@ -41,8 +46,17 @@ class OutboxWatcher(QObject):
         else:
             self._timer.stop()
 
+    def poke(self) -> None:
+        """Something is happening (an engine started or was killed): poll at full rate again."""
+        self._quiet = 0
+        if self._timer.isActive():
+            self._timer.setInterval(POLL_MS)
+
     def stop(self) -> None:
         self._timer.stop()
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
 
     def refresh(self) -> None:
         if self._busy or not self.url:
@@ -50,10 +64,18 @@ class OutboxWatcher(QObject):
         self._busy = True
         url = self.url
 
+        if self._transport is None:
+            import httpx
+
+            # One transport for every poll: a fresh httpx client per poll builds an SSL context
+            # each time (most of the idle CPU measured here) and reconnects.
+            self._transport = httpx.HTTPTransport()
+        transport = self._transport
+
         def fetch() -> Any:
             from steplog.outbox import fetch_ledger
 
-            return fetch_ledger(url, timeout=2.0)
+            return fetch_ledger(url, timeout=2.0, transport=transport)
 
         jobs.submit(fetch, lambda ledger: self._done(url, ledger), lambda exc: self._failed(url, exc), owner=self)
 
@@ -64,7 +86,13 @@ class OutboxWatcher(QObject):
         self._set_problem("")
         if ledger != self.ledger:
             self.ledger = ledger
+            self._quiet = 0
+            self._timer.setInterval(POLL_MS)
             self.ledger_changed.emit(ledger)
+        else:  # nothing new for a while: poll slowly until something changes again
+            self._quiet += 1
+            if self._quiet >= QUIET_POLLS:
+                self._timer.setInterval(IDLE_POLL_MS)
 
     def _failed(self, url: str, exc: BaseException) -> None:
         self._busy = False

@@ -215,6 +215,8 @@ class RunState:
         if d.get("previous_pid") is not None and previous > 0:
             hint = next((h for h in reversed(self._kill_hints) if dead_end - 0.05 <= h <= ev.ts), None)
             self.kills.append(Kill(previous, hint if hint is not None else dead_end, hint is not None, ev.ts))
+            if hint is not None:
+                dead_end = hint  # the interrupted step ran until the kill
         for seq, i in list(self._open.items()):  # the dead engine's open steps: they will run again
             ex = self.executions
             ex["end"][i] = dead_end
