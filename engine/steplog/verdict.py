@@ -241,15 +241,16 @@ def _kills(events: list[sqlite3.Row], marks: list[KillMark], steps: dict[int, st
             if last[2] == "step_started" and json.loads(last[4] or "{}").get("kind") == "chat":
                 phase = "deciding"
         nexts = [e for e in events if e[0] > m.at and e[2] == "lease_acquired"]
-        latency, redone = None, 0
+        latency = None
         if nexts:
             inc = nexts[0][1]
             commits = [e[0] for e in events if e[1] == inc and e[2] == "step_committed"]
             latency = commits[0] - m.at if commits else None
-            # Steps the killed engine had started (and not finished): redone if started again.
-            started = {e[3] for e in window if e[2] == "step_started"} - {
-                e[3] for e in window if e[2] == "step_committed"}
-            redone = sum(1 for e in events if e[1] == inc and e[2] == "step_started" and e[3] in started)
+        # Steps the killed engine had started and not committed, started again by a later one
+        # (not necessarily the next: that one may have died before starting anything).
+        unfinished = {e[3] for e in window if e[2] == "step_started"} - {
+            e[3] for e in window if e[2] == "step_committed"}
+        redone = len(unfinished & {e[3] for e in events if e[0] > m.at and e[2] == "step_started"})
         out.append(Kill(at=m.at, seq=seq, step_name=steps.get(seq) if seq is not None else None, phase=phase,
                         incarnation=incarnation, resume_latency=latency, redone=redone,
                         point=m.point, proved=m.proved))

@@ -33,6 +33,7 @@ def test_the_demo_survives_a_storm_of_30_kills(engine: Engine, tmp_path: Path) -
     assert verdict["status"] == "succeeded"
     assert verdict["duplicates"] == verdict["missing"] == verdict["different"] == []
     assert set(verdict["redone_per_kill"]) <= {"0", "1"}
+    assert sum(k["redone"] for k in verdict["kills"]) == verdict["redone_steps"]  # each redo traced to its kill
     phases = {k["phase"] for k in verdict["kills"]}
     assert "start-up" in phases and "acting" in phases  # spread from start-up into the act→record window
     lat = verdict["resume_latency"]

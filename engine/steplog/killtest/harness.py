@@ -31,6 +31,8 @@ from .report import Report, StormResult, SweepCase, SweepResult
 Progress = Callable[[str, int, int], None]
 """``progress(stage, done, total)``: stage is ``reference``, ``storm`` or ``sweep``."""
 
+MAX_KILLS_PER_STEP = 5
+"""Storm kills aimed at one step at most (far below the default ``max_recoveries`` of 20)."""
 EFFECT_KINDS = ("write_file", "http_post", "merge", "effect")
 POINTS_BY_KIND = {
     "call": ("before_step_record", "after_step_record"),
@@ -140,7 +142,10 @@ def run_storm(opts: Options, ref: Reference, root: Path, tell: Progress) -> Stor
     started = time.monotonic()
     deadline = started + opts.time_limit
     watch = LogWatch(box.db)
-    spread = len(targets) <= len(ref.steps)  # more kills than steps: some steps must take several
+    # Kills per step: one while there are fewer kills than steps, else a few each; never so many
+    # that the run's recovery budget (a poison-pill guard, 20 by default) would fail it.
+    per_step = 1 if len(targets) <= len(ref.steps) else MAX_KILLS_PER_STEP
+    landed: dict[int, int] = {}
     with start_outbox(box.outbox_db) as outbox:
         box.outbox_url = outbox.url
         try:
@@ -150,10 +155,14 @@ def run_storm(opts: Options, ref: Reference, root: Path, tell: Progress) -> Stor
                                         f"ending (limit {max_launches}); look at the engines' output in {root}")
                 target = targets[len(kills)] if len(kills) < len(targets) else None
                 watch.poll()
-                if spread and target is not None and target.mode in ("step", "act") and target.seq <= watch.max_seq:
-                    # Already passed (the last kill landed later than drawn): aim at the next step
-                    # rather than killing the redone step again, so the kills cover the whole run.
-                    target = replace(target, seq=min(watch.max_seq + 1, len(ref.steps)))
+                if (target is not None and target.mode in ("step", "act") and target.seq <= watch.max_seq
+                        and landed.get(watch.max_seq, 0) >= per_step):
+                    # Already passed (the last kill landed later than drawn) and this step has had
+                    # its share: aim at the next one, so the kills cover the whole run.
+                    if watch.max_seq >= len(ref.steps):
+                        target = None  # the last step had its share: let the run finish
+                    else:
+                        target = replace(target, seq=watch.max_seq + 1)
                 proc = box.launch()
                 try:
                     killed_at = _kill_when(proc, target, watch, deadline)
@@ -162,6 +171,8 @@ def run_storm(opts: Options, ref: Reference, root: Path, tell: Progress) -> Stor
                         kill_group(proc)
                 if killed_at is not None:
                     kills.append(killed_at)
+                    watch.poll()
+                    landed[watch.max_seq] = landed.get(watch.max_seq, 0) + 1
                     tell("storm", len(kills), len(targets))
                     continue
                 code = proc.returncode
