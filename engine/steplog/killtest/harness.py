@@ -155,14 +155,15 @@ def run_storm(opts: Options, ref: Reference, root: Path, tell: Progress) -> Stor
                                         f"ending (limit {max_launches}); look at the engines' output in {root}")
                 target = targets[len(kills)] if len(kills) < len(targets) else None
                 watch.poll()
-                if (target is not None and target.mode in ("step", "act") and target.seq <= watch.max_seq
-                        and landed.get(watch.max_seq, 0) >= per_step):
-                    # Already passed (the last kill landed later than drawn) and this step has had
-                    # its share: aim at the next one, so the kills cover the whole run.
-                    if watch.max_seq >= len(ref.steps):
-                        target = None  # the last step had its share: let the run finish
-                    else:
-                        target = replace(target, seq=watch.max_seq + 1)
+                at, last = watch.max_seq, len(ref.steps)
+                if target is not None and target.mode in ("step", "act") and target.seq <= at:
+                    # Already passed (the last kill landed later than drawn). Once this step has had
+                    # its share, aim at the next one, so the kills cover the whole run; the last
+                    # step may take up to the cap, then the run is let finish.
+                    if at < last and landed.get(at, 0) >= per_step:
+                        target = replace(target, seq=at + 1)
+                    elif at >= last and landed.get(at, 0) >= MAX_KILLS_PER_STEP:
+                        target = None
                 proc = box.launch()
                 try:
                     killed_at = _kill_when(proc, target, watch, deadline)
