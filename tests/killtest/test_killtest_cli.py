@@ -67,7 +67,7 @@ def test_the_naive_agent_fails_loudly_with_its_duplicates_named(engine: Engine) 
     assert done.returncode == 1, out + done.stderr
     assert "✗ no duplicate effects" in out
     assert re.search(r"message for ticket T-1001: delivered \d+ times \(keys ", out), out
-    assert re.search(r"replies\.log: \d+ extra lines, written again", out), out
+    assert re.search(r"replies\.log: \d+ extra lines?, written again", out), out
     assert re.search(r"helpdesk\.db tickets: row id=T-1001: appears \d+ times \(the reference has 1\)", out), out
     assert out.rstrip().splitlines()[-1].startswith("verdict: FAIL")
 
