@@ -100,3 +100,9 @@ def test_messages_are_named_by_ticket_digest_or_body() -> None:
     assert message_label({"ticket_id": "T-9"}) == "message for ticket T-9"
     assert message_label({"digest": True, "tickets": []}) == "digest message"
     assert message_label({"order": 1}) == 'message {"order":1}'
+
+
+def test_the_step_in_flight_of_a_live_run_is_not_counted_as_redone() -> None:
+    v = judge(Evidence(status("running", committed=4, executions=5), [], ledger(T1), None, None))
+    assert check(v, "at most one redone step per kill") is True
+    assert not v.failing
