@@ -14,6 +14,7 @@ import sys
 POINTS = (
     "after_decision",          # the model's answer is committed, nothing acted yet
     "after_effect_started",    # the ledger says "started"; the effect has not been done
+    "after_effect_applied",    # the far side has the effect; the ledger still says "started"
     "after_effect_completed",  # the effect is done and ledgered; the step is not recorded
     "before_step_record",      # the step body returned; its checkpoint is not committed
     "after_step_record",       # the checkpoint is committed

@@ -80,6 +80,7 @@ class StepContext:
             run._journal.effect_completed(key, self.seq, "null")
         crashpoints.reached("after_effect_started", self.seq)
         response = do(key)
+        crashpoints.reached("after_effect_applied", self.seq)
         run._journal.effect_completed(key, self.seq, dumps(response))
         crashpoints.reached("after_effect_completed", self.seq)
         return response

@@ -109,9 +109,12 @@ def test_a_storm_of_kills_loses_nothing_and_duplicates_nothing(engine: Engine, t
 KIND_POINTS = {
     1: ("before_step_record", "after_step_record"),                                     # compute (call)
     2: ("after_decision", "before_step_record", "after_step_record"),                   # think (chat)
-    3: ("after_effect_started", "after_effect_completed", "before_step_record", "after_step_record"),  # apply
-    4: ("after_effect_started", "after_effect_completed", "before_step_record", "after_step_record"),  # write
-    5: ("after_effect_started", "after_effect_completed", "before_step_record", "after_step_record"),  # merge
+    3: ("after_effect_started", "after_effect_applied", "after_effect_completed", "before_step_record",
+        "after_step_record"),  # apply
+    4: ("after_effect_started", "after_effect_applied", "after_effect_completed", "before_step_record",
+        "after_step_record"),  # write
+    5: ("after_effect_started", "after_effect_applied", "after_effect_completed", "before_step_record",
+        "after_step_record"),  # merge
 }
 CASES = [(point, item * 5 + pos) for item in (0, 3) for pos, points in KIND_POINTS.items() for point in points]
 

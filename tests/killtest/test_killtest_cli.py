@@ -53,7 +53,8 @@ def test_the_demo_passes_the_crash_point_sweep(engine: Engine) -> None:
     failed = [r for r in sweep["results"] if not r["passed"]]
     assert done.returncode == 0, json.dumps(failed[:3], indent=1)
     assert report["reference"]["steps"] == 11
-    assert sweep["cases"] == 40 and sweep["failed"] == 0
+    # load 2 points + 2 tickets × (chat 3 + 3 effects × 5) + summary and digest 2 × 5
+    assert sweep["cases"] == 48 and sweep["failed"] == 0
     assert {r["point"] for r in sweep["results"]} == set(POINTS)
     assert all(r["redone"] <= 1 for r in sweep["results"])
     lat = sweep["resume_latency"]

@@ -37,7 +37,8 @@ EFFECT_KINDS = ("write_file", "http_post", "merge", "effect")
 POINTS_BY_KIND = {
     "call": ("before_step_record", "after_step_record"),
     "chat": ("after_decision", "before_step_record", "after_step_record"),
-    **{k: ("after_effect_started", "after_effect_completed", "before_step_record", "after_step_record")
+    **{k: ("after_effect_started", "after_effect_applied", "after_effect_completed", "before_step_record",
+           "after_step_record")
        for k in EFFECT_KINDS},
 }
 
