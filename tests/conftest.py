@@ -9,17 +9,17 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import json
 import random
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from steplog.killtest.procs import kill_group as _kill_group
 
 TESTS = Path(__file__).parent
 AGENTS = TESTS / "engine" / "agents_for_tests.py"
@@ -73,18 +73,13 @@ class Engine:
 
 
 def kill_group(proc: subprocess.Popen[str]) -> float:
-    """SIGKILL the whole process group without warning; returns when it is dead (and the time of the kill)."""
-    t = time.time()
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-    if proc.stdout:
-        proc.stdout.close()
-    if proc.stderr:
-        proc.stderr.close()
-    return t
+    """SIGKILL the whole process group without warning (the product's own kill); returns the
+    time of the kill once the group is dead."""
+    at = _kill_group(proc)  # type: ignore[arg-type]
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe:
+            pipe.close()
+    return at
 
 
 @dataclass

@@ -25,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
 
+from ..db import immediate
 from ..errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema
 from .ledger import Attempt, Delivery, JSONObject, Ledger, Outcome
 
@@ -105,7 +106,7 @@ class OutboxStore:
             # not even to a power cut; the point of this service is to be believed.
             conn.execute("PRAGMA synchronous = FULL")
             if version < SCHEMA_VERSION:
-                with _immediate(conn):
+                with immediate(conn):
                     current = int(conn.execute("PRAGMA user_version").fetchone()[0])  # under the lock
                     for script in MIGRATIONS[current:]:
                         for statement in _statements(script):
@@ -264,7 +265,7 @@ class OutboxStore:
     def _write(self) -> Iterator[sqlite3.Connection]:
         if self.readonly:
             raise LogError(f"{self.path} was opened read-only; open OutboxStore without readonly to write")
-        with self._lock, _immediate(self._conn) as conn:
+        with self._lock, immediate(self._conn) as conn:
             yield conn
 
     @contextmanager
@@ -286,23 +287,6 @@ class OutboxStore:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
-
-
-@contextmanager
-def _immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """A write transaction that takes the write lock up front.
-
-    A deferred transaction that reads and then writes fails with SQLITE_BUSY at once when another
-    writer got in between; ``BEGIN IMMEDIATE`` waits on ``busy_timeout`` instead.
-    """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    else:
-        conn.execute("COMMIT")
 
 
 def _create_private(path: Path) -> None:
