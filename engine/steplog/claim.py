@@ -151,8 +151,10 @@ def _take_lease(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, now: f
     conn.execute(
         "UPDATE run SET incarnation = ?, lease_pid = ?, lease_host = ?, lease_boot = ?, lease_proc_start = ?,"
         " lease_expires = ?, updated_at = ?,"
-        # Reservations of a dead engine stay charged: its model call may have been billed.
-        " used_tokens = used_tokens + reserved_tokens, reserved_tokens = 0,"
+        # Reservations of a dead engine stay charged: its model call may have been billed. The
+        # amount is an upper bound, not a reported usage, so it counts as estimated.
+        " used_tokens = used_tokens + reserved_tokens, tokens_estimated = tokens_estimated + reserved_tokens,"
+        " reserved_tokens = 0,"
         " used_cost_usd = used_cost_usd + reserved_cost_usd, reserved_cost_usd = 0"
         " WHERE id = ?",
         (incarnation, holder.pid, holder.host, holder.boot, holder.proc_start, now + req.lease_seconds, now, req.run_id))
