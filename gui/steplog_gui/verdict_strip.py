@@ -61,7 +61,7 @@ class VerdictStrip(QFrame):
         if v is None:
             for label in self.labels.values():
                 label.setText("")
-            self.labels["verdict"].setText("no run selected")
+            self.labels["verdict"].setText("")
             self.labels["verdict"].setStyleSheet("")
             return
         self.labels["kills"].setText(f"Kills: {len(v.kills)}")

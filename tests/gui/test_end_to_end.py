@@ -19,11 +19,11 @@ from steplog_gui.monitor import Monitor
 def window(qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> Iterator[MainWindow]:  # type: ignore[no-untyped-def]
     monitor = Monitor(engine.db)
     win = MainWindow(monitor, settings, engine_env=gui_env)
+    win.close_policy = "stop"  # qtbot closes the window before this fixture's teardown: never ask
     qtbot.addWidget(win)
     monitor.start()
     win.show()
     yield win
-    win.close_policy = "stop"
     win.shutdown(stop_engine=True)  # SIGTERM/SIGKILL the engine's group, stop the outbox: nothing left over
 
 
