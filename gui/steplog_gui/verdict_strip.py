@@ -15,22 +15,12 @@ from . import theme
 from .verdict_watcher import VerdictWatcher
 
 
-LIVE_FINAL_CHECKS = ("no duplicate effects",)
-"""Checks whose failure is final even while the run goes on (a delivery cannot be undone).
-
-``steplog.verdict`` counts ``step_executions - steps_committed`` as redone, which includes the
-step in progress, so its "at most one redone step per kill" check fails on a live run with no
-kill at all; until the engine subtracts the open step, the strip waits for the end for that one.
-"""
-
-
 def decision(verdict: Any) -> str:
     """PASS / FAIL / running… / '' for a ``steplog.verdict.Verdict`` (or ``None``)."""
     if verdict is None:
         return ""
-    if verdict.passed is None:
-        final = any(c.ok is False and c.name in LIVE_FINAL_CHECKS for c in verdict.checks)
-        return "FAIL" if final else "running…"
+    if verdict.passed is None:  # live: FAIL as soon as a check failed (a duplicate cannot be undone)
+        return "FAIL" if verdict.failing else "running…"
     return "PASS" if verdict.passed else "FAIL"
 
 
