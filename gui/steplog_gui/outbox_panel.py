@@ -11,11 +11,11 @@ import time
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QSplitter, QTableView, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
 
 from . import theme
 from .outbox_watcher import OutboxWatcher
-from .records_model import RecordsModel
+from .records_model import RecordsModel, records_table
 
 OUTCOME_TEXT = {"delivered": "delivered", "replayed": "deduplicated (replayed, nothing sent)",
                 "conflict": "conflict (same key, other body)", "in_flight": "in flight", "rejected": "rejected",
@@ -38,15 +38,6 @@ def attempt_records(ledger: Any) -> list[dict[str, Any]]:
              "outcome": OUTCOME_TEXT.get(a.outcome, a.outcome), "time": _clock(a.ts)} for a in ledger.attempts]
 
 
-def _table(model: RecordsModel) -> QTableView:
-    view = QTableView()
-    view.setModel(model)
-    view.verticalHeader().hide()
-    view.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
-    view.horizontalHeader().setStretchLastSection(True)
-    return view
-
-
 class OutboxPanel(QWidget):
     def __init__(self, watcher: OutboxWatcher, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -66,8 +57,8 @@ class OutboxPanel(QWidget):
         self.attempts = RecordsModel([("#", "id"), ("Idempotency key", "key"), ("HTTP", "status"),
                                       ("Outcome", "outcome"), ("Time", "time")], self, colour=dedup)
         split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(_table(self.deliveries))
-        split.addWidget(_table(self.attempts))
+        split.addWidget(records_table(self.deliveries))
+        split.addWidget(records_table(self.attempts))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.summary)

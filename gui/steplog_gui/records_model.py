@@ -7,6 +7,7 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QTableView
 
 _Index = QModelIndex | QPersistentModelIndex
 
@@ -61,3 +62,22 @@ class RecordsModel(QAbstractTableModel):
         self.beginResetModel()
         self._rows = new
         self.endResetModel()
+
+
+def records_table(model: RecordsModel) -> QTableView:
+    """A compact, read-only table over a ``RecordsModel``.
+
+    Headers are left-aligned so a narrow column still shows the start of its name, and long
+    cells (idempotency keys: run id, then ``:seq``) are elided in the middle so the distinctive
+    end stays visible.
+    """
+    view = QTableView()
+    view.setModel(model)
+    view.verticalHeader().hide()
+    view.verticalHeader().setDefaultSectionSize(view.fontMetrics().height() + 6)
+    view.horizontalHeader().setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+    view.horizontalHeader().setStretchLastSection(True)
+    view.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+    view.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
+    view.setEditTriggers(QTableView.EditTrigger.NoEditTriggers)
+    return view

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtWidgets import QLabel, QPlainTextEdit, QTableView, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QPlainTextEdit, QVBoxLayout, QWidget
 
 from . import jobs
 from .outbox_watcher import OutboxWatcher
-from .records_model import RecordsModel
+from .records_model import RecordsModel, records_table
 from .repository import LogRepository, StepDetail
 
 
@@ -62,6 +62,29 @@ def _pretty(text: str | None) -> str:
         return text
 
 
+def decision_text(text: str | None) -> str:
+    """A recorded chat decision as a person reads it: the model's answer first (pretty-printed
+    when it is JSON itself, as the demo's triage answers are), then which model and how it ended.
+    Anything else is shown as pretty JSON."""
+    if not text:
+        return ""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(data, dict) or not isinstance(data.get("text"), str):
+        return _pretty(text)
+    answer = data["text"]
+    try:
+        answer = json.dumps(json.loads(answer), indent=2, ensure_ascii=False)
+    except ValueError:
+        pass
+    meta = [f"model {data.get('model') or '?'}"]
+    if data.get("finish_reason"):
+        meta.append(f"finish {data['finish_reason']}")
+    return f"{answer}\n\n— {', '.join(meta)}"
+
+
 def ledger_status(effect: dict[str, Any], ledger: Any) -> str:
     """What the outbox's ledger says of an http_post effect's key; '' for other effects."""
     if effect.get("kind") != "http_post" or ledger is None:
@@ -91,10 +114,7 @@ class StepDetailView(QWidget):
         self.result.setPlaceholderText("result or error")
         self.effects = RecordsModel([("Idempotency key", "key"), ("Kind", "kind"), ("Target", "target"),
                                      ("Log status", "status"), ("Attempts", "attempts"), ("Outbox ledger", "ledger")], self)
-        table = QTableView()
-        table.setModel(self.effects)
-        table.verticalHeader().hide()
-        table.horizontalHeader().setStretchLastSection(True)
+        table = records_table(self.effects)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.header)
@@ -125,8 +145,9 @@ class StepDetailView(QWidget):
             + (f", took {took:.3f} s" if took is not None else "")
             + (f"\ntokens {tokens} (in {d.tokens_in}, out {d.tokens_out})" + (" estimated" if d.tokens_estimated else "")
                + f", cost ${d.cost_usd:.6f}" if tokens else ""))
-        self.decision.setPlainText(_pretty(d.decision))
-        self.result.setPlainText(("ERROR: " + d.error + "\n\n" if d.error else "") + _pretty(d.result))
+        self.decision.setPlainText(decision_text(d.decision))
+        result = decision_text(d.result) if d.kind == "chat" else _pretty(d.result)
+        self.result.setPlainText(("ERROR: " + d.error + "\n\n" if d.error else "") + result)
         self._show_effects()
 
     def _show_effects(self) -> None:

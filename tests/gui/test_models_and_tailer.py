@@ -119,3 +119,18 @@ def test_a_deleted_replaced_or_foreign_log_shows_a_message_and_never_crashes(qtb
         qtbot.waitUntil(lambda: monitor.problem == "" and monitor.run("R") is not None, timeout=5_000)
     finally:
         monitor.stop()
+
+
+def test_a_chat_decision_reads_as_the_models_answer_then_its_metadata() -> None:
+    import json
+
+    from steplog_gui.step_detail import decision_text
+
+    recorded = json.dumps({"text": '{"category": "billing", "reply": "Hi Dana"}', "model": "offline",
+                           "finish_reason": "stop", "usage": {"input_tokens": 3}})
+    shown = decision_text(recorded)
+    assert shown.startswith('{\n  "category": "billing",\n  "reply": "Hi Dana"\n}')
+    assert shown.endswith("— model offline, finish stop")
+    assert decision_text(json.dumps({"text": "plain words", "model": "m"})) == "plain words\n\n— model m"
+    assert decision_text("not json <b>at all</b>") == "not json <b>at all</b>"
+    assert decision_text(None) == ""
