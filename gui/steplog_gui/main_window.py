@@ -83,9 +83,11 @@ class MainWindow(QMainWindow):
         self.loader = StepDetailLoader(lambda: self.monitor.path, self)
         self.detail = StepDetailView(self.loader, self.watcher)
         self.outbox_panel = OutboxPanel(self.watcher)
-        self._dock("Runs", "runs", self.runs_view, Qt.DockWidgetArea.LeftDockWidgetArea)
-        self._dock("Step detail", "detail", self.detail, Qt.DockWidgetArea.RightDockWidgetArea)
+        runs_dock = self._dock("Runs", "runs", self.runs_view, Qt.DockWidgetArea.LeftDockWidgetArea)
+        detail_dock = self._dock("Step detail", "detail", self.detail, Qt.DockWidgetArea.RightDockWidgetArea)
         self._dock("Outbox", "outbox", self.outbox_panel, Qt.DockWidgetArea.RightDockWidgetArea)
+        # First launch: wide enough to show every runs column and a readable decision.
+        self.resizeDocks([runs_dock, detail_dock], [380, 340], Qt.Orientation.Horizontal)
         self._build_actions()
         self.statusBar().showMessage("ready")
 
@@ -104,7 +106,8 @@ class MainWindow(QMainWindow):
         if settings.geometry is not None:
             self.restoreGeometry(settings.geometry)
         else:
-            self.resize(1400, 900)
+            area = self.screen().availableGeometry()
+            self.resize(min(1680, int(area.width() * 0.94)), min(1050, int(area.height() * 0.94)))
         if settings.window_state is not None:
             self.restoreState(settings.window_state)
         settings.add_recent(str(monitor.path))

@@ -62,6 +62,14 @@ def _pretty(text: str | None) -> str:
         return text
 
 
+def _field(key: str, value: object) -> str:
+    """``key: value``, a multi-line value indented below its key (its newlines kept as newlines)."""
+    text = str(value)
+    if "\n" not in text:
+        return f"{key}: {text}"
+    return f"{key}:\n" + "\n".join(f"    {line}" if line else "" for line in text.splitlines())
+
+
 def decision_text(text: str | None) -> str:
     """A recorded chat decision as a person reads it: the model's answer first (pretty-printed
     when it is JSON itself, as the demo's triage answers are), then which model and how it ended.
@@ -76,9 +84,13 @@ def decision_text(text: str | None) -> str:
         return _pretty(text)
     answer = data["text"]
     try:
-        answer = json.dumps(json.loads(answer), indent=2, ensure_ascii=False)
+        inner = json.loads(answer)
     except ValueError:
-        pass
+        inner = None
+    if isinstance(inner, dict) and all(isinstance(v, (str, int, float, bool)) or v is None for v in inner.values()):
+        answer = "\n".join(_field(k, v) for k, v in inner.items())  # a flat answer, e.g. a triage
+    elif inner is not None:
+        answer = json.dumps(inner, indent=2, ensure_ascii=False)
     meta = [f"model {data.get('model') or '?'}"]
     if data.get("finish_reason"):
         meta.append(f"finish {data['finish_reason']}")

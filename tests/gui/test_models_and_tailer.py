@@ -126,11 +126,11 @@ def test_a_chat_decision_reads_as_the_models_answer_then_its_metadata() -> None:
 
     from steplog_gui.step_detail import decision_text
 
-    recorded = json.dumps({"text": '{"category": "billing", "reply": "Hi Dana"}', "model": "offline",
+    recorded = json.dumps({"text": '{"category": "billing", "reply": "Hi Dana,\\n\\nSorry."}', "model": "offline",
                            "finish_reason": "stop", "usage": {"input_tokens": 3}})
-    shown = decision_text(recorded)
-    assert shown.startswith('{\n  "category": "billing",\n  "reply": "Hi Dana"\n}')
-    assert shown.endswith("— model offline, finish stop")
+    assert decision_text(recorded) == "category: billing\nreply:\n    Hi Dana,\n\n    Sorry.\n\n— model offline, finish stop"
+    nested = json.dumps({"text": '{"items": [1, 2]}', "model": "m"})
+    assert decision_text(nested) == '{\n  "items": [\n    1,\n    2\n  ]\n}\n\n— model m'
     assert decision_text(json.dumps({"text": "plain words", "model": "m"})) == "plain words\n\n— model m"
     assert decision_text("not json <b>at all</b>") == "not json <b>at all</b>"
     assert decision_text(None) == ""
