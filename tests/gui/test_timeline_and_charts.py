@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,8 @@ def folded(qtbot, path: Path, run_id: str) -> Monitor:  # type: ignore[no-untype
     return monitor
 
 
-def test_100k_bars_are_a_handful_of_items_and_paint_fast(qtbot) -> None:  # type: ignore[no-untyped-def]
+def test_100k_bars_are_a_handful_of_items(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """Never one item per step (frame time is measured in tests/benchmarks, not asserted here)."""
     monitor = Monitor(Path("/nonexistent/never.db"))  # not started: fed by hand
     monitor.apply(synthetic_events("big", 100_000, kill_every=5_000))  # type: ignore[arg-type]
     run = monitor.run("big")
@@ -36,16 +36,7 @@ def test_100k_bars_are_a_handful_of_items_and_paint_fast(qtbot) -> None:  # type
     view.set_run("big")
     items = len(view.plot.getPlotItem().items)
     assert items < 10 + 20  # five bar items, selection, kill lines, kill labels: never one per step
-    frames = []
-    for _ in range(5):
-        t = time.perf_counter()
-        view.plot.grab()  # a full repaint of the plot
-        frames.append(time.perf_counter() - t)
-    t = time.perf_counter()
-    view.refresh()
-    refresh = time.perf_counter() - t
-    print(f"\n100k bars: frame {np.median(frames) * 1000:.1f} ms (median of 5), data refresh {refresh * 1000:.1f} ms")
-    assert np.median(frames) < 0.25 and refresh < 0.25  # generous for slow CI; ~13 ms and ~14 ms here
+    assert not view.plot.grab().isNull()  # and it paints
 
 
 def test_hover_describes_and_click_selects_the_step_under_the_mouse(qtbot, crashed_run: Engine) -> None:  # type: ignore[no-untyped-def]
