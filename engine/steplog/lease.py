@@ -45,6 +45,11 @@ def _proc_start(pid: int) -> float | None:
         return None
 
 
+def process_alive(pid: int) -> bool:
+    """Is ``pid`` a live process on this machine (a zombie awaiting its parent counts as dead)?"""
+    return _proc_start(pid) is not None
+
+
 @cache
 def me() -> Holder:
     pid = os.getpid()

@@ -91,6 +91,8 @@ class RunState:
     usage: dict[str, float] = field(default_factory=dict)
     incarnation: int = 0
     pid: int | None = None
+    """The engine holding the run (``None`` once it released the lease or finished)."""
+    host: str | None = None
     kills: list[Kill] = field(default_factory=list)
     step_names: dict[int, tuple[str, str]] = field(default_factory=dict)
     """seq -> (name, kind)"""
@@ -224,6 +226,7 @@ class RunState:
             del self._open[seq]
         self.incarnation = ev.incarnation
         self.pid = d.get("pid")
+        self.host = d.get("host")
 
 
 class LogState:

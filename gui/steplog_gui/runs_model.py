@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+import socket
 import time
 from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, QTimer
+
+from steplog.lease import process_alive
 
 from . import theme
 from .monitor import Monitor
@@ -28,6 +31,17 @@ def budget_use(run: RunState) -> tuple[float, str]:
         if frac > best:
             best, label = frac, f"{frac:.0%} {name.replace('_usd', '')}"
     return (best, label) if best >= 0 else (math.nan, "no limits")
+
+
+def status_text(run: RunState) -> tuple[str, str | None]:
+    """The status as shown, and why: a "running" run whose engine is gone reads "stopped"."""
+    if run.status != "running":
+        return run.status.replace("_", " "), run.reason
+    if run.pid is None:
+        return "stopped", "no engine holds it (stopped or released); Resume run continues it"
+    if run.host == socket.gethostname() and not process_alive(run.pid):
+        return "stopped", f"its engine (pid {run.pid}) is gone; Resume run continues it from its last checkpoint"
+    return "running", f"engine pid {run.pid} on {run.host}"
 
 
 def fmt_duration(seconds: float) -> str:
@@ -84,10 +98,11 @@ class RunsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return self._display(run, col)
         if role == Qt.ItemDataRole.ForegroundRole and col == 2:
-            return theme.qcolor(theme.current().status.get(run.status, theme.current().foreground))
+            shown = status_text(run)[0].replace(" ", "_")
+            return theme.qcolor(theme.current().status.get(shown, theme.current().foreground))
         if role == Qt.ItemDataRole.ToolTipRole:
-            if col == 2 and run.reason:
-                return run.reason
+            if col == 2:
+                return status_text(run)[1]
             if col == 1:
                 return run.agent
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (3, 4, 6):
@@ -100,7 +115,7 @@ class RunsModel(QAbstractTableModel):
         if col == 1:
             return run.agent.rsplit("/", 1)[-1]
         if col == 2:
-            return run.status.replace("_", " ")
+            return status_text(run)[0]
         if col == 3:
             limit = run.limits.get("steps")
             return f"{run.steps_committed}" + (f" / {limit}" if limit else "")

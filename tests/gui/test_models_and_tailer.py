@@ -134,3 +134,18 @@ def test_a_chat_decision_reads_as_the_models_answer_then_its_metadata() -> None:
     assert decision_text(json.dumps({"text": "plain words", "model": "m"})) == "plain words\n\n— model m"
     assert decision_text("not json <b>at all</b>") == "not json <b>at all</b>"
     assert decision_text(None) == ""
+
+
+def test_a_running_run_whose_engine_died_reads_stopped_with_what_to_do(qtbot, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    crashed = engine.run(*witness_args(engine, "orphan", tmp_path / "w.db", 3), env={"STEPLOG_CRASH_AT": "after_step_record@2"})
+    assert crashed.returncode == 86, crashed.stderr
+    monitor = started_monitor(qtbot, engine.db)
+    try:
+        model = RunsModel(monitor)
+        qtbot.waitUntil(lambda: model.rowCount() == 1, timeout=10_000)
+        assert monitor.run("orphan").status == "running"  # what the log says
+        status = model.index(0, 2)
+        assert status.data() == "stopped"  # what is true: no engine is working on it
+        assert "is gone; Resume run continues it" in status.data(Qt.ItemDataRole.ToolTipRole)
+    finally:
+        monitor.stop()
