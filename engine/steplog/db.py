@@ -142,14 +142,15 @@ def _migrate(conn: sqlite3.Connection) -> None:
     with immediate(conn):
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])  # re-read under the lock
         for step in MIGRATIONS[version:]:
-            for statement in _split(step):
+            for statement in split_statements(step):
                 conn.execute(statement)
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
-def _split(script: str) -> Iterator[str]:
-    """Split a migration into statements (``executescript`` would commit our transaction)."""
+def split_statements(script: str) -> Iterator[str]:
+    """Split a migration into statements (``executescript`` would commit our transaction);
+    whole-line ``--`` comments are dropped."""
     buf = ""
     for line in script.splitlines(keepends=True):
         if line.lstrip().startswith("--"):

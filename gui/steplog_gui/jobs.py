@@ -16,9 +16,9 @@ _pending: set[_Carrier] = set()
 
 
 class _Carrier(QObject):
-    sig_done = Signal(object)
+    job_done = Signal(object)
     """The job's result (delivered on the thread that created the carrier: the GUI)."""
-    sig_failed = Signal(object)
+    job_failed = Signal(object)
     """The exception the job raised."""
 
 
@@ -31,9 +31,9 @@ class _Job(QRunnable):
         try:
             result = self._fn()
         except Exception as exc:  # delivered to on_error; nothing escapes a pool thread
-            self._carrier.sig_failed.emit(exc)
+            self._carrier.job_failed.emit(exc)
         else:
-            self._carrier.sig_done.emit(result)
+            self._carrier.job_done.emit(result)
 
 
 def submit(fn: Callable[[], Any], on_done: Callable[[Any], None],
@@ -55,8 +55,8 @@ def submit(fn: Callable[[], Any], on_done: Callable[[Any], None],
         if on_error is not None and alive():
             on_error(exc)
 
-    carrier.sig_done.connect(done)
-    carrier.sig_failed.connect(failed)
+    carrier.job_done.connect(done)
+    carrier.job_failed.connect(failed)
     QThreadPool.globalInstance().start(_Job(fn, carrier))
 
 

@@ -26,11 +26,11 @@ BATCH = 5000
 class _TailWorker(QObject):
     """Lives in the tailer's thread; owns the read-only connection."""
 
-    sig_events = Signal(object)
+    events_read = Signal(object)
     """A list of ``repository.Event``, ids ascending, all above the previous batch."""
-    sig_problem = Signal(str)
+    problem_found = Signal(str)
     """Why the log cannot be read ('' once it can)."""
-    sig_reset = Signal()
+    log_replaced = Signal()
     """The file was replaced: everything read so far is void; events restart from id 1."""
 
     def __init__(self, path: Path) -> None:
@@ -73,7 +73,7 @@ class _TailWorker(QObject):
     def _set_problem(self, text: str) -> None:
         if text != self._problem:
             self._problem = text
-            self.sig_problem.emit(text)
+            self.problem_found.emit(text)
 
     @Slot()
     def check(self, force: bool = False) -> None:
@@ -88,7 +88,7 @@ class _TailWorker(QObject):
             if problem == "replaced":
                 self.repo.open()
                 self.bookmark, self._version = 0, None
-                self.sig_reset.emit()
+                self.log_replaced.emit()
                 self._set_problem("")
             elif problem == "deleted":
                 self.repo.close()
@@ -113,7 +113,7 @@ class _TailWorker(QObject):
             if not events:
                 return
             self.bookmark = events[-1].id
-            self.sig_events.emit(events)
+            self.events_read.emit(events)
             if len(events) < BATCH:
                 return
 
@@ -127,8 +127,8 @@ class Tailer(QObject):
     """A one-line reason the log cannot be read, or '' when it can again."""
     log_reset = Signal()
     """The file was replaced by another: drop what was folded so far."""
-    _sig_hint = Signal()
-    _sig_stop = Signal()
+    _hint_received = Signal()
+    _stop_requested = Signal()
 
     def __init__(self, path: Path, parent: QObject | None = None, *, use_watchdog: bool = True) -> None:
         super().__init__(parent)
@@ -137,11 +137,11 @@ class Tailer(QObject):
         self._thread.setObjectName("steplog-tailer")
         self._worker = _TailWorker(self.path)
         self._worker.moveToThread(self._thread)
-        self._worker.sig_events.connect(self.events_arrived)
-        self._worker.sig_problem.connect(self.problem_changed)
-        self._worker.sig_reset.connect(self.log_reset)
-        self._sig_hint.connect(self._worker.hint)
-        self._sig_stop.connect(self._worker.stop)
+        self._worker.events_read.connect(self.events_arrived)
+        self._worker.problem_found.connect(self.problem_changed)
+        self._worker.log_replaced.connect(self.log_reset)
+        self._hint_received.connect(self._worker.hint)
+        self._stop_requested.connect(self._worker.stop)
         self._thread.started.connect(self._worker.start)
         self._use_watchdog = use_watchdog
         self._observer: object | None = None
@@ -162,7 +162,7 @@ class Tailer(QObject):
             self._observer.join(timeout=2)  # type: ignore[attr-defined]
             self._observer = None
         if self._thread.isRunning():
-            self._sig_stop.emit()
+            self._stop_requested.emit()
             self._thread.quit()
             self._thread.wait(5000)
 
@@ -174,7 +174,7 @@ class Tailer(QObject):
         from watchdog.observers import Observer
 
         names = {self.path.name, self.path.name + "-wal"}
-        hint = self._sig_hint
+        hint = self._hint_received
 
         class _Hint(FileSystemEventHandler):
             def on_any_event(self, event: FileSystemEvent) -> None:  # watchdog's thread

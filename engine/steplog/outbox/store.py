@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
 
-from ..db import immediate
+from ..db import immediate, split_statements
 from ..errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema
 from .ledger import Attempt, Delivery, JSONObject, Ledger, Outcome
 
@@ -109,7 +109,7 @@ class OutboxStore:
                 with immediate(conn):
                     current = int(conn.execute("PRAGMA user_version").fetchone()[0])  # under the lock
                     for script in MIGRATIONS[current:]:
-                        for statement in _statements(script):
+                        for statement in split_statements(script):
                             conn.execute(statement)
                     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -301,18 +301,6 @@ def _create_private(path: Path) -> None:
         pass
     except OSError as exc:
         raise LogError(f"cannot create {path}: {exc.strerror}; choose a writable --db path") from exc
-
-
-def _statements(script: str) -> Iterator[str]:
-    """Split a migration into statements (``executescript`` would commit our transaction)."""
-    buf = ""
-    for line in script.splitlines(keepends=True):
-        buf += line
-        if sqlite3.complete_statement(buf):
-            yield buf.strip()
-            buf = ""
-    if buf.strip():
-        yield buf.strip()
 
 
 def _loads_object(text: str) -> JSONObject:
