@@ -85,7 +85,7 @@ class Journal:
 
     def __init__(self, conn: sqlite3.Connection, run_id: str, incarnation: int, usage: Usage,
                  *, clock: Clock = time.time, monotonic: Clock = time.monotonic,
-                 lease_seconds: float, synchronous: str = "FULL", durable_starts: bool = False) -> None:
+                 lease_seconds: float, synchronous: str = "FULL") -> None:
         self.conn = conn
         self.run_id = run_id
         self.incarnation = incarnation
@@ -97,7 +97,6 @@ class Journal:
         # Step-start markers are committed without fsync (synchronous=NORMAL for that one
         # transaction): a kill cannot lose them, and the record commit that follows fsyncs the
         # WAL, markers included. Only a power cut between the two could drop an attempt counter.
-        self._durable_starts = durable_starts
         self._base_sync = synchronous
         self._sync = synchronous
         self.fenced = threading.Event()
@@ -127,7 +126,7 @@ class Journal:
 
     @contextmanager
     def _fenced_tx(self, durable: bool, run_sets: str, run_args: tuple[Any, ...]) -> Iterator[sqlite3.Connection]:
-        self._set_sync(self._base_sync if durable or self._durable_starts else "NORMAL")
+        self._set_sync(self._base_sync if durable else "NORMAL")
         now = self._clock()
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
