@@ -146,7 +146,7 @@ def run(agent: str, run_id: str | None, db: Path | None, workdir: Path | None, o
             lease_seconds=lease_seconds or DEFAULT_LEASE_SECONDS,
             synchronous="FULL" if synchronous == "full" else "NORMAL", on_start=started)
     except KeyboardInterrupt:
-        _fail("stopped; the lease is released, run the same command to resume", 130)
+        _fail("stopped by a signal; run the same command to resume from the last checkpoint", 130)
     assert outcome.status in TERMINAL
     if outcome.status == "succeeded":
         click.echo(f"run {outcome.run_id} succeeded: {json.dumps(outcome.result, ensure_ascii=False)}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,7 +41,7 @@ def _apply_pragmas(conn: sqlite3.Connection, *, readonly: bool, synchronous: Syn
         return
     # WAL: readers (status, the monitor) never block the engine's writes, and a commit is one
     # sequential append. Persistent in the file once set.
-    conn.execute("PRAGMA journal_mode = WAL")
+    _use_wal(conn)
     # FULL: the WAL is fsynced at every commit, so a committed checkpoint survives power loss.
     # NORMAL survives process crashes (every kill test) but may lose the last commits on power
     # loss; it is offered as an option, never the default.
@@ -48,6 +49,26 @@ def _apply_pragmas(conn: sqlite3.Connection, *, readonly: bool, synchronous: Syn
     # Referential checks cost a lookup per insert on the hot path; the engine is the only
     # writer and writes parents first.
     conn.execute("PRAGMA foreign_keys = OFF")
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch to WAL unless the file already is. Switching needs an exclusive lock and SQLite
+    may report SQLITE_BUSY at once instead of waiting (two engines creating one new log at the
+    same moment), so it is retried up to the busy timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if mode != "wal":  # a refused switch returns the old mode rather than failing
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode == "wal":
+                return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+        if time.monotonic() > deadline:
+            raise sqlite3.OperationalError("database is locked (could not switch it to WAL)")
+        time.sleep(0.005)
 
 
 def _read_header(path: Path) -> bytes:

@@ -129,8 +129,10 @@ class Journal:
         self._set_sync(self._base_sync if durable else "NORMAL")
         now = self._clock()
         conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
         try:
+            # BEGIN inside the try: a signal (SIGTERM becomes KeyboardInterrupt) may land right
+            # after it, and the transaction must still be rolled back.
+            conn.execute("BEGIN IMMEDIATE")
             u = self.usage
             cur = conn.execute(
                 "UPDATE run SET updated_at = ?, lease_expires = ?, used_seconds = ?, used_steps = ?,"
@@ -146,11 +148,11 @@ class Journal:
                 self.fenced.set()
                 raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
             yield conn
+            conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     def _event(self, kind: str, seq: int | None, data: dict[str, Any]) -> None:
         self.conn.execute(
@@ -283,10 +285,12 @@ class Journal:
     def release(self) -> None:
         """Let go of the lease without finishing (the process is stopping for another reason)."""
         try:
+            if self.conn.in_transaction:  # interrupted mid-transaction: nothing of it stays
+                self.conn.execute("ROLLBACK")
             with self._tx(run_sets="lease_pid = NULL, lease_expires = NULL"):
                 self._event("lease_released", None, {"usage": self.usage.snapshot(self.seconds_used())})
-        except Fenced:
-            pass
+        except (Fenced, LogWriteError, sqlite3.Error):
+            pass  # the next engine takes a dead holder's lease over anyway
 
 
 def load_steps(conn: sqlite3.Connection, run_id: str) -> dict[int, StepRecord]:
