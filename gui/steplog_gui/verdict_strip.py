@@ -36,6 +36,10 @@ class VerdictStrip(QFrame):
             label.setObjectName(f"verdict_{key}")
             self.labels[key] = label
             layout.addWidget(label)
+        self.hint = QLabel("No run selected: pick one under Runs, or start one with New run "
+                           "(the demo: steplog demo).")
+        self.hint.setTextFormat(Qt.TextFormat.PlainText)
+        layout.addWidget(self.hint)
         layout.addStretch(1)
         self.labels["verdict"].setMinimumWidth(80)
         self._watcher = watcher
@@ -48,10 +52,10 @@ class VerdictStrip(QFrame):
 
     def show_verdict(self, v: Any) -> None:
         pal = theme.current()
+        self.hint.setVisible(v is None)
         if v is None:
             for label in self.labels.values():
                 label.setText("")
-            self.labels["verdict"].setText("")
             self.labels["verdict"].setStyleSheet("")
             return
         self.labels["kills"].setText(f"Kills: {len(v.kills)}")
