@@ -19,6 +19,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
+def _stop_and_close(window: object) -> None:
+    window.close_policy = "stop"  # type: ignore[attr-defined]
+    window.close()  # type: ignore[attr-defined]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from steplog.db import default_db_path
@@ -49,6 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     window.show()
     # Ctrl-C in the terminal closes the window (and asks about a running engine) instead of dying.
     signal.signal(signal.SIGINT, lambda *_: window.close())
+    # SIGTERM / SIGHUP (logout, `kill`, a closed terminal) mean "stop": the engine is stopped and
+    # the demo's outbox with it, so nothing is left running behind a window that is gone.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda *_: _stop_and_close(window))
     keepalive = QTimer()  # lets Python see the signal while Qt's loop runs
     keepalive.start(250)
     keepalive.timeout.connect(lambda: None)
