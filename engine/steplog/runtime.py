@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
@@ -106,6 +107,7 @@ class Run:
         self._sleep = sleep
         self._seq = 0
         self._stopping: RunStopped | None = None
+        self._thread = threading.get_ident()
 
     @property
     def incarnation(self) -> int:
@@ -209,6 +211,10 @@ class Run:
             raise self._stopping
         if _current.get() is not None:
             raise UsageError(f"step '{name}' was called inside another step; call run.* from the agent function only")
+        if threading.get_ident() != self._thread:
+            # Steps are numbered in call order; calls racing from threads would number them
+            # differently on every replay.
+            raise UsageError(f"step '{name}' was called from another thread; call run.* from the agent's own thread")
         self._seq += 1
         seq = self._seq
         prior = self._steps.get(seq)

@@ -190,3 +190,26 @@ def test_steps_cannot_nest(db: Path) -> None:
 
     with pytest.raises(steplog.RunFailed, match="called inside another step"):
         nested.run("r", db=db)
+
+
+def test_steps_from_another_thread_are_refused(db: Path) -> None:
+    import threading
+
+    errors: list[BaseException] = []
+
+    @steplog.agent
+    def threaded(run: steplog.Run) -> None:
+        def worker() -> None:
+            try:
+                run.step("from a thread", int, 1)
+            except BaseException as exc:  # noqa: BLE001 (collected for the assertion)
+                errors.append(exc)
+
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+        run.step("from the agent", int, 2)
+
+    threaded.run("r", db=db)
+    assert len(errors) == 1 and "from another thread" in str(errors[0])
+    assert rows(db, "SELECT seq, name FROM step") == [(1, "from the agent")]
