@@ -42,6 +42,8 @@ class TimelineView(QWidget):
         self._dirty = False
         self.plot = pg.PlotWidget()
         self.plot.setLabel("bottom", "seconds since the run started")
+        # Plain seconds always: an automatic "(x0.001)" on a fast run's axis reads as an error.
+        self.plot.getAxis("bottom").enableAutoSIPrefix(False)
         self.plot.setLabel("left", "engine")
         self.plot.showGrid(x=True, y=False, alpha=0.25)
         self.plot.setMouseEnabled(x=True, y=False)
