@@ -191,7 +191,10 @@ def _describe(s: dict[str, Any]) -> str:
 
     budget = s["budget"]
     redone = s["step_executions"] - s["steps_committed"]
-    return (f"{s['run_id']}  {s['agent']}  {s['status']}"
+    engine = {"gone": " (its engine is gone: run the same command to resume)",
+              "none": " (no engine holds it: run the same command to resume)"}
+    state = s["status"] + (engine.get(s["engine"], "") if s["status"] == "running" else "")
+    return (f"{s['run_id']}  {s['agent']}  {state}"
             + (f" ({s['reason']})" if s["reason"] else "")
             + f"\n  steps {fmt(budget['steps'])}  executions {s['step_executions']} (redone/retried {redone})"
             + f"  incarnations {s['incarnations']}"
@@ -218,7 +221,8 @@ def runs(db: Path | None, as_json: bool) -> None:
     if not rows:
         click.echo("no runs yet")
     for s in rows:
-        click.echo(f"{s['run_id']:<28} {s['agent']:<20} {s['status']:<10} steps {s['steps_committed']:>5}"
+        state = "stopped" if s["status"] == "running" and s["engine"] in ("gone", "none") else s["status"]
+        click.echo(f"{s['run_id']:<28} {s['agent']:<20} {state:<10} steps {s['steps_committed']:>5}"
                    f"  incarnations {s['incarnations']}")
 
 

@@ -26,14 +26,14 @@ _SELECT = (
     "SELECT id, agent, model, status, reason, result, workdir, outbox, params, used_steps, step_executions,"
     " incarnation, limit_steps, limit_tokens, limit_seconds, limit_cost_usd, used_tokens + reserved_tokens,"
     " tokens_estimated, used_seconds, used_cost_usd + reserved_cost_usd, used_retries, limit_retries,"
-    " created_at, updated_at, finished_at, lease_pid FROM run"
+    " created_at, updated_at, finished_at, lease_pid, lease_host FROM run"
 )
 
 
 def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
     (rid, agent, model, status, reason, result, workdir, outbox, params, steps, executions, incarnation,
      l_steps, l_tokens, l_seconds, l_cost, tokens, tokens_est, seconds, cost, retries, l_retries,
-     created, updated, finished, lease_pid) = r
+     created, updated, finished, lease_pid, lease_host) = r
     return {
         "run_id": rid,
         "agent": agent,
@@ -58,7 +58,22 @@ def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
         "updated_at": updated,
         "finished_at": finished,
         "lease_pid": lease_pid,
+        "engine": _engine(status, lease_pid, lease_host),
     }
+
+
+def _engine(status: str, pid: int | None, host: str | None) -> str:
+    """Who is working on the run: "live", "gone" (its engine died: run the same command to
+    resume), "none" (no engine holds it), or "remote" (another host; only its lease says)."""
+    if status in TERMINAL or pid is None:
+        return "none"
+    import socket
+
+    if host != socket.gethostname():
+        return "remote"
+    from .lease import process_alive
+
+    return "live" if process_alive(pid) else "gone"
 
 
 def run_status(conn: sqlite3.Connection, run_id: str, *, db: Path | None = None) -> dict[str, Any]:
