@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .run_state import OUTCOME_NAMES, PHASES, RUNNING, RunState
+from .run_state import OUTCOME_NAMES, PHASES, RUNNING, Kill, RunState
 
 BAR_HEIGHT = 0.7
 MIN_WIDTH = 0.02
@@ -36,10 +36,20 @@ def bars(run: RunState, outcome: int, now: float) -> Bars:
     return Bars(start - t0, width, ex["lane"][mask].astype(np.float64) - BAR_HEIGHT / 2)
 
 
-def kill_marks(run: RunState) -> list[tuple[float, int, float | None]]:
-    """Per kill: (x seconds since start, the lane it ended, resume latency or None)."""
+def kill_label(k: Kill) -> str:
+    """What a kill marker says: how soon a new engine was up (lease taken) and how soon it had
+    committed a step (the resume latency, which includes redoing the interrupted step)."""
+    up = k.resumed_at - k.ts
+    text = f"kill → engine up in {up:.2f} s" if up >= 0 else "kill"
+    if k.latency is not None:
+        text += f"\nstep committed in {k.latency:.2f} s"
+    return text
+
+
+def kill_marks(run: RunState) -> list[tuple[float, int, str]]:
+    """Per kill: (x seconds since start, the lane it ended, its label)."""
     t0 = run.created if np.isfinite(run.created) else 0.0
-    return [(k.ts - t0, k.killed_incarnation, k.latency) for k in run.kills]
+    return [(k.ts - t0, k.killed_incarnation, kill_label(k)) for k in run.kills]
 
 
 def describe(run: RunState, i: int, now: float) -> str:

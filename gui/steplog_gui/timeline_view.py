@@ -182,10 +182,11 @@ class TimelineView(QWidget):
         xs = np.repeat([m[0] for m in marks], 2)
         ys = np.array([[m[1] - 0.5, m[1] + 0.5] for m in marks]).ravel()
         self._kills.setData(xs, ys)
-        for x, lane, latency in marks[-MAX_KILL_LABELS:]:
-            text = "kill" + (f" → resumed in {latency:.2f} s" if latency is not None else "")
-            label = pg.TextItem(text, color=self._palette.kill, anchor=(0, 1))
-            label.setPos(x, lane + 0.5)
+        for x, lane, text in marks[-MAX_KILL_LABELS:]:
+            # Right of the kill line, in the killed engine's own lane: that lane is empty from
+            # the kill on, so the label never covers a bar.
+            label = pg.TextItem(text, color=self._palette.kill, anchor=(0, 0.5))
+            label.setPos(x, lane)
             self.plot.addItem(label)
             self._kill_labels.append(label)
 

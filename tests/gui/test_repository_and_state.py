@@ -83,3 +83,11 @@ def test_the_fold_sees_the_crash_the_redone_step_and_the_resume(crashed_run: Eng
     text = describe(run, int(redone[0]), 0)
     assert "apply 1" in text and "redone" in text and "acting" in text
     assert detail is not None and detail.effects[0]["key"] == "R:8" and detail.effects[0]["attempts"] == 2
+
+
+def test_a_kill_marker_says_when_the_engine_was_up_and_when_a_step_was_committed() -> None:
+    from steplog_gui.run_state import Kill
+    from steplog_gui.timeline_data import kill_label
+
+    assert kill_label(Kill(1, 100.0, True, 100.15, 101.2)) == "kill → engine up in 0.15 s\nstep committed in 1.20 s"
+    assert kill_label(Kill(1, 100.0, True, 100.15, None)) == "kill → engine up in 0.15 s"
