@@ -53,6 +53,12 @@ class Agent(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<steplog.Agent {self.name}>"
 
+    def require_outbox(self, outbox: str | None) -> None:
+        """Refuse to start an agent that posts messages without somewhere to post them."""
+        if self.needs_outbox and not outbox:
+            raise UsageError(f"agent {self.default_spec()} posts messages: pass --outbox URL "
+                             "(start one with `steplog outbox --port 0`)")
+
     def default_spec(self) -> str:
         """How the log names this agent so that ``steplog run`` can find it again."""
         if self.spec:

@@ -94,8 +94,7 @@ def _select(conn: sqlite3.Connection, run_id: str) -> sqlite3.Row | None:
 
 
 def _create(conn: sqlite3.Connection, req: Request, now: float) -> sqlite3.Row:
-    if req.agent.needs_outbox and not req.outbox:
-        raise UsageError(f"agent {req.spec} posts messages: pass --outbox URL (start one with `steplog outbox --port 0`)")
+    req.agent.require_outbox(req.outbox)
     b = req.agent.budget.merged(**req.limits)
     workdir = (req.workdir or req.db_path.parent / "runs" / req.run_id).expanduser().resolve()
     conn.execute(

@@ -103,8 +103,8 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | Non
         raise UsageError(f"run id {run_id!r} may use letters, digits, '-', '_' and '.' only (at most 100)")
     if outbox is not None and not outbox.startswith(("http://", "https://")):
         raise UsageError(f"--outbox {outbox!r} is not an http(s) URL; start one with `steplog outbox --port 0`")
-    if agent.needs_outbox and outbox is None and run_id is None:
-        raise UsageError(f"agent {spec} posts messages: pass --outbox URL (start one with `steplog outbox --port 0`)")
+    if run_id is None:  # surely a new run: refuse before the log is even opened
+        agent.require_outbox(outbox)
     if pace < 0:
         raise UsageError(f"--pace must be 0 or more seconds (got {pace})")
     if lease_seconds <= 0:

@@ -76,17 +76,12 @@ def test_each_commit_reaches_the_model_without_a_manual_refresh(qtbot, engine: E
     monitor = started_monitor(qtbot, engine.db)
     try:
         qtbot.waitUntil(lambda: monitor.run("first") is not None and monitor.run("first").terminal, timeout=10_000)
-        latencies = []
-        for i in range(5):
-            conn = sqlite3.connect(engine.db, isolation_level=None)  # a committed event, as an engine writes it
-            t = time.time()
+        for i in range(5):  # commits from another connection, as an engine writes them
+            conn = sqlite3.connect(engine.db, isolation_level=None)
             conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, 0, 'run_created', '{}')",
-                         (f"probe{i}", t))
+                         (f"probe{i}", time.time()))
             conn.close()
             qtbot.waitUntil(lambda i=i: monitor.run(f"probe{i}") is not None, timeout=5_000)
-            latencies.append(time.time() - t)
-        # Reported, not asserted: tests/benchmarks measures it properly.
-        print(f"\ncommit -> model latency: median {sorted(latencies)[2] * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms")
     finally:
         monitor.stop()
 
