@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -130,8 +129,6 @@ def run(agent: str, run_id: str | None, db: Path | None, workdir: Path | None, o
     from .status import TERMINAL
 
     resolved = resolve(agent)
-    # SIGTERM stops the engine like Ctrl-C: the lease is released so a relaunch resumes at once.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
 
     def started(rid: str, incarnation: int, resumed: bool) -> None:
         verb = "resuming" if resumed else "starting"
@@ -146,6 +143,8 @@ def run(agent: str, run_id: str | None, db: Path | None, workdir: Path | None, o
             lease_seconds=lease_seconds or DEFAULT_LEASE_SECONDS,
             synchronous="FULL" if synchronous == "full" else "NORMAL", on_start=started)
     except KeyboardInterrupt:
+        # SIGTERM, SIGINT and SIGHUP stop the engine at a safe point (``steplog.interrupts``); the
+        # lease is released, so the same command resumes at once.
         _fail("stopped by a signal; run the same command to resume from the last checkpoint", 130)
     assert outcome.status in TERMINAL
     if outcome.status == "succeeded":

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
+from . import interrupts
 from .errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema
 from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
@@ -191,14 +192,28 @@ def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     A deferred transaction that reads and then writes fails with SQLITE_BUSY *without waiting*
     when another writer got in between; ``BEGIN IMMEDIATE`` waits on ``busy_timeout`` instead.
     """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with interrupts.critical(), rolled_back_on_error(conn):
+        conn.execute("BEGIN IMMEDIATE")
         yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    else:
         conn.execute("COMMIT")
+
+
+@contextmanager
+def rolled_back_on_error(conn: sqlite3.Connection) -> Iterator[None]:
+    """Roll back the open transaction if the block raises, and let the block's error through.
+
+    Only if one is open: a failed ``BEGIN``, or an error after ``COMMIT`` succeeded, leaves none,
+    and ``ROLLBACK`` then fails with an error that would replace the real one.
+    """
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # SQLite rolled back already (an I/O error aborts the transaction)
+        raise
 
 
 def open_log(path: Path, *, synchronous: Synchronous = "FULL") -> sqlite3.Connection:

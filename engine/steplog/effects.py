@@ -15,7 +15,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from .db import private_dir
+from . import interrupts
+from .db import private_dir, rolled_back_on_error
 from .errors import PermanentError, TransientError, UsageError
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -113,8 +114,8 @@ def merge(workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[
     conn = sqlite3.connect(path, isolation_level=None, timeout=10)
     try:
         conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with interrupts.critical(), rolled_back_on_error(conn):
+            conn.execute("BEGIN IMMEDIATE")
             key_cols = ", ".join(f'"{k}"' for k in key)
             cols = {**key, **values}
             conn.execute(
@@ -133,9 +134,6 @@ def merge(workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[
                 [_sql_value(v) for v in cols.values()],
             )
             conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
     finally:
         conn.close()
     return {"db": db, "table": table, "key": key}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import interrupts
 from .agent import Agent, bind_params
 from .claim import Finished, Request, budget_of, claim
 from .db import Synchronous, default_db_path, open_log, private_dir
@@ -95,8 +96,6 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | Non
     agent's default budget, for an existing one over its recorded limits (raising a limit that
     stopped a ``gave_up`` run reopens it).
     """
-    from .llm import make_model
-
     spec = agent.default_spec()
     bound = bind_params(agent, params or {})
     if run_id is not None and not _RUN_ID.fullmatch(run_id):
@@ -110,36 +109,68 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | Non
     if lease_seconds <= 0:
         raise UsageError(f"--lease-seconds must be positive (got {lease_seconds})")
     db_path = Path(db) if db else default_db_path()
+    with interrupts.installed():
+        return _execute(agent, spec, bound, run_id=run_id, db_path=db_path, workdir=workdir, outbox=outbox,
+                        limits=limits, model=model, base_url=base_url, pace=pace, lease_seconds=lease_seconds,
+                        synchronous=synchronous, on_start=on_start)
+
+
+def _execute(agent: Agent[..., Any], spec: str, bound: dict[str, Any], *, run_id: str | None, db_path: Path,
+             workdir: Path | None, outbox: str | None, limits: dict[str, Any] | None, model: str | None,
+             base_url: str | None, pace: float, lease_seconds: float, synchronous: Synchronous,
+             on_start: Any) -> Outcome:
     conn = open_log(db_path, synchronous=synchronous)
-    conn.row_factory = sqlite3.Row
+    journal: Journal | None = None
     try:
-        claimed = claim(conn, Request(agent=agent, spec=spec, run_id=run_id or new_run_id(), db_path=db_path,
-                                      workdir=workdir, outbox=outbox, params=bound, limits=limits or {},
-                                      model=model, lease_seconds=lease_seconds))
-        if isinstance(claimed, Finished):
-            r = claimed.row
-            return Outcome(r["id"], r["status"], r["reason"], json.loads(r["result"] or "null"), True, r["incarnation"])
-        row, incarnation, resumed = claimed.row, claimed.incarnation, claimed.resumed
-        conn.row_factory = None
-        usage = Usage(steps=row["used_steps"], tokens=row["used_tokens"], tokens_estimated=row["tokens_estimated"],
-                      cost_usd=row["used_cost_usd"], retries=row["used_retries"], executions=row["step_executions"],
-                      seconds_base=row["used_seconds"])
-        journal = Journal(conn, row["id"], incarnation, usage, lease_seconds=lease_seconds, synchronous=synchronous)
-        chat_model = make_model(row["model"], base_url=base_url)
-        run = Run(run_id=row["id"], workdir=Path(row["workdir"]), outbox=row["outbox"],
-                  params=json.loads(row["params"]), journal=journal, steps=load_steps(conn, row["id"]),
-                  budget=budget_of(row), retry=agent.retry, model=chat_model, pace=pace)
-        private_dir(Path(row["workdir"]))
-        if on_start is not None:
-            on_start(run.id, incarnation, resumed)
-        heartbeat = _Heartbeat(db_path, journal, lease_seconds)
-        heartbeat.start()
-        try:
-            return _drive(agent, run, journal, resumed)
-        finally:
-            heartbeat.stop()
+        # The claim and the journal that can release it come as one: a stop asked for in
+        # between is raised once the journal exists, and the except below releases the lease.
+        with interrupts.critical():
+            conn.row_factory = sqlite3.Row
+            claimed = claim(conn, Request(agent=agent, spec=spec, run_id=run_id or new_run_id(), db_path=db_path,
+                                          workdir=workdir, outbox=outbox, params=bound, limits=limits or {},
+                                          model=model, lease_seconds=lease_seconds))
+            if isinstance(claimed, Finished):
+                r = claimed.row
+                return Outcome(r["id"], r["status"], r["reason"], json.loads(r["result"] or "null"), True,
+                               r["incarnation"])
+            row, resumed = claimed.row, claimed.resumed
+            conn.row_factory = None
+            usage = Usage(steps=row["used_steps"], tokens=row["used_tokens"], tokens_estimated=row["tokens_estimated"],
+                          cost_usd=row["used_cost_usd"], retries=row["used_retries"],
+                          executions=row["step_executions"], seconds_base=row["used_seconds"])
+            journal = Journal(conn, row["id"], claimed.incarnation, usage, lease_seconds=lease_seconds,
+                              synchronous=synchronous)
+        return _work(agent, journal, row, resumed, db_path=db_path, base_url=base_url, pace=pace,
+                     lease_seconds=lease_seconds, on_start=on_start)
+    except (Fenced, LogWriteError):
+        raise  # nothing more can be recorded; the run stays resumable
+    except BaseException:
+        if journal is not None:
+            journal.release()  # a stop signal (or sys.exit in agent code): the next engine takes over at once
+        raise
     finally:
-        conn.close()
+        with interrupts.shielded():  # closed once, whatever signal arrives now
+            conn.close()
+
+
+def _work(agent: Agent[..., Any], journal: Journal, row: sqlite3.Row, resumed: bool, *, db_path: Path,
+          base_url: str | None, pace: float, lease_seconds: float, on_start: Any) -> Outcome:
+    from .llm import make_model
+
+    chat_model = make_model(row["model"], base_url=base_url)
+    run = Run(run_id=row["id"], workdir=Path(row["workdir"]), outbox=row["outbox"],
+              params=json.loads(row["params"]), journal=journal, steps=load_steps(journal.conn, row["id"]),
+              budget=budget_of(row), retry=agent.retry, model=chat_model, pace=pace)
+    private_dir(Path(row["workdir"]))
+    if on_start is not None:
+        on_start(run.id, journal.incarnation, resumed)
+    heartbeat = _Heartbeat(db_path, journal, lease_seconds)
+    heartbeat.start()
+    try:
+        return _drive(agent, run, journal, resumed)
+    finally:
+        with interrupts.shielded():
+            heartbeat.stop()
 
 
 def _drive(agent: Agent[..., Any], run: Run, journal: Journal, resumed: bool) -> Outcome:
@@ -152,19 +183,19 @@ def _drive(agent: Agent[..., Any], run: Run, journal: Journal, resumed: bool) ->
         except (TypeError, ValueError):
             raise run._stop(outcome_error(run.id, "failed",
                 f"the agent returned {type(result).__name__}, which cannot be recorded as JSON")) from None
-        journal.finish("succeeded", None, result_json)
+        with interrupts.shielded():  # the run ends here either way
+            journal.finish("succeeded", None, result_json)
         return Outcome(run.id, "succeeded", None, json.loads(result_json), resumed, journal.incarnation)
     except (Fenced, LogWriteError):
         raise  # nothing more can be recorded; the run stays resumable
     except RunStopped as stop:
-        journal.finish(stop.status, stop.reason, None, stop.details)
+        with interrupts.shielded():
+            journal.finish(stop.status, stop.reason, None, stop.details)
         return Outcome(run.id, stop.status, stop.reason, None, resumed, journal.incarnation)
     except Exception as exc:
         # Agent code may have turned our stop into another error; the stop still wins.
         final = run._stopping or outcome_error(
             run.id, "failed", redact(f"the agent raised outside any step: {type(exc).__name__}: {exc}"))
-        journal.finish(final.status, final.reason, None, final.details)
+        with interrupts.shielded():
+            journal.finish(final.status, final.reason, None, final.details)
         return Outcome(run.id, final.status, final.reason, None, resumed, journal.incarnation)
-    except BaseException:
-        journal.release()  # SIGTERM / Ctrl-C: let the next engine take over at once
-        raise

@@ -23,6 +23,9 @@ SteplogError
 └── StepError (internal)     raised *into* a step to stop it; never caught by users
 ```
 
+``steplog.interrupts.StopRequested`` is not in the tree either: it is a ``KeyboardInterrupt`` (a
+stop signal honoured at a safe point), so no ``except Exception`` mistakes it for a failure.
+
 ``TransientError`` and ``PermanentError`` are not in the tree: they are for *agent code* (and the
 model and effect adapters) to say whether retrying can help. The default ``RetryPolicy`` retries
 every ``Exception`` except a ``PermanentError`` that is not also transient.

@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from . import interrupts
+from .db import rolled_back_on_error
 from .errors import Fenced, LogWriteError
 
 Clock = Callable[[], float]
@@ -129,9 +131,8 @@ class Journal:
         self._set_sync(self._base_sync if durable else "NORMAL")
         now = self._clock()
         conn = self.conn
-        try:
-            # BEGIN inside the try: a signal (SIGTERM becomes KeyboardInterrupt) may land right
-            # after it, and the transaction must still be rolled back.
+        # A stop signal waits for the end of the transaction (see ``interrupts``).
+        with interrupts.critical(), rolled_back_on_error(conn):
             conn.execute("BEGIN IMMEDIATE")
             u = self.usage
             cur = conn.execute(
@@ -149,10 +150,6 @@ class Journal:
                 raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
             yield conn
             conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
 
     def _event(self, kind: str, seq: int | None, data: dict[str, Any]) -> None:
         self.conn.execute(
@@ -285,10 +282,9 @@ class Journal:
     def release(self) -> None:
         """Let go of the lease without finishing (the process is stopping for another reason)."""
         try:
-            if self.conn.in_transaction:  # interrupted mid-transaction: nothing of it stays
-                self.conn.execute("ROLLBACK")
-            with self._tx(run_sets="lease_pid = NULL, lease_expires = NULL"):
-                self._event("lease_released", None, {"usage": self.usage.snapshot(self.seconds_used())})
+            with interrupts.shielded():  # the process is stopping already
+                with self._tx(run_sets="lease_pid = NULL, lease_expires = NULL"):
+                    self._event("lease_released", None, {"usage": self.usage.snapshot(self.seconds_used())})
         except (Fenced, LogWriteError, sqlite3.Error):
             pass  # the next engine takes a dead holder's lease over anyway
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from . import crashpoints, effects
+from . import crashpoints, effects, interrupts
 from .errors import GaveUp, NonDeterminism, RunFailed, RunStopped, SteplogError, UsageError
 from .journal import Journal, StepRecord, dumps, load_effect
 from .llm.base import ChatModel, ChatReply, Estimate, Message
@@ -209,6 +209,7 @@ class Run:
     def _enter(self, name: str, kind: str) -> tuple[int, StepRecord | None]:
         if self._stopping is not None:
             raise self._stopping
+        interrupts.check()  # a step boundary: a stop asked for (and swallowed by agent code) ends here
         if _current.get() is not None:
             raise UsageError(f"step '{name}' was called inside another step; call run.* from the agent function only")
         if threading.get_ident() != self._thread:
@@ -272,9 +273,9 @@ class Run:
                             reserve_cost=reserve.cost_usd if reserve else 0.0)
             fresh = False
             ctx = StepContext(self, seq, name)
-            token = _current.set(ctx)
             started = time.monotonic()
             try:
+                _current.set(ctx)  # inside the try: a stop landing right after it still clears it
                 value = attempt_fn(ctx)
             except SteplogError as exc:
                 if isinstance(exc, RunStopped):
@@ -300,7 +301,7 @@ class Run:
                 self._check_budgets(seq, name, reserve)
                 continue
             finally:
-                _current.reset(token)
+                _current.set(None)  # steps never nest, so "no step" is the state to return to
             crashpoints.reached("before_step_record", seq)
             try:
                 result_json = dumps(value)

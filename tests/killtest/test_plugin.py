@@ -10,9 +10,17 @@ pytestmark = pytest.mark.slow
 
 
 def test_my_agent_survives_kills(killtest: Any) -> None:
-    report = killtest("my_agent_pkg.shop:shop", kills=10)
-    assert report.passed, report.summary()
-    assert 5 <= len(report.verdict.kills) <= 10  # the run may finish before the last planned kills land
+    """How many planned kills land before a run ends depends on the machine's speed, so the
+    storm goes on with a fresh run (another seed) until enough kills have landed; each passes."""
+    landed = 0
+    for seed in range(6):
+        report = killtest("my_agent_pkg.shop:shop", kills=10, seed=seed)
+        assert report.passed, report.summary()
+        assert 1 <= len(report.verdict.kills) <= 10
+        landed += len(report.verdict.kills)
+        if landed >= 10:
+            break
+    assert landed >= 10
 
 
 def test_a_careless_agent_is_caught_with_what_it_did_twice(killtest: Any) -> None:

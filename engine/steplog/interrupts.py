@@ -1,0 +1,124 @@
+"""Stop requests (SIGTERM, SIGINT, SIGHUP) honoured at safe points, never inside a log write.
+
+Python runs a signal handler between any two bytecodes of the main thread. A handler that raises
+there can land between ``COMMIT`` and the code after it (the ``except`` then rolls back a
+transaction that no longer exists, and that error replaces the stop), or inside a generator-based
+context manager's ``__enter__`` (the generator is left suspended and writes a closed connection
+when it is collected). So the engine's handler only *records* the request, and:
+
+- outside every ``critical()`` section it raises ``StopRequested`` at once: step work may be cut
+  short anywhere, because an unfinished step is redone on resume and its effects are keyed;
+- inside one (a log transaction, a merge into the agent's database, releasing the lease) it
+  defers: the outermost section raises it as it ends, once its transaction committed or rolled
+  back;
+- ``check()`` raises it at every step boundary too, so agent code that swallows
+  ``KeyboardInterrupt`` cannot swallow the stop.
+
+The handler raises asynchronously at most once per request; ``shielded()`` marks code after which
+the process ends anyway (the terminal record, closing the log) and never raises there.
+``StopRequested`` is a ``KeyboardInterrupt``: no ``except Exception`` (a retry policy, agent code)
+mistakes it for a failure to retry.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType, TracebackType
+from typing import Any
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
+
+
+class StopRequested(KeyboardInterrupt):
+    """A stop was asked for (a signal); the engine stops at the next safe point."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by signal {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+class _State:
+    requested: int | None = None
+    """The first stop signal received, if any."""
+    raised = False
+    """Whether ``StopRequested`` was already raised for it (the handler raises once)."""
+    depth = 0
+    """How many ``critical()``/``shielded()`` sections the main thread is inside."""
+    shield = 0
+    """How many of them are ``shielded()``: nothing is raised while one is open."""
+
+
+_state = _State()
+
+
+def requested() -> int | None:
+    """The stop signal received so far, or ``None``."""
+    return _state.requested
+
+
+def _on_signal(signum: int, _frame: FrameType | None) -> None:
+    if _state.requested is None:
+        _state.requested = signum
+    if _state.depth == 0 and not _state.raised:
+        _state.raised = True
+        raise StopRequested(signum)
+
+
+def check() -> None:
+    """Raise the pending stop, if any (called at step boundaries)."""
+    if _state.requested is not None and _state.shield == 0:
+        _state.raised = True
+        raise StopRequested(_state.requested)
+
+
+class critical:
+    """A section a stop must not cut in half; a stop requested inside it is raised as it ends
+    (unless it ends with an exception of its own, which then goes first)."""
+
+    def __enter__(self) -> None:
+        _state.depth += 1
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        _state.depth -= 1
+        if exc_type is None and _state.depth == 0 and _state.requested is not None and not _state.raised \
+                and _state.shield == 0:
+            _state.raised = True
+            raise StopRequested(_state.requested)
+
+
+class shielded:
+    """A section after which the process stops anyway: a stop requested inside is only recorded."""
+
+    def __enter__(self) -> None:
+        _state.depth += 1
+        _state.shield += 1
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        _state.shield -= 1
+        _state.depth -= 1
+
+
+@contextmanager
+def installed() -> Iterator[None]:
+    """Handle the stop signals this way while the engine runs, then restore what was there.
+
+    Only on the main thread (where Python delivers signals), and only over the default handlers:
+    an application that installed its own keeps it.
+    """
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            current = signal.getsignal(sig)
+            if current in (signal.SIG_DFL, signal.default_int_handler):
+                previous[sig] = signal.signal(sig, _on_signal)
+    _state.requested, _state.raised = None, False
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
