@@ -44,6 +44,8 @@ class Request:
     limits: dict[str, Any]
     model: str | None
     lease_seconds: float
+    killed_at: float | None = None
+    """When whoever relaunches this engine killed the previous one (recorded with the claim)."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,8 @@ def _take_lease(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, now: f
         (incarnation, holder.pid, holder.host, holder.boot, holder.proc_start, now + req.lease_seconds, now, req.run_id))
     _event(conn, req.run_id, now, incarnation, "lease_acquired", {
         "pid": holder.pid, "host": holder.host, "resumed": resumed, "previous_pid": row["lease_pid"],
-        "forfeited_tokens": row["reserved_tokens"], "takeover": why if row["lease_pid"] else None})
+        "forfeited_tokens": row["reserved_tokens"], "takeover": why if row["lease_pid"] else None,
+        **({"killed_at": req.killed_at} if req.killed_at is not None and row["lease_pid"] else {})})
     return incarnation
 
 

@@ -117,11 +117,14 @@ def _positive(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]
 @click.option("--lease-seconds", type=float, default=None, help="How long a silent engine keeps the run (default 15).")
 @click.option("--sync", "synchronous", type=click.Choice(["full", "normal"]), default="full", show_default=True,
               help="full: a checkpoint survives power loss; normal: survives crashes only, faster.")
+@click.option("--killed-at", type=float, default=None, metavar="UNIX_TIME",
+              help="When you killed this run's previous engine: recorded with the takeover, so the kill and "
+                   "its resume latency read the same everywhere (Kill now and killtest pass it).")
 @_guard
 def run(agent: str, run_id: str | None, db: Path | None, workdir: Path | None, outbox: str | None,
         pace: float, params: tuple[str, ...], max_steps: int | None, max_tokens: int | None,
         max_seconds: float | None, max_cost: float | None, max_retries: int | None, model: str | None,
-        base_url: str | None, lease_seconds: float | None, synchronous: str) -> None:
+        base_url: str | None, lease_seconds: float | None, synchronous: str, killed_at: float | None) -> None:
     """Start or resume a run of AGENT (a built-in name, pkg.mod:fn or file.py:fn)."""
     from .agent import resolve
     from .engine import execute
@@ -141,7 +144,7 @@ def run(agent: str, run_id: str | None, db: Path | None, workdir: Path | None, o
                     "max_cost_usd": max_cost, "max_retries": max_retries},
             model=model, base_url=base_url, pace=pace,
             lease_seconds=lease_seconds or DEFAULT_LEASE_SECONDS,
-            synchronous="FULL" if synchronous == "full" else "NORMAL", on_start=started)
+            synchronous="FULL" if synchronous == "full" else "NORMAL", on_start=started, killed_at=killed_at)
     except KeyboardInterrupt:
         # SIGTERM, SIGINT and SIGHUP stop the engine at a safe point (``steplog.interrupts``); the
         # lease is released, so the same command resumes at once.
@@ -226,6 +229,33 @@ def runs(db: Path | None, as_json: bool) -> None:
 
 
 @cli.command()
+@click.argument("run_id")
+@db_option
+@click.option("--outbox", default=None, metavar="URL|FILE",
+              help="Read the run's deliveries here (default: the URL the run recorded, else outbox.db beside the log).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object (CONTRACT.md).")
+@_guard
+def verdict(run_id: str, db: Path | None, outbox: str | None, as_json: bool) -> None:
+    """Did RUN_ID survive its kills? The monitor's verdict strip, from the command line.
+
+    Exit 1 on FAIL, else 0 (PASS, UNTESTED, RUNNING).
+    """
+    from .db import default_db_path
+    from .verdict import verdict_of
+
+    path = db or default_db_path()
+    v = verdict_of(path, run_id, outbox=outbox)
+    if as_json:
+        click.echo(json.dumps(v.summary_json(), ensure_ascii=False))
+    else:
+        click.echo(f"{v.label}  {run_id}: {v.explanation}")
+        for c in v.checks:
+            mark = {True: "ok  ", False: "FAIL", None: "--  "}[c.ok]
+            click.echo(f"  {mark} {c.name}: {c.detail}  [{c.source}]")
+    sys.exit(1 if v.label == "FAIL" else 0)
+
+
+@cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="0 picks a free port.")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -237,8 +267,16 @@ def runs(db: Path | None, as_json: bool) -> None:
 def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay: float) -> None:
     """Run the outbox: an idempotent messages service on HOST:PORT."""
     from .outbox import serve
+    from .outbox.server import default_db_path
 
-    serve(host=host, port=port, db=db, port_file=port_file, delay=delay)
+    where = db or default_db_path()
+    url_host = f"[{host}]" if ":" in host else host
+
+    def ready(bound: int) -> None:
+        click.echo(f"steplog outbox listening on http://{url_host}:{bound} (ledger in {where}); "
+                   f"run agents with --outbox http://{url_host}:{bound}; Ctrl-C stops it")
+
+    serve(host=host, port=port, db=where, port_file=port_file, delay=delay, ready=ready)
 
 
 @cli.command()

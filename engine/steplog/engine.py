@@ -7,6 +7,7 @@ first write, so a refused start leaves the log byte for byte as it was.
 from __future__ import annotations
 
 import json
+import math
 import re
 import secrets
 import sqlite3
@@ -89,12 +90,14 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | Non
             workdir: Path | None = None, outbox: str | None = None, params: dict[str, Any] | None = None,
             limits: dict[str, Any] | None = None, model: str | None = None, base_url: str | None = None,
             pace: float = 0.0, lease_seconds: float = DEFAULT_LEASE_SECONDS,
-            synchronous: Synchronous = "FULL", on_start: Any = None) -> Outcome:
+            synchronous: Synchronous = "FULL", on_start: Any = None, killed_at: float | None = None) -> Outcome:
     """Start or resume a run and drive it to a terminal state (or until killed).
 
     ``limits`` are ``Budget`` field overrides (``None`` values ignored): for a new run over the
     agent's default budget, for an existing one over its recorded limits (raising a limit that
-    stopped a ``gave_up`` run reopens it).
+    stopped a ``gave_up`` run reopens it). ``killed_at``: the Unix time the caller killed the
+    previous engine of this run; recorded with the lease it takes over, so every reader dates
+    the kill (and measures resume latency) the same way.
     """
     spec = agent.default_spec()
     bound = bind_params(agent, params or {})
@@ -108,17 +111,19 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | Non
         raise UsageError(f"--pace must be 0 or more seconds (got {pace})")
     if lease_seconds <= 0:
         raise UsageError(f"--lease-seconds must be positive (got {lease_seconds})")
+    if killed_at is not None and not (math.isfinite(killed_at) and 0 < killed_at <= time.time() + 60):
+        raise UsageError(f"--killed-at must be the Unix time of a kill that happened (got {killed_at})")
     db_path = Path(db) if db else default_db_path()
     with interrupts.installed():
         return _execute(agent, spec, bound, run_id=run_id, db_path=db_path, workdir=workdir, outbox=outbox,
                         limits=limits, model=model, base_url=base_url, pace=pace, lease_seconds=lease_seconds,
-                        synchronous=synchronous, on_start=on_start)
+                        synchronous=synchronous, on_start=on_start, killed_at=killed_at)
 
 
 def _execute(agent: Agent[..., Any], spec: str, bound: dict[str, Any], *, run_id: str | None, db_path: Path,
              workdir: Path | None, outbox: str | None, limits: dict[str, Any] | None, model: str | None,
              base_url: str | None, pace: float, lease_seconds: float, synchronous: Synchronous,
-             on_start: Any) -> Outcome:
+             on_start: Any, killed_at: float | None) -> Outcome:
     conn = open_log(db_path, synchronous=synchronous)
     journal: Journal | None = None
     try:
@@ -128,7 +133,7 @@ def _execute(agent: Agent[..., Any], spec: str, bound: dict[str, Any], *, run_id
             conn.row_factory = sqlite3.Row
             claimed = claim(conn, Request(agent=agent, spec=spec, run_id=run_id or new_run_id(), db_path=db_path,
                                           workdir=workdir, outbox=outbox, params=bound, limits=limits or {},
-                                          model=model, lease_seconds=lease_seconds))
+                                          model=model, lease_seconds=lease_seconds, killed_at=killed_at))
             if isinstance(claimed, Finished):
                 r = claimed.row
                 return Outcome(r["id"], r["status"], r["reason"], json.loads(r["result"] or "null"), True,

@@ -88,6 +88,8 @@ class Check:
     ok: bool | None
     """``None``: not checked (and why is in ``detail``)."""
     detail: str
+    source: str = "log"
+    """Where the evidence came from: ``log``, ``outbox ledger (…)``, ``reference run``, ``workdir``."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,15 @@ class Evidence:
     """The workdir's outputs (read only when there is a reference and the run is terminal)."""
     lease_refusals: int | None = None
     """Relaunches refused with exit 75 after a kill (``None``: nobody counted)."""
+    ledger_source: str = "outbox ledger"
+    """Where ``ledger`` was read (a URL or an outbox file), for the checks' evidence."""
+    ledger_problem: str | None = None
+    """Why no ledger could be read, when the run did post messages."""
+    posts: int = 0
+    """``http_post`` effects the run made (0: no outbox evidence is needed)."""
+    completed_posts: set[str] | None = None
+    """Keys of the posts the log records as completed; each must be a delivery in the ledger
+    (checked when there is no reference run to compare with)."""
 
 
 @dataclass
@@ -162,6 +173,51 @@ class Verdict:
     def failing(self) -> bool:
         """Some check has failed already (true before the run ends, too)."""
         return any(c.ok is False for c in self.checks)
+
+    @property
+    def label(self) -> str:
+        """``FAIL``, ``RUNNING``, ``UNTESTED`` or ``PASS`` (CONTRACT ``steplog verdict``).
+
+        FAIL as soon as a check failed (a duplicate cannot be undone); RUNNING while the run goes
+        on; UNTESTED when it was never killed, or when evidence is missing (``unchecked`` says
+        which); PASS only for a killed, finished run whose every check passed.
+        """
+        if self.failing:
+            return "FAIL"
+        if self.passed is None:
+            return "RUNNING"
+        if not self.kills or self.unchecked:
+            return "UNTESTED"
+        return "PASS"
+
+    @property
+    def unchecked(self) -> list[Check]:
+        return [c for c in self.checks if c.ok is None]
+
+    @property
+    def explanation(self) -> str:
+        """One line saying why the label is what it is."""
+        label = self.label
+        if label == "FAIL":
+            bad = [c for c in self.checks if c.ok is False]
+            return "; ".join(f"{c.name}: {c.detail}" for c in bad)
+        if label == "RUNNING":
+            return f"the run is still going ({len(self.kills)} kill(s) so far)"
+        if not self.kills:
+            return "not kill-tested yet: the run finished without being killed"
+        if self.unchecked:
+            return "; ".join(f"{c.name}: {c.detail}" for c in self.unchecked)
+        return f"{len(self.kills)} kill(s), nothing duplicated, at most one step redone per kill"
+
+    def summary_json(self) -> dict[str, Any]:
+        """The ``steplog verdict --json`` object (CONTRACT.md)."""
+        return {
+            "run_id": self.run_id, "verdict": self.label, "explanation": self.explanation, "status": self.status,
+            "kills": len(self.kills), "redone": self.redone_steps, "duplicates": len(self.duplicates),
+            "missing": len(self.missing), "deliveries": self.deliveries,
+            "checks": [{"name": c.name, "passed": c.ok, "evidence": c.detail, "source": c.source} for c in self.checks],
+            "resume_latency": self.latency_stats(),
+        }
 
     @property
     def latencies(self) -> list[float]:
@@ -206,21 +262,74 @@ def redone_histogram(kills: Sequence[Kill]) -> dict[int, int]:
 
 
 def collect(db: Path, run_id: str, *, ledger: Ledger | None = None,
-            kill_times: Sequence[float | KillMark] = (), reference: Reference | None = None,
-            lease_refusals: int | None = None) -> Evidence:
-    """Read the evidence for ``run_id`` from the log (read-only) and, with a reference, the workdir."""
+            kill_times: Sequence[float | KillMark] | None = None, reference: Reference | None = None,
+            lease_refusals: int | None = None, ledger_source: str = "outbox ledger",
+            ledger_problem: str | None = None) -> Evidence:
+    """Read the evidence for ``run_id`` from the log (read-only) and, with a reference, the workdir.
+
+    ``kill_times``: the kills as their maker knows them; by default the ones the log records
+    (``logged_kills``), so a run reopened later is judged exactly as it was live.
+    """
     conn = open_readonly(Path(db))
     try:
         status = run_status(conn, run_id, db=Path(db))
         events = conn.execute("SELECT ts, incarnation, kind, seq, data FROM event WHERE run_id = ? ORDER BY id",
                               (run_id,)).fetchall()
         steps = dict(conn.execute("SELECT seq, name FROM step WHERE run_id = ?", (run_id,)).fetchall())
+        posts = conn.execute("SELECT count(*) FROM effect WHERE run_id = ? AND kind = 'http_post'",
+                             (run_id,)).fetchone()[0]
     finally:
         conn.close()
-    marks = sorted((m if isinstance(m, KillMark) else KillMark(float(m)) for m in kill_times), key=lambda m: m.at)
+    given = logged_kills(events) if kill_times is None else kill_times
+    marks = sorted((m if isinstance(m, KillMark) else KillMark(float(m)) for m in given), key=lambda m: m.at)
     outputs = snapshot(Path(status["workdir"])) if reference is not None and status["status"] in TERMINAL else None
     return Evidence(status=status, kills=_kills(events, marks, steps), ledger=ledger, reference=reference,
-                    outputs=outputs, lease_refusals=lease_refusals)
+                    outputs=outputs, lease_refusals=lease_refusals, ledger_source=ledger_source,
+                    ledger_problem=ledger_problem, posts=int(posts))
+
+
+def verdict_of(db: Path, run_id: str, *, outbox: str | None = None, ledger: Ledger | None = None,
+               ledger_source: str | None = None) -> Verdict:
+    """One run's verdict as the monitor's strip and ``steplog verdict`` show it: kills as the log
+    records them, and this run's own deliveries from its outbox (``ledger`` if the caller already
+    polls it, else read by ``steplog.evidence.read_ledger``: ``outbox``, the recorded URL, the
+    outbox file beside the log). No reference run: the checks that need one are not made."""
+    from .evidence import completed_post_keys, read_ledger
+
+    conn = open_readonly(Path(db))
+    try:
+        row = conn.execute("SELECT outbox FROM run WHERE id = ?", (run_id,)).fetchone()
+        completed = completed_post_keys(conn, run_id)
+    finally:
+        conn.close()
+    problem = None
+    if ledger is not None:
+        source = ledger_source or "outbox ledger"
+        ledger = ledger.for_run(run_id)
+    else:
+        found = read_ledger(run_id, outbox=outbox, recorded_url=row[0] if row else None, log=Path(db),
+                            completed=completed)
+        ledger, source, problem = found.ledger, found.source, found.problem
+    evidence = collect(db, run_id, ledger=ledger, ledger_source=source, ledger_problem=problem)
+    evidence.completed_posts = completed
+    return judge(evidence)
+
+
+def logged_kills(events: Sequence[Sequence[Any]]) -> list[KillMark]:
+    """The kills a log records: every takeover of an engine that died holding the lease
+    (``lease_acquired`` with a ``previous_pid``), dated by ``killed_at`` when the killer handed
+    the time to the engine it relaunched (``steplog run --killed-at``: Kill now, auto-kill,
+    killtest), else by the dead engine's last event. ``events``: (ts, incarnation, kind, seq, data)."""
+    last_ts: dict[int, float] = {}
+    out: list[KillMark] = []
+    for ts, incarnation, kind, _seq, data in events:
+        if kind == "lease_acquired":
+            d = json.loads(data or "{}")
+            if d.get("previous_pid") is not None:
+                at = d.get("killed_at")
+                out.append(KillMark(float(at) if at is not None else last_ts.get(incarnation - 1, ts)))
+        last_ts[incarnation] = ts
+    return out
 
 
 def _kills(events: list[sqlite3.Row], marks: list[KillMark], steps: dict[int, str]) -> list[Kill]:
@@ -314,29 +423,45 @@ def judge(ev: Evidence) -> Verdict:
         diff = compare(ref.outputs, ev.outputs)
         dup, missing, different = dup + diff.duplicates, missing + diff.missing, different + diff.different
     pending = "not checked: the run is still going"
-    no_ref = "not checked: no reference run to compare with"
+    src = ev.ledger_source
     checks = [Check("terminal state", True if terminal else None,
                     f"the run ended {s['status']}" + (f": {s['reason']}" if s["reason"] else "") if terminal else pending)]
     if not terminal:
         checks.append(Check("outcome", None, pending))
     elif ref is not None:
-        checks.append(Check("outcome", s["status"] == ref.status, f"{s['status']}, the reference {ref.status}"))
+        checks.append(Check("outcome", s["status"] == ref.status, f"{s['status']}, the reference {ref.status}",
+                            "log, reference run"))
     else:
         checks.append(Check("outcome", s["status"] == "succeeded", f"the run {s['status']}"))
-    checks.append(Check("no duplicate effects", not dup if (ledger is not None or ev.outputs is not None) else None,
-                        f"{len(dup)} duplicated, e.g. {dup[0]}" if dup
-                        else "nothing delivered, written or inserted twice" if ledger or ev.outputs
-                        else "not checked: no outbox ledger and no reference"))
-    checks.append(Check("nothing missing", None if ref is None or ev.outputs is None else not missing,
-                        (no_ref if ref is None else pending) if ev.outputs is None
-                        else f"{len(missing)} missing, e.g. {missing[0]}" if missing
-                        else "every message, file and row of the reference is there"))
-    off = len(dup) + len(missing) + len(different)
-    checks.append(Check("outputs identical to the reference", None if ev.outputs is None else not off,
-                        (no_ref if ref is None else pending) if ev.outputs is None
-                        else f"{len(dup)} duplicated, {len(missing)} missing, {len(different)} different"
-                        + (f", e.g. {different[0]}" if different else "") if off
-                        else "files byte for byte, tables row for row, message bodies"))
+    if ledger is not None or ev.outputs is not None:
+        sources = ", ".join(x for x in (src if ledger is not None else "", "workdir" if ev.outputs else "") if x)
+        checks.append(Check("no duplicate effects", not dup, f"{len(dup)} duplicated, e.g. {dup[0]}" if dup
+                            else "nothing delivered, written or inserted twice", sources))
+    elif ev.posts:
+        checks.append(Check("no duplicate effects", None,
+                            f"not checked: the run posted {ev.posts} message(s) but "
+                            + (ev.ledger_problem or "no outbox ledger was given"), src))
+    else:
+        checks.append(Check("no duplicate effects", True, "the run posted no messages; its file and row "
+                            "effects are written under stable names and keys", "log"))
+    if ref is None and ledger is not None and ev.completed_posts:
+        lost = sorted(ev.completed_posts - {d.key for d in ledger.deliveries})
+        checks.append(Check("every sent message delivered", not lost,
+                            f"{len(lost)} post(s) the log records as sent are not in the outbox, e.g. {lost[0]}"
+                            if lost else f"all {len(ev.completed_posts)} posts the log records are delivered",
+                            f"log, {src}"))
+        missing = missing + [Finding("message", f"key {k}", "recorded as sent, never delivered") for k in lost]
+    if ref is not None:  # without a reference there is nothing to compare with: no check at all
+        checks.append(Check("nothing missing", not missing if ev.outputs is not None else None,
+                            pending if ev.outputs is None
+                            else f"{len(missing)} missing, e.g. {missing[0]}" if missing
+                            else "every message, file and row of the reference is there", "reference run, workdir"))
+        off = len(dup) + len(missing) + len(different)
+        checks.append(Check("outputs identical to the reference", not off if ev.outputs is not None else None,
+                            pending if ev.outputs is None
+                            else f"{len(dup)} duplicated, {len(missing)} missing, {len(different)} different"
+                            + (f", e.g. {different[0]}" if different else "") if off
+                            else "files byte for byte, tables row for row, message bodies", "reference run, workdir"))
     # A live run has one step executing but not committed yet: that is not a redone step.
     allowed = len(kills) + (ref.redone if ref else 0) + (0 if terminal else 1)
     worst = max((k.redone for k in kills), default=0)
@@ -346,9 +471,10 @@ def judge(ev: Evidence) -> Verdict:
         resends = _resends(ledger)
         ok = resends <= len(kills) + (ref.resends if ref else 0)
         checks.append(Check("re-sends only after kills", ok, f"{len(ledger.attempts)} attempts for "
-                            f"{len(ledger.deliveries)} deliveries: {resends} re-sent after {len(kills)} kill(s)"))
-    else:
-        checks.append(Check("re-sends only after kills", None, "not checked: no outbox ledger"))
+                            f"{len(ledger.deliveries)} deliveries: {resends} re-sent after {len(kills)} kill(s)", src))
+    elif ev.posts:
+        checks.append(Check("re-sends only after kills", None,
+                            "not checked: " + (ev.ledger_problem or "no outbox ledger was given"), src))
     over = [f"{name} {b['used']} > {b['limit']}" for name, b in s["budget"].items()
             if b.get("limit") is not None and b["used"] > b["limit"]]
     checks.append(Check("budgets not exceeded", not over, "; ".join(over) or "every budget within its limit"))

@@ -7,7 +7,7 @@ from typing import Any
 
 from steplog.killtest.outputs import Outputs, compare
 from steplog.outbox import Attempt, Delivery, Ledger
-from steplog.verdict import Evidence, Kill, Reference, judge, message_label
+from steplog.verdict import Evidence, Kill, Reference, judge, logged_kills, message_label
 
 
 def status(state: str = "succeeded", *, committed: int = 10, executions: int = 10,
@@ -81,12 +81,67 @@ def test_a_budget_past_its_limit_fails() -> None:
     assert check(v, "budgets not exceeded") is False
 
 
-def test_without_a_reference_the_comparisons_are_not_checked_rather_than_passed() -> None:
+def test_without_a_reference_there_is_nothing_to_compare_with_and_no_such_check_is_listed() -> None:
     v = judge(Evidence(status(), [kill(0)], ledger(T1, T2), None, None))
-    assert check(v, "nothing missing") is None
-    assert check(v, "outputs identical to the reference") is None
+    names = [c.name for c in v.checks]
+    assert "nothing missing" not in names and "outputs identical to the reference" not in names
     assert check(v, "no duplicate effects") is True
-    assert v.passed is True  # what could be checked passed; the rest says "not checked"
+    assert v.passed is True and v.label == "PASS"
+
+
+def test_a_run_never_killed_is_untested_not_pass() -> None:
+    v = judge(Evidence(status(), [], ledger(T1, T2), None, None))
+    assert v.passed is True  # nothing went wrong...
+    assert v.label == "UNTESTED"  # ...but nothing was tested either
+    assert v.explanation == "not kill-tested yet: the run finished without being killed"
+
+
+def test_a_killed_run_whose_outbox_cannot_be_read_is_not_called_a_pass() -> None:
+    v = judge(Evidence(status(), [kill(0)], None, None, None, posts=2,
+                       ledger_problem="the outbox at http://127.0.0.1:9 is not answering"))
+    assert check(v, "no duplicate effects") is None
+    assert v.label == "UNTESTED"
+    assert "posted 2 message(s) but the outbox at http://127.0.0.1:9 is not answering" in v.explanation
+
+
+def test_a_run_that_posted_nothing_needs_no_outbox_to_pass() -> None:
+    v = judge(Evidence(status(), [kill(0)], None, None, None, posts=0))
+    assert check(v, "no duplicate effects") is True
+    assert v.label == "PASS"
+
+
+def test_a_post_the_log_records_as_sent_but_the_outbox_never_got_is_missing() -> None:
+    v = judge(Evidence(status(), [kill(0)], ledger(T1), None, None, posts=2, completed_posts={"k1", "k2"}))
+    assert check(v, "every sent message delivered") is False
+    assert v.label == "FAIL"
+
+
+def test_a_run_counts_only_its_own_deliveries_in_a_shared_outbox() -> None:
+    shared = Ledger(
+        deliveries=(Delivery(1, "old-run:5", T1, 1.0), Delivery(2, "new-run:5", T1, 2.0),
+                    Delivery(3, "new-run:7.1", T2, 3.0)),
+        attempts=(Attempt(1, "old-run:5", 201, "delivered", 1.0), Attempt(2, "new-run:5", 201, "delivered", 2.0),
+                  Attempt(3, None, 400, "rejected", 2.5), Attempt(4, "new-run:7.1", 201, "delivered", 3.0)))
+    mine = shared.for_run("new-run")
+    assert [d.key for d in mine.deliveries] == ["new-run:5", "new-run:7.1"]
+    assert [a.id for a in mine.attempts] == [2, 4]
+    assert shared.for_run("new").deliveries == ()  # a prefix of another run's id is not that run
+    v = judge(Evidence(status(), [kill(0)], mine, None, None))
+    assert check(v, "no duplicate effects") is True
+
+
+def test_kills_are_read_from_the_log_dated_by_the_killer_when_it_said() -> None:
+    events = [
+        (10.0, 1, "lease_acquired", None, '{"pid": 1, "previous_pid": null}'),
+        (10.5, 1, "step_committed", 1, "{}"),
+        (11.0, 2, "lease_acquired", None, '{"pid": 2, "previous_pid": 1, "killed_at": 10.8}'),
+        (11.2, 2, "step_committed", 2, "{}"),
+        (11.3, 2, "lease_released", None, "{}"),
+        (12.0, 3, "lease_acquired", None, '{"pid": 3, "previous_pid": null}'),  # after a clean stop: no kill
+        (12.4, 3, "step_started", 3, "{}"),
+        (13.0, 4, "lease_acquired", None, '{"pid": 4, "previous_pid": 3}'),  # killed elsewhere, time unknown
+    ]
+    assert [m.at for m in logged_kills(events)] == [10.8, 12.4]
 
 
 def test_while_running_the_verdict_is_open_but_a_duplicate_already_shows() -> None:

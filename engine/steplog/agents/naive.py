@@ -22,12 +22,13 @@ from steplog.llm import OfflineModel
 from steplog.policies import Budget
 
 
-def _post(url: str, body: dict[str, Any]) -> None:
+def _post(url: str, body: dict[str, Any], run_id: str) -> None:
     import httpx
 
-    # The naive part: a new key per request, so a re-send after a crash is a new message.
+    # The naive part: a new key per request, so a re-send after a crash is a new message. The
+    # run id in front only says whose message it is (an outbox shared by several runs).
     response = httpx.post(f"{url}/messages", json=body, timeout=30.0,
-                          headers={"Idempotency-Key": str(uuid.uuid4())})
+                          headers={"Idempotency-Key": f"{run_id}:naive-{uuid.uuid4()}"})
     response.raise_for_status()
 
 
@@ -51,7 +52,7 @@ def naive(run: steplog.Run, tickets: int = 0) -> dict[str, Any]:
             _post(outbox, {
                 "ticket_id": t["id"], "to": t["customer"], "subject": f"Re: {t['subject']}",
                 "category": triage["category"], "priority": triage["priority"], "text": triage["reply"],
-            })
+            }, run.id)
             db.execute("INSERT INTO tickets VALUES (?, ?, ?, ?, ?, 'answered', ?)",
                        (t["id"], t["customer"], t["subject"], triage["category"], triage["priority"],
                         f"replies/{t['id']}.md"))
@@ -62,5 +63,5 @@ def naive(run: steplog.Run, tickets: int = 0) -> dict[str, Any]:
         db.close()
     summary = render_summary(rows)
     (workdir / "summary.md").write_text(summary, encoding="utf-8")
-    _post(outbox, {"digest": True, "tickets": [r["id"] for r in rows], "text": summary})
+    _post(outbox, {"digest": True, "tickets": [r["id"] for r in rows], "text": summary}, run.id)
     return {"answered": len(rows), "by_category": dict(sorted(Counter(r["category"] for r in rows).items()))}

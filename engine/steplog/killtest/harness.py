@@ -147,6 +147,7 @@ def run_storm(opts: Options, ref: Reference, root: Path, tell: Progress) -> Stor
     # that the run's recovery budget (a poison-pill guard, 20 by default) would fail it.
     per_step = 1 if len(targets) <= len(ref.steps) else MAX_KILLS_PER_STEP
     landed: dict[int, int] = {}
+    previous_kill: float | None = None
     with start_outbox(box.outbox_db) as outbox:
         box.outbox_url = outbox.url
         try:
@@ -165,13 +166,14 @@ def run_storm(opts: Options, ref: Reference, root: Path, tell: Progress) -> Stor
                         target = replace(target, seq=at + 1)
                     elif at >= last and landed.get(at, 0) >= MAX_KILLS_PER_STEP:
                         target = None
-                proc = box.launch()
+                proc = box.launch(killed_at=previous_kill)
                 try:
                     killed_at = _kill_when(proc, target, watch, deadline)
                 finally:
                     if proc.poll() is None:  # the deadline passed, or we were interrupted
                         kill_group(proc)
                 if killed_at is not None:
+                    previous_kill = killed_at  # handed to the next engine, which records it with its takeover
                     kills.append(killed_at)
                     watch.poll()
                     landed[watch.max_seq] = landed.get(watch.max_seq, 0) + 1
@@ -259,7 +261,7 @@ def _sweep_case(opts: Options, ref: Reference, root: Path, case: tuple[int, str,
             at = time.time()
             proved = crashed.code == crashpoints.CRASH_EXIT_CODE and f"crash point {crash_at} reached" in crashed.stderr
             for _ in range(5):
-                resumed = box.wait(box.launch(), timeout)
+                resumed = box.wait(box.launch(killed_at=at), timeout)
                 if resumed.code != EXIT_LEASE_HELD:
                     break
                 refusals += 1

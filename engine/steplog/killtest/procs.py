@@ -75,8 +75,9 @@ class Sandbox:
         return [sys.executable, "-m", "steplog", "run", self.agent, "--run-id", self.run_id, "--db", str(self.db),
                 "--workdir", str(self.workdir), "--outbox", self.outbox_url, "--pace", "0", *params]
 
-    def launch(self, crash_at: str | None = None) -> subprocess.Popen[bytes]:
-        """Start an engine on this run (a new one or a resume) in its own process group."""
+    def launch(self, crash_at: str | None = None, killed_at: float | None = None) -> subprocess.Popen[bytes]:
+        """Start an engine on this run (a new one or a resume) in its own process group;
+        ``killed_at``: when the previous engine was killed (recorded with its takeover)."""
         env = {k: v for k, v in os.environ.items() if k != crashpoints.ENV}
         env["PYTHONPATH"] = _child_pythonpath()
         if crash_at:
@@ -84,7 +85,8 @@ class Sandbox:
         self.launches += 1
         out = self.root / f"engine-{self.launches}"
         with open(f"{out}.stdout", "wb") as stdout, open(f"{out}.stderr", "wb") as stderr:
-            return subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env,
+            argv = self.argv() + (["--killed-at", repr(killed_at)] if killed_at is not None else [])
+            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env,
                                     start_new_session=True)
 
     def stderr_of(self, launch: int | None = None) -> str:

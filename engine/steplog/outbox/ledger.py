@@ -84,6 +84,16 @@ class Ledger:
         found = [tuple(sorted(group, key=lambda d: d.id)) for group in groups.values() if len(group) > 1]
         return sorted(found, key=lambda group: group[0].id)
 
+    def for_run(self, run_id: str) -> Ledger:
+        """Only what run ``run_id`` sent: its keys are ``RUN_ID:SEQ[.IDX]`` (``steplog.runtime.effect_key``).
+
+        Several runs may share one outbox (every demo in a data directory does); a run's verdict
+        must count its own deliveries only.
+        """
+        prefix = f"{run_id}:"
+        return Ledger(deliveries=tuple(d for d in self.deliveries if d.key.startswith(prefix)),
+                      attempts=tuple(a for a in self.attempts if a.key is not None and a.key.startswith(prefix)))
+
     def to_json(self) -> JSONObject:
         """The body of ``GET /messages``."""
         return {
