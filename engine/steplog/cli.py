@@ -75,8 +75,10 @@ def _exec_gui(db: Path | None, *, demo: bool) -> NoReturn:
     """
     import os
 
-    argv = [sys.executable, "-m", "steplog_gui"] + (["--db", str(db)] if db else []) + (["--demo"] if demo else [])
-    os.execv(sys.executable, argv)
+    from .procs import child_env, python_argv
+
+    argv = python_argv("steplog_gui", *(["--db", str(db)] if db else []), *(["--demo"] if demo else []))
+    os.execve(sys.executable, argv, child_env())
 
 
 def _parse_params(values: tuple[str, ...]) -> dict[str, str]:

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
-from . import interrupts
+from . import interrupts, openfiles
 from .errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema
 from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
@@ -82,26 +82,19 @@ def _read_header(path: Path) -> bytes:
         raise LogError(f"{path} is a directory; give --db a file path such as {path}/steplog.db") from exc
 
 
-def inspect(path: Path) -> int:
-    """Check an existing file read-only and return its schema version (0 = empty, new).
+def _read_ids(path: Path, header: bytes | None) -> tuple[int, int, list[str]]:
+    """(application_id, user_version, table names) of a SQLite file.
 
-    Raises ``CorruptDatabase``, ``ForeignDatabase`` or ``NewerSchema``; never writes.
+    ``header`` is ``None`` when this process holds the file open (``openfiles``): it is known to be
+    SQLite and is read through SQLite only. Without a ``-wal`` beside it, the read-only open is
+    ``immutable``: a read-only open of a WAL-mode file would otherwise create ``-wal`` and ``-shm``
+    files next to a file we may be about to refuse. (With one, the ids may live only in the WAL,
+    as in a fresh log, and an ordinary read-only open sees them.)
     """
-    header = _read_header(path)
-    if not header:
-        return 0  # an empty file is an empty database
-    if len(header) < 100 or not header.startswith(SQLITE_HEADER):
-        raise CorruptDatabase(
-            f"{path} is not a SQLite database (corrupt, truncated or another kind of file); "
-            "it was left untouched: point --db at a steplog log or a new path"
-        )
-    # Read the ids through SQLite, not from the header bytes: a fresh log's first pages may
-    # still live only in the -wal file.
-    # Without a -wal beside it, open as immutable: a read-only open of a WAL-mode file would
-    # otherwise create -wal and -shm files next to a file we are about to refuse.
-    immutable = "" if Path(f"{path}-wal").exists() else "&immutable=1"
+    immutable = header is not None and not Path(f"{path}-wal").exists()
+    extra = "&immutable=1" if immutable else ""
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{immutable}", uri=True, isolation_level=None)
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{extra}", uri=True, isolation_level=None)
         try:
             tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
             app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
@@ -113,6 +106,25 @@ def inspect(path: Path) -> int:
             f"{path} is a damaged SQLite file ({exc}); it was left untouched: "
             "restore it from a backup or point --db at a new path"
         ) from exc
+    return app_id, version, tables
+
+
+def inspect(path: Path) -> int:
+    """Check an existing file read-only and return its schema version (0 = empty, new).
+
+    Raises ``CorruptDatabase``, ``ForeignDatabase`` or ``NewerSchema``; never writes.
+    """
+    with openfiles.lock:
+        # Header bytes only from a file no connection of ours holds (see ``openfiles``).
+        header = None if openfiles.held(path) else _read_header(path)
+        if header is not None and not header:
+            return 0  # an empty file is an empty database
+        if header is not None and (len(header) < 100 or not header.startswith(SQLITE_HEADER)):
+            raise CorruptDatabase(
+                f"{path} is not a SQLite database (corrupt, truncated or another kind of file); "
+                "it was left untouched: point --db at a steplog log or a new path"
+            )
+        app_id, version, tables = _read_ids(path, header)
     if app_id != APPLICATION_ID:
         if app_id == 0 and not tables and version == 0:
             return 0
@@ -219,13 +231,13 @@ def rolled_back_on_error(conn: sqlite3.Connection) -> Iterator[None]:
 def open_log(path: Path, *, synchronous: Synchronous = "FULL") -> sqlite3.Connection:
     """Open (creating if needed) a log for writing: validated, migrated, WAL, private."""
     path = Path(path)
-    existed = path.exists()
-    if existed:
-        inspect(path)
-    else:
-        _create_private(path)
     try:
-        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        with openfiles.lock:  # no other thread's plain open between the check and the connection
+            if path.exists():
+                inspect(path)
+            else:
+                _create_private(path)
+            conn = openfiles.connect(path, str(path), isolation_level=None, check_same_thread=False)
         _apply_pragmas(conn, readonly=False, synchronous=synchronous)
         _migrate(conn)
     except sqlite3.OperationalError as exc:
@@ -240,11 +252,16 @@ def open_readonly(path: Path) -> sqlite3.Connection:
     path = Path(path)
     if not path.exists():
         raise LogError(f"{path} does not exist; run an agent first or pass --db with an existing log")
-    version = inspect(path)
-    if version == 0:
-        raise ForeignDatabase(f"{path} is an empty database, not a steplog log; run an agent with --db {path} first")
+    with openfiles.lock:  # no other thread's plain open between the check and the connection
+        version = inspect(path)
+        if version == 0:
+            raise ForeignDatabase(f"{path} is an empty database, not a steplog log; run an agent with --db {path} first")
+        try:
+            conn = openfiles.connect(path, f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
+                                     check_same_thread=False)
+        except sqlite3.DatabaseError as exc:
+            raise CorruptDatabase(f"{path} cannot be read ({exc}); restore it or use another --db") from exc
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
         _apply_pragmas(conn, readonly=True, synchronous="FULL")
     except sqlite3.DatabaseError as exc:
         raise CorruptDatabase(f"{path} cannot be read ({exc}); restore it or use another --db") from exc

@@ -52,12 +52,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         params = {"tickets": str(args.demo_tickets)} if args.demo_tickets else {}
         window.start_demo(DemoConfig(params=params))
     window.show()
-    # Ctrl-C in the terminal closes the window (and asks about a running engine) instead of dying.
-    signal.signal(signal.SIGINT, lambda *_: window.close())
-    # SIGTERM / SIGHUP (logout, `kill`, a closed terminal) mean "stop": the engine is stopped and
-    # the demo's outbox with it, so nothing is left running behind a window that is gone.
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, lambda *_: _stop_and_close(window))
+    # Ctrl-C in the terminal, SIGTERM and SIGHUP (logout, `kill`, a closed terminal) quit as "Stop
+    # it" does: the engine is stopped at a step boundary and the demo's outbox with it, no dialog,
+    # nothing left running behind a window that is gone. The handler only schedules the close:
+    # Python runs it between any two bytecodes, possibly in the middle of a paint event.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda *_: QTimer.singleShot(0, lambda: _stop_and_close(window)))
     keepalive = QTimer()  # lets Python see the signal while Qt's loop runs
     keepalive.start(250)
     keepalive.timeout.connect(lambda: None)

@@ -1,7 +1,8 @@
 """Start, kill and relaunch one engine process (``steplog run``) for one run.
 
-The engine runs in its own session / process group (``start_new_session``), so ``kill_now`` is a
-``killpg(SIGKILL)`` that leaves no grandchild behind. After a kill the same command (same run
+The engine runs in its own process group (``steplog.procs``), so ``kill_now`` is a
+``killpg(SIGKILL)`` that leaves no grandchild behind; the time of the kill goes to the relaunched
+engine (``--killed-at``), which records it, so a reopened run shows the kill exactly as seen live. After a kill the same command (same run
 id) is relaunched as soon as the dead process is reaped; the engine takes the dead holder's
 lease at once and resumes. Exits are noticed by a 50 ms ``poll()`` timer: nothing here ever
 blocks the GUI thread on the process.
@@ -12,13 +13,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
+
+from steplog.procs import child_env, python_argv, signal_group, spawn, stop_group
 
 from .monitor import Monitor
 
@@ -41,8 +43,11 @@ class LaunchSpec:
     limits: dict[str, float] = field(default_factory=dict)
     """CLI limit options without the leading dashes, e.g. {"max-steps": 100}."""
 
-    def argv(self) -> list[str]:
-        args = [sys.executable, "-m", "steplog", "run", self.agent, "--run-id", self.run_id, "--db", str(self.db)]
+    def argv(self, killed_at: float | None = None) -> list[str]:
+        """The command; ``killed_at`` (a relaunch after Kill now) is recorded with the takeover."""
+        args = python_argv("steplog", "run", self.agent, "--run-id", self.run_id, "--db", str(self.db))
+        if killed_at is not None:
+            args += ["--killed-at", repr(killed_at)]
         if self.outbox:
             args += ["--outbox", self.outbox]
         if self.pace:
@@ -74,6 +79,7 @@ class EngineProcess(QObject):
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr_path: Path | None = None
         self._killed_by_us = False
+        self._last_kill: float | None = None
         self._stopping = False
         self.kills = 0
         self.window_armed = False
@@ -116,15 +122,10 @@ class EngineProcess(QObject):
         assert self.spec is not None
         fd, name = tempfile.mkstemp(prefix="steplog-engine-", suffix=".log")
         self._stderr_path = Path(name)
-        env = dict(self._env if self._env is not None else os.environ)
-        # The child imports the same steplog as this process, installed or not.
-        import steplog
-
-        root = str(Path(steplog.__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        killed_at, self._last_kill = self._last_kill, None
         try:
-            self._proc = subprocess.Popen(self.spec.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                          stderr=fd, env=env, start_new_session=True)
+            self._proc = spawn(self.spec.argv(killed_at), stdout=subprocess.DEVNULL, stderr=fd,
+                               env=child_env(self._env))
         finally:
             os.close(fd)
         self._killed_by_us = False
@@ -137,14 +138,12 @@ class EngineProcess(QObject):
         if not self.running or self._proc is None or self.spec is None or self._killed_by_us:
             return False  # nothing to kill, or the last kill is not reaped and relaunched yet
         ts = time.time()
-        try:
-            os.killpg(self._proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
+        if not signal_group(self._proc, signal.SIGKILL):
             return False
+        self._last_kill = ts  # handed to the relaunched engine, which records it in the log
         self._killed_by_us = True
         self.kills += 1
         self.window_armed = False
-        self._monitor.state.note_kill(self.spec.run_id, ts)
         self.engine_killed.emit(self.spec.run_id, ts)
         self.state_changed.emit()
         return True
@@ -168,10 +167,7 @@ class EngineProcess(QObject):
         self.window_armed = False
         self._stopping = True
         if self.running and self._proc is not None:
-            try:
-                os.killpg(self._proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            signal_group(self._proc, signal.SIGTERM)
             self._stop_deadline = time.monotonic() + STOP_GRACE_S
         self.state_changed.emit()
 
@@ -180,22 +176,8 @@ class EngineProcess(QObject):
         engine releases its lease, SIGKILL to the group after ``grace`` seconds."""
         self._auto.stop()
         self._stopping = True
-        proc = self._proc
-        if proc is not None:
-            for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, None)):
-                try:
-                    os.killpg(proc.pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                try:
-                    proc.wait(timeout=wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-            try:  # the group may hold grandchildren even after the leader is gone
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        if self._proc is not None:
+            stop_group(self._proc, grace)
         self._poll.stop()
 
     def detach(self) -> None:
@@ -222,10 +204,7 @@ class EngineProcess(QObject):
         code = proc.poll()
         if code is None:
             if self._stopping and self._stop_deadline and time.monotonic() > self._stop_deadline:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                signal_group(proc, signal.SIGKILL)
             return
         assert self.spec is not None
         if self._killed_by_us and not self._stopping:

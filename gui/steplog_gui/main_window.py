@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (QCheckBox, QDockWidget, QDoubleSpinBox, QFileDial
 
 from . import jobs, resources, theme
 from .budget_charts import BudgetCharts
-from .demo import DemoConfig, DemoLauncher
+from .demo import DEMO_AGENTS, DEMO_PACE, DemoConfig, DemoLauncher
 from .engine_process import EngineProcess, LaunchSpec
 from .monitor import Monitor
 from .new_run_dialog import NewRunDialog
@@ -142,6 +142,8 @@ class MainWindow(QMainWindow):
         self.act_kill_window = self._action("Kill at next act→record &window", self.engine.arm_window_kill,
                                             "Ctrl+Shift+K", "kill the moment the next effect starts")
         self.act_stop = self._action("&Stop engine", self.engine.stop, None, "SIGTERM: the engine releases its lease")
+        self.act_demo = self._action("Run the &demo again", lambda: self.start_demo(), "Ctrl+D",
+                                     "a new demo run on the same outbox: about a minute, ready for Kill now")
         self.act_about = self._action("&About steplog", self.about)
         self.auto_kill = QCheckBox("Auto-kill every")
         self.auto_kill.toggled.connect(self._auto_kill_toggled)
@@ -153,7 +155,7 @@ class MainWindow(QMainWindow):
 
         bar = QToolBar("Engine")
         bar.setObjectName("toolbar_engine")
-        for a in (self.act_new, self.act_resume, self.act_stop):
+        for a in (self.act_demo, self.act_new, self.act_resume, self.act_stop):
             bar.addAction(a)
         bar.addSeparator()
         bar.addAction(self.act_kill)
@@ -173,7 +175,7 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         file_menu.addAction(self.act_quit)
         run_menu = menu.addMenu("&Run")
-        for a in (self.act_new, self.act_resume, self.act_stop):
+        for a in (self.act_demo, self.act_new, self.act_resume, self.act_stop):
             run_menu.addAction(a)
         kill_menu = menu.addMenu("&Kill")
         kill_menu.addAction(self.act_kill)
@@ -215,7 +217,7 @@ class MainWindow(QMainWindow):
         self._update_actions()
         if run_id is None:
             return
-        if self.demo is not None and self.demo.outbox is not None and run_id == self.demo.run_id:
+        if self.demo is not None and self.demo.outbox is not None and run_id in self.demo.run_ids:
             self.watcher.set_url(self.demo.outbox.url)
             return
         path = self.monitor.path
@@ -234,13 +236,26 @@ class MainWindow(QMainWindow):
 
     # -- actions ----------------------------------------------------------------------------
 
-    def start_demo(self, config: DemoConfig | None = None) -> DemoLauncher:
-        self.demo = DemoLauncher(self.engine, self.monitor.path, config, self)
-        self.demo.outbox_ready.connect(self.watcher.set_url)
-        self.demo.demo_failed.connect(self._show_problem)
-        self.demo.start()
-        self.statusBar().showMessage("starting the outbox and the demo agent…")
+    def demo_launcher(self, config: DemoConfig | None = None) -> DemoLauncher:
+        """The demo's launcher (and its outbox), made on first use."""
+        if self.demo is None:
+            self.demo = DemoLauncher(self.engine, self.monitor.path, config, self)
+            self.demo.outbox_ready.connect(self.watcher.set_url)
+            self.demo.demo_failed.connect(self._show_problem)
+        elif config is not None:
+            self.demo.config = config
         return self.demo
+
+    def start_demo(self, config: DemoConfig | None = None) -> DemoLauncher:
+        """Start a demo run (again): a new run id, the same outbox and data directory."""
+        if self.engine.running:
+            QMessageBox.information(self, "steplog", "An engine is already running; stop it or let it finish first.")
+            return self.demo_launcher(config)
+        demo = self.demo_launcher(config)
+        self._show_problem("")
+        demo.start()
+        self.statusBar().showMessage("starting the demo agent (and its outbox)…")
+        return demo
 
     def start_run(self, spec: LaunchSpec) -> None:
         if self.engine.running:
@@ -255,15 +270,50 @@ class MainWindow(QMainWindow):
         outbox = self.demo.outbox.url if self.demo is not None and self.demo.outbox is not None else None
         dialog = NewRunDialog(self, outbox=outbox)
         if dialog.exec():
-            self.start_run(dialog.spec(self.monitor.path))
+            self.start_spec(dialog.spec(self.monitor.path))
+
+    def start_spec(self, spec: LaunchSpec) -> None:
+        """Start a run; a demo agent without an outbox URL gets the demo outbox (started if need be)."""
+        if spec.agent in DEMO_AGENTS and not spec.outbox:
+            if self.engine.running:
+                QMessageBox.information(self, "steplog", "An engine is already running; stop it first.")
+                return
+            self.demo_launcher().resume(spec, None)
+            return
+        self.start_run(spec)
 
     def resume_selected(self) -> None:
         run = self.monitor.run(self._run_id) if self._run_id else None
         if run is None:
             return
-        pace = self.demo.config.pace if self.demo is not None and run.run_id == self.demo.run_id else 0.0
-        self.start_run(LaunchSpec(agent=run.agent, run_id=run.run_id, db=self.monitor.path,
-                                  outbox=self._run_outbox.get(run.run_id), pace=pace))
+        if self.engine.running:
+            QMessageBox.information(self, "steplog", "An engine is already running; stop it first.")
+            return
+        recorded = self._run_outbox.get(run.run_id)
+        spec = LaunchSpec(agent=run.agent, run_id=run.run_id, db=self.monitor.path, outbox=recorded,
+                          pace=DEMO_PACE if run.agent in DEMO_AGENTS else 0.0)
+        if run.agent in DEMO_AGENTS:
+            # The demo's own helper: bring its outbox back rather than let the run fail on a dead URL.
+            self.statusBar().showMessage(f"resuming {run.run_id}: starting the demo outbox if it is not running…")
+            self.demo_launcher().resume(spec, recorded)
+            return
+        if recorded:
+            self._resume_when_reachable(spec, recorded)
+        else:
+            self.start_run(spec)
+
+    def _resume_when_reachable(self, spec: LaunchSpec, url: str) -> None:
+        """Relaunch only if the run's outbox answers: a run must not fail because a helper is down."""
+        def probe() -> None:
+            from steplog.outbox import fetch_ledger
+
+            fetch_ledger(url, timeout=2.0)
+
+        def refused(_exc: BaseException) -> None:
+            self._show_problem(f"{spec.run_id} posts to the outbox at {url}, which is not answering: start it "
+                               "(steplog outbox --port N), then Resume run again. Nothing was launched.")
+
+        jobs.submit(probe, lambda _ok: self.start_run(spec), refused, owner=self)
 
     def kill_now(self) -> None:
         if not self.engine.kill_now():
@@ -301,12 +351,19 @@ class MainWindow(QMainWindow):
     def _update_actions(self) -> None:
         running = self.engine.running
         run = self.monitor.run(self._run_id) if self._run_id else None
-        self.act_kill.setEnabled(running)
+        engine_run = self.engine.spec.run_id if self.engine.spec else None
+        # Kill now acts on the run shown: with another run selected it would kill out of sight.
+        self.act_kill.setEnabled(running and engine_run == self._run_id)
+        self.act_kill.setToolTip(f"SIGKILL the engine of {engine_run} (its whole process group), then relaunch it"
+                                 if running and engine_run == self._run_id else
+                                 f"the engine works on {engine_run}: select that run to kill it" if running
+                                 else "no engine is running")
         self.act_kill_window.setEnabled(running and not self.engine.window_armed)
         self.act_kill_window.setText("Armed: kills at the next effect" if self.engine.window_armed
                                      else "Kill at next act→record window")
         self.act_stop.setEnabled(running)
         self.act_resume.setEnabled(not running and run is not None and run.status in ("running", "gave_up"))
+        self.act_demo.setEnabled(not running)
         if not running and self.auto_kill.isChecked():
             self.auto_kill.setChecked(False)
 

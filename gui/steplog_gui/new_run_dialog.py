@@ -7,9 +7,10 @@ import time
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
                                QHBoxLayout, QLineEdit, QPushButton, QSpinBox, QWidget)
 
+from .demo import DEMO_AGENTS, DEMO_PACE
 from .engine_process import LaunchSpec
 
-BUILTIN_AGENTS = ("demo", "flaky")
+BUILTIN_AGENTS = ("demo", "naive", "flaky")
 
 
 def _optional_spin(maximum: float, decimals: int = 0) -> QDoubleSpinBox:
@@ -39,6 +40,9 @@ class NewRunDialog(QDialog):
         self.pace = QDoubleSpinBox()
         self.pace.setRange(0, 60)
         self.pace.setSingleStep(0.25)
+        self.pace.setValue(DEMO_PACE)  # the demo's pace: long enough to press Kill now mid-step
+        self.agent.currentTextChanged.connect(
+            lambda name: self.pace.setValue(DEMO_PACE if name in DEMO_AGENTS else 0.0))
         self.max_steps = QSpinBox()
         self.max_steps.setRange(0, 10_000_000)
         self.max_steps.setSpecialValueText("agent default")
@@ -48,7 +52,7 @@ class NewRunDialog(QDialog):
         self.max_seconds = _optional_spin(1e7)
         self.max_cost = _optional_spin(1e6, 4)
         self.outbox = QLineEdit(outbox or "")
-        self.outbox.setPlaceholderText("http://127.0.0.1:PORT (the demo's outbox, if running)")
+        self.outbox.setPlaceholderText("empty for demo/naive: the demo outbox; else http://127.0.0.1:PORT")
         form = QFormLayout(self)
         form.addRow("Agent", agent_row)
         form.addRow("Run id", self.run_id)

@@ -5,9 +5,10 @@ keeps, per run: the run's summary (agent, status, limits, latest usage), one rec
 execution* in growable numpy columns (the timeline's bars), the usage series (the budget charts)
 and the kills (lease takeovers from a dead holder) with their resume latency.
 
-A kill is visible in the log only as the next incarnation's ``lease_acquired`` with
-``previous_pid`` set; its exact time is known only to whoever killed, so ``RunState.note_kill``
-lets the engine controller add it, and the last event of the dead incarnation stands in otherwise.
+A kill is the next incarnation's ``lease_acquired`` with ``previous_pid`` set, dated by its
+``killed_at`` (the killer hands the time to the engine it relaunches) or, for engines killed
+elsewhere, by the dead incarnation's last event: the same rule as ``steplog.verdict.logged_kills``,
+so the timeline, the strip and ``steplog verdict`` show the same kills, live and reopened.
 """
 
 from __future__ import annotations
@@ -102,7 +103,6 @@ class RunState:
         ts="f8", steps="f8", tokens="f8", tokens_estimated="f8", cost_usd="f8", seconds="f8"))
     _open: dict[int, int] = field(default_factory=dict)  # seq -> execution index still running
     _last_ts_by_inc: dict[int, float] = field(default_factory=dict)
-    _kill_hints: list[float] = field(default_factory=list)
 
     # -- derived ----------------------------------------------------------------------------
 
@@ -215,10 +215,11 @@ class RunState:
         previous = self.incarnation
         dead_end = self._last_ts_by_inc.get(previous, ev.ts)
         if d.get("previous_pid") is not None and previous > 0:
-            hint = next((h for h in reversed(self._kill_hints) if dead_end - 0.05 <= h <= ev.ts), None)
-            self.kills.append(Kill(previous, hint if hint is not None else dead_end, hint is not None, ev.ts))
-            if hint is not None:
-                dead_end = hint  # the interrupted step ran until the kill
+            killed_at = d.get("killed_at")
+            exact = isinstance(killed_at, (int, float))
+            self.kills.append(Kill(previous, float(killed_at) if exact else dead_end, exact, ev.ts))
+            if exact:
+                dead_end = float(killed_at)  # the interrupted step ran until the kill
         for seq, i in list(self._open.items()):  # the dead engine's open steps: they will run again
             ex = self.executions
             ex["end"][i] = dead_end
@@ -235,11 +236,6 @@ class LogState:
     def __init__(self) -> None:
         self.runs: dict[str, RunState] = {}
         self.bookmark = 0
-        self._kill_hints: dict[str, list[float]] = {}
-
-    def note_kill(self, run_id: str, ts: float) -> None:
-        """The controller SIGKILLed ``run_id``'s engine at ``ts``: the exact time for its kill record."""
-        self._kill_hints.setdefault(run_id, []).append(ts)
 
     def apply(self, events: Iterable[Event]) -> set[str]:
         """Fold a batch (ids ascending, all above the bookmark); returns the run ids it touched."""
@@ -250,7 +246,6 @@ class LogState:
             run = self.runs.get(ev.run_id)
             if run is None:
                 run = self.runs[ev.run_id] = RunState(ev.run_id)
-                run._kill_hints = self._kill_hints.setdefault(ev.run_id, [])
             run.apply(ev)
             self.bookmark = ev.id
             touched.add(ev.run_id)

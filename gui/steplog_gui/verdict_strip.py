@@ -1,7 +1,9 @@
-"""The verdict strip: kills, steps redone, duplicates, last resume latency, PASS/FAIL, live.
+"""The verdict strip: PASS / FAIL / UNTESTED / RUNNING for the selected run, with its evidence.
 
 A view over ``steplog.verdict.Verdict`` (delivered by ``VerdictWatcher``): it shows the engine's
-one verdict and decides nothing itself.
+one verdict, the same one ``steplog verdict`` prints, and decides nothing itself. The evidence is
+one compact line under the figures, readable without hovering; the tooltip lists every check at
+the normal tooltip size.
 """
 
 from __future__ import annotations
@@ -9,19 +11,23 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QWidget
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QWidget
 
 from . import theme
 from .verdict_watcher import VerdictWatcher
 
+LABEL_TEXT = {"PASS": "PASS", "FAIL": "FAIL", "UNTESTED": "not kill-tested", "RUNNING": "running…"}
+
 
 def decision(verdict: Any) -> str:
-    """PASS / FAIL / running… / '' for a ``steplog.verdict.Verdict`` (or ``None``)."""
-    if verdict is None:
-        return ""
-    if verdict.passed is None:  # live: FAIL as soon as a check failed (a duplicate cannot be undone)
-        return "FAIL" if verdict.failing else "running…"
-    return "PASS" if verdict.passed else "FAIL"
+    """What the strip's big label says for a ``steplog.verdict.Verdict`` (``''`` for none)."""
+    return "" if verdict is None else LABEL_TEXT[verdict.label]
+
+
+def _plain(label: QLabel) -> QLabel:
+    label.setTextFormat(Qt.TextFormat.PlainText)  # run names and reasons are never markup
+    return label
 
 
 class VerdictStrip(QFrame):
@@ -29,19 +35,36 @@ class VerdictStrip(QFrame):
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.labels: dict[str, QLabel] = {}
-        layout = QHBoxLayout(self)
-        for key in ("kills", "redone", "duplicates", "latency", "deliveries", "verdict"):
-            label = QLabel("")
-            label.setTextFormat(Qt.TextFormat.PlainText)
+        grid = QGridLayout(self)
+        grid.setContentsMargins(8, 4, 8, 4)
+        grid.setHorizontalSpacing(14)
+        verdict = _plain(QLabel(""))
+        verdict.setObjectName("verdict_verdict")
+        font = verdict.font()
+        font.setBold(True)
+        font.setPointSizeF(font.pointSizeF() * 1.45)
+        verdict.setFont(font)  # a font, not a style sheet: style sheets cascade into the tooltip
+        verdict.setMinimumWidth(verdict.fontMetrics().horizontalAdvance("not kill-tested") + 8)
+        self.labels["verdict"] = verdict
+        grid.addWidget(verdict, 0, 0, 2, 1, Qt.AlignmentFlag.AlignVCenter)
+        figures = QHBoxLayout()
+        figures.setSpacing(18)
+        for key in ("kills", "redone", "duplicates", "latency", "deliveries"):
+            label = _plain(QLabel(""))
             label.setObjectName(f"verdict_{key}")
             self.labels[key] = label
-            layout.addWidget(label)
-        self.hint = QLabel("No run selected: pick one under Runs, or start one with New run "
-                           "(the demo: steplog demo).")
-        self.hint.setTextFormat(Qt.TextFormat.PlainText)
-        layout.addWidget(self.hint)
-        layout.addStretch(1)
-        self.labels["verdict"].setMinimumWidth(80)
+            figures.addWidget(label)
+        figures.addStretch(1)
+        grid.addLayout(figures, 0, 1)
+        self.evidence = _plain(QLabel(""))
+        self.evidence.setObjectName("verdict_evidence")
+        self.evidence.setWordWrap(False)
+        self.evidence.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        grid.addWidget(self.evidence, 1, 1)
+        grid.setColumnStretch(1, 1)
+        self.hint = _plain(QLabel("No run selected: pick one under Runs, or start one with New run "
+                                  "(the demo: steplog demo)."))
+        grid.addWidget(self.hint, 0, 1)
         self._watcher = watcher
         watcher.verdict_changed.connect(self.show_verdict)
         self.show_verdict(None)
@@ -50,28 +73,39 @@ class VerdictStrip(QFrame):
         """Steps the engine is executing right now (counted by the verdict as executions)."""
         return self._watcher.in_progress()
 
+    def _colour(self, label: QLabel, colour: str | None) -> None:
+        pal = label.palette()
+        pal.setColor(QPalette.ColorRole.WindowText,
+                     theme.qcolor(colour) if colour else self.palette().color(QPalette.ColorRole.WindowText))
+        label.setPalette(pal)
+
     def show_verdict(self, v: Any) -> None:
         pal = theme.current()
-        self.hint.setVisible(v is None)
+        self.hint.setVisible(v is None and self._watcher.run_id is None)
         if v is None:
             for label in self.labels.values():
                 label.setText("")
-            self.labels["verdict"].setStyleSheet("")
+            self.evidence.setText("")
+            self.labels["verdict"].setToolTip("")
             return
         self.labels["kills"].setText(f"Kills: {len(v.kills)}")
         redone = v.redone_steps if v.passed is not None else max(0, v.redone_steps - self._in_progress())
         self.labels["redone"].setText(f"Steps redone: {redone}")
-        dup = "?" if v.deliveries is None else str(len(v.duplicates))
+        dup = "not checked" if v.deliveries is None and any(
+            c.name == "no duplicate effects" and c.ok is None for c in v.checks) else str(len(v.duplicates))
         self.labels["duplicates"].setText(f"Duplicates: {dup}")
-        self.labels["duplicates"].setStyleSheet(f"color: {pal.duplicate}; font-weight: bold" if v.duplicates else "")
+        self._colour(self.labels["duplicates"], pal.duplicate if v.duplicates else None)
         latencies = v.latencies
         self.labels["latency"].setText("Last resume latency: "
                                        + (f"{latencies[-1] * 1000:.0f} ms" if latencies else "—"))
         self.labels["deliveries"].setText("" if v.deliveries is None else
                                           f"Outbox: {v.deliveries} delivered / {v.attempts} attempts")
-        text = decision(v)
-        colour = {"PASS": pal.status["succeeded"], "FAIL": pal.status["failed"]}.get(text, pal.foreground)
-        self.labels["verdict"].setText(text)
-        self.labels["verdict"].setStyleSheet(f"color: {colour}; font-weight: bold; font-size: 14pt")
-        self.labels["verdict"].setToolTip("\n".join(
-            f"{'✔' if c.ok else '✘' if c.ok is False else '·'} {c.name}: {c.detail}" for c in v.checks))
+        label = v.label
+        self.labels["verdict"].setText(LABEL_TEXT[label])
+        self._colour(self.labels["verdict"], {"PASS": pal.status["succeeded"], "FAIL": pal.status["failed"],
+                                              "UNTESTED": pal.status["stopped"]}.get(label))
+        self.evidence.setText(v.explanation)
+        self.evidence.setToolTip(v.explanation)
+        checks = "\n".join(f"{'✔' if c.ok else '✘' if c.ok is False else '·'} {c.name}: {c.detail}  [{c.source}]"
+                           for c in v.checks)
+        self.labels["verdict"].setToolTip(f"{label}: {v.explanation}\n\n{checks}")

@@ -1,9 +1,8 @@
 """Keep ``steplog.verdict`` current for the selected run, off the GUI thread.
 
-DESIGN.md "The verdict": one implementation, two faces. ``steplog killtest`` and this strip call
-the same ``steplog.verdict.collect`` + ``judge``; the monitor adds only what it alone knows: the
-exact time of each kill it made (others are dated by the dead engine's last event) and the
-outbox ledger it polls.
+DESIGN.md "The verdict": one implementation, three faces. ``steplog verdict``, ``steplog killtest``
+and this strip call ``steplog.verdict``; the strip adds only the outbox ledger it polls already
+(this run's part of it). Kills come from the log, so a reopened run reads as it did live.
 """
 
 from __future__ import annotations
@@ -21,10 +20,10 @@ from .outbox_watcher import OutboxWatcher
 DEBOUNCE_MS = 150
 
 
-def _evaluate(db: Path, run_id: str, ledger: Any, kill_times: list[float]) -> Any:
-    from steplog.verdict import collect, judge
+def _evaluate(db: Path, run_id: str, ledger: Any, source: str | None) -> Any:
+    from steplog.verdict import verdict_of
 
-    return judge(collect(db, run_id, ledger=ledger, kill_times=kill_times))
+    return verdict_of(db, run_id, ledger=ledger, ledger_source=source)
 
 
 class VerdictWatcher(QObject):
@@ -55,14 +54,6 @@ class VerdictWatcher(QObject):
         self.verdict_changed.emit(None)
         self.schedule()
 
-    def kill_times(self) -> list[float]:
-        run = self._monitor.run(self.run_id) if self.run_id else None
-        if run is None:
-            return []
-        exact = list(run._kill_hints)  # the kills this monitor made, to the millisecond
-        estimated = [k.ts for k in run.kills if not k.exact]  # takeovers of engines killed elsewhere
-        return sorted(exact + estimated)
-
     def in_progress(self) -> int:
         run = self._monitor.run(self.run_id) if self.run_id else None
         return run.in_progress if run is not None else 0
@@ -80,7 +71,12 @@ class VerdictWatcher(QObject):
         if self.run_id is None or self._monitor.run(self.run_id) is None:
             return
         self._busy, self._again = True, False
-        run_id, db, ledger, kills = self.run_id, self._monitor.path, self._outbox.ledger, self.kill_times()
+        run_id, db = self.run_id, self._monitor.path
+        # The ledger the outbox panel polls (the window points it at the selected run's outbox);
+        # without one verdict_of finds one (the run's URL, or the outbox file beside the log) or
+        # says why there is none.
+        ledger = self._outbox.ledger
+        source = f"outbox ledger at {self._outbox.url}" if ledger is not None else None
         t0 = time.monotonic()
 
         def done(verdict: Any) -> None:
@@ -90,7 +86,7 @@ class VerdictWatcher(QObject):
                 self.verdict = verdict
                 self.verdict_changed.emit(verdict)
 
-        jobs.submit(lambda: _evaluate(db, run_id, ledger, kills), done, lambda _exc: self._finish(), owner=self)
+        jobs.submit(lambda: _evaluate(db, run_id, ledger, source), done, lambda _exc: self._finish(), owner=self)
 
     def _finish(self) -> None:
         self._busy = False

@@ -15,8 +15,10 @@ def test_my_agent_survives_kills(killtest: Any) -> None:
     landed = 0
     for seed in range(6):
         report = killtest("my_agent_pkg.shop:shop", kills=10, seed=seed)
-        assert report.passed, report.summary()
-        assert 1 <= len(report.verdict.kills) <= 10
+        assert not report.verdict.failing, report.summary()
+        assert len(report.verdict.kills) <= 10
+        # A storm none of whose kills landed tested nothing, and says so instead of passing.
+        assert report.passed == bool(report.verdict.kills), report.summary()
         landed += len(report.verdict.kills)
         if landed >= 10:
             break

@@ -1,41 +1,24 @@
 """Real engines as real process groups, and a read-only eye on their log.
 
 Each run of the kill test lives in a ``Sandbox`` of its own (log, workdir, outbox file, engine
-output). Engines are ``python -m steplog run ...`` in a new session, so ``os.killpg(SIGKILL)``
-takes the engine and anything it started, and nothing else.
+output). Engines are started and killed by ``steplog.procs`` (a new session each, so a kill takes
+the engine and anything it started, and nothing else).
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import sqlite3
 import subprocess
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import crashpoints
+from ..procs import child_env, kill_group, python_argv, spawn
+
+__all__ = ["Event", "Exited", "LogWatch", "Sandbox", "kill_group"]
 
 POLL_SECONDS = 0.002
 """How often the log is looked at while waiting for a kill moment (a demo step takes ~7 ms)."""
-
-
-def _child_pythonpath() -> str:
-    """The steplog package root, then this process's own project paths (not the stdlib or
-    site-packages), so an agent importable here (``my_pkg.agent:main``) is importable there."""
-    prefixes = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
-    out = [str(Path(__file__).resolve().parents[2])]
-    for entry in [*sys.path, *os.environ.get("PYTHONPATH", "").split(os.pathsep)]:
-        if not entry or not Path(entry).is_dir():
-            continue
-        resolved = str(Path(entry).resolve())
-        if resolved.startswith(prefixes) or "site-packages" in resolved or "dist-packages" in resolved:
-            continue
-        if resolved not in out:
-            out.append(resolved)
-    return os.pathsep.join(out)
 
 
 @dataclass
@@ -72,22 +55,20 @@ class Sandbox:
 
     def argv(self) -> list[str]:
         params = [a for k, v in self.params.items() for a in ("--param", f"{k}={v}")]
-        return [sys.executable, "-m", "steplog", "run", self.agent, "--run-id", self.run_id, "--db", str(self.db),
-                "--workdir", str(self.workdir), "--outbox", self.outbox_url, "--pace", "0", *params]
+        return python_argv("steplog", "run", self.agent, "--run-id", self.run_id, "--db", str(self.db),
+                           "--workdir", str(self.workdir), "--outbox", self.outbox_url, "--pace", "0", *params)
 
     def launch(self, crash_at: str | None = None, killed_at: float | None = None) -> subprocess.Popen[bytes]:
         """Start an engine on this run (a new one or a resume) in its own process group;
         ``killed_at``: when the previous engine was killed (recorded with its takeover)."""
-        env = {k: v for k, v in os.environ.items() if k != crashpoints.ENV}
-        env["PYTHONPATH"] = _child_pythonpath()
+        env = child_env(drop=[crashpoints.ENV])
         if crash_at:
             env[crashpoints.ENV] = crash_at
         self.launches += 1
         out = self.root / f"engine-{self.launches}"
         with open(f"{out}.stdout", "wb") as stdout, open(f"{out}.stderr", "wb") as stderr:
             argv = self.argv() + (["--killed-at", repr(killed_at)] if killed_at is not None else [])
-            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env,
-                                    start_new_session=True)
+            return spawn(argv, stdout=stdout, stderr=stderr, env=env)
 
     def stderr_of(self, launch: int | None = None) -> str:
         path = self.root / f"engine-{launch or self.launches}.stderr"
@@ -104,17 +85,6 @@ class Sandbox:
             if proc.poll() is None:  # timed out or interrupted: leave no engine behind
                 kill_group(proc)
         return Exited(code, self.stderr_of())
-
-
-def kill_group(proc: subprocess.Popen[bytes]) -> float:
-    """SIGKILL the engine's whole process group; returns the time of the kill once it is dead."""
-    at = time.time()
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-    return at
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,10 @@ def render(report: Report) -> str:
                       f"{s.launches} engine launches — {'PASS' if s.passed else 'FAIL'}"]
         if s.error:
             lines.append(f"  ! {s.error}")
-        if len(v.kills) < s.planned:
+        if not v.kills and s.planned:
+            lines.append("  ! no planned kill landed before the run finished: the storm tested nothing "
+                         "(the run is faster than the kill moments; run it again, or give it more work)")
+        elif len(v.kills) < s.planned:
             lines.append(f"  note: the run finished before {s.planned - len(v.kills)} planned kill(s) landed")
         lines += kills_table(v.kills, first) if v.kills else []
         lines.append(f"  {stats_line(v.kills)}")

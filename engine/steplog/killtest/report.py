@@ -19,7 +19,8 @@ class StormResult:
 
     @property
     def passed(self) -> bool:
-        return self.error is None and self.verdict.passed is True
+        """The run survived its kills; a storm in which no planned kill landed tested nothing."""
+        return self.error is None and self.verdict.passed is True and (self.planned == 0 or bool(self.verdict.kills))
 
 
 @dataclass

@@ -7,17 +7,15 @@ explicitly with ``stop()``.
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
 
 from ..errors import EXIT_USAGE, SteplogError, UsageError
+from ..procs import child_env, python_argv, spawn, stop_group
 from .ledger import Ledger
 
 POLL_SECONDS = 0.01
@@ -54,15 +52,9 @@ class OutboxProcess:
 
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> int:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL; returns the exit code. Idempotent."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        code = stop_group(self.popen, grace)
         shutil.rmtree(self._scratch, ignore_errors=True)
-        return int(self.popen.returncode)
+        return code
 
     def __enter__(self) -> OutboxProcess:
         return self
@@ -90,19 +82,13 @@ def start_outbox(
     """
     scratch = Path(tempfile.mkdtemp(prefix="steplog-outbox-"))
     port_file = scratch / "port"
-    argv = [
-        sys.executable, "-m", "steplog.outbox",
+    argv = python_argv(
+        "steplog.outbox",
         "--db", str(db), "--host", host, "--port", str(port),
         "--port-file", str(port_file), "--delay", repr(float(delay)),
-    ]  # fmt: skip
+    )  # fmt: skip
     with open(scratch / "stderr.log", "wb") as stderr:
-        # The child imports the same steplog as this process, installed or not.
-        env = dict(os.environ)
-        package_root = str(Path(__file__).resolve().parents[2])  # the folder holding steplog/
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-        popen = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, env=env, start_new_session=True
-        )
+        popen = spawn(argv, stdout=subprocess.DEVNULL, stderr=stderr, env=child_env())
     deadline = time.monotonic() + timeout
     while True:
         if port_file.exists():  # written atomically: it exists only with the whole number in it

@@ -1,0 +1,94 @@
+"""Child processes, the one way: steplog's own commands run as ``python -P -m ...`` in a new
+process group, with this steplog first on their path, and are stopped or killed as a group.
+
+Why each part:
+- ``-P``: ``python -m`` would put the working directory first on ``sys.path``, and a folder that
+  merely *contains* a ``steplog/`` directory (the parent of a clone) would shadow the package; the
+  working directory is appended after the package instead, so agents beside it still import.
+- ``PYTHONPATH``: the child imports the same steplog as this process, installed or not, then the
+  project paths this process has (an agent importable here is importable there).
+- a new session (process group): ``kill_group`` is ``killpg(SIGKILL)``, which takes the engine
+  and anything it started and nothing else; a Ctrl-C in the terminal reaches the parent only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+"""The folder holding this ``steplog/`` package."""
+
+
+def python_argv(module: str, *args: str) -> list[str]:
+    """``[python, -P, -m, module, *args]`` with this interpreter."""
+    return [sys.executable, "-P", "-m", module, *args]
+
+
+def child_pythonpath(extra: Sequence[str] = ()) -> str:
+    """The package root, then ``extra``, then this process's own project paths (not the stdlib
+    or site-packages), then the working directory."""
+    prefixes = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+    out = [str(PACKAGE_ROOT)]
+    candidates = [*extra, *sys.path, *os.environ.get("PYTHONPATH", "").split(os.pathsep), os.getcwd()]
+    for entry in candidates:
+        if not entry or not Path(entry).is_dir():
+            continue
+        resolved = str(Path(entry).resolve())
+        if resolved.startswith(prefixes) or "site-packages" in resolved or "dist-packages" in resolved:
+            continue
+        if resolved not in out:
+            out.append(resolved)
+    return os.pathsep.join(out)
+
+
+def child_env(base: Mapping[str, str] | None = None, *, drop: Sequence[str] = ()) -> dict[str, str]:
+    """``base`` (default: this environment) without ``drop``, with ``PYTHONPATH`` set as above."""
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in drop}
+    env["PYTHONPATH"] = child_pythonpath()
+    return env
+
+
+def spawn(argv: Sequence[str], *, env: Mapping[str, str] | None = None, stdout: IO[Any] | int | None = None,
+          stderr: IO[Any] | int | None = None, cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a process group of its own, stdin closed."""
+    return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                            env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True)
+
+
+def signal_group(proc: subprocess.Popen[Any], sig: int) -> bool:
+    """Send ``sig`` to ``proc``'s whole group; False if it is gone already."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def kill_group(proc: subprocess.Popen[Any]) -> float:
+    """SIGKILL ``proc``'s whole group without warning; returns the time of the kill once the
+    leader is reaped."""
+    at = time.time()
+    signal_group(proc, signal.SIGKILL)
+    proc.wait()
+    return at
+
+
+def stop_group(proc: subprocess.Popen[Any], grace: float) -> int:
+    """SIGTERM the group (a steplog engine stops at a safe point and releases its lease), SIGKILL
+    it after ``grace`` seconds, and SIGKILL whatever is left of the group; returns the exit code."""
+    if proc.poll() is None:
+        signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            signal_group(proc, signal.SIGKILL)
+            proc.wait()
+    signal_group(proc, signal.SIGKILL)  # grandchildren may outlive the leader
+    return int(proc.returncode)
