@@ -78,7 +78,7 @@ def _from_url(run_id: str, url: str, timeout: float) -> RunLedger:
     try:
         return RunLedger(fetch_ledger(url, timeout=timeout).for_run(run_id), source)
     except Exception as exc:  # unreachable, refused, not an outbox: all mean "no evidence here"
-        return RunLedger(None, source, f"the outbox at {url} is not answering ({_plain(exc)})")
+        return RunLedger(None, source, f"the outbox at {url} is not answering ({plain_error(exc)})")
 
 
 def _from_file(run_id: str, path: Path, completed: set[str]) -> RunLedger:
@@ -100,7 +100,7 @@ def _from_file(run_id: str, path: Path, completed: set[str]) -> RunLedger:
     return RunLedger(ledger, source)
 
 
-def _plain(exc: BaseException) -> str:
+def plain_error(exc: BaseException) -> str:
     """Human words for a connection failure instead of ``ConnectError: [Errno 111] …``."""
     text = str(exc)
     if "Errno 111" in text or "Connection refused" in text:

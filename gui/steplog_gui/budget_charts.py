@@ -146,6 +146,11 @@ class BudgetCharts(QWidget):
         if chart.estimated is not None:
             chart.estimated.setData(x, s["tokens_estimated"])
         limit = run.limits.get(key)
+        box = chart.widget.getViewBox()
+        if not limit and not np.any(y):  # all zero, no limit: 0..1, not auto-range's -0.4..0.4
+            box.setYRange(0, 1, padding=0)
+        else:
+            box.enableAutoRange(axis=pg.ViewBox.YAxis)
         chart.limit.setVisible(bool(limit))
         if limit:
             chart.limit.setValue(float(limit))
@@ -154,10 +159,10 @@ class BudgetCharts(QWidget):
         fmt = (lambda v: f"{v:.4f}") if key == "cost_usd" else (lambda v: f"{v:.1f}" if key == "seconds" else f"{v:.0f}")
         text = f"{title}: {fmt(used)}" + (f" / {fmt(float(limit))}" if limit else " (no limit)")
         if key == "tokens" and s["tokens_estimated"][-1] > 0:
-            text += f" · {s['tokens_estimated'][-1]:.0f} estimated"
+            text += f" ({s['tokens_estimated'][-1]:.0f} est.)"
         if proj is not None:
             chart.projection.setData([proj.from_x, proj.at], [proj.from_y, proj.limit])
-            text += f" · limit in ~{max(0.0, proj.at - proj.from_x):.0f} s at this rate"
+            text += f" · limit in ~{max(0.0, proj.at - proj.from_x):.0f} s"
         else:
             chart.projection.setData([], [])
         chart.set_title(text, pal)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QItemSelection, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtCore import QItemSelection, Qt, QTimer
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (QCheckBox, QDockWidget, QDoubleSpinBox, QFileDialog, QHeaderView, QLabel, QMainWindow,
                                QMessageBox, QSplitter, QTableView, QToolBar, QVBoxLayout, QWidget)
 
@@ -83,11 +83,10 @@ class MainWindow(QMainWindow):
         self.loader = StepDetailLoader(lambda: self.monitor.path, self)
         self.detail = StepDetailView(self.loader, self.watcher)
         self.outbox_panel = OutboxPanel(self.watcher)
-        runs_dock = self._dock("Runs", "runs", self.runs_view, Qt.DockWidgetArea.LeftDockWidgetArea)
-        detail_dock = self._dock("Step detail", "detail", self.detail, Qt.DockWidgetArea.RightDockWidgetArea)
-        self._dock("Outbox", "outbox", self.outbox_panel, Qt.DockWidgetArea.RightDockWidgetArea)
-        # First launch: wide enough to show every runs column and a readable decision.
-        self.resizeDocks([runs_dock, detail_dock], [380, 340], Qt.Orientation.Horizontal)
+        self._runs_dock = self._dock("Runs", "runs", self.runs_view, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self._detail_dock = self._dock("Step detail", "detail", self.detail, Qt.DockWidgetArea.RightDockWidgetArea)
+        self._outbox_dock = self._dock("Outbox", "outbox", self.outbox_panel, Qt.DockWidgetArea.RightDockWidgetArea)
+        theme.choose(settings.theme)
         self._build_actions()
         self.statusBar().showMessage("ready")
 
@@ -108,6 +107,7 @@ class MainWindow(QMainWindow):
         else:
             area = self.screen().availableGeometry()
             self.resize(min(1680, int(area.width() * 0.94)), min(1050, int(area.height() * 0.94)))
+        self._first_launch = settings.window_state is None
         if settings.window_state is not None:
             self.restoreState(settings.window_state)
         settings.add_recent(str(monitor.path))
@@ -115,6 +115,25 @@ class MainWindow(QMainWindow):
         self._update_actions()
 
     # -- construction -----------------------------------------------------------------------
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        if self._first_launch:  # sized to the window it got, once; afterwards restored as left
+            self._first_launch = False
+            QTimer.singleShot(0, self.size_docks)
+
+    def size_docks(self) -> None:
+        """Docks sized to their content and the window: the runs list shows run, status and
+        steps; the step detail and outbox get a readable width; the timeline keeps the rest."""
+        width = self.width()
+        runs = self.runs_view
+        runs.resizeColumnsToContents()
+        key_columns = sum(runs.columnWidth(c) for c in range(3)) + runs.verticalScrollBar().sizeHint().width() + 12
+        left = max(240, min(int(width * 0.24), max(key_columns, int(width * 0.17))))
+        right = max(300, min(int(width * 0.28), 560))
+        self.resizeDocks([self._runs_dock, self._detail_dock], [left, right], Qt.Orientation.Horizontal)
+        self.resizeDocks([self._detail_dock, self._outbox_dock], [int(self.height() * 0.55), int(self.height() * 0.4)],
+                         Qt.Orientation.Vertical)
 
     def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self)
@@ -183,6 +202,17 @@ class MainWindow(QMainWindow):
         view_menu = menu.addMenu("&View")
         for dock in self.findChildren(QDockWidget):
             view_menu.addAction(dock.toggleViewAction())
+        view_menu.addSeparator()
+        theme_menu = view_menu.addMenu("&Theme")
+        group = QActionGroup(self)
+        self.theme_actions: dict[str, QAction] = {}
+        for name, label in (("system", "&System"), ("light", "&Light"), ("dark", "&Dark")):
+            action = theme_menu.addAction(label)
+            action.setCheckable(True)
+            action.setChecked(self.settings.theme == name)
+            action.triggered.connect(lambda _checked=False, n=name: self.set_theme(n))
+            group.addAction(action)
+            self.theme_actions[name] = action
         help_menu = menu.addMenu("&Help")
         help_menu.addAction(self.act_about)
 
@@ -366,6 +396,13 @@ class MainWindow(QMainWindow):
         self.act_demo.setEnabled(not running)
         if not running and self.auto_kill.isChecked():
             self.auto_kill.setChecked(False)
+
+    def set_theme(self, name: str) -> None:
+        """View → Theme: System / Light / Dark, remembered."""
+        self.settings.theme = name
+        theme.choose(name)
+        self.theme_actions[name].setChecked(True)
+        self._apply_palette(theme.current())
 
     def _show_problem(self, text: str) -> None:
         self.banner.setText(text)

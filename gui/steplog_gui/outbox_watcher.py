@@ -97,7 +97,10 @@ class OutboxWatcher(QObject):
     def _failed(self, url: str, exc: BaseException) -> None:
         self._busy = False
         if url == self.url:
-            self._set_problem(f"outbox {url} cannot be read: {type(exc).__name__}: {exc}")
+            from steplog.evidence import plain_error
+
+            self._set_problem(f"the outbox at {url} is not answering ({plain_error(exc)}); "
+                              "the verdict reads its file beside the log instead, if there is one")
 
     def _set_problem(self, text: str) -> None:
         if text != self.problem:

@@ -14,12 +14,15 @@ so the timeline, the strip and ``steplog verdict`` show the same kills, live and
 from __future__ import annotations
 
 import math
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from steplog.lease import process_alive
 
 from .repository import Event
 
@@ -126,6 +129,17 @@ class RunState:
     def redone(self) -> int:
         """Step executions that did not commit and ran again (CONTRACT: executions - committed)."""
         return max(0, self.step_executions - self.steps_committed - self.in_progress)
+
+    def engine_gone(self) -> bool:
+        """No engine works on this run now: it released the lease, or its process on this host
+        is dead (killed from outside and not relaunched). Remote engines count as alive."""
+        if self.terminal or self.pid is None:
+            return True
+        return self.host == socket.gethostname() and not process_alive(self.pid)
+
+    def open_until(self, now: float) -> float:
+        """Where bars of steps in progress end: now while an engine works, else its last event."""
+        return self.last_ts if self.engine_gone() else now
 
     def duration(self, now: float) -> float:
         end = self.finished if self.finished is not None else (now if not self.terminal else self.last_ts)

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import math
-import socket
 import time
 from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, QTimer
 
-from steplog.lease import process_alive
-
 from . import theme
 from .monitor import Monitor
 from .run_state import RunState
 
-COLUMNS = ("Run", "Agent", "Status", "Steps", "Budget use", "Started", "Duration")
+COLUMNS = ("Run", "Status", "Steps", "Agent", "Budget use", "Started", "Duration")
+"""The columns a person needs first come first: a narrow Runs dock still shows run, status, steps."""
+RUN, STATUS, STEPS, AGENT, BUDGET, STARTED, DURATION = range(len(COLUMNS))
 RUN_ID_ROLE = Qt.ItemDataRole.UserRole + 1
 _Index = QModelIndex | QPersistentModelIndex
 
@@ -39,7 +38,7 @@ def status_text(run: RunState) -> tuple[str, str | None]:
         return run.status.replace("_", " "), run.reason
     if run.pid is None:
         return "stopped", "no engine holds it (stopped or released); Resume run continues it"
-    if run.host == socket.gethostname() and not process_alive(run.pid):
+    if run.engine_gone():
         return "stopped", f"its engine (pid {run.pid}) is gone; Resume run continues it from its last checkpoint"
     return "running", f"engine pid {run.pid} on {run.host}"
 
@@ -97,31 +96,33 @@ class RunsModel(QAbstractTableModel):
             return run.run_id
         if role == Qt.ItemDataRole.DisplayRole:
             return self._display(run, col)
-        if role == Qt.ItemDataRole.ForegroundRole and col == 2:
+        if role == Qt.ItemDataRole.ForegroundRole and col == STATUS:
             shown = status_text(run)[0].replace(" ", "_")
             return theme.qcolor(theme.current().status.get(shown, theme.current().foreground))
         if role == Qt.ItemDataRole.ToolTipRole:
-            if col == 2:
+            if col == STATUS:
                 return status_text(run)[1]
-            if col == 1:
+            if col == AGENT:
                 return run.agent
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (3, 4, 6):
+            if col == RUN:
+                return run.run_id
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (STEPS, BUDGET, DURATION):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
     def _display(self, run: RunState, col: int) -> str:
-        if col == 0:
+        if col == RUN:
             return run.run_id
-        if col == 1:
+        if col == AGENT:
             return run.agent.rsplit("/", 1)[-1]
-        if col == 2:
+        if col == STATUS:
             return status_text(run)[0]
-        if col == 3:
+        if col == STEPS:
             limit = run.limits.get("steps")
             return f"{run.steps_committed}" + (f" / {limit}" if limit else "")
-        if col == 4:
+        if col == BUDGET:
             return budget_use(run)[1]
-        if col == 5:
+        if col == STARTED:
             return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.created)) if not math.isnan(run.created) else ""
         return fmt_duration(run.duration(time.time()))
 
@@ -156,4 +157,4 @@ class RunsModel(QAbstractTableModel):
     def _tick(self) -> None:
         running = [i for i, rid in enumerate(self._ids) if (r := self._monitor.run(rid)) and not r.terminal]
         if running:
-            self.dataChanged.emit(self.index(min(running), 6), self.index(max(running), 6))
+            self.dataChanged.emit(self.index(min(running), STATUS), self.index(max(running), DURATION))

@@ -56,5 +56,15 @@ class Settings:
     def auto_kill_seconds(self, value: float) -> None:
         self._s.setValue("kill/auto_seconds", float(value))
 
+    @property
+    def theme(self) -> str:
+        """``system``, ``light`` or ``dark`` (View → Theme)."""
+        value = str(self._s.value("view/theme", "system"))
+        return value if value in ("system", "light", "dark") else "system"
+
+    @theme.setter
+    def theme(self, value: str) -> None:
+        self._s.setValue("view/theme", value)
+
     def sync(self) -> None:
         self._s.sync()

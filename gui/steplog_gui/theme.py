@@ -61,6 +61,16 @@ def qcolor(hex_: str) -> QColor:
     return QColor(hex_)
 
 
+SCHEMES = {"system": Qt.ColorScheme.Unknown, "light": Qt.ColorScheme.Light, "dark": Qt.ColorScheme.Dark}
+"""View → Theme choices; ``system`` follows the OS."""
+
+
+def choose(name: str) -> None:
+    """Light, dark or the OS's scheme for the whole application (Qt restyles its widgets; the
+    plots follow through ``Theme.changed``)."""
+    QGuiApplication.styleHints().setColorScheme(SCHEMES.get(name, Qt.ColorScheme.Unknown))
+
+
 class Theme(QObject):
     """Relays the OS scheme change to the views."""
 

@@ -29,8 +29,8 @@ def bars(run: RunState, outcome: int, now: float) -> Bars:
     mask = ex["outcome"] == outcome
     start = ex["start"][mask]
     end = ex["end"][mask]
-    if outcome == RUNNING:
-        end = np.where(np.isnan(end), now, end)
+    if outcome == RUNNING:  # a stopped run's open step does not grow with the clock
+        end = np.where(np.isnan(end), run.open_until(now), end)
     t0 = run.created if np.isfinite(run.created) else (start.min() if len(start) else 0.0)
     width = np.maximum(end - start, MIN_WIDTH)
     return Bars(start - t0, width, ex["lane"][mask].astype(np.float64) - BAR_HEIGHT / 2)

@@ -182,10 +182,14 @@ class TimelineView(QWidget):
         xs = np.repeat([m[0] for m in marks], 2)
         ys = np.array([[m[1] - 0.5, m[1] + 0.5] for m in marks]).ravel()
         self._kills.setData(xs, ys)
+        right_edge = max(m[0] for m in marks) + 1e-9
+        (x_min, x_max), _ = self.plot.getViewBox().viewRange()
         for x, lane, text in marks[-MAX_KILL_LABELS:]:
             # Right of the kill line, in the killed engine's own lane: that lane is empty from
-            # the kill on, so the label never covers a bar.
-            label = pg.TextItem(text, color=self._palette.kill, anchor=(0, 0.5))
+            # the kill on, so the label never covers a bar. Near the right edge of the view it
+            # goes left of the line instead of being clipped.
+            near_edge = x >= right_edge and x > x_min + 0.75 * (x_max - x_min)
+            label = pg.TextItem(text, color=self._palette.kill, anchor=(1, 0.5) if near_edge else (0, 0.5))
             label.setPos(x, lane)
             self.plot.addItem(label)
             self._kill_labels.append(label)

@@ -52,18 +52,23 @@ class VerdictStrip(QFrame):
         for key in ("kills", "redone", "duplicates", "latency", "deliveries"):
             label = _plain(QLabel(""))
             label.setObjectName(f"verdict_{key}")
+            label.setMinimumWidth(40)  # below its text's width when space is short: never widens the window
             self.labels[key] = label
-            figures.addWidget(label)
+            figures.addWidget(label, 0 if key != "deliveries" else 1)
         figures.addStretch(1)
         grid.addLayout(figures, 0, 1)
         self.evidence = _plain(QLabel(""))
         self.evidence.setObjectName("verdict_evidence")
         self.evidence.setWordWrap(False)
+        # Long evidence must not widen the window's centre and crush the docks: it is cut at the
+        # strip's edge instead (the full text is in its tooltip).
+        self.evidence.setMinimumWidth(50)
         self.evidence.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         grid.addWidget(self.evidence, 1, 1)
         grid.setColumnStretch(1, 1)
         self.hint = _plain(QLabel("No run selected: pick one under Runs, or start one with New run "
                                   "(the demo: steplog demo)."))
+        self.hint.setMinimumWidth(50)
         grid.addWidget(self.hint, 0, 1)
         self._watcher = watcher
         watcher.verdict_changed.connect(self.show_verdict)
@@ -90,16 +95,20 @@ class VerdictStrip(QFrame):
             return
         self.labels["kills"].setText(f"Kills: {len(v.kills)}")
         redone = v.redone_steps if v.passed is not None else max(0, v.redone_steps - self._in_progress())
-        self.labels["redone"].setText(f"Steps redone: {redone}")
+        self.labels["redone"].setText(f"Redone: {redone}")
+        self.labels["redone"].setToolTip("steps run again after kills (at most one per kill passes)")
         dup = "not checked" if v.deliveries is None and any(
             c.name == "no duplicate effects" and c.ok is None for c in v.checks) else str(len(v.duplicates))
         self.labels["duplicates"].setText(f"Duplicates: {dup}")
         self._colour(self.labels["duplicates"], pal.duplicate if v.duplicates else None)
         latencies = v.latencies
-        self.labels["latency"].setText("Last resume latency: "
-                                       + (f"{latencies[-1] * 1000:.0f} ms" if latencies else "—"))
-        self.labels["deliveries"].setText("" if v.deliveries is None else
-                                          f"Outbox: {v.deliveries} delivered / {v.attempts} attempts")
+        self.labels["latency"].setText("Resume: " + (f"{latencies[-1] * 1000:.0f} ms" if latencies else "—"))
+        self.labels["latency"].setToolTip("the last kill → the first step committed by the relaunched engine"
+                                          if latencies else "no kill yet")
+        self.labels["deliveries"].setText("" if v.deliveries is None else f"Outbox: {v.deliveries}/{v.attempts}")
+        self.labels["deliveries"].setToolTip("" if v.deliveries is None else
+                                             f"{v.deliveries} messages delivered for {v.attempts} attempts "
+                                             "(this run's own, in its outbox's ledger)")
         label = v.label
         self.labels["verdict"].setText(LABEL_TEXT[label])
         self._colour(self.labels["verdict"], {"PASS": pal.status["succeeded"], "FAIL": pal.status["failed"],

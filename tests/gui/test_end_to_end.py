@@ -67,4 +67,4 @@ def test_a_run_without_kills_reads_running_then_not_kill_tested(qtbot, window: M
     # Nothing went wrong, but nothing was tested either: not a PASS.
     qtbot.waitUntil(lambda: window.verdict.labels["verdict"].text() == "not kill-tested", timeout=30_000)
     assert window.verdict.evidence.text() == "not kill-tested yet: the run finished without being killed"
-    assert window.verdict.labels["redone"].text() == "Steps redone: 0"
+    assert window.verdict.labels["redone"].text() == "Redone: 0"
