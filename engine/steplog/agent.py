@@ -6,12 +6,14 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import math
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from .errors import AgentSpecError, UsageError
+from .journal import dumps, why_not_json
 from .policies import Budget, RetryPolicy
 from .redact import SECRET_PARAM
 
@@ -177,9 +179,12 @@ def _coerce(agent_name: str, key: str, raw: Any, annotation: Any) -> Any:
         if kind == "int":
             return int(raw)
         if kind == "float":
-            return float(raw)
+            number = float(raw)
+            if not math.isfinite(number):
+                raise ValueError(raw)  # NaN and Infinity cannot be stored as JSON
+            return number
     except ValueError:
-        raise UsageError(f"--param {key}={raw}: agent {agent_name} expects {kind}") from None
+        raise UsageError(f"--param {key}={raw}: agent {agent_name} expects {'a finite float' if kind == 'float' else kind}") from None
     if kind == "bool":
         if raw.lower() in _TRUE:
             return True
@@ -207,6 +212,12 @@ def bind_params(agent: Agent[..., Any], params: Mapping[str, Any]) -> dict[str, 
             takes = ", ".join(named) or "no params"
             raise UsageError(f"agent {agent.name} has no parameter {key!r} (it takes: {takes})")
         out[key] = _coerce(agent.name, key, raw, p.annotation if p else "")
+    for key, value in out.items():
+        try:
+            dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"param {key}={value!r} cannot be stored in the log as JSON ({why_not_json(exc)}); "
+                             "pass JSON data (str, finite number, bool, list, dict)") from None
     missing = [n for n, p in named.items() if p.default is inspect.Parameter.empty and n not in out]
     if missing:
         raise UsageError(f"agent {agent.name} needs --param {missing[0]}=VALUE")

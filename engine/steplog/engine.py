@@ -21,7 +21,7 @@ from .agent import Agent, bind_params
 from .claim import Finished, Request, budget_of, claim
 from .db import Synchronous, default_db_path, open_log, private_dir
 from .errors import Fenced, LogWriteError, RunStopped, UsageError
-from .journal import Journal, Usage, dumps, load_steps
+from .journal import Journal, Usage, dumps, load_steps, why_not_json
 from .lease import DEFAULT_LEASE_SECONDS
 from .redact import redact
 from .runtime import Run
@@ -180,9 +180,9 @@ def _drive(agent: Agent[..., Any], run: Run, journal: Journal, resumed: bool) ->
             raise run._stopping
         try:
             result_json = dumps(result)
-        except (TypeError, ValueError):
-            raise run._stop(outcome_error(run.id, "failed",
-                f"the agent returned {type(result).__name__}, which cannot be recorded as JSON")) from None
+        except (TypeError, ValueError) as exc:
+            raise run._stop(outcome_error(run.id, "failed", f"the agent returned {type(result).__name__}, "
+                                          f"which cannot be recorded as JSON ({why_not_json(exc)})")) from None
         with interrupts.shielded():  # the run ends here either way
             journal.finish("succeeded", None, result_json)
         return Outcome(run.id, "succeeded", None, json.loads(result_json), resumed, journal.incarnation)

@@ -19,7 +19,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from . import crashpoints, effects, interrupts
 from .errors import GaveUp, NonDeterminism, RunFailed, RunStopped, SteplogError, UsageError
-from .journal import Journal, StepRecord, dumps, load_effect
+from .journal import Journal, StepRecord, dumps, load_effect, why_not_json
 from .llm.base import ChatModel, ChatReply, Estimate, Message
 from .policies import Budget, RetryPolicy
 from .redact import redact
@@ -307,8 +307,9 @@ class Run:
                 result_json = dumps(value)
             except (TypeError, ValueError) as exc:
                 raise self._stop(RunFailed(
-                    f"step {seq} '{name}' returned {type(value).__name__}, which cannot be recorded as JSON; "
-                    "return JSON-compatible data (dict, list, str, number, bool, None)", run_id=self.id)) from exc
+                    f"step {seq} '{name}' returned {type(value).__name__}, which cannot be recorded as JSON "
+                    f"({why_not_json(exc)}); return JSON-compatible data (dict, list, str, finite number, "
+                    "bool, None)", run_id=self.id)) from exc
             j.commit_step(seq, name, kind, result_json, duration=time.monotonic() - started)
             crashpoints.reached("after_step_record", seq)
             return json.loads(result_json)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +30,8 @@ def one_line_error(stderr: str) -> str:
     (["run", "flaky", "--param", "batches=many"], "--param batches=many: agent flaky expects int"),
     (["run", "flaky", "--param", "api_key=sk-123"], "secrets must not be"),
     (["run", "flaky", "--pace", "-1"], "--pace must be 0 or more"),
+    (["run", f"{AGENTS}:witness", "--param", "pause=nan"], "--param pause=nan: agent witness expects a finite float"),
+    (["run", f"{AGENTS}:witness", "--param", "pause=inf"], "--param pause=inf: agent witness expects a finite float"),
     (["run", "flaky", "--run-id", "no spaces please"], "run id 'no spaces please' may use letters"),
     (["run", "flaky", "--bogus"], "No such option '--bogus'; see `steplog run --help`"),
 ])
@@ -134,3 +138,27 @@ def test_version_and_help_work(engine: Engine) -> None:
     assert engine.run("--version").returncode == 0
     done = engine.run("run", "--help")
     assert done.returncode == 0 and "--max-tokens" in done.stdout
+
+
+def strict_json(text: str) -> Any:
+    """``json.loads`` that refuses NaN and Infinity, as every JSON parser but Python's does."""
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("where", ["step", "result"])
+def test_nan_in_a_result_fails_the_run_and_every_json_output_stays_strict(engine: Engine, where: str) -> None:
+    """A NaN from a step or as the agent's result fails the run (exit 4, a clear reason); the
+    success line, ``status --json`` and ``runs --json`` stay valid JSON."""
+    done = engine.run("run", f"{AGENTS}:not_a_number", "--run-id", "n", "--param", f"where={where}",
+                      "--db", str(engine.db))
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "which cannot be recorded as JSON" in done.stdout
+    status = engine.run("status", "n", "--db", str(engine.db), "--json")
+    assert strict_json(status.stdout)["status"] == "failed"
+    listed = engine.run("runs", "--db", str(engine.db), "--json")
+    assert [r["run_id"] for r in strict_json(listed.stdout)] == ["n"]
+    for (data,) in engine.query("SELECT data FROM event"):
+        strict_json(data)

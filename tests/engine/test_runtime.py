@@ -213,3 +213,37 @@ def test_steps_from_another_thread_are_refused(db: Path) -> None:
     threaded.run("r", db=db)
     assert len(errors) == 1 and "from another thread" in str(errors[0])
     assert rows(db, "SELECT seq, name FROM step") == [(1, "from the agent")]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), {"score": [1.0, float("nan")]}])
+def test_a_step_result_that_is_nan_or_infinite_fails_the_run_like_any_non_json_value(db: Path, value: Any) -> None:
+    """NaN and Infinity are not JSON: a step returning one fails the run clearly, and nothing
+    that is not strict JSON reaches the log."""
+    @steplog.agent
+    def measuring(run: steplog.Run) -> Any:
+        return run.step("measure", lambda: value)
+
+    with pytest.raises(steplog.RunFailed, match="step 1 'measure' returned .*which cannot be recorded as JSON"):
+        measuring.run("r", db=db)
+    assert rows(db, "SELECT result FROM step") == [(None,)]
+
+
+def test_an_agent_result_that_is_not_finite_fails_the_run(db: Path) -> None:
+    @steplog.agent
+    def infinite(run: steplog.Run) -> float:
+        return float("inf")
+
+    with pytest.raises(steplog.RunFailed, match="the agent returned float, which cannot be recorded as JSON"):
+        infinite.run("r", db=db)
+    assert rows(db, "SELECT result FROM run") == [(None,)]
+
+
+@pytest.mark.parametrize("value", [float("nan"), object()])
+def test_params_that_are_not_json_are_refused_before_the_log_is_opened(db: Path, value: Any) -> None:
+    @steplog.agent
+    def echo(run: steplog.Run, x: Any = None) -> Any:
+        return run.step("echo", lambda: x)
+
+    with pytest.raises(steplog.UsageError, match="param x=.* cannot be stored in the log as JSON"):
+        echo.run("r", db=db, x=value)
+    assert not db.exists()
