@@ -36,13 +36,22 @@ def digest(value: bytes | str | Any) -> str:
 
 
 def confined(workdir: Path, relpath: str) -> Path:
-    """``workdir/relpath``, refusing absolute paths and anything that escapes the workdir."""
+    """``workdir/relpath``: a file strictly inside the workdir.
+
+    Refused: absolute paths, anything that escapes the workdir, and anything that names a
+    directory (the workdir itself, ``sub/..``, a trailing ``/`` or ``.``, an existing folder): a
+    temp file written "beside" such a target would land in the workdir's parent.
+    """
     if not relpath or os.path.isabs(relpath):
         raise UsageError(f"effect path {relpath!r} must be relative to the run's workdir")
     root = workdir.resolve()
     target = (root / relpath).resolve()
     if target != root and root not in target.parents:
         raise UsageError(f"effect path {relpath!r} escapes the run's workdir {root}; keep file effects inside it")
+    last = relpath.replace(os.sep, "/").rsplit("/", 1)[-1]
+    if target == root or last in ("", ".", "..") or target.is_dir():
+        raise UsageError(f"effect path {relpath!r} names a directory, not a file inside the run's workdir {root}; "
+                         "name a file, such as 'out/result.txt'")
     return target
 
 

@@ -247,3 +247,28 @@ def test_params_that_are_not_json_are_refused_before_the_log_is_opened(db: Path,
     with pytest.raises(steplog.UsageError, match="param x=.* cannot be stored in the log as JSON"):
         echo.run("r", db=db, x=value)
     assert not db.exists()
+
+
+@pytest.mark.parametrize("path", [".", "sub/..", "./", "sub/", "sub/.", "a/b/../..", "existing"])
+@pytest.mark.parametrize("effect", ["write_file", "merge"])
+def test_a_file_effect_must_name_a_file_strictly_inside_the_workdir(db: Path, tmp_path: Path, path: str,
+                                                                     effect: str) -> None:
+    """The workdir itself, or any directory, is not a file target: refused before the step runs,
+    and nothing appears beside the workdir (a temp file of ``write_file('.')`` used to land in the
+    workdir's parent)."""
+    workdir = tmp_path / "area" / "wd"
+    (workdir / "existing").mkdir(parents=True)
+    before = sorted(p.name for p in workdir.parent.iterdir())
+
+    @steplog.agent
+    def misdirected(run: steplog.Run) -> None:
+        if effect == "write_file":
+            run.write_file(path, "content")
+        else:
+            run.merge(path, "t", key={"id": 1}, values={"v": 1})
+
+    with pytest.raises(steplog.RunFailed, match=f"effect path '{path}' names a directory, not a file"):
+        misdirected.run("r", db=db, workdir=workdir)
+    assert sorted(p.name for p in workdir.parent.iterdir()) == before
+    assert [p.name for p in workdir.iterdir()] == ["existing"]
+    assert rows(db, "SELECT count(*) FROM step") == [(0,)]
