@@ -89,10 +89,14 @@ def _parse_params(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _positive(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+def _limit(field: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """Check a budget option as ``Budget`` checks the field (finite, in range) while parsing."""
+    from .policies import limit_problem
+
     def check(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
-        if value is not None and value <= 0:
-            raise click.BadParameter(f"must be positive (got {value}); omit {name} for no limit")
+        problem = None if value is None else limit_problem(field, value)
+        if problem:
+            raise click.BadParameter(problem)
         return value
     return check
 
@@ -107,11 +111,12 @@ def _positive(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]
 @click.option("--pace", type=float, default=0.0, show_default=True,
               help="Seconds of simulated thinking added to each model call.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="An agent parameter (repeatable).")
-@click.option("--max-steps", type=int, default=None, callback=_positive("--max-steps"))
-@click.option("--max-tokens", type=int, default=None, callback=_positive("--max-tokens"))
-@click.option("--max-seconds", type=float, default=None, callback=_positive("--max-seconds"))
-@click.option("--max-cost", type=float, default=None, callback=_positive("--max-cost"))
-@click.option("--max-retries", type=click.IntRange(min=0), default=None, help="Retries of all steps together.")
+@click.option("--max-steps", type=int, default=None, callback=_limit("max_steps"))
+@click.option("--max-tokens", type=int, default=None, callback=_limit("max_tokens"))
+@click.option("--max-seconds", type=float, default=None, callback=_limit("max_seconds"))
+@click.option("--max-cost", type=float, default=None, callback=_limit("max_cost_usd"))
+@click.option("--max-retries", type=int, default=None, callback=_limit("max_retries"),
+              help="Retries of all steps together.")
 @click.option("--model", default=None, help="Chat model: 'offline' (default) or a model name at --base-url.")
 @click.option("--base-url", default=None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI).")
 @click.option("--lease-seconds", type=float, default=None, help="How long a silent engine keeps the run (default 15).")
@@ -140,7 +145,7 @@ def run(agent: str, run_id: str | None, db: Path | None, workdir: Path | None, o
             limits={"max_steps": max_steps, "max_tokens": max_tokens, "max_seconds": max_seconds,
                     "max_cost_usd": max_cost, "max_retries": max_retries},
             model=model, base_url=base_url, pace=pace,
-            lease_seconds=lease_seconds or DEFAULT_LEASE_SECONDS,
+            lease_seconds=DEFAULT_LEASE_SECONDS if lease_seconds is None else lease_seconds,
             synchronous="FULL" if synchronous == "full" else "NORMAL", on_start=started)
     except KeyboardInterrupt:
         # SIGTERM, SIGINT and SIGHUP stop the engine at a safe point (``steplog.interrupts``); the
