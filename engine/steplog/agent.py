@@ -129,10 +129,18 @@ def _load_file(path_text: str) -> Any:
     sys.path.insert(0, str(path.parent))  # let the file import its neighbours
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         del sys.modules[mod_name]
-        raise AgentSpecError(f"importing {path_text} failed: {type(exc).__name__}: {exc}") from exc
+        raise AgentSpecError(f"importing {path_text} failed: {_import_failure(exc)}") from exc
     return module
+
+
+def _import_failure(exc: BaseException) -> str:
+    """Why importing an agent's module failed. ``sys.exit`` there is a failure too: left alone
+    it would end the command with the module's code (3 reads as "gave up") and no word."""
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r}) at import; an agent module must not exit when imported"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def resolve(spec: str) -> Agent[..., Any]:
@@ -152,6 +160,8 @@ def resolve(spec: str) -> Agent[..., Any]:
             module = importlib.import_module(where)
         except ImportError as exc:
             raise AgentSpecError(f"cannot import {where!r} for agent {spec!r} ({exc}); {SPEC_HELP}") from exc
+        except (Exception, SystemExit) as exc:
+            raise AgentSpecError(f"importing {where} failed: {_import_failure(exc)}") from exc
         canonical = spec if spec in BUILTINS else target
     obj: Any = module
     for part in attr.split("."):
@@ -215,7 +225,7 @@ def bind_params(agent: Agent[..., Any], params: Mapping[str, Any]) -> dict[str, 
     for key, value in out.items():
         try:
             dumps(value)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise UsageError(f"param {key}={value!r} cannot be stored in the log as JSON ({why_not_json(exc)}); "
                              "pass JSON data (str, finite number, bool, list, dict)") from None
     missing = [n for n, p in named.items() if p.default is inspect.Parameter.empty and n not in out]

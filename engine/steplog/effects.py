@@ -109,14 +109,19 @@ def http_post(url: str, body: Any, key: str, *, headers: dict[str, str] | None =
     return {"status": status, "body": parsed}
 
 
-def merge(workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """Upsert one row: the key columns identify it, the values are set. Never a second row."""
+def check_merge(workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[str, Any]) -> Path:
+    """The file a merge writes; ``UsageError`` for a bad path, identifier or an empty key."""
     for ident in (table, *key, *values):
-        if not _IDENT.match(ident):
+        if not isinstance(ident, str) or not _IDENT.fullmatch(ident):
             raise UsageError(f"merge: {ident!r} is not a plain SQL identifier (letters, digits, _)")
     if not key:
         raise UsageError("merge: key must name at least one column")
-    path = confined(workdir, db)
+    return confined(workdir, db)
+
+
+def merge(workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """Upsert one row: the key columns identify it, the values are set. Never a second row."""
+    path = check_merge(workdir, db, table, key, values)
     private_dir(path.parent)
     if not path.exists():
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))

@@ -182,7 +182,7 @@ def _drive(agent: Agent[..., Any], run: Run, journal: Journal, resumed: bool) ->
             raise run._stopping
         try:
             result_json = dumps(result)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise run._stop(outcome_error(run.id, "failed", f"the agent returned {type(result).__name__}, "
                                           f"which cannot be recorded as JSON ({why_not_json(exc)})")) from None
         with interrupts.shielded():  # the run ends here either way

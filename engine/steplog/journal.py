@@ -34,7 +34,9 @@ def dumps(value: Any) -> str:
 
 
 def why_not_json(exc: Exception) -> str:
-    """Why ``dumps`` refused a value, for a message."""
+    """Why ``dumps`` refused a value (``TypeError``, ``ValueError`` or ``RecursionError``), for a message."""
+    if isinstance(exc, RecursionError):
+        return "it is nested too deeply"
     if isinstance(exc, ValueError):
         return "it holds NaN or Infinity, which JSON cannot carry"
     return f"{exc}"

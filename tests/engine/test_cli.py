@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -162,3 +163,30 @@ def test_nan_in_a_result_fails_the_run_and_every_json_output_stays_strict(engine
     assert [r["run_id"] for r in strict_json(listed.stdout)] == ["n"]
     for (data,) in engine.query("SELECT data FROM event"):
         strict_json(data)
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("import sys\nsys.exit(3)\n", "importing {path} failed: it called sys.exit(3)"),
+    ("raise SystemExit('bye')\n", "importing {path} failed: it called sys.exit('bye')"),
+    ("1 / 0\n", "importing {path} failed: ZeroDivisionError: division by zero"),
+])
+def test_an_agent_module_that_exits_or_raises_at_import_is_bad_input(engine: Engine, tmp_path: Path, source: str,
+                                                                      message: str) -> None:
+    """``sys.exit(3)`` while importing an agent used to end the command with 3 ("gave up") and no
+    word; any failure at import is an AGENT that cannot be resolved: exit 2, one line naming it."""
+    agent = tmp_path / "exits.py"
+    agent.write_text(source + "def main(run):\n    return 1\n")
+    done = engine.run("run", f"{agent}:main", "--db", str(engine.db))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message.format(path=agent) in one_line_error(done.stderr)
+    assert not engine.db.exists()
+
+
+def test_an_agent_package_that_exits_at_import_is_bad_input(engine: Engine, tmp_path: Path) -> None:
+    (tmp_path / "exiting_pkg").mkdir()
+    (tmp_path / "exiting_pkg" / "__init__.py").write_text("import sys\nsys.exit(3)\n")
+    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{engine.env['PYTHONPATH']}"}
+    done = engine.run("run", "exiting_pkg:main", "--db", str(engine.db), env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "importing exiting_pkg failed: it called sys.exit(3)" in one_line_error(done.stderr)
+    assert not engine.db.exists()

@@ -272,3 +272,47 @@ def test_a_file_effect_must_name_a_file_strictly_inside_the_workdir(db: Path, tm
     assert sorted(p.name for p in workdir.parent.iterdir()) == before
     assert [p.name for p in workdir.iterdir()] == ["existing"]
     assert rows(db, "SELECT count(*) FROM step") == [(0,)]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (lambda run: run.merge("m.db", "bad table", key={"id": 1}, values={"v": 1}),
+     r"step 1 'merge bad table id=1' .*'bad table' is not a plain SQL identifier"),
+    (lambda run: run.merge("m.db", "t", key={}, values={"v": 1}),
+     r"step 1 'merge t ' .*key must name at least one column"),
+    (lambda run: run.write_file("../outside.txt", "x"),
+     r"step 1 'write ../outside.txt' .*escapes the run's workdir"),
+    (lambda run: run.write_file("/etc/passwd", "x", name="save"),
+     r"step 1 'save' .*must be relative to the run's workdir"),
+    (lambda run: run.step("outer", lambda: run.step("inner", int, 1)),
+     r"step 1 'outer' .*step 'inner' was called inside another step"),
+    (lambda run: run.step("deep", _nested, 100_000),
+     r"step 1 'deep' returned list, which cannot be recorded as JSON \(it is nested too deeply\)"),
+])
+def test_a_refusal_inside_a_step_names_the_step(db: Path, tmp_path: Path, body: Any, message: str) -> None:
+    """Bad input met while a step runs (a path, an identifier, a nested step, a result nested too
+    deeply) fails that step, and the reason says which step, never "outside any step"."""
+    @steplog.agent
+    def refused(run: steplog.Run) -> None:
+        body(run)
+
+    with pytest.raises(steplog.RunFailed, match=message) as info:
+        refused.run("r", db=db, workdir=tmp_path / "wd")
+    assert "outside any step" not in str(info.value)
+    assert "outside any step" not in rows(db, "SELECT reason FROM run")[0][0]
+
+
+def test_an_agent_result_nested_too_deeply_fails_the_run_clearly(db: Path) -> None:
+    @steplog.agent
+    def deep(run: steplog.Run) -> Any:
+        return _nested(100_000)
+
+    with pytest.raises(steplog.RunFailed, match=r"the agent returned list, which cannot be recorded as JSON "
+                                                r"\(it is nested too deeply\)"):
+        deep.run("r", db=db)
