@@ -11,6 +11,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
@@ -126,7 +127,32 @@ def inspect(path: Path) -> int:
             f"{path} was written by a newer steplog (schema {version}, this one knows {SCHEMA_VERSION}); "
             "upgrade steplog to use it"
         )
+    # Our application_id is a claim, not a proof: the tables must be the ones the schema makes.
+    if version == 0 and tables:
+        raise ForeignDatabase(
+            f"{path} carries steplog's application_id but is not a steplog log (schema 0 with tables of "
+            f"its own: {', '.join(sorted(tables)[:5])}); it was left untouched: point --db at a steplog log or a new path"
+        )
+    missing = expected_tables(version) - set(tables)
+    if missing:
+        raise CorruptDatabase(
+            f"{path} is a steplog log (schema {version}) without its table(s) {', '.join(sorted(missing))}; "
+            "it was left untouched: restore it from a backup or point --db at a new path"
+        )
     return int(version)
+
+
+@cache
+def expected_tables(version: int) -> frozenset[str]:
+    """The tables a log at schema ``version`` has: the migrations, run on an in-memory database."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for step in MIGRATIONS[:version]:
+            for statement in split_statements(step):
+                conn.execute(statement)
+        return frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+    finally:
+        conn.close()
 
 
 def private_dir(path: Path) -> Path:

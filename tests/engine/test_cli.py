@@ -90,6 +90,32 @@ def test_corrupt_truncated_or_foreign_logs_are_refused_byte_for_byte(engine: Eng
     assert not Path(f"{path}-wal").exists()
 
 
+@pytest.mark.parametrize("command", ["run", "status", "runs"])
+def test_a_foreign_file_that_carries_steplogs_application_id_is_refused_byte_for_byte(
+        engine: Engine, tmp_path: Path, command: str) -> None:
+    """A file stamped with our application_id but at schema 0 with a ``run`` table of its own is
+    not ours: its tables are looked at before any write (it used to be switched to WAL and then
+    refused with a message about disk space)."""
+    from steplog.schema import APPLICATION_ID
+
+    path = tmp_path / "imposter.db"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("CREATE TABLE run (id INTEGER PRIMARY KEY, distance_km REAL)")
+    conn.execute("INSERT INTO run (distance_km) VALUES (5.2)")
+    conn.commit()
+    conn.close()
+    before = sha(path)
+    args = {"run": ["run", f"{AGENTS}:noop"], "status": ["status", "x"], "runs": ["runs"]}[command]
+    done = engine.run(*args, "--db", str(path))
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = one_line_error(done.stderr)
+    assert "not a steplog log" in line and "schema 0" in line and "run" in line, line
+    assert "disk" not in line
+    assert sha(path) == before
+    assert not Path(f"{path}-wal").exists() and not Path(f"{path}-shm").exists()
+
+
 def test_a_directory_as_the_log(engine: Engine, tmp_path: Path) -> None:
     done = engine.run("run", f"{AGENTS}:noop", "--db", str(tmp_path))
     assert done.returncode == 2
