@@ -36,6 +36,16 @@ def _guard(fn: F) -> F:
                 _fail(f"the log could not be written ({exc}); free disk space and run the same command again: "
                       "the run resumes from its last checkpoint", 1)
             raise
+        except sqlite3.DatabaseError as exc:
+            from .integrity import damaged, is_damage
+
+            if not is_damage(exc):
+                raise
+            # A read that met damage outside the pages checked up front.
+            from .db import default_db_path
+
+            error = damaged(kwargs.get("db") or default_db_path(), str(exc))
+            _fail(str(error), error.exit_code)
 
     return wrapper  # type: ignore[return-value]
 
@@ -166,7 +176,7 @@ def _open_for_reading(db: Path | None) -> Any:
     from .db import default_db_path, open_readonly
 
     path = db or default_db_path()
-    return path, open_readonly(path)
+    return path, open_readonly(path, one_shot=True)
 
 
 @cli.command()
@@ -176,11 +186,13 @@ def _open_for_reading(db: Path | None) -> Any:
 @_guard
 def status(run_id: str, db: Path | None, as_json: bool) -> None:
     """Show one run."""
+    from .integrity import refusing_damage
     from .status import run_status
 
     path, conn = _open_for_reading(db)
     try:
-        s = run_status(conn, run_id, db=path)
+        with refusing_damage(path):
+            s = run_status(conn, run_id, db=path)
     finally:
         conn.close()
     if as_json:
@@ -212,11 +224,13 @@ def _describe(s: dict[str, Any]) -> str:
 @_guard
 def runs(db: Path | None, as_json: bool) -> None:
     """List the runs in the log."""
+    from .integrity import refusing_damage
     from .status import all_runs
 
-    _path, conn = _open_for_reading(db)
+    path, conn = _open_for_reading(db)
     try:
-        rows = all_runs(conn)
+        with refusing_damage(path):
+            rows = all_runs(conn)
     finally:
         conn.close()
     if as_json:
@@ -228,6 +242,23 @@ def runs(db: Path | None, as_json: bool) -> None:
         state = "stopped" if s["status"] == "running" and s["engine"] in ("gone", "none") else s["status"]
         click.echo(f"{s['run_id']:<28} {s['agent']:<20} {state:<10} steps {s['steps_committed']:>5}"
                    f"  incarnations {s['incarnations']}")
+
+
+@cli.command()
+@db_option
+@_guard
+def check(db: Path | None) -> None:
+    """Check the log's integrity (read-only): "ok" and what it holds, or what is wrong (exit 2)."""
+    from .db import default_db_path
+    from .errors import CorruptDatabase
+    from .integrity import check as check_log
+
+    report = check_log(db or default_db_path())
+    if not report.ok:
+        for problem in report.problems:
+            click.echo(problem)
+        raise CorruptDatabase(report.summary())
+    click.echo(report.summary())
 
 
 @cli.command()

@@ -98,11 +98,8 @@ def inspect(path: Path) -> int:
         )
     # Read the ids through SQLite, not from the header bytes: a fresh log's first pages may
     # still live only in the -wal file.
-    # Without a -wal beside it, open as immutable: a read-only open of a WAL-mode file would
-    # otherwise create -wal and -shm files next to a file we are about to refuse.
-    immutable = "" if Path(f"{path}-wal").exists() else "&immutable=1"
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{immutable}", uri=True, isolation_level=None)
+        conn = connect_readonly(path, one_shot=True)
         try:
             tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
             app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
@@ -153,6 +150,19 @@ def expected_tables(version: int) -> frozenset[str]:
         return frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
     finally:
         conn.close()
+
+
+def connect_readonly(path: Path, *, one_shot: bool) -> sqlite3.Connection:
+    """A connection to ``path`` that can only read.
+
+    A *one-shot* reader (``inspect``, ``status``, ``check``) opens an idle log (no -wal beside
+    it: no connection has it open) as ``immutable``: a plain read-only open of a WAL-mode file
+    creates -wal and -shm files it then cannot remove. A long-lived reader (the monitor) must see
+    later commits, which ``immutable`` forbids, so it always opens ``mode=ro``.
+    """
+    immutable = "&immutable=1" if one_shot and not Path(f"{path}-wal").exists() else ""
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{immutable}", uri=True, isolation_level=None,
+                           check_same_thread=False)
 
 
 def private_dir(path: Path) -> Path:
@@ -261,8 +271,11 @@ def open_log(path: Path, *, synchronous: Synchronous = "FULL") -> sqlite3.Connec
     return conn
 
 
-def open_readonly(path: Path) -> sqlite3.Connection:
-    """Open an existing log for reading only; refuses missing, foreign and corrupt files."""
+def open_readonly(path: Path, *, one_shot: bool = False) -> sqlite3.Connection:
+    """Open an existing log for reading only; refuses missing, foreign and corrupt files.
+
+    ``one_shot``: for a reader that closes the connection within one command (see
+    ``connect_readonly``)."""
     path = Path(path)
     if not path.exists():
         raise LogError(f"{path} does not exist; run an agent first or pass --db with an existing log")
@@ -270,7 +283,7 @@ def open_readonly(path: Path) -> sqlite3.Connection:
     if version == 0:
         raise ForeignDatabase(f"{path} is an empty database, not a steplog log; run an agent with --db {path} first")
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+        conn = connect_readonly(path, one_shot=one_shot)
         _apply_pragmas(conn, readonly=True, synchronous="FULL")
     except sqlite3.DatabaseError as exc:
         raise CorruptDatabase(f"{path} cannot be read ({exc}); restore it or use another --db") from exc
