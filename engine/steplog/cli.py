@@ -20,6 +20,13 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+def _log_path(kwargs: dict[str, Any]) -> Path:
+    from .db import default_db_path
+
+    db: Path | None = kwargs.get("db")
+    return db or default_db_path()
+
+
 def _guard(fn: F) -> F:
     """Turn steplog errors into one line on stderr and their documented exit code."""
     import functools
@@ -32,20 +39,22 @@ def _guard(fn: F) -> F:
         except SteplogError as exc:
             _fail(str(exc), exc.exit_code)
         except sqlite3.OperationalError as exc:
+            from .db import is_read_only, read_only_log
+
+            if is_read_only(exc):  # made read-only after the up-front check
+                _fail(str(read_only_log(_log_path(kwargs), str(exc))), EXIT_USAGE)
             if "disk is full" in str(exc) or "disk I/O" in str(exc):
                 _fail(f"the log could not be written ({exc}); free disk space and run the same command again: "
                       "the run resumes from its last checkpoint", 1)
             raise
         except sqlite3.DatabaseError as exc:
-            from .integrity import damaged, is_damage
+            from .db import is_damage
+            from .integrity import damaged
 
             if not is_damage(exc):
                 raise
             # A read that met damage outside the pages checked up front.
-            from .db import default_db_path
-
-            error = damaged(kwargs.get("db") or default_db_path(), str(exc))
-            _fail(str(error), error.exit_code)
+            _fail(str(damaged(_log_path(kwargs), str(exc))), EXIT_USAGE)
 
     return wrapper  # type: ignore[return-value]
 

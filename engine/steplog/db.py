@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from . import interrupts
-from .errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema
+from .errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema, ReadOnlyLog
 from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 Synchronous = Literal["FULL", "NORMAL"]
@@ -107,6 +107,11 @@ def inspect(path: Path) -> int:
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError) and not is_damage(exc):
+            raise LogError(
+                f"cannot read {path} ({exc}); check its permissions and its folder's: beside a -wal file "
+                "SQLite needs a -shm file it can open"
+            ) from exc
         raise CorruptDatabase(
             f"{path} is a damaged SQLite file ({exc}); it was left untouched: "
             "restore it from a backup or point --db at a new path"
@@ -150,6 +155,37 @@ def expected_tables(version: int) -> frozenset[str]:
         return frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
     finally:
         conn.close()
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Does this SQLite error mean the file's bytes are damaged (not busy, locked or full)?"""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    if name:
+        return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+    return "malformed" in str(exc) or "not a database" in str(exc)
+
+
+def is_read_only(exc: BaseException) -> bool:
+    """Does this SQLite error mean the log (or its folder) cannot be written?"""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    return name.startswith("SQLITE_READONLY") or "readonly database" in str(exc)
+
+
+def read_only_log(path: Path, why: str) -> ReadOnlyLog:
+    return ReadOnlyLog(
+        f"{path} cannot be written ({why}); steplog run records every step there: make it writable "
+        "or pass --db a writable path (status, runs and check can still read it)")
+
+
+def _require_writable(path: Path) -> None:
+    """Refuse, before SQLite touches it, a log that ``run`` could not write. SQLite itself would
+    open it read-only without a word and fail at the first write, with -wal and -shm files left."""
+    folder = path.parent
+    if not os.access(path, os.W_OK):
+        raise read_only_log(path, "the file is read-only")
+    sidecars_writable = all(os.access(f"{path}{s}", os.W_OK) for s in ("-wal", "-shm"))
+    if not os.access(folder, os.W_OK | os.X_OK) and not sidecars_writable:
+        raise read_only_log(path, f"its folder {folder} is read-only, and SQLite keeps -wal and -shm files beside a log")
 
 
 def connect_readonly(path: Path, *, one_shot: bool) -> sqlite3.Connection:
@@ -258,6 +294,7 @@ def open_log(path: Path, *, synchronous: Synchronous = "FULL") -> sqlite3.Connec
     existed = path.exists()
     if existed:
         inspect(path)
+        _require_writable(path)
     else:
         _create_private(path)
     try:

@@ -18,16 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .db import open_readonly
+from .db import is_damage, open_readonly
 from .errors import CorruptDatabase
-
-
-def is_damage(exc: BaseException) -> bool:
-    """Does this SQLite error mean the file's bytes are damaged (not busy, locked or full)?"""
-    name = getattr(exc, "sqlite_errorname", None) or ""
-    if name:
-        return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
-    return "malformed" in str(exc) or "not a database" in str(exc)
 
 
 def damaged(path: Path, what: str) -> CorruptDatabase:
