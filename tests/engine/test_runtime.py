@@ -316,3 +316,20 @@ def test_an_agent_result_nested_too_deeply_fails_the_run_clearly(db: Path) -> No
     with pytest.raises(steplog.RunFailed, match=r"the agent returned list, which cannot be recorded as JSON "
                                                 r"\(it is nested too deeply\)"):
         deep.run("r", db=db)
+
+
+def test_a_step_left_current_by_an_earlier_run_does_not_block_the_next_one(db: Path) -> None:
+    """A stop signal can land on the very line that clears "the step being executed" (the
+    stop-at-every-line test found it); the next run in the same thread must still work."""
+    from steplog import runtime
+
+    @steplog.agent
+    def plain(run: steplog.Run) -> int:
+        return run.step("one", int, 1)
+
+    stale = runtime.StepContext(run=object(), seq=1, name="interrupted")  # type: ignore[arg-type]
+    token = runtime._current.set(stale)
+    try:
+        assert plain.run("r", db=db) == 1
+    finally:
+        runtime._current.reset(token)
