@@ -6,7 +6,7 @@ Why a probe and not ``PRAGMA quick_check`` at every start: on a log of 100,000 s
 both grow with the file; a resume after a kill must stay well under a second. The probe instead
 reads, before anything is written, every page the engine is about to read or write for one run
 (its row, its steps and effects in full, and the b-tree paths that new run, step, effect and
-event rows take): a few milliseconds for a new run, ~30 ms to resume a run of 100,000 steps.
+event rows take): a few milliseconds for a new run, ~35 ms to resume a run of 100,000 steps.
 Damage elsewhere in the file is left to ``steplog check``.
 """
 
