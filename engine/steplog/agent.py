@@ -6,12 +6,14 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import math
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from .errors import AgentSpecError, UsageError
+from .journal import dumps, why_not_json
 from .policies import Budget, RetryPolicy
 from .redact import SECRET_PARAM
 
@@ -127,10 +129,18 @@ def _load_file(path_text: str) -> Any:
     sys.path.insert(0, str(path.parent))  # let the file import its neighbours
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         del sys.modules[mod_name]
-        raise AgentSpecError(f"importing {path_text} failed: {type(exc).__name__}: {exc}") from exc
+        raise AgentSpecError(f"importing {path_text} failed: {_import_failure(exc)}") from exc
     return module
+
+
+def _import_failure(exc: BaseException) -> str:
+    """Why importing an agent's module failed. ``sys.exit`` there is a failure too: left alone
+    it would end the command with the module's code (3 reads as "gave up") and no word."""
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r}) at import; an agent module must not exit when imported"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def resolve(spec: str) -> Agent[..., Any]:
@@ -150,6 +160,8 @@ def resolve(spec: str) -> Agent[..., Any]:
             module = importlib.import_module(where)
         except ImportError as exc:
             raise AgentSpecError(f"cannot import {where!r} for agent {spec!r} ({exc}); {SPEC_HELP}") from exc
+        except (Exception, SystemExit) as exc:
+            raise AgentSpecError(f"importing {where} failed: {_import_failure(exc)}") from exc
         canonical = spec if spec in BUILTINS else target
     obj: Any = module
     for part in attr.split("."):
@@ -177,9 +189,12 @@ def _coerce(agent_name: str, key: str, raw: Any, annotation: Any) -> Any:
         if kind == "int":
             return int(raw)
         if kind == "float":
-            return float(raw)
+            number = float(raw)
+            if not math.isfinite(number):
+                raise ValueError(raw)  # NaN and Infinity cannot be stored as JSON
+            return number
     except ValueError:
-        raise UsageError(f"--param {key}={raw}: agent {agent_name} expects {kind}") from None
+        raise UsageError(f"--param {key}={raw}: agent {agent_name} expects {'a finite float' if kind == 'float' else kind}") from None
     if kind == "bool":
         if raw.lower() in _TRUE:
             return True
@@ -207,6 +222,12 @@ def bind_params(agent: Agent[..., Any], params: Mapping[str, Any]) -> dict[str, 
             takes = ", ".join(named) or "no params"
             raise UsageError(f"agent {agent.name} has no parameter {key!r} (it takes: {takes})")
         out[key] = _coerce(agent.name, key, raw, p.annotation if p else "")
+    for key, value in out.items():
+        try:
+            dumps(value)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise UsageError(f"param {key}={value!r} cannot be stored in the log as JSON ({why_not_json(exc)}); "
+                             "pass JSON data (str, finite number, bool, list, dict)") from None
     missing = [n for n, p in named.items() if p.default is inspect.Parameter.empty and n not in out]
     if missing:
         raise UsageError(f"agent {agent.name} needs --param {missing[0]}=VALUE")

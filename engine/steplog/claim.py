@@ -17,6 +17,7 @@ from typing import Any
 from .agent import Agent
 from .db import immediate
 from .errors import LeaseHeld, UsageError
+from .integrity import probe
 from .journal import dumps
 from .lease import me, vacancy
 from .policies import Budget
@@ -170,6 +171,7 @@ def claim(conn: sqlite3.Connection, req: Request) -> Claimed | Finished:
     """Create or find the run and take its lease, in one transaction. Refusals write nothing."""
     now = time.time()
     with immediate(conn):
+        probe(conn, req.db_path, req.run_id)  # a damaged page is refused before anything is written
         row = _select(conn, req.run_id)
         resumed = row is not None
         if row is None:

@@ -20,6 +20,13 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+def _log_path(kwargs: dict[str, Any]) -> Path:
+    from .db import default_db_path
+
+    db: Path | None = kwargs.get("db")
+    return db or default_db_path()
+
+
 def _guard(fn: F) -> F:
     """Turn steplog errors into one line on stderr and their documented exit code."""
     import functools
@@ -32,10 +39,22 @@ def _guard(fn: F) -> F:
         except SteplogError as exc:
             _fail(str(exc), exc.exit_code)
         except sqlite3.OperationalError as exc:
+            from .db import is_read_only, read_only_log
+
+            if is_read_only(exc):  # made read-only after the up-front check
+                _fail(str(read_only_log(_log_path(kwargs), str(exc))), EXIT_USAGE)
             if "disk is full" in str(exc) or "disk I/O" in str(exc):
                 _fail(f"the log could not be written ({exc}); free disk space and run the same command again: "
                       "the run resumes from its last checkpoint", 1)
             raise
+        except sqlite3.DatabaseError as exc:
+            from .db import is_damage
+            from .integrity import damaged
+
+            if not is_damage(exc):
+                raise
+            # A read that met damage outside the pages checked up front.
+            _fail(str(damaged(_log_path(kwargs), str(exc))), EXIT_USAGE)
 
     return wrapper  # type: ignore[return-value]
 
@@ -91,10 +110,14 @@ def _parse_params(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _positive(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+def _limit(field: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """Check a budget option as ``Budget`` checks the field (finite, in range) while parsing."""
+    from .policies import limit_problem
+
     def check(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
-        if value is not None and value <= 0:
-            raise click.BadParameter(f"must be positive (got {value}); omit {name} for no limit")
+        problem = None if value is None else limit_problem(field, value)
+        if problem:
+            raise click.BadParameter(problem)
         return value
     return check
 
@@ -109,11 +132,12 @@ def _positive(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]
 @click.option("--pace", type=float, default=0.0, show_default=True,
               help="Seconds of simulated thinking added to each model call.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="An agent parameter (repeatable).")
-@click.option("--max-steps", type=int, default=None, callback=_positive("--max-steps"))
-@click.option("--max-tokens", type=int, default=None, callback=_positive("--max-tokens"))
-@click.option("--max-seconds", type=float, default=None, callback=_positive("--max-seconds"))
-@click.option("--max-cost", type=float, default=None, callback=_positive("--max-cost"))
-@click.option("--max-retries", type=click.IntRange(min=0), default=None, help="Retries of all steps together.")
+@click.option("--max-steps", type=int, default=None, callback=_limit("max_steps"))
+@click.option("--max-tokens", type=int, default=None, callback=_limit("max_tokens"))
+@click.option("--max-seconds", type=float, default=None, callback=_limit("max_seconds"))
+@click.option("--max-cost", type=float, default=None, callback=_limit("max_cost_usd"))
+@click.option("--max-retries", type=int, default=None, callback=_limit("max_retries"),
+              help="Retries of all steps together.")
 @click.option("--model", default=None, help="Chat model: 'offline' (default) or a model name at --base-url.")
 @click.option("--base-url", default=None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI).")
 @click.option("--lease-seconds", type=float, default=None, help="How long a silent engine keeps the run (default 15).")
@@ -145,7 +169,7 @@ def run(agent: str, run_id: str | None, db: Path | None, workdir: Path | None, o
             limits={"max_steps": max_steps, "max_tokens": max_tokens, "max_seconds": max_seconds,
                     "max_cost_usd": max_cost, "max_retries": max_retries},
             model=model, base_url=base_url, pace=pace,
-            lease_seconds=lease_seconds or DEFAULT_LEASE_SECONDS,
+            lease_seconds=DEFAULT_LEASE_SECONDS if lease_seconds is None else lease_seconds,
             synchronous="FULL" if synchronous == "full" else "NORMAL", on_start=started, killed_at=killed_at)
     except KeyboardInterrupt:
         # SIGTERM, SIGINT and SIGHUP stop the engine at a safe point (``steplog.interrupts``); the
@@ -166,7 +190,7 @@ def _open_for_reading(db: Path | None) -> Any:
     from .db import default_db_path, open_readonly
 
     path = db or default_db_path()
-    return path, open_readonly(path)
+    return path, open_readonly(path, one_shot=True)
 
 
 @cli.command()
@@ -176,11 +200,13 @@ def _open_for_reading(db: Path | None) -> Any:
 @_guard
 def status(run_id: str, db: Path | None, as_json: bool) -> None:
     """Show one run."""
+    from .integrity import refusing_damage
     from .status import run_status
 
     path, conn = _open_for_reading(db)
     try:
-        s = run_status(conn, run_id, db=path)
+        with refusing_damage(path):
+            s = run_status(conn, run_id, db=path)
     finally:
         conn.close()
     if as_json:
@@ -212,11 +238,13 @@ def _describe(s: dict[str, Any]) -> str:
 @_guard
 def runs(db: Path | None, as_json: bool) -> None:
     """List the runs in the log."""
+    from .integrity import refusing_damage
     from .status import all_runs
 
-    _path, conn = _open_for_reading(db)
+    path, conn = _open_for_reading(db)
     try:
-        rows = all_runs(conn)
+        with refusing_damage(path):
+            rows = all_runs(conn)
     finally:
         conn.close()
     if as_json:
@@ -255,6 +283,23 @@ def verdict(run_id: str, db: Path | None, outbox: str | None, as_json: bool) -> 
             mark = {True: "ok  ", False: "FAIL", None: "--  "}[c.ok]
             click.echo(f"  {mark} {c.name}: {c.detail}  [{c.source}]")
     sys.exit(1 if v.label == "FAIL" else 0)
+
+
+@cli.command()
+@db_option
+@_guard
+def check(db: Path | None) -> None:
+    """Check the log's integrity (read-only): "ok" and what it holds, or what is wrong (exit 2)."""
+    from .db import default_db_path
+    from .errors import CorruptDatabase
+    from .integrity import check as check_log
+
+    report = check_log(db or default_db_path())
+    if not report.ok:
+        for problem in report.problems:
+            click.echo(problem)
+        raise CorruptDatabase(report.summary())
+    click.echo(report.summary())
 
 
 @cli.command()

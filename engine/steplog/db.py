@@ -11,11 +11,12 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
 from . import interrupts, openfiles
-from .errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema
+from .errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema, ReadOnlyLog
 from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 Synchronous = Literal["FULL", "NORMAL"]
@@ -85,16 +86,13 @@ def _read_header(path: Path) -> bytes:
 def _read_ids(path: Path, header: bytes | None) -> tuple[int, int, list[str]]:
     """(application_id, user_version, table names) of a SQLite file.
 
-    ``header`` is ``None`` when this process holds the file open (``openfiles``): it is known to be
-    SQLite and is read through SQLite only. Without a ``-wal`` beside it, the read-only open is
-    ``immutable``: a read-only open of a WAL-mode file would otherwise create ``-wal`` and ``-shm``
-    files next to a file we may be about to refuse. (With one, the ids may live only in the WAL,
-    as in a fresh log, and an ordinary read-only open sees them.)
+    Read through SQLite, not from the header bytes: a fresh log's first pages may still live only
+    in the -wal file. ``header`` is ``None`` when this process holds the file open (``openfiles``):
+    it is then known to be SQLite and is read through an ordinary read-only connection; otherwise
+    as a one-shot reader (``connect_readonly``).
     """
-    immutable = header is not None and not Path(f"{path}-wal").exists()
-    extra = "&immutable=1" if immutable else ""
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{extra}", uri=True, isolation_level=None)
+        conn = connect_readonly(path, one_shot=header is not None)
         try:
             tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
             app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
@@ -102,6 +100,11 @@ def _read_ids(path: Path, header: bytes | None) -> tuple[int, int, list[str]]:
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError) and not is_damage(exc):
+            raise LogError(
+                f"cannot read {path} ({exc}); check its permissions and its folder's: beside a -wal file "
+                "SQLite needs a -shm file it can open"
+            ) from exc
         raise CorruptDatabase(
             f"{path} is a damaged SQLite file ({exc}); it was left untouched: "
             "restore it from a backup or point --db at a new path"
@@ -138,7 +141,80 @@ def inspect(path: Path) -> int:
             f"{path} was written by a newer steplog (schema {version}, this one knows {SCHEMA_VERSION}); "
             "upgrade steplog to use it"
         )
+    # Our application_id is a claim, not a proof: the tables must be the ones the schema makes.
+    if version == 0 and tables:
+        raise ForeignDatabase(
+            f"{path} carries steplog's application_id but is not a steplog log (schema 0 with tables of "
+            f"its own: {', '.join(sorted(tables)[:5])}); it was left untouched: point --db at a steplog log or a new path"
+        )
+    missing = expected_tables(version) - set(tables)
+    if missing:
+        raise CorruptDatabase(
+            f"{path} is a steplog log (schema {version}) without its table(s) {', '.join(sorted(missing))}; "
+            "it was left untouched: restore it from a backup or point --db at a new path"
+        )
     return int(version)
+
+
+@cache
+def expected_tables(version: int) -> frozenset[str]:
+    """The tables a log at schema ``version`` has: the migrations, run on an in-memory database."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for step in MIGRATIONS[:version]:
+            for statement in split_statements(step):
+                conn.execute(statement)
+        return frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+    finally:
+        conn.close()
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Does this SQLite error mean the file's bytes are damaged (not busy, locked or full)?"""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    if name:
+        return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+    return "malformed" in str(exc) or "not a database" in str(exc)
+
+
+def is_read_only(exc: BaseException) -> bool:
+    """Does this SQLite error mean the log (or its folder) cannot be written?"""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    return name.startswith("SQLITE_READONLY") or "readonly database" in str(exc)
+
+
+def read_only_log(path: Path, why: str) -> ReadOnlyLog:
+    return ReadOnlyLog(
+        f"{path} cannot be written ({why}); steplog run records every step there: make it writable "
+        "or pass --db a writable path (status, runs and check can still read it)")
+
+
+def _require_writable(path: Path) -> None:
+    """Refuse, before SQLite touches it, a log that ``run`` could not write. SQLite itself would
+    open it read-only without a word and fail at the first write, with -wal and -shm files left."""
+    folder = path.parent
+    if not os.access(path, os.W_OK):
+        raise read_only_log(path, "the file is read-only")
+    sidecars_writable = all(os.access(f"{path}{s}", os.W_OK) for s in ("-wal", "-shm"))
+    if not os.access(folder, os.W_OK | os.X_OK) and not sidecars_writable:
+        raise read_only_log(path, f"its folder {folder} is read-only, and SQLite keeps -wal and -shm files beside a log")
+
+
+def connect_readonly(path: Path, *, one_shot: bool) -> sqlite3.Connection:
+    """A connection to ``path`` that can only read.
+
+    A *one-shot* reader (``inspect``, ``status``, ``check``) opens an idle log (no -wal beside
+    it: no connection has it open) as ``immutable``: a plain read-only open of a WAL-mode file
+    creates -wal and -shm files it then cannot remove. A long-lived reader (the monitor) must see
+    later commits, which ``immutable`` forbids, so it always opens ``mode=ro``.
+    """
+    return sqlite3.connect(_readonly_uri(path, one_shot=one_shot), uri=True, isolation_level=None,
+                           check_same_thread=False)
+
+
+def _readonly_uri(path: Path, *, one_shot: bool) -> str:
+    immutable = "&immutable=1" if one_shot and not Path(f"{path}-wal").exists() else ""
+    return f"{path.resolve().as_uri()}?mode=ro{immutable}"
 
 
 def private_dir(path: Path) -> Path:
@@ -235,6 +311,7 @@ def open_log(path: Path, *, synchronous: Synchronous = "FULL") -> sqlite3.Connec
         with openfiles.lock:  # no other thread's plain open between the check and the connection
             if path.exists():
                 inspect(path)
+                _require_writable(path)
             else:
                 _create_private(path)
             conn = openfiles.connect(path, str(path), isolation_level=None, check_same_thread=False)
@@ -247,8 +324,11 @@ def open_log(path: Path, *, synchronous: Synchronous = "FULL") -> sqlite3.Connec
     return conn
 
 
-def open_readonly(path: Path) -> sqlite3.Connection:
-    """Open an existing log for reading only; refuses missing, foreign and corrupt files."""
+def open_readonly(path: Path, *, one_shot: bool = False) -> sqlite3.Connection:
+    """Open an existing log for reading only; refuses missing, foreign and corrupt files.
+
+    ``one_shot``: for a reader that closes the connection within one command (see
+    ``connect_readonly``)."""
     path = Path(path)
     if not path.exists():
         raise LogError(f"{path} does not exist; run an agent first or pass --db with an existing log")
@@ -257,7 +337,7 @@ def open_readonly(path: Path) -> sqlite3.Connection:
         if version == 0:
             raise ForeignDatabase(f"{path} is an empty database, not a steplog log; run an agent with --db {path} first")
         try:
-            conn = openfiles.connect(path, f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
+            conn = openfiles.connect(path, _readonly_uri(path, one_shot=one_shot), uri=True, isolation_level=None,
                                      check_same_thread=False)
         except sqlite3.DatabaseError as exc:
             raise CorruptDatabase(f"{path} cannot be read ({exc}); restore it or use another --db") from exc

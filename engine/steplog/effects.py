@@ -36,13 +36,22 @@ def digest(value: bytes | str | Any) -> str:
 
 
 def confined(workdir: Path, relpath: str) -> Path:
-    """``workdir/relpath``, refusing absolute paths and anything that escapes the workdir."""
+    """``workdir/relpath``: a file strictly inside the workdir.
+
+    Refused: absolute paths, anything that escapes the workdir, and anything that names a
+    directory (the workdir itself, ``sub/..``, a trailing ``/`` or ``.``, an existing folder): a
+    temp file written "beside" such a target would land in the workdir's parent.
+    """
     if not relpath or os.path.isabs(relpath):
         raise UsageError(f"effect path {relpath!r} must be relative to the run's workdir")
     root = workdir.resolve()
     target = (root / relpath).resolve()
     if target != root and root not in target.parents:
         raise UsageError(f"effect path {relpath!r} escapes the run's workdir {root}; keep file effects inside it")
+    last = relpath.replace(os.sep, "/").rsplit("/", 1)[-1]
+    if target == root or last in ("", ".", "..") or target.is_dir():
+        raise UsageError(f"effect path {relpath!r} names a directory, not a file inside the run's workdir {root}; "
+                         "name a file, such as 'out/result.txt'")
     return target
 
 
@@ -100,14 +109,19 @@ def http_post(url: str, body: Any, key: str, *, headers: dict[str, str] | None =
     return {"status": status, "body": parsed}
 
 
-def merge(workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """Upsert one row: the key columns identify it, the values are set. Never a second row."""
+def check_merge(workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[str, Any]) -> Path:
+    """The file a merge writes; ``UsageError`` for a bad path, identifier or an empty key."""
     for ident in (table, *key, *values):
-        if not _IDENT.match(ident):
+        if not isinstance(ident, str) or not _IDENT.fullmatch(ident):
             raise UsageError(f"merge: {ident!r} is not a plain SQL identifier (letters, digits, _)")
     if not key:
         raise UsageError("merge: key must name at least one column")
-    path = confined(workdir, db)
+    return confined(workdir, db)
+
+
+def merge(workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """Upsert one row: the key columns identify it, the values are set. Never a second row."""
+    path = check_merge(workdir, db, table, key, values)
     private_dir(path.parent)
     if not path.exists():
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))

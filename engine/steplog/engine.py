@@ -22,8 +22,9 @@ from .agent import Agent, bind_params
 from .claim import Finished, Request, budget_of, claim
 from .db import Synchronous, default_db_path, open_log, private_dir
 from .errors import Fenced, LogWriteError, RunStopped, UsageError
-from .journal import Journal, Usage, dumps, load_steps
-from .lease import DEFAULT_LEASE_SECONDS
+from .journal import Journal, Usage, dumps, load_steps, why_not_json
+from .lease import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
+from .policies import check_seconds
 from .redact import redact
 from .runtime import Run
 from .status import outcome_error
@@ -44,6 +45,8 @@ class Outcome:
             return self.result
         raise outcome_error(self.run_id, self.status, self.reason)
 
+
+MAX_PACE_SECONDS = 3600.0  # simulated thinking per model call; an hour is already no demo
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}")
 
@@ -107,10 +110,9 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | Non
         raise UsageError(f"--outbox {outbox!r} is not an http(s) URL; start one with `steplog outbox --port 0`")
     if run_id is None:  # surely a new run: refuse before the log is even opened
         agent.require_outbox(outbox)
-    if pace < 0:
-        raise UsageError(f"--pace must be 0 or more seconds (got {pace})")
-    if lease_seconds <= 0:
-        raise UsageError(f"--lease-seconds must be positive (got {lease_seconds})")
+    check_seconds("--pace", pace, zero_ok=True, most=MAX_PACE_SECONDS)
+    check_seconds("--lease-seconds", lease_seconds, zero_ok=False, most=MAX_LEASE_SECONDS)
+    agent.budget.merged(**(limits or {}))  # out-of-range limits are refused before the log is opened
     if killed_at is not None and not (math.isfinite(killed_at) and 0 < killed_at <= time.time() + 60):
         raise UsageError(f"--killed-at must be the Unix time of a kill that happened (got {killed_at})")
     db_path = Path(db) if db else default_db_path()
@@ -185,9 +187,9 @@ def _drive(agent: Agent[..., Any], run: Run, journal: Journal, resumed: bool) ->
             raise run._stopping
         try:
             result_json = dumps(result)
-        except (TypeError, ValueError):
-            raise run._stop(outcome_error(run.id, "failed",
-                f"the agent returned {type(result).__name__}, which cannot be recorded as JSON")) from None
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise run._stop(outcome_error(run.id, "failed", f"the agent returned {type(result).__name__}, "
+                                          f"which cannot be recorded as JSON ({why_not_json(exc)})")) from None
         with interrupts.shielded():  # the run ends here either way
             journal.finish("succeeded", None, result_json)
         return Outcome(run.id, "succeeded", None, json.loads(result_json), resumed, journal.incarnation)

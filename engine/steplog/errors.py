@@ -10,7 +10,8 @@ SteplogError
 ├── LogError                 the log file itself is unusable                        (exit 2)
 │   ├── ForeignDatabase      not a steplog file (application_id differs)
 │   ├── CorruptDatabase      not SQLite at all, truncated, or failing integrity checks
-│   └── NewerSchema          written by a newer steplog; refuse rather than guess
+│   ├── NewerSchema          written by a newer steplog; refuse rather than guess
+│   └── ReadOnlyLog          ``run`` cannot write it (read-only file or folder)
 ├── LogWriteError            a checkpoint could not be written (disk full, I/O)    (exit 1)
 ├── UnknownRun               no run with that id in this log                        (exit 2)
 ├── LeaseHeld                another live engine holds the run                      (exit 75)
@@ -74,6 +75,11 @@ class CorruptDatabase(LogError):
 
 class NewerSchema(LogError):
     """A log written by a newer steplog than this one."""
+
+
+class ReadOnlyLog(LogError):
+    """A log that ``run`` cannot write: the file, or the folder its -wal and -shm files live in,
+    is read-only. Readers (``status``, ``runs``, ``check``) can still read it."""
 
 
 class LogWriteError(SteplogError):

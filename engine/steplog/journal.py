@@ -27,7 +27,19 @@ Clock = Callable[[], float]
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    """The log's one JSON encoder. Strict JSON only: NaN and Infinity raise ``ValueError`` (like a
+    value of no JSON type raises ``TypeError``), since no other JSON reader accepts them and every
+    ``--json`` output and the monitor read back what is stored here."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True, allow_nan=False)
+
+
+def why_not_json(exc: Exception) -> str:
+    """Why ``dumps`` refused a value (``TypeError``, ``ValueError`` or ``RecursionError``), for a message."""
+    if isinstance(exc, RecursionError):
+        return "it is nested too deeply"
+    if isinstance(exc, ValueError):
+        return "it holds NaN or Infinity, which JSON cannot carry"
+    return f"{exc}"
 
 
 @dataclass

@@ -16,6 +16,8 @@ from pathlib import Path
 import psutil
 
 DEFAULT_LEASE_SECONDS = 15.0
+MAX_LEASE_SECONDS = 86_400.0
+"""A day: a longer lease only keeps a run from being taken over after its remote engine died."""
 
 
 @dataclass(frozen=True)

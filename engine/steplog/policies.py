@@ -2,10 +2,48 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
 from .errors import PermanentError, TransientError, UsageError
+
+INT64_MAX = 2**63 - 1
+"""The largest value a SQLite INTEGER holds; every limit must fit the run row."""
+
+_COUNTS = ("max_steps", "max_tokens", "max_retries", "max_recoveries")
+_MAY_BE_ZERO = ("max_retries", "max_recoveries")
+
+
+def limit_problem(name: str, value: Any) -> str | None:
+    """What is wrong with a value for budget field ``name``, or ``None``.
+
+    A limit is a number (a whole one for counts), finite (SQLite stores NaN as NULL, which means
+    *no limit*), positive (0 allowed for retries and recoveries) and fits a 64-bit INTEGER.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"must be a number, got {value!r}"
+    if not math.isfinite(value):
+        return f"must be a finite number (got {value}); omit it for no limit"
+    if name in _COUNTS and not isinstance(value, int):
+        return f"must be a whole number (got {value})"
+    if name in _MAY_BE_ZERO and value < 0:
+        return f"must be 0 or more (got {value}); omit it for the default"
+    if name not in _MAY_BE_ZERO and value <= 0:
+        return f"must be positive (got {value}); omit it for no limit"
+    if value > INT64_MAX:
+        return f"must be at most {INT64_MAX} (got {value})"
+    return None
+
+
+def check_seconds(option: str, value: Any, *, zero_ok: bool, most: float) -> None:
+    """Refuse an option in seconds that is not a finite number in ``[0 or more than 0, most]``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UsageError(f"{option} must be a finite number of seconds (got {value!r})")
+    if value < 0 or (value == 0 and not zero_ok):
+        raise UsageError(f"{option} must be {'0 or more' if zero_ok else 'more than 0'} seconds (got {value})")
+    if value > most:
+        raise UsageError(f"{option} must be at most {most:g} seconds (got {value:g})")
 
 
 @dataclass(frozen=True)
@@ -31,17 +69,9 @@ class Budget:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise UsageError(f"budget {f.name} must be a number, got {value!r}")
-            if f.name in ("max_retries", "max_recoveries"):
-                if value < 0:
-                    raise UsageError(f"budget {f.name} must be 0 or more (got {value}); omit it for the default")
-            elif value <= 0:
-                raise UsageError(
-                    f"budget {f.name} must be positive (got {value}); omit it for no limit"
-                )
+            problem = None if value is None else limit_problem(f.name, value)
+            if problem:
+                raise UsageError(f"budget {f.name} {problem}")
 
     def merged(self, **overrides: Any) -> Budget:
         """This budget with the given limits replaced (``None`` overrides are ignored)."""

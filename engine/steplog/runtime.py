@@ -19,7 +19,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from . import crashpoints, effects, interrupts
 from .errors import GaveUp, NonDeterminism, RunFailed, RunStopped, SteplogError, UsageError
-from .journal import Journal, StepRecord, dumps, load_effect
+from .journal import Journal, StepRecord, dumps, load_effect, why_not_json
 from .llm.base import ChatModel, ChatReply, Estimate, Message
 from .policies import Budget, RetryPolicy
 from .redact import redact
@@ -143,8 +143,9 @@ class Run:
 
     def write_file(self, path: str, content: str | bytes, *, name: str | None = None) -> dict[str, Any]:
         """Write ``workdir/path`` atomically under its stable name."""
-        effects.confined(self.workdir, path)  # refuse escapes before anything is recorded
-        return self._effect_step(name or f"write {path}", "write_file", path, effects.digest(content),
+        name = name or f"write {path}"
+        self._refuse_early(name, lambda: effects.confined(self.workdir, path))
+        return self._effect_step(name, "write_file", path, effects.digest(content),
                                  lambda key: effects.write_file(self.workdir, path, content, key))
 
     def http_post(self, url: str, body: Any, *, name: str | None = None,
@@ -156,9 +157,10 @@ class Run:
     def merge(self, db: str, table: str, *, key: dict[str, Any], values: dict[str, Any],
               name: str | None = None) -> dict[str, Any]:
         """Upsert one row into SQLite file ``workdir/db`` (created as needed)."""
-        effects.confined(self.workdir, db)
         label = ",".join(f"{k}={v}" for k, v in key.items())
-        return self._effect_step(name or f"merge {table} {label}", "merge", f"{db}:{table}",
+        name = name or f"merge {table} {label}"
+        self._refuse_early(name, lambda: effects.check_merge(self.workdir, db, table, key, values))
+        return self._effect_step(name, "merge", f"{db}:{table}",
                                  effects.digest({"key": key, "values": values}),
                                  lambda _key: effects.merge(self.workdir, db, table, key, values))
 
@@ -201,6 +203,16 @@ class Run:
                                              lambda ctx: ctx.effect(kind, target, request_hash, do))
         return done
 
+    def _refuse_early(self, name: str, check: Callable[[], object]) -> None:
+        """Check the input of the step ``name`` is about to be, before anything is recorded; a
+        refusal (a path outside the workdir, a bad identifier) fails the run naming that step."""
+        if self._stopping is not None:
+            raise self._stopping
+        try:
+            check()
+        except UsageError as exc:
+            raise self._stop(RunFailed(f"step {self._seq + 1} '{name}' was refused: {exc}", run_id=self.id)) from None
+
     def _stop(self, exc: RunStopped) -> RunStopped:
         """Remember a terminal decision: agent code that swallows it cannot carry on."""
         self._stopping = exc
@@ -210,7 +222,10 @@ class Run:
         if self._stopping is not None:
             raise self._stopping
         interrupts.check()  # a step boundary: a stop asked for (and swallowed by agent code) ends here
-        if _current.get() is not None:
+        outer = _current.get()
+        # Only a step of this run counts: a stop that lands on the line resetting ``_current``
+        # leaves an earlier run's step behind in this thread, and a later run must not trip on it.
+        if outer is not None and outer.run is self:
             raise UsageError(f"step '{name}' was called inside another step; call run.* from the agent function only")
         if threading.get_ident() != self._thread:
             # Steps are numbered in call order; calls racing from threads would number them
@@ -277,14 +292,16 @@ class Run:
             try:
                 _current.set(ctx)  # inside the try: a stop landing right after it still clears it
                 value = attempt_fn(ctx)
-            except SteplogError as exc:
-                if isinstance(exc, RunStopped):
-                    self._stop(exc)
-                raise
             except Exception as exc:
+                if isinstance(exc, SteplogError) and not isinstance(exc, UsageError):
+                    if isinstance(exc, RunStopped):
+                        self._stop(exc)
+                    raise  # a stop, a fence or a failed log write: not this step's failure
                 failures = attempts - recoveries
                 error = redact(f"{type(exc).__name__}: {exc}")
-                retryable = policy.retries(exc) and failures < policy.max_attempts
+                # Bad input met inside the body (a nested step, a refused effect) fails the step
+                # at once: no retry can cure it.
+                retryable = not isinstance(exc, UsageError) and policy.retries(exc) and failures < policy.max_attempts
                 retries_left = self.budget.max_retries is None or j.usage.retries < self.budget.max_retries
                 release = reserve if (reserve is not None and not ctx.decided) else None
                 j.fail_attempt(seq, error, will_retry=retryable and retries_left,
@@ -305,10 +322,11 @@ class Run:
             crashpoints.reached("before_step_record", seq)
             try:
                 result_json = dumps(value)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, RecursionError) as exc:
                 raise self._stop(RunFailed(
-                    f"step {seq} '{name}' returned {type(value).__name__}, which cannot be recorded as JSON; "
-                    "return JSON-compatible data (dict, list, str, number, bool, None)", run_id=self.id)) from exc
+                    f"step {seq} '{name}' returned {type(value).__name__}, which cannot be recorded as JSON "
+                    f"({why_not_json(exc)}); return JSON-compatible data (dict, list, str, finite number, "
+                    "bool, None)", run_id=self.id)) from exc
             j.commit_step(seq, name, kind, result_json, duration=time.monotonic() - started)
             crashpoints.reached("after_step_record", seq)
             return json.loads(result_json)

@@ -89,3 +89,10 @@ def chatty(run: steplog.Run, n: int = 5) -> int:
     for i in range(n):
         run.chat([{"role": "user", "content": f"Say something about item {i}."}], name=f"ask {i}", max_tokens=50)
     return n
+
+
+@steplog.agent
+def not_a_number(run: steplog.Run, where: str = "step") -> Any:
+    """Returns NaN from a step (``where=step``) or as the agent's result (``where=result``)."""
+    value = run.step("measure", float, "nan" if where == "step" else "1")
+    return float("inf") if where == "result" else value

@@ -6,8 +6,11 @@ from __future__ import annotations
 import random
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+import steplog
 
 from conftest import AGENTS, Engine, kill_group
 from fakes.openai_server import FakeOpenAI
@@ -115,3 +118,52 @@ def test_zero_or_negative_budgets_are_bad_input(engine: Engine, option: str) -> 
     assert done.returncode == 2
     assert "must be positive" in done.stderr and done.stderr.count("\n") == 1
     assert not engine.db.exists()
+
+
+HUGE = str(10**23)  # beyond SQLite's 64-bit INTEGER
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--max-seconds", "nan", "must be a finite number"),
+    ("--max-seconds", "inf", "must be a finite number"),
+    ("--max-cost", "nan", "must be a finite number"),
+    ("--max-cost", "-inf", "must be a finite number"),
+    ("--max-tokens", HUGE, "must be at most 9223372036854775807"),
+    ("--max-steps", HUGE, "must be at most 9223372036854775807"),
+    ("--max-retries", HUGE, "must be at most 9223372036854775807"),
+    ("--lease-seconds", "nan", "--lease-seconds must be a finite number"),
+    ("--lease-seconds", "inf", "--lease-seconds must be a finite number"),
+    ("--lease-seconds", "0", "--lease-seconds must be more than 0"),
+    ("--lease-seconds", "1e9", "--lease-seconds must be at most 86400"),
+    ("--pace", "nan", "--pace must be a finite number"),
+    ("--pace", "inf", "--pace must be a finite number"),
+    ("--pace", "1e12", "--pace must be at most 3600"),
+])
+def test_limits_and_options_must_be_finite_and_in_range(engine: Engine, option: str, value: str, message: str) -> None:
+    """A NaN budget used to vanish (SQLite stores NaN as NULL: no limit), a NaN lease never
+    expired, a NaN pace failed the run for good, and a 10**23 limit overflowed after the log was
+    created. Each is bad input now: exit 2, one line, nothing written."""
+    done = engine.run("run", "flaky", "--db", str(engine.db), f"{option}={value}")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert not engine.db.exists()
+
+
+@pytest.mark.parametrize("limits", [
+    {"max_seconds": float("nan")}, {"max_cost_usd": float("inf")}, {"max_tokens": 10**23},
+    {"max_steps": 2.5}, {"max_retries": 2**63}, {"max_recoveries": float("nan")},
+])
+def test_budget_values_must_be_finite_and_in_range(limits: dict[str, Any]) -> None:
+    with pytest.raises(steplog.UsageError, match="budget max_"):
+        steplog.Budget(**limits)
+
+
+@pytest.mark.parametrize("pace", [float("nan"), float("inf"), -1.0])
+def test_run_options_from_python_are_checked_before_the_log_is_created(db: Path, pace: float) -> None:
+    @steplog.agent
+    def quick(run: steplog.Run) -> int:
+        return run.step("one", int, 1)
+
+    with pytest.raises(steplog.UsageError, match="--pace must be"):
+        quick.run("r", db=db, pace=pace)
+    assert not db.exists()

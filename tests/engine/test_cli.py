@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +31,8 @@ def one_line_error(stderr: str) -> str:
     (["run", "flaky", "--param", "batches=many"], "--param batches=many: agent flaky expects int"),
     (["run", "flaky", "--param", "api_key=sk-123"], "secrets must not be"),
     (["run", "flaky", "--pace", "-1"], "--pace must be 0 or more"),
+    (["run", f"{AGENTS}:witness", "--param", "pause=nan"], "--param pause=nan: agent witness expects a finite float"),
+    (["run", f"{AGENTS}:witness", "--param", "pause=inf"], "--param pause=inf: agent witness expects a finite float"),
     (["run", "flaky", "--run-id", "no spaces please"], "run id 'no spaces please' may use letters"),
     (["run", "flaky", "--bogus"], "No such option '--bogus'; see `steplog run --help`"),
 ])
@@ -85,6 +90,32 @@ def test_corrupt_truncated_or_foreign_logs_are_refused_byte_for_byte(engine: Eng
     assert not Path(f"{path}-wal").exists()
 
 
+@pytest.mark.parametrize("command", ["run", "status", "runs"])
+def test_a_foreign_file_that_carries_steplogs_application_id_is_refused_byte_for_byte(
+        engine: Engine, tmp_path: Path, command: str) -> None:
+    """A file stamped with our application_id but at schema 0 with a ``run`` table of its own is
+    not ours: its tables are looked at before any write (it used to be switched to WAL and then
+    refused with a message about disk space)."""
+    from steplog.schema import APPLICATION_ID
+
+    path = tmp_path / "imposter.db"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("CREATE TABLE run (id INTEGER PRIMARY KEY, distance_km REAL)")
+    conn.execute("INSERT INTO run (distance_km) VALUES (5.2)")
+    conn.commit()
+    conn.close()
+    before = sha(path)
+    args = {"run": ["run", f"{AGENTS}:noop"], "status": ["status", "x"], "runs": ["runs"]}[command]
+    done = engine.run(*args, "--db", str(path))
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = one_line_error(done.stderr)
+    assert "not a steplog log" in line and "schema 0" in line and "run" in line, line
+    assert "disk" not in line
+    assert sha(path) == before
+    assert not Path(f"{path}-wal").exists() and not Path(f"{path}-shm").exists()
+
+
 def test_a_directory_as_the_log(engine: Engine, tmp_path: Path) -> None:
     done = engine.run("run", f"{AGENTS}:noop", "--db", str(tmp_path))
     assert done.returncode == 2
@@ -134,3 +165,54 @@ def test_version_and_help_work(engine: Engine) -> None:
     assert engine.run("--version").returncode == 0
     done = engine.run("run", "--help")
     assert done.returncode == 0 and "--max-tokens" in done.stdout
+
+
+def strict_json(text: str) -> Any:
+    """``json.loads`` that refuses NaN and Infinity, as every JSON parser but Python's does."""
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("where", ["step", "result"])
+def test_nan_in_a_result_fails_the_run_and_every_json_output_stays_strict(engine: Engine, where: str) -> None:
+    """A NaN from a step or as the agent's result fails the run (exit 4, a clear reason); the
+    success line, ``status --json`` and ``runs --json`` stay valid JSON."""
+    done = engine.run("run", f"{AGENTS}:not_a_number", "--run-id", "n", "--param", f"where={where}",
+                      "--db", str(engine.db))
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "which cannot be recorded as JSON" in done.stdout
+    status = engine.run("status", "n", "--db", str(engine.db), "--json")
+    assert strict_json(status.stdout)["status"] == "failed"
+    listed = engine.run("runs", "--db", str(engine.db), "--json")
+    assert [r["run_id"] for r in strict_json(listed.stdout)] == ["n"]
+    for (data,) in engine.query("SELECT data FROM event"):
+        strict_json(data)
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("import sys\nsys.exit(3)\n", "importing {path} failed: it called sys.exit(3)"),
+    ("raise SystemExit('bye')\n", "importing {path} failed: it called sys.exit('bye')"),
+    ("1 / 0\n", "importing {path} failed: ZeroDivisionError: division by zero"),
+])
+def test_an_agent_module_that_exits_or_raises_at_import_is_bad_input(engine: Engine, tmp_path: Path, source: str,
+                                                                      message: str) -> None:
+    """``sys.exit(3)`` while importing an agent used to end the command with 3 ("gave up") and no
+    word; any failure at import is an AGENT that cannot be resolved: exit 2, one line naming it."""
+    agent = tmp_path / "exits.py"
+    agent.write_text(source + "def main(run):\n    return 1\n")
+    done = engine.run("run", f"{agent}:main", "--db", str(engine.db))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message.format(path=agent) in one_line_error(done.stderr)
+    assert not engine.db.exists()
+
+
+def test_an_agent_package_that_exits_at_import_is_bad_input(engine: Engine, tmp_path: Path) -> None:
+    (tmp_path / "exiting_pkg").mkdir()
+    (tmp_path / "exiting_pkg" / "__init__.py").write_text("import sys\nsys.exit(3)\n")
+    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{engine.env['PYTHONPATH']}"}
+    done = engine.run("run", "exiting_pkg:main", "--db", str(engine.db), env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "importing exiting_pkg failed: it called sys.exit(3)" in one_line_error(done.stderr)
+    assert not engine.db.exists()

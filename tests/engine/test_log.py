@@ -90,6 +90,19 @@ def test_a_foreign_sqlite_file_is_refused_untouched(tmp_path: Path) -> None:
     assert digest(path) == before
 
 
+def test_a_log_missing_a_table_of_its_schema_is_refused_untouched(db: Path) -> None:
+    """The application_id and user_version say "steplog log, schema N"; the tables must agree."""
+    open_log(db).close()
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE step")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    before = digest(db)
+    with pytest.raises(CorruptDatabase, match=f"schema {SCHEMA_VERSION}.*without its table.* step"):
+        open_log(db)
+    assert digest(db) == before
+
+
 def test_a_log_from_a_newer_steplog_is_refused(db: Path) -> None:
     conn = open_log(db)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")

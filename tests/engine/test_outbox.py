@@ -171,6 +171,83 @@ def test_concurrent_requests_with_one_key_deliver_exactly_once(launch: StartOutb
     assert all(a.outcome == outcome_of[a.status] for a in ledger.attempts)
 
 
+CLIENTS = 200
+
+
+def raw_post(port: int, body: bytes, key: str, start: threading.Barrier) -> int | str:
+    """One POST on its own socket, sent when every client is ready: the status, or the error."""
+    request = (f"POST /messages HTTP/1.0\r\nHost: 127.0.0.1\r\nIdempotency-Key: {key}\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+            start.wait(timeout=60)
+            sock.sendall(request)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        return int(answer.split(b" ", 2)[1])
+    except (OSError, IndexError, ValueError) as exc:
+        return type(exc).__name__
+
+
+def test_200_simultaneous_identical_posts_are_all_answered_and_delivered_once(outbox: OutboxProcess) -> None:
+    """Every one of 200 clients connecting and posting at the same moment gets an answer (with
+    the stdlib's listen backlog of 5, 56-104 of them were reset or never answered), and the
+    message is delivered once."""
+    start = threading.Barrier(CLIENTS)
+    results: list[int | str] = []
+    lock = threading.Lock()
+
+    def client() -> None:
+        outcome = raw_post(outbox.port, b'{"ticket_id": "T-200"}', "same", start)
+        with lock:
+            results.append(outcome)
+
+    threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+
+    failures = [r for r in results if isinstance(r, str)]
+    assert len(results) == CLIENTS and failures == [], f"{len(failures)} of {CLIENTS} failed: {sorted(set(failures))}"
+    assert results.count(201) == 1 and set(results) <= {201, 200, 409}
+    assert [d.key for d in outbox.ledger().deliveries] == ["same"]
+
+
+@pytest.mark.parametrize("depth", [10_000, 100_000])
+@pytest.mark.parametrize("shape", ["[{}]", '{{"a": {}}}'])
+def test_a_body_nested_too_deeply_is_400_not_a_crash(client: httpx.Client, depth: int, shape: str) -> None:
+    """A JSON body nested past what the outbox parses is bad input (400), like any body it
+    cannot read, and the outbox keeps serving."""
+    opening, closing = shape.split("{}")
+    raw = (opening.replace("{{", "{") * depth + "1" + closing.replace("}}", "}") * depth).encode()
+    response = client.post("/messages", content=raw, headers={"Idempotency-Key": "deep"})
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_body"
+    assert "nested" in response.json()["error"]["message"]
+    assert client.get("/messages").json()["attempts"][-1]["outcome"] == "rejected"
+    assert post(client, {"ok": True}, key="after").status_code == 201
+
+
+def test_a_body_nested_deeper_than_the_limit_but_parseable_is_refused_so_the_listing_stays_readable(
+        client: httpx.Client) -> None:
+    """A body the parser could still read but nested past ``MAX_DEPTH`` is refused too: stored, it
+    would make ``GET /messages`` fail for everyone."""
+    from steplog.outbox.server import MAX_DEPTH
+
+    nested: Any = {"leaf": 1}
+    for _ in range(MAX_DEPTH):
+        nested = {"n": nested}
+    assert post(client, nested, key="deep").status_code == 400
+    ok: Any = {"leaf": 1}
+    for _ in range(MAX_DEPTH - 1):
+        ok = {"n": ok}
+    assert post(client, ok, key="ok").status_code == 201
+    assert client.get("/messages").status_code == 200
+
+
 def test_a_second_request_while_the_first_is_in_flight_gets_409(launch: StartOutbox, outbox_db: Path) -> None:
     outbox = launch(delay=1.0)
     first: list[httpx.Response] = []

@@ -213,3 +213,123 @@ def test_steps_from_another_thread_are_refused(db: Path) -> None:
     threaded.run("r", db=db)
     assert len(errors) == 1 and "from another thread" in str(errors[0])
     assert rows(db, "SELECT seq, name FROM step") == [(1, "from the agent")]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), {"score": [1.0, float("nan")]}])
+def test_a_step_result_that_is_nan_or_infinite_fails_the_run_like_any_non_json_value(db: Path, value: Any) -> None:
+    """NaN and Infinity are not JSON: a step returning one fails the run clearly, and nothing
+    that is not strict JSON reaches the log."""
+    @steplog.agent
+    def measuring(run: steplog.Run) -> Any:
+        return run.step("measure", lambda: value)
+
+    with pytest.raises(steplog.RunFailed, match="step 1 'measure' returned .*which cannot be recorded as JSON"):
+        measuring.run("r", db=db)
+    assert rows(db, "SELECT result FROM step") == [(None,)]
+
+
+def test_an_agent_result_that_is_not_finite_fails_the_run(db: Path) -> None:
+    @steplog.agent
+    def infinite(run: steplog.Run) -> float:
+        return float("inf")
+
+    with pytest.raises(steplog.RunFailed, match="the agent returned float, which cannot be recorded as JSON"):
+        infinite.run("r", db=db)
+    assert rows(db, "SELECT result FROM run") == [(None,)]
+
+
+@pytest.mark.parametrize("value", [float("nan"), object()])
+def test_params_that_are_not_json_are_refused_before_the_log_is_opened(db: Path, value: Any) -> None:
+    @steplog.agent
+    def echo(run: steplog.Run, x: Any = None) -> Any:
+        return run.step("echo", lambda: x)
+
+    with pytest.raises(steplog.UsageError, match="param x=.* cannot be stored in the log as JSON"):
+        echo.run("r", db=db, x=value)
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("path", [".", "sub/..", "./", "sub/", "sub/.", "a/b/../..", "existing"])
+@pytest.mark.parametrize("effect", ["write_file", "merge"])
+def test_a_file_effect_must_name_a_file_strictly_inside_the_workdir(db: Path, tmp_path: Path, path: str,
+                                                                     effect: str) -> None:
+    """The workdir itself, or any directory, is not a file target: refused before the step runs,
+    and nothing appears beside the workdir (a temp file of ``write_file('.')`` used to land in the
+    workdir's parent)."""
+    workdir = tmp_path / "area" / "wd"
+    (workdir / "existing").mkdir(parents=True)
+    before = sorted(p.name for p in workdir.parent.iterdir())
+
+    @steplog.agent
+    def misdirected(run: steplog.Run) -> None:
+        if effect == "write_file":
+            run.write_file(path, "content")
+        else:
+            run.merge(path, "t", key={"id": 1}, values={"v": 1})
+
+    with pytest.raises(steplog.RunFailed, match=f"effect path '{path}' names a directory, not a file"):
+        misdirected.run("r", db=db, workdir=workdir)
+    assert sorted(p.name for p in workdir.parent.iterdir()) == before
+    assert [p.name for p in workdir.iterdir()] == ["existing"]
+    assert rows(db, "SELECT count(*) FROM step") == [(0,)]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (lambda run: run.merge("m.db", "bad table", key={"id": 1}, values={"v": 1}),
+     r"step 1 'merge bad table id=1' .*'bad table' is not a plain SQL identifier"),
+    (lambda run: run.merge("m.db", "t", key={}, values={"v": 1}),
+     r"step 1 'merge t ' .*key must name at least one column"),
+    (lambda run: run.write_file("../outside.txt", "x"),
+     r"step 1 'write ../outside.txt' .*escapes the run's workdir"),
+    (lambda run: run.write_file("/etc/passwd", "x", name="save"),
+     r"step 1 'save' .*must be relative to the run's workdir"),
+    (lambda run: run.step("outer", lambda: run.step("inner", int, 1)),
+     r"step 1 'outer' .*step 'inner' was called inside another step"),
+    (lambda run: run.step("deep", _nested, 100_000),
+     r"step 1 'deep' returned list, which cannot be recorded as JSON \(it is nested too deeply\)"),
+])
+def test_a_refusal_inside_a_step_names_the_step(db: Path, tmp_path: Path, body: Any, message: str) -> None:
+    """Bad input met while a step runs (a path, an identifier, a nested step, a result nested too
+    deeply) fails that step, and the reason says which step, never "outside any step"."""
+    @steplog.agent
+    def refused(run: steplog.Run) -> None:
+        body(run)
+
+    with pytest.raises(steplog.RunFailed, match=message) as info:
+        refused.run("r", db=db, workdir=tmp_path / "wd")
+    assert "outside any step" not in str(info.value)
+    assert "outside any step" not in rows(db, "SELECT reason FROM run")[0][0]
+
+
+def test_an_agent_result_nested_too_deeply_fails_the_run_clearly(db: Path) -> None:
+    @steplog.agent
+    def deep(run: steplog.Run) -> Any:
+        return _nested(100_000)
+
+    with pytest.raises(steplog.RunFailed, match=r"the agent returned list, which cannot be recorded as JSON "
+                                                r"\(it is nested too deeply\)"):
+        deep.run("r", db=db)
+
+
+def test_a_step_left_current_by_an_earlier_run_does_not_block_the_next_one(db: Path) -> None:
+    """A stop signal can land on the very line that clears "the step being executed" (the
+    stop-at-every-line test found it); the next run in the same thread must still work."""
+    from steplog import runtime
+
+    @steplog.agent
+    def plain(run: steplog.Run) -> int:
+        return run.step("one", int, 1)
+
+    stale = runtime.StepContext(run=object(), seq=1, name="interrupted")  # type: ignore[arg-type]
+    token = runtime._current.set(stale)
+    try:
+        assert plain.run("r", db=db) == 1
+    finally:
+        runtime._current.reset(token)

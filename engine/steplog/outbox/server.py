@@ -34,6 +34,9 @@ log = logging.getLogger("steplog.outbox")
 
 MAX_BODY_BYTES = 1 << 20
 MAX_KEY_CHARS = 255  # Stripe's limit; a longer "key" is a bug in the sender
+MAX_DEPTH = 100
+"""Nesting levels a body may have. Deeper ones are refused (400): the parser would hit Python's
+recursion limit on some, and a stored one would make every ``GET /messages`` fail."""
 
 
 class OutboxServer(ThreadingHTTPServer):
@@ -42,6 +45,10 @@ class OutboxServer(ThreadingHTTPServer):
     # Not daemon threads: server_close() joins requests still running, so a SIGTERM lets a
     # delivery finish and answer instead of cutting it off (a cut one is still safe: see store).
     daemon_threads = False
+    # The listen backlog (the stdlib's is 5): connections waiting for accept(). 200 clients
+    # connecting at once overflowed 5 and a third to a half of them were reset or timed out;
+    # the kernel caps this at net.core.somaxconn (4096 on current Linux, 128 on older ones).
+    request_queue_size = 1024
 
     store: OutboxStore  # attached by ``serve`` after the bind, before any request is handled
     delay: float = 0.0
@@ -114,9 +121,9 @@ class OutboxHandler(BaseHTTPRequestHandler):
             self._error(400, "missing_idempotency_key", f"send an Idempotency-Key header of 1 to {MAX_KEY_CHARS} characters")
             return
         body = _parse_object(raw)
-        if body is None:
+        if isinstance(body, str):
             store.record(key, None, 400, "rejected")
-            self._error(400, "invalid_body", "the body must be a JSON object")
+            self._error(400, "invalid_body", body)
             return
         canonical = canonical_json(body)
         digest = body_hash(body)
@@ -178,15 +185,34 @@ class OutboxHandler(BaseHTTPRequestHandler):
         log.debug("%s " + format, self.address_string(), *args)
 
 
-def _parse_object(raw: bytes) -> JSONObject | None:
+def _parse_object(raw: bytes) -> JSONObject | str:
+    """The body as a JSON object, or why it is not one (the 400's message)."""
     def refuse(constant: str) -> Any:
         raise ValueError(f"{constant} is not JSON")
 
+    too_deep = f"the body is nested more than {MAX_DEPTH} levels deep; send a flatter JSON object"
     try:
         value = json.loads(raw, parse_constant=refuse)
     except ValueError:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return None
-    return value if isinstance(value, dict) else None
+        return "the body must be a JSON object"
+    except RecursionError:
+        return too_deep
+    if not isinstance(value, dict):
+        return "the body must be a JSON object"
+    return value if _depth(value) <= MAX_DEPTH else too_deep
+
+
+def _depth(value: Any) -> int:
+    """Nesting levels of a parsed JSON value (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def bind(host: str, port: int) -> OutboxServer:

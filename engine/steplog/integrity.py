@@ -1,0 +1,128 @@
+"""Is the log damaged? The full check behind ``steplog check``, and the cheap probe the engine
+runs before its first write.
+
+Why a probe and not ``PRAGMA quick_check`` at every start: on a log of 100,000 steps (58 MB)
+``quick_check`` takes 0.27 s with the file in the page cache (``integrity_check`` 0.88 s), and
+both grow with the file; a resume after a kill must stay well under a second. The probe instead
+reads, before anything is written, every page the engine is about to read or write for one run
+(its row, its steps and effects in full, and the b-tree paths that new run, step, effect and
+event rows take): a few milliseconds for a new run, ~35 ms to resume a run of 100,000 steps.
+Damage elsewhere in the file is left to ``steplog check``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .db import is_damage, open_readonly
+from .errors import CorruptDatabase
+
+
+def damaged(path: Path, what: str) -> CorruptDatabase:
+    """The one-line refusal of a damaged log."""
+    return CorruptDatabase(
+        f"{path} is damaged ({what}); it was left untouched: `steplog check --db {path}` says what is "
+        "wrong; restore it from a backup or point --db at a new path")
+
+
+@contextmanager
+def refusing_damage(path: Path) -> Iterator[None]:
+    """Turn SQLite's "malformed" or "not a database" met inside the block into ``damaged``."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if is_damage(exc):
+            raise damaged(path, str(exc)) from exc
+        raise
+
+
+_PROBES = (
+    # the run row, and where a new run row and its primary-key entry go
+    ("SELECT * FROM run WHERE id = ?", True),
+    ("SELECT * FROM run WHERE rowid = (SELECT max(rowid) FROM run)", False),
+    # the run's steps read in full (replay reads them all), and where new step rows go
+    ("SELECT max(length(name) + coalesce(length(decision), 0) + coalesce(length(result), 0)"
+     " + coalesce(length(error), 0)) FROM step WHERE run_id = ?", True),
+    ("SELECT * FROM step WHERE rowid = (SELECT max(rowid) FROM step)", False),
+    # the run's effects in full, and where new ledger rows and their keys go
+    ("SELECT max(length(key) + length(target) + coalesce(length(response), 0)) FROM effect WHERE run_id = ?", True),
+    ("SELECT key FROM effect WHERE key >= ? ORDER BY key LIMIT 1", True),
+    ("SELECT * FROM effect WHERE rowid = (SELECT max(rowid) FROM effect)", False),
+    # where the run's next event row and its index entry go
+    ("SELECT id FROM event WHERE run_id = ? ORDER BY id DESC LIMIT 1", True),
+    ("SELECT * FROM event WHERE id = (SELECT max(id) FROM event)", False),
+    ("SELECT * FROM sqlite_sequence", False),
+)
+
+
+def probe(conn: sqlite3.Connection, path: Path, run_id: str) -> None:
+    """Read every page the engine is about to touch for ``run_id``; ``CorruptDatabase`` if one is
+    damaged. Call it before the first write (inside the claim's transaction, before any change)."""
+    with refusing_damage(path):
+        for sql, takes_run in _PROBES:
+            conn.execute(sql, (run_id,) if takes_run else ()).fetchall()
+
+
+@dataclass
+class Report:
+    """What ``steplog check`` found."""
+
+    path: Path
+    version: int
+    problems: list[str] = field(default_factory=list)
+    runs: int = 0
+    steps: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        if self.ok:
+            return f"ok: {self.runs} runs, {self.steps} steps, schema v{self.version}"
+        first = "; ".join(p.replace("\n", " ") for p in self.problems[:2])
+        more = f" (and {len(self.problems) - 2} more, listed on stdout)" if len(self.problems) > 2 else ""
+        return (f"{self.path} is damaged: {first}{more}; restore it from a backup or point --db at a new path")
+
+
+def check(path: Path) -> Report:
+    """``PRAGMA integrity_check`` on a read-only connection (immutable when no -wal exists).
+
+    A non-log file, or one damaged where SQLite keeps its schema, raises ``LogError`` like any
+    other command would. SQLite aborts a whole ``integrity_check`` at the first page it cannot
+    read at all, so then each table is checked on its own, to say which ones are damaged.
+    """
+    conn = open_readonly(path, one_shot=True)  # missing, foreign, newer, empty: refused like every reader does
+    try:
+        report = Report(path=path, version=int(conn.execute("PRAGMA user_version").fetchone()[0]))
+        try:
+            rows = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+            report.problems = [] if rows == ["ok"] else [r.removeprefix("*** in database main ***\n") for r in rows]
+        except sqlite3.DatabaseError as exc:
+            if not is_damage(exc):
+                raise
+            report.problems = list(_table_by_table(conn)) or [f"the file as a whole: {exc}"]
+        if report.ok:
+            report.runs = int(conn.execute("SELECT count(*) FROM run").fetchone()[0])
+            report.steps = int(conn.execute("SELECT count(*) FROM step").fetchone()[0])
+    finally:
+        conn.close()
+    return report
+
+
+def _table_by_table(conn: sqlite3.Connection) -> Iterator[str]:
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+    for table in tables:
+        try:
+            rows = [r[0] for r in conn.execute(f'PRAGMA integrity_check("{table}")')]
+        except sqlite3.DatabaseError as exc:
+            if not is_damage(exc):
+                raise
+            yield f"table {table}: its pages cannot be read ({exc})"
+            continue
+        if rows != ["ok"]:
+            yield from (f"table {table}: {r.removeprefix('*** in database main ***' + chr(10))}" for r in rows)
