@@ -159,7 +159,7 @@ class BudgetCharts(QWidget):
         fmt = (lambda v: f"{v:.4f}") if key == "cost_usd" else (lambda v: f"{v:.1f}" if key == "seconds" else f"{v:.0f}")
         text = f"{title}: {fmt(used)}" + (f" / {fmt(float(limit))}" if limit else " (no limit)")
         if key == "tokens" and s["tokens_estimated"][-1] > 0:
-            text += f" ({s['tokens_estimated'][-1]:.0f} est.)"
+            text += f" · {s['tokens_estimated'][-1]:.0f} estimated"
         if proj is not None:
             chart.projection.setData([proj.from_x, proj.at], [proj.from_y, proj.limit])
             text += f" · limit in ~{max(0.0, proj.at - proj.from_x):.0f} s"

@@ -231,7 +231,7 @@ class RunState:
         if d.get("previous_pid") is not None and previous > 0:
             killed_at = d.get("killed_at")
             exact = isinstance(killed_at, (int, float))
-            self.kills.append(Kill(previous, float(killed_at) if exact else dead_end, exact, ev.ts))
+            self.kills.append(Kill(previous, float(killed_at) if exact else dead_end, exact, ev.ts))  # type: ignore[arg-type]
             if exact:
                 dead_end = float(killed_at)  # the interrupted step ran until the kill
         for seq, i in list(self._open.items()):  # the dead engine's open steps: they will run again

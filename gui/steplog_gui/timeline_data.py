@@ -23,17 +23,93 @@ class Bars:
     y0: F
 
 
-def bars(run: RunState, outcome: int, now: float) -> Bars:
-    """Bars (x in seconds since the run started, y = engine incarnation) for one outcome."""
+STEP_WIDTH = 0.9
+"""Bar width on the step-number axis (one unit per step)."""
+
+
+def origin(run: RunState) -> float:
+    """The time x = 0 stands for: the run's creation."""
     ex = run.executions
+    return run.created if np.isfinite(run.created) else (float(ex["start"].min()) if len(ex) else 0.0)
+
+
+def spans(run: RunState, now: float, *, by_step: bool = False) -> tuple[F, F]:
+    """(x0, x1) of every execution: seconds since the run started, or step numbers."""
+    ex = run.executions
+    if by_step:
+        seq = ex["seq"].astype(np.float64)
+        return seq - STEP_WIDTH / 2, seq + STEP_WIDTH / 2
+    end = np.where(np.isnan(ex["end"]), run.open_until(now), ex["end"])  # a stopped run's open step stops
+    t0 = origin(run)
+    return ex["start"] - t0, end - t0
+
+
+def bars(run: RunState, outcome: int, now: float, *, by_step: bool = False, visible: tuple[float, float] | None = None,
+         pixels: int = 0, keep: npt.NDArray[np.bool_] | None = None) -> Bars:
+    """Bars (x from ``spans``, y = engine incarnation) for one outcome.
+
+    Level of detail: given the ``visible`` x range and its width in ``pixels``, bars narrower than
+    a pixel are not drawn one by one (100k of them in one pixel column paint as one solid block
+    and cost the frame); every pixel column a lane has such bars in becomes one bar, and runs of
+    adjacent columns merge. So the structure (gaps, redone steps, kills) shows at any zoom, and
+    the number of rectangles is bounded by lanes × pixels. ``keep``: a mask of executions to
+    draw at all (the step-name filter).
+    """
+    ex = run.executions
+    x0, x1 = spans(run, now, by_step=by_step)
     mask = ex["outcome"] == outcome
-    start = ex["start"][mask]
-    end = ex["end"][mask]
-    if outcome == RUNNING:  # a stopped run's open step does not grow with the clock
-        end = np.where(np.isnan(end), run.open_until(now), end)
-    t0 = run.created if np.isfinite(run.created) else (start.min() if len(start) else 0.0)
-    width = np.maximum(end - start, MIN_WIDTH)
-    return Bars(start - t0, width, ex["lane"][mask].astype(np.float64) - BAR_HEIGHT / 2)
+    if keep is not None:
+        mask &= keep
+    lane = ex["lane"].astype(np.float64)
+    if visible is None or pixels <= 0:
+        start, stop = x0[mask], x1[mask]
+        width = np.maximum(stop - start, 0.0 if by_step else MIN_WIDTH)
+        return Bars(start, width, lane[mask] - BAR_HEIGHT / 2)
+    lo, hi = visible
+    per_px = max((hi - lo) / pixels, 1e-12)
+    mask &= (x1 >= lo) & (x0 <= hi)
+    start, stop, lanes = x0[mask], x1[mask], lane[mask]
+    wide = (stop - start) >= per_px
+    out_x, out_w, out_y = [start[wide]], [stop[wide] - start[wide]], [lanes[wide] - BAR_HEIGHT / 2]
+    narrow = ~wide
+    if narrow.any():
+        col = np.clip(((start[narrow] - lo) / per_px).astype(np.int64), -1, pixels + 1)
+        key = np.unique(lanes[narrow].astype(np.int64) * (pixels + 4) + (col + 1))
+        lanes_n, cols = np.divmod(key, pixels + 4)
+        # Merge runs of adjacent columns in one lane into one bar.
+        breaks = np.flatnonzero((np.diff(cols) != 1) | (np.diff(lanes_n) != 0)) + 1
+        first = np.concatenate(([0], breaks))
+        last = np.concatenate((breaks - 1, [len(cols) - 1]))
+        out_x.append(lo + (cols[first] - 1) * per_px)
+        out_w.append((cols[last] - cols[first] + 1) * per_px)
+        out_y.append(lanes_n[first].astype(np.float64) - BAR_HEIGHT / 2)
+    return Bars(np.concatenate(out_x), np.concatenate(out_w), np.concatenate(out_y))
+
+
+def nearest(run: RunState, x: float, lane: int, now: float, *, by_step: bool = False, within: float = np.inf,
+            keep: npt.NDArray[np.bool_] | None = None) -> int | None:
+    """The execution in ``lane`` closest to ``x`` (0 inside it), if closer than ``within``."""
+    ex = run.executions
+    if not len(ex):
+        return None
+    x0, x1 = spans(run, now, by_step=by_step)
+    distance = np.where(x < x0, x0 - x, np.where(x > x1, x - x1, 0.0))
+    candidates = ex["lane"] == lane
+    if keep is not None:
+        candidates &= keep
+    distance = np.where(candidates, distance, np.inf)
+    i = int(np.argmin(distance))
+    return i if distance[i] <= within else None
+
+
+def name_filter(run: RunState, text: str) -> npt.NDArray[np.bool_] | None:
+    """Executions whose step name contains ``text`` (case-insensitive); ``None`` for no filter."""
+    text = text.strip().lower()
+    if not text:
+        return None
+    wanted = np.array(sorted(seq for seq, (name, _kind) in run.step_names.items() if text in name.lower()),
+                      dtype=np.int64)
+    return np.isin(run.executions["seq"], wanted)
 
 
 def kill_label(k: Kill) -> str:
@@ -46,9 +122,17 @@ def kill_label(k: Kill) -> str:
     return text
 
 
-def kill_marks(run: RunState) -> list[tuple[float, int, str]]:
-    """Per kill: (x seconds since start, the lane it ended, its label)."""
-    t0 = run.created if np.isfinite(run.created) else 0.0
+def kill_marks(run: RunState, *, by_step: bool = False) -> list[tuple[float, int, str]]:
+    """Per kill: (x, the lane it ended, its label); x in seconds since the start, or (by step)
+    just after the last step the killed engine started."""
+    if by_step:
+        ex = run.executions
+        out = []
+        for k in run.kills:
+            started = ex["seq"][(ex["lane"] == k.killed_incarnation) & (ex["seq"] >= 0)]
+            out.append((float(started.max()) + 0.5 if len(started) else 0.5, k.killed_incarnation, kill_label(k)))
+        return out
+    t0 = origin(run)
     return [(k.ts - t0, k.killed_incarnation, kill_label(k)) for k in run.kills]
 
 

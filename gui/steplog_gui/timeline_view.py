@@ -1,8 +1,12 @@
 """The step timeline: one bar per step execution, one lane per engine incarnation, kill markers.
 
 One ``BarGraphItem`` per outcome colour (five items whatever the number of steps: each draws its
-rectangles in one ``drawRects`` call), created once and fed with ``setOpts`` on a timer, so
-100k bars stay smooth. Hover shows the step; click selects it.
+rectangles in one ``drawRects`` call), created once and fed with ``setOpts`` on a timer. Bars
+narrower than a pixel are drawn as per-pixel aggregates (``timeline_data.bars``), recomputed when
+the view pans or zooms, so a 100k-step run shows its structure and paints fast. The x axis is
+time or step number; a name filter keeps matching steps; an overview strip under the plot shows
+the whole run and the visible range (drag it to pan). Hover shows the step; a click selects the
+nearest one at any zoom.
 """
 
 from __future__ import annotations
@@ -13,18 +17,20 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QCursor
-from PySide6.QtWidgets import QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QToolTip, QVBoxLayout, QWidget
 
 from . import theme
 from .monitor import Monitor
 from .run_state import COMMITTED, FAILED, GAVE_UP, REDONE, RUNNING, RunState
-from .timeline_data import BAR_HEIGHT, bars, describe, kill_marks
+from .timeline_data import BAR_HEIGHT, bars, describe, kill_marks, name_filter, nearest, spans
 
 REFRESH_MS = 100
 """Running bars grow with the clock at this period."""
 COALESCE_MS = 15
 """New events redraw this soon after they arrive (one frame), however many batches came."""
 MAX_KILL_LABELS = 40
+PICK_PIXELS = 6
+"""A click or hover this close to a bar picks it (a 100k-step run has bars far below a pixel)."""
 OUTLINE_MAX_BARS = 5000
 OUTCOMES = (COMMITTED, REDONE, FAILED, GAVE_UP, RUNNING)
 
@@ -40,6 +46,16 @@ class TimelineView(QWidget):
         self._monitor = monitor
         self._run_id: str | None = None
         self._dirty = False
+        self._by_step = False
+        self._keep: np.ndarray | None = None
+        self.axis_choice = QComboBox()
+        self.axis_choice.addItems(["x: time", "x: step number"])
+        self.axis_choice.setToolTip("draw steps by when they ran, or by their number (redone steps line up)")
+        self.axis_choice.currentIndexChanged.connect(lambda i: self.set_axis(by_step=i == 1))
+        self.filter = QLineEdit()
+        self.filter.setPlaceholderText("filter steps by name…")
+        self.filter.setClearButtonEnabled(True)
+        self.filter.textChanged.connect(self._filter_changed)
         self.plot = pg.PlotWidget()
         self.plot.setLabel("bottom", "seconds since the run started")
         # Plain seconds always: an automatic "(x0.001)" on a fast run's axis reads as an error.
@@ -63,9 +79,33 @@ class TimelineView(QWidget):
         self._kill_key: object = None
         self._outlined: dict[int, bool] = {}
         self._selected_seq: int | None = None
+        self.overview = pg.PlotWidget()
+        self.overview.setFixedHeight(56)
+        self.overview.hideAxis("left")
+        self.overview.hideAxis("bottom")
+        self.overview.setMouseEnabled(x=False, y=False)
+        self.overview.getPlotItem().setMenuEnabled(False)
+        self.overview.hideButtons()
+        self._overview_items: dict[int, pg.BarGraphItem] = {}
+        for outcome in OUTCOMES:
+            item = pg.BarGraphItem(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT, pen=None)
+            self._overview_items[outcome] = item
+            self.overview.addItem(item)
+        self.region = pg.LinearRegionItem(movable=True)
+        self.region.setZValue(10)
+        self.overview.addItem(self.region)
+        self.region.sigRegionChanged.connect(self._region_moved)
+        self.plot.getViewBox().sigXRangeChanged.connect(self._range_changed)
+        bar = QHBoxLayout()
+        bar.setContentsMargins(4, 2, 4, 0)
+        bar.addWidget(self.axis_choice)
+        bar.addWidget(self.filter, 1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.plot)
+        layout.setSpacing(2)
+        layout.addLayout(bar)
+        layout.addWidget(self.plot, 1)
+        layout.addWidget(self.overview)
         self.apply_palette(theme.current())
         self.plot.scene().sigMouseMoved.connect(self._hover)
         self.plot.scene().sigMouseClicked.connect(self._click)
@@ -88,6 +128,35 @@ class TimelineView(QWidget):
         self.refresh()
         self.plot.enableAutoRange()
 
+    def set_axis(self, *, by_step: bool) -> None:
+        """x by time (default) or by step number."""
+        self._by_step = by_step
+        self.axis_choice.setCurrentIndex(1 if by_step else 0)
+        self.plot.setLabel("bottom", "step number" if by_step else "seconds since the run started")
+        self._kill_key = None
+        self.refresh()
+        self.plot.enableAutoRange()
+
+    def _filter_changed(self, _text: str) -> None:
+        self._dirty = True
+        self._soon.start()
+
+    def _range_changed(self, *_args: object) -> None:
+        self._dirty = True  # the level of detail depends on the zoom
+        if not self._soon.isActive():
+            self._soon.start()
+        self._sync_region()
+
+    def _sync_region(self) -> None:
+        (lo, hi), _ = self.plot.getViewBox().viewRange()
+        self.region.blockSignals(True)
+        self.region.setRegion((lo, hi))
+        self.region.blockSignals(False)
+
+    def _region_moved(self) -> None:
+        lo, hi = self.region.getRegion()
+        self.plot.getViewBox().setXRange(lo, hi, padding=0)
+
     def select_step(self, seq: int | None) -> None:
         self._selected_seq = seq
         self._draw_selection()
@@ -100,6 +169,8 @@ class TimelineView(QWidget):
             ax.setTextPen(pg.mkPen(pal.foreground))
         for outcome, item in self._items.items():
             item.setOpts(brush=pg.mkBrush(pal.outcome[outcome]), pen=None)
+            self._overview_items[outcome].setOpts(brush=pg.mkBrush(pal.outcome[outcome]), pen=None)
+        self.overview.setBackground(pal.background)
         self._outlined.clear()
         self._selected.setOpts(pen=pg.mkPen(pal.foreground, width=2), brush=None)
         self._kills.setPen(pg.mkPen(pal.kill, width=3))
@@ -130,8 +201,10 @@ class TimelineView(QWidget):
         self._dirty = False
         run = self.run()
         now = time.time()
+        self._keep = name_filter(run, self.filter.text()) if run is not None else None
         for outcome in OUTCOMES:
             self._draw(outcome, run, now)
+        self._draw_overview(run, now)
         self._draw_kills(run)
         self._draw_selection()
         if run is not None:
@@ -145,7 +218,10 @@ class TimelineView(QWidget):
         if run is None:
             item.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0))
             return
-        b = bars(run, outcome, now)
+        visible, _ = self.plot.getViewBox().viewRange()
+        pixels = max(1, int(self.plot.getViewBox().width()))
+        b = bars(run, outcome, now, by_step=self._by_step, visible=(visible[0], visible[1]), pixels=pixels,
+                 keep=self._keep)
         # A background-coloured outline separates back-to-back steps, but triples the paint time:
         # only while there are few bars (measured at 100k bars: 13 ms/frame without, 38 ms with).
         outlined = len(b.x0) <= OUTLINE_MAX_BARS
@@ -154,6 +230,25 @@ class TimelineView(QWidget):
             item.setOpts(pen=pg.mkPen(self._palette.background, width=1) if outlined else None)
         item.setOpts(x0=b.x0, width=b.width, y0=b.y0, height=BAR_HEIGHT)
 
+    def _draw_overview(self, run: RunState | None, now: float) -> None:
+        """The whole run at a glance (aggregated to the strip's width), lanes squeezed to fit."""
+        width = max(1, int(self.overview.width()))
+        full = None
+        if run is not None and len(run.executions):
+            x0, x1 = spans(run, now, by_step=self._by_step)
+            full = (float(np.nanmin(x0)), float(np.nanmax(x1)))
+        for outcome, item in self._overview_items.items():
+            if full is None:
+                item.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0))
+                continue
+            b = bars(run, outcome, now, by_step=self._by_step, visible=full, pixels=width, keep=self._keep)  # type: ignore[arg-type]
+            item.setOpts(x0=b.x0, width=b.width, y0=b.y0, height=BAR_HEIGHT)
+        if full is not None:
+            lanes = max(1, run.incarnation) if run is not None else 1
+            self.overview.setXRange(*full, padding=0.01)
+            self.overview.setYRange(0.5, lanes + 0.5, padding=0)
+        self._sync_region()
+
     def _draw_selection(self) -> None:
         run = self.run()
         if run is None or self._selected_seq is None:
@@ -161,15 +256,15 @@ class TimelineView(QWidget):
             return
         ex = run.executions
         mask = ex["seq"] == self._selected_seq
-        t0 = run.created if np.isfinite(run.created) else 0.0
-        end = np.where(np.isnan(ex["end"][mask]), time.time(), ex["end"][mask])
-        start = ex["start"][mask]
-        self._selected.setOpts(x0=start - t0, width=np.maximum(end - start, 0.02),
+        x0, x1 = spans(run, time.time(), by_step=self._by_step)
+        (lo, hi), _ = self.plot.getViewBox().viewRange()
+        least = 3 * (hi - lo) / max(1, self.plot.getViewBox().width())  # visible at any zoom
+        self._selected.setOpts(x0=x0[mask], width=np.maximum(x1[mask] - x0[mask], least),
                                y0=ex["lane"][mask] - (BAR_HEIGHT + 0.1) / 2)
 
     def _draw_kills(self, run: RunState | None) -> None:
-        marks = kill_marks(run) if run is not None else []
-        key = (id(run), marks, id(self._palette))
+        marks = kill_marks(run, by_step=self._by_step) if run is not None else []
+        key = (id(run), marks, id(self._palette), self._by_step)
         if key == self._kill_key:
             return
         self._kill_key = key
@@ -200,12 +295,14 @@ class TimelineView(QWidget):
         run = self.run()
         if run is None or not self.plot.sceneBoundingRect().contains(scene_pos):
             return None
-        p = self.plot.getViewBox().mapSceneToView(scene_pos)
+        box = self.plot.getViewBox()
+        p = box.mapSceneToView(scene_pos)
         lane = int(round(p.y()))
         if abs(p.y() - lane) > BAR_HEIGHT / 2:
             return None
-        t0 = run.created if np.isfinite(run.created) else 0.0
-        return run.execution_at(p.x() + t0, lane, time.time())
+        (lo, hi), _ = box.viewRange()
+        within = PICK_PIXELS * (hi - lo) / max(1, box.width())  # a few pixels, whatever the zoom
+        return nearest(run, p.x(), lane, time.time(), by_step=self._by_step, within=within, keep=self._keep)
 
     def _hover(self, scene_pos: QPointF) -> None:
         i = self._execution_at(scene_pos)

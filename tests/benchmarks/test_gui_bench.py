@@ -60,3 +60,42 @@ def test_commit_to_model_latency(qtbot, tmp_path: Path) -> None:  # type: ignore
               f" p95 {q[-1] * 1000:.1f} ms")
     finally:
         monitor.stop()
+
+
+def test_open_a_100k_step_run_to_a_painted_timeline(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A real log (100,000 no-op steps written by the engine, 2 kills), opened cold: tailer reads
+    and folds every event, the timeline draws its level-of-detail bars and paints."""
+    import subprocess
+
+    from steplog.procs import child_env, python_argv
+
+    agents = Path(__file__).parents[1] / "engine" / "agents_for_tests.py"
+    db = tmp_path / "big.db"
+    args = python_argv("steplog", "run", f"{agents}:noop", "--run-id", "big", "--db", str(db), "--param", "n=100000",
+                       "--sync", "normal", "--max-steps", "200000")
+    t = time.perf_counter()
+    done = subprocess.run(args, env=child_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    written = time.perf_counter() - t
+    first, full = [], []
+    for _ in range(3):
+        t = time.perf_counter()
+        monitor = Monitor(db)
+        view = TimelineView(monitor)
+        qtbot.addWidget(view)
+        view.resize(1200, 500)
+        view.show()
+        monitor.start()
+        qtbot.waitUntil(lambda: (r := monitor.run("big")) is not None and len(r.executions) > 0,  # noqa: B023
+                        timeout=60_000)
+        view.set_run("big")
+        assert not view.plot.grab().isNull()
+        first.append(time.perf_counter() - t)  # the first batch painted: usable, filling in
+        qtbot.waitUntil(lambda: (r := monitor.run("big")) is not None and r.terminal, timeout=120_000)  # noqa: B023
+        view.refresh()
+        assert not view.plot.grab().isNull()
+        full.append(time.perf_counter() - t)
+        monitor.stop()
+    print(f"\n100k-step log ({db.stat().st_size / 1e6:.0f} MB, written in {written:.1f} s): first paint median "
+          f"{statistics.median(first):.2f} s, whole run folded and painted median {statistics.median(full):.2f} s"
+          f" (3 cold opens)")

@@ -31,3 +31,51 @@ def test_the_readme_agent_example_runs_as_written(engine: Engine, tmp_path: Path
     conn = sqlite3.connect(workdir / "helpdesk.db")
     assert conn.execute("SELECT id, status FROM tickets ORDER BY id").fetchall() == [("T-1", "answered"), ("T-2", "answered")]
     conn.close()
+
+
+def test_the_readme_commands_after_the_example_run_as_printed(engine: Engine, tmp_path: Path) -> None:
+    """Save the example as triage.py, run the shell block under it line by line (the outbox in the
+    background, as the ``&`` says), and each command does what the README says it does."""
+    import shlex
+    import socket
+    import subprocess
+    import time
+
+    text = README.read_text()
+    example = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "@steplog.agent" in b)
+    (tmp_path / "triage.py").write_text(example)
+    shell = re.search(r"Save it as `triage.py`, then, in that folder:\n\n```\n(.*?)```", text, re.S)
+    assert shell is not None, "the README no longer says how to run the example"
+    lines = [ln for ln in shell.group(1).splitlines() if ln.strip()]
+    port = "8000"
+    with socket.socket() as probe:  # port 8000 may be taken on this machine: the same commands on a free one
+        if probe.connect_ex(("127.0.0.1", 8000)) == 0:
+            with socket.socket() as free:
+                free.bind(("127.0.0.1", 0))
+                port = str(free.getsockname()[1])
+    env = {**engine.env, "STEPLOG_DB": str(engine.db)}
+    background = subprocess.Popen(engine.argv(*shlex.split(lines[0].rstrip("&").replace("8000", port))[1:]),
+                                  cwd=tmp_path, env={**env, "XDG_DATA_HOME": str(tmp_path / "xdg")},
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert background.stdout is not None
+        said = background.stdout.readline()
+        assert f"listening on http://127.0.0.1:{port}" in said, said  # it prints its URL
+        outputs = []
+        for line in lines[1:]:
+            argv = shlex.split(line.replace("8000", port))
+            assert argv[0] == "steplog"
+            done = subprocess.run(engine.argv(*argv[1:]), cwd=tmp_path, env=env, capture_output=True, text=True,
+                                  timeout=120)
+            outputs.append(done)
+        run, verdict = outputs
+        assert run.returncode == 0 and 'succeeded: {"answered": 2}' in run.stdout, run.stderr
+        assert verdict.returncode == 0 and verdict.stdout.startswith("UNTESTED  first-try: not kill-tested yet"), \
+            verdict.stdout + verdict.stderr
+    finally:
+        background.terminate()
+        background.wait(timeout=10)
+        time.sleep(0)
+        for pipe in (background.stdout, background.stderr):
+            if pipe:
+                pipe.close()

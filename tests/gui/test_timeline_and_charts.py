@@ -93,3 +93,73 @@ def test_projection_reaches_the_limit_at_the_recent_rate() -> None:
     assert p is not None and abs(p.at - 50.0) < 1e-9 and p.limit == 100.0
     assert project(x, 2 * x, None) is None
     assert project(x, np.zeros(10), 100.0) is None
+
+
+def big_run() -> tuple[Monitor, object]:
+    monitor = Monitor(Path("/nonexistent/never.db"))  # not started: fed by hand
+    monitor.apply(synthetic_events("big", 100_000, kill_every=5_000))  # type: ignore[arg-type]
+    return monitor, monitor.run("big")
+
+
+def test_bars_narrower_than_a_pixel_become_per_pixel_aggregates_that_keep_the_structure() -> None:
+    from steplog_gui.run_state import COMMITTED
+    from steplog_gui.timeline_data import bars, spans
+
+    _monitor, run = big_run()
+    x0, x1 = spans(run, 0.0)  # type: ignore[arg-type]
+    whole = (float(x0.min()), float(x1.max()))
+    committed = bars(run, COMMITTED, 0.0, visible=whole, pixels=1000)  # type: ignore[arg-type]
+    redone = bars(run, REDONE, 0.0, visible=whole, pixels=1000)  # type: ignore[arg-type]
+    lanes = 21  # 20 kills
+    assert 0 < len(committed.x0) <= lanes * 1000  # bounded by lanes x pixels, not by steps
+    assert len(redone.x0) == 20  # each redone step still shows, one per kill
+    # The aggregates cover what the steps cover: every committed step lies under some bar of its lane.
+    per_px = (whole[1] - whole[0]) / 1000
+    covered = sum(float(w) for w in committed.width)
+    assert abs(covered - (whole[1] - whole[0])) < 25 * per_px * lanes
+    # Zoomed in to ten steps, each is its own bar again.
+    ex = run.executions  # type: ignore[attr-defined]
+    lane1 = ex["lane"] == 1
+    first = float(x0[lane1][100]), float(x1[lane1][109])
+    close = bars(run, COMMITTED, 0.0, visible=first, pixels=1000)  # type: ignore[arg-type]
+    assert 10 <= len(close.x0) <= 12
+
+
+def test_a_click_picks_the_nearest_step_at_any_zoom_and_the_filter_and_step_axis_narrow_it() -> None:
+    from steplog_gui.timeline_data import name_filter, nearest, spans
+
+    _monitor, run = big_run()
+    x0, _x1 = spans(run, 0.0)  # type: ignore[arg-type]
+    ex = run.executions  # type: ignore[attr-defined]
+    i = 4321
+    lane = int(ex["lane"][i])
+    assert nearest(run, float(x0[i]) + 1e-7, lane, 0.0) == i  # type: ignore[arg-type]
+    past_the_end = float(_x1.max()) + 100.0
+    assert nearest(run, past_the_end, lane, 0.0, within=1e-3) is None  # type: ignore[arg-type]
+    assert nearest(run, past_the_end, lane, 0.0) is not None  # type: ignore[arg-type]
+    name = run.step_names[int(ex["seq"][i])][0]  # type: ignore[attr-defined]
+    keep = name_filter(run, name.upper())  # type: ignore[arg-type]
+    assert keep is not None and bool(keep[i])
+    kept_names = {run.step_names[int(q)][0] for q in ex["seq"][keep]}  # type: ignore[attr-defined]
+    assert all(name in n for n in kept_names) and 1 <= len(kept_names) <= 11  # "step 4321", "step 43210".."43219"
+    assert name_filter(run, "  ") is None  # type: ignore[arg-type]
+    by_step, _ = spans(run, 0.0, by_step=True)  # type: ignore[arg-type]
+    seq = int(ex["seq"][i])
+    assert nearest(run, float(seq), lane, 0.0, by_step=True) == i  # type: ignore[arg-type]
+    assert abs(by_step[i] - (seq - 0.45)) < 1e-9
+
+
+def test_the_timeline_widget_filters_switches_axis_and_shows_the_visible_range(qtbot) -> None:  # type: ignore[no-untyped-def]
+    monitor, _run = big_run()
+    view = TimelineView(monitor)
+    qtbot.addWidget(view)
+    view.resize(1200, 500)
+    view.show()
+    view.set_run("big")
+    view.plot.getViewBox().setXRange(100.0, 110.0, padding=0)
+    qtbot.waitUntil(lambda: abs(view.region.getRegion()[0] - 100.0) < 1e-6, timeout=2_000)
+    view.filter.setText("step 99999")
+    qtbot.waitUntil(lambda: view._keep is not None and int(view._keep.sum()) == 1, timeout=2_000)
+    view.set_axis(by_step=True)
+    assert view.plot.getPlotItem().getAxis("bottom").labelText == "step number"
+    assert not view.plot.grab().isNull() and not view.overview.grab().isNull()
