@@ -218,10 +218,17 @@ class TimelineView(QWidget):
         if run is None:
             item.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0))
             return
-        visible, _ = self.plot.getViewBox().viewRange()
-        pixels = max(1, int(self.plot.getViewBox().width()))
-        b = bars(run, outcome, now, by_step=self._by_step, visible=(visible[0], visible[1]), pixels=pixels,
-                 keep=self._keep)
+        box = self.plot.getViewBox()
+        pixels = max(1, int(box.width()))
+        if box.autoRangeEnabled()[0]:
+            # Following the run: the bars must span all of it, or auto-range (which sizes the view
+            # to the items) would never grow past what is drawn.
+            x0, x1 = spans(run, now, by_step=self._by_step)
+            visible = (float(np.nanmin(x0)), float(np.nanmax(x1))) if len(x0) else (0.0, 1.0)
+        else:
+            (lo, hi), _ = box.viewRange()
+            visible = (lo, hi)
+        b = bars(run, outcome, now, by_step=self._by_step, visible=visible, pixels=pixels, keep=self._keep)
         # A background-coloured outline separates back-to-back steps, but triples the paint time:
         # only while there are few bars (measured at 100k bars: 13 ms/frame without, 38 ms with).
         outlined = len(b.x0) <= OUTLINE_MAX_BARS

@@ -163,3 +163,26 @@ def test_the_timeline_widget_filters_switches_axis_and_shows_the_visible_range(q
     view.set_axis(by_step=True)
     assert view.plot.getPlotItem().getAxis("bottom").labelText == "step number"
     assert not view.plot.grab().isNull() and not view.overview.grab().isNull()
+
+
+def test_the_view_keeps_following_a_growing_run(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """Bars are drawn for the visible range only; while the view follows the run (auto-range),
+    that range must be the whole run, or the view would never grow past its first extent."""
+    monitor = Monitor(Path("/nonexistent/never.db"))
+    events = synthetic_events("grow", 60)
+    monitor.apply(events[:50])  # type: ignore[arg-type]
+    view = TimelineView(monitor)
+    qtbot.addWidget(view)
+    view.resize(800, 400)
+    view.show()
+    view.set_run("grow")
+    qtbot.wait(50)
+    first_end = view.plot.getViewBox().viewRange()[0][1]
+    monitor.apply(events[50:])  # type: ignore[arg-type]
+    run = monitor.run("grow")
+    assert run is not None
+    last = float(run.executions["end"].max() - run.created)
+    view.refresh()  # one redraw, as the new events bring
+    view.plot.getViewBox().updateAutoRange()
+    assert view.plot.getViewBox().viewRange()[0][1] >= last > first_end
+
