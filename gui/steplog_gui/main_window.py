@@ -38,6 +38,7 @@ def _read_run_row(path: Path, run_id: str) -> dict[str, Any] | None:
 class MainWindow(QMainWindow):
     def __init__(self, monitor: Monitor, settings: Settings, *, engine_env: dict[str, str] | None = None) -> None:
         super().__init__()
+        theme.choose(settings.theme)  # before any view reads the palette
         self.monitor = monitor
         self.settings = settings
         self.close_policy: str | None = None
@@ -86,7 +87,6 @@ class MainWindow(QMainWindow):
         self._runs_dock = self._dock("Runs", "runs", self.runs_view, Qt.DockWidgetArea.LeftDockWidgetArea)
         self._detail_dock = self._dock("Step detail", "detail", self.detail, Qt.DockWidgetArea.RightDockWidgetArea)
         self._outbox_dock = self._dock("Outbox", "outbox", self.outbox_panel, Qt.DockWidgetArea.RightDockWidgetArea)
-        theme.choose(settings.theme)
         self._build_actions()
         self.statusBar().showMessage("ready")
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QColor, QGuiApplication
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
+from PySide6.QtWidgets import QApplication
 
 from .run_state import COMMITTED, FAILED, GAVE_UP, REDONE, RUNNING
 
@@ -43,7 +44,12 @@ DARK = Palette(
 )
 
 
+_chosen = "system"
+
+
 def is_dark() -> bool:
+    if _chosen in ("light", "dark"):
+        return _chosen == "dark"
     app = QGuiApplication.instance()
     if app is None:
         return False
@@ -66,9 +72,36 @@ SCHEMES = {"system": Qt.ColorScheme.Unknown, "light": Qt.ColorScheme.Light, "dar
 
 
 def choose(name: str) -> None:
-    """Light, dark or the OS's scheme for the whole application (Qt restyles its widgets; the
-    plots follow through ``Theme.changed``)."""
-    QGuiApplication.styleHints().setColorScheme(SCHEMES.get(name, Qt.ColorScheme.Unknown))
+    """Light, dark or the OS's scheme for the whole application. The scheme is asked of the
+    platform, and the widgets get an explicit palette as well: not every platform theme (nor
+    the offscreen one) restyles widgets when asked; the plots follow through ``current()``."""
+    global _chosen
+    _chosen = name if name in SCHEMES else "system"
+    QGuiApplication.styleHints().setColorScheme(SCHEMES[_chosen])
+    app = QApplication.instance()
+    if not isinstance(app, QApplication):
+        return
+    if _chosen == "system":
+        app.setPalette(app.style().standardPalette())
+        return
+    app.setStyle("Fusion")  # a style that draws with the palette it is given, on every OS
+    app.setPalette(_palette(DARK if _chosen == "dark" else LIGHT))
+
+
+def _palette(p: Palette) -> QPalette:
+    pal = QPalette()
+    base, text = QColor(p.background), QColor(p.foreground)
+    window = base.lighter(130) if p.dark else QColor("#f2f2f2")
+    role = QPalette.ColorRole
+    for r, c in ((role.Window, window), (role.WindowText, text), (role.Base, base),
+                 (role.AlternateBase, window), (role.Text, text), (role.Button, window), (role.ButtonText, text),
+                 (role.ToolTipBase, window), (role.ToolTipText, text), (role.PlaceholderText, QColor("#8a8a8a")),
+                 (role.Highlight, QColor(p.status["running"])), (role.HighlightedText, QColor("#ffffff"))):
+        pal.setColor(r, c)
+    pal.setColor(QPalette.ColorGroup.Disabled, role.ButtonText, QColor("#7a7a7a"))
+    pal.setColor(QPalette.ColorGroup.Disabled, role.WindowText, QColor("#7a7a7a"))
+    pal.setColor(QPalette.ColorGroup.Disabled, role.Text, QColor("#7a7a7a"))
+    return pal
 
 
 class Theme(QObject):
