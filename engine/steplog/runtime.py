@@ -215,7 +215,10 @@ class Run:
         if self._stopping is not None:
             raise self._stopping
         interrupts.check()  # a step boundary: a stop asked for (and swallowed by agent code) ends here
-        if _current.get() is not None:
+        outer = _current.get()
+        # Only a step of this run counts: a stop can land in _execute's ``finally`` before it
+        # clears the context, and that run has ended; the next run in this thread must not trip on it.
+        if outer is not None and outer.run is self:
             raise UsageError(f"step '{name}' was called inside another step; call run.* from the agent function only")
         if threading.get_ident() != self._thread:
             # Steps are numbered in call order; calls racing from threads would number them

@@ -128,7 +128,9 @@ def test_a_stop_at_any_line_of_the_engine_stops_cleanly_and_the_run_resumes_exac
                 lease = conn.execute("SELECT lease_pid, status FROM run").fetchall() if has_runs else []
             finally:
                 conn.close()
-            assert lease in ([], [(None, "running")]), (stopper.where, lease)  # released: resumable at once
+            # Released: resumable at once. Or finished: the stop landed after the terminal record
+            # (in Outcome.value, past the engine's signal handling).
+            assert lease in ([], [(None, "running")], [(None, "succeeded")]), (stopper.where, lease)
 
         assert every_kind.run("r", db=db, witness=str(witness)) == {"value": 42}, stopper.where
         conn = sqlite3.connect(witness)
