@@ -1,4 +1,4 @@
-"""The idempotent effects behind ``Run.write_file``, ``Run.http_post`` and ``Run.merge``.
+"""The idempotent effects behind ``Run.write_file``, ``Run.http_post`` (``HttpClient``) and ``Run.merge``.
 
 Each is safe to repeat with the same key: a file is replaced atomically under a stable name, an
 HTTP request carries an ``Idempotency-Key`` the far side deduplicates on, and a database row is
@@ -12,12 +12,16 @@ import json
 import os
 import re
 import sqlite3
+import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import interrupts
 from .db import private_dir, rolled_back_on_error
 from .errors import PermanentError, TransientError, UsageError
+
+if TYPE_CHECKING:
+    import httpx
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -86,27 +90,83 @@ def write_file(workdir: Path, relpath: str, content: str | bytes, key: str) -> d
     return {"path": relpath, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def http_post(url: str, body: Any, key: str, *, headers: dict[str, str] | None = None,
-              timeout: float = 30.0) -> dict[str, Any]:
-    """POST JSON with an ``Idempotency-Key``; transient failures raise ``TransientError``."""
-    import httpx  # ~0.1 s to import: only runs that post pay for it
+DEFAULT_HTTP_TIMEOUT = 30.0
+"""Seconds an HTTP effect may take (connect, each read, each write) unless the call says otherwise."""
 
-    try:
-        response = httpx.post(url, json=body, timeout=timeout,
-                              headers={**(headers or {}), "Idempotency-Key": key})
-    except httpx.TransportError as exc:
-        raise TransientError(f"POST {url} failed: {type(exc).__name__}: {exc}") from exc
-    status = response.status_code
-    if status in (408, 409, 425, 429) or status >= 500:
-        # 409: the first request with this key is still in flight at the far side.
-        raise TransientError(f"POST {url} answered {status}; will retry with the same key")
-    if status >= 400:
-        raise EffectRejected(f"POST {url} answered {status}: {response.text[:200]}")
-    try:
-        parsed: Any = response.json()
-    except ValueError:
-        parsed = response.text
-    return {"status": status, "body": parsed}
+
+class HttpClient:
+    """The one HTTP client of a run: built on the first post, kept alive, closed when the run ends.
+
+    Building an ``httpx`` client costs ~40 ms of CPU (an SSL context with the CA bundle, even for
+    plain ``http://``), so one per call made every post cost that much; one per run pays it once
+    and reuses kept-alive connections. ``httpx`` itself is imported on the first post only: a run
+    that never posts never imports it.
+
+    ``transport`` is the seam for tests (any ``httpx.BaseTransport``, e.g. ``httpx.MockTransport``).
+    Without one the client gets an ``httpx.HTTPTransport`` with ``retries=0``: nothing below the
+    engine ever re-sends a request by itself, after a timeout or on a pooled connection the server
+    closed. A failed request raises ``TransientError`` and the engine's retry policy sends it again,
+    recorded, with the same ``Idempotency-Key``; a killed engine's sockets die with it.
+    """
+
+    def __init__(self, *, timeout: float = DEFAULT_HTTP_TIMEOUT, transport: httpx.BaseTransport | None = None) -> None:
+        self.timeout = timeout
+        self._transport = transport
+        self._client: httpx.Client | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _get(self) -> httpx.Client:
+        with self._lock:
+            if self._closed:
+                raise UsageError("this run's HTTP client is closed: the run has ended; start or resume the run to post")
+            if self._client is None:
+                import httpx  # ~0.1 s to import: only runs that post pay for it
+
+                # retries=0 (httpx's default, spelled out): see the class docstring.
+                transport = self._transport or httpx.HTTPTransport(retries=0)
+                self._client = httpx.Client(transport=transport, timeout=self.timeout)
+            return self._client
+
+    def post(self, url: str, body: Any, key: str, *, headers: dict[str, str] | None = None,
+             timeout: float | None = None) -> dict[str, Any]:
+        """POST JSON with an ``Idempotency-Key``; transient failures raise ``TransientError``.
+
+        ``timeout`` (seconds) overrides the client's for this call only.
+        """
+        client = self._get()
+        import httpx  # already imported by _get: a dictionary lookup
+
+        sent = {k: v for k, v in (headers or {}).items() if k.lower() != "idempotency-key"}
+        sent["Idempotency-Key"] = key  # the step's key always wins over a caller's header
+        try:
+            response = client.post(url, json=body, headers=sent,
+                                   timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout)
+        except httpx.TransportError as exc:
+            raise TransientError(f"POST {url} failed: {type(exc).__name__}: {exc}") from exc
+        status = response.status_code
+        if status in (408, 409, 425, 429) or status >= 500:
+            # 409: the first request with this key is still in flight at the far side.
+            raise TransientError(f"POST {url} answered {status}; will retry with the same key")
+        if status >= 400:
+            raise EffectRejected(f"POST {url} answered {status}: {response.text[:200]}")
+        try:
+            parsed: Any = response.json()
+        except ValueError:
+            parsed = response.text
+        return {"status": status, "body": parsed}
+
+    def close(self) -> None:
+        """Close the pooled connections. Idempotent; later posts are refused."""
+        with self._lock:
+            self._closed = True
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
 
 def check_merge(workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[str, Any]) -> Path:

@@ -21,6 +21,7 @@ from . import interrupts
 from .agent import Agent, bind_params
 from .claim import Finished, Request, budget_of, claim
 from .db import Synchronous, default_db_path, open_log, private_dir
+from .effects import HttpClient
 from .errors import Fenced, LogWriteError, RunStopped, UsageError
 from .journal import Journal, Usage, dumps, load_steps, why_not_json
 from .lease import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
@@ -162,12 +163,13 @@ def _execute(agent: Agent[..., Any], spec: str, bound: dict[str, Any], *, run_id
 
 def _work(agent: Agent[..., Any], journal: Journal, row: sqlite3.Row, resumed: bool, *, db_path: Path,
           base_url: str | None, pace: float, lease_seconds: float, on_start: Any) -> Outcome:
-    from .llm import make_model
+    from .llm import close_model, make_model
 
     chat_model = make_model(row["model"], base_url=base_url)
+    http = HttpClient()  # one per run, built on the first post, closed below however the run ends
     run = Run(run_id=row["id"], workdir=Path(row["workdir"]), outbox=row["outbox"],
               params=json.loads(row["params"]), journal=journal, steps=load_steps(journal.conn, row["id"]),
-              budget=budget_of(row), retry=agent.retry, model=chat_model, pace=pace)
+              budget=budget_of(row), retry=agent.retry, model=chat_model, pace=pace, http=http)
     private_dir(Path(row["workdir"]))
     if on_start is not None:
         on_start(run.id, journal.incarnation, resumed)
@@ -178,6 +180,8 @@ def _work(agent: Agent[..., Any], journal: Journal, row: sqlite3.Row, resumed: b
     finally:
         with interrupts.shielded():
             heartbeat.stop()
+            http.close()
+            close_model(chat_model)
 
 
 def _drive(agent: Agent[..., Any], run: Run, journal: Journal, resumed: bool) -> Outcome:

@@ -93,7 +93,8 @@ class Run:
 
     def __init__(self, *, run_id: str, workdir: Path, outbox: str | None, params: dict[str, Any],
                  journal: Journal, steps: dict[int, StepRecord], budget: Budget, retry: RetryPolicy,
-                 model: ChatModel, pace: float = 0.0, sleep: Callable[[float], None] = time.sleep) -> None:
+                 model: ChatModel, pace: float = 0.0, sleep: Callable[[float], None] = time.sleep,
+                 http: effects.HttpClient) -> None:
         self.id = run_id
         self.workdir = workdir
         self.outbox = outbox
@@ -105,6 +106,7 @@ class Run:
         self._retry = retry
         self._pace = pace
         self._sleep = sleep
+        self._http = http  # the run's one HTTP client; its owner (engine._work) closes it
         self._seq = 0
         self._stopping: RunStopped | None = None
         self._thread = threading.get_ident()
@@ -149,10 +151,13 @@ class Run:
                                  lambda key: effects.write_file(self.workdir, path, content, key))
 
     def http_post(self, url: str, body: Any, *, name: str | None = None,
-                  headers: dict[str, str] | None = None, timeout: float = 30.0) -> dict[str, Any]:
-        """POST ``body`` as JSON with the step's ``Idempotency-Key``; returns status and body."""
+                  headers: dict[str, str] | None = None, timeout: float | None = None) -> dict[str, Any]:
+        """POST ``body`` as JSON with the step's ``Idempotency-Key``; returns status and body.
+
+        Posts share the run's one kept-alive client; ``timeout`` (seconds, default 30) applies to
+        this call only."""
         return self._effect_step(name or f"post {url}", "http_post", url, effects.digest(body),
-                                 lambda key: effects.http_post(url, body, key, headers=headers, timeout=timeout))
+                                 lambda key: self._http.post(url, body, key, headers=headers, timeout=timeout))
 
     def merge(self, db: str, table: str, *, key: dict[str, Any], values: dict[str, Any],
               name: str | None = None) -> dict[str, Any]:

@@ -144,6 +144,9 @@ class FakeOpenAI:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes; with Nagle on, the body waits for the
+            # client's delayed ACK of the headers: 40 ms per call on a kept-alive connection.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
                 pass

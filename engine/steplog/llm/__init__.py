@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from .base import ChatModel, ChatReply, Estimate, ModelError, ModelUnavailable, Usage
+from .base import ChatModel, ChatReply, Estimate, ModelError, ModelUnavailable, Usage, close_model
 from .offline import OfflineModel
 from .prices import Price, PriceTable
 
@@ -27,6 +27,7 @@ __all__ = [
     "Price",
     "PriceTable",
     "Usage",
+    "close_model",
     "make_model",
 ]
 

@@ -99,6 +99,16 @@ class ChatModel(Protocol):
         ...
 
 
+def close_model(model: ChatModel) -> None:
+    """Release what a model holds (an adapter's HTTP client and its kept-alive connections).
+
+    ``close`` is optional for a ``ChatModel``: one without it holds nothing to release.
+    """
+    close = getattr(model, "close", None)
+    if callable(close):
+        close()
+
+
 def estimate_tokens(text: str) -> int:
     """A conservative token count from text: ~3 characters a token, never zero."""
     return max(1, (len(text) + 2) // 3)

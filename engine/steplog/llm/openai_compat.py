@@ -3,6 +3,9 @@
 Importing this module imports ``openai`` (about 0.6 s), so ``steplog.llm`` only imports it when an
 ``OpenAICompatModel`` is actually asked for.
 
+One model object holds one SDK client (one connection pool, one SSL context) for all its calls; the
+engine makes one model per run and ``close()``s it when the run ends.
+
 One ``complete`` is exactly one HTTP request: the SDK's own retries are off (``max_retries=0``)
 because the engine owns the retry policy, and a call that timed out on our side may still have
 been billed on theirs, so it must not be silently sent twice. Each request carries the step's
@@ -72,6 +75,10 @@ class OpenAICompatModel:
     def cost_known(self) -> bool:
         """False when this model is not in the price table and not served locally."""
         return self.price is not None
+
+    def close(self) -> None:
+        """Close the client's kept-alive connections. Idempotent."""
+        self._client.close()
 
     def __repr__(self) -> str:
         return f"OpenAICompatModel({self.name!r}, base_url={_display_url(self.base_url)!r})"
