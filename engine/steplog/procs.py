@@ -92,3 +92,53 @@ def stop_group(proc: subprocess.Popen[Any], grace: float) -> int:
             proc.wait()
     signal_group(proc, signal.SIGKILL)  # grandchildren may outlive the leader
     return int(proc.returncode)
+
+
+def stop_after(leader: int, group: int, *, poll: float = 0.5) -> None:
+    """Wait until process ``leader`` is gone, then stop process group ``group`` (SIGTERM, SIGKILL
+    after 5 s). A left-behind helper (the demo's outbox) thus lives exactly as long as the engine
+    it serves, when the window that owned both closes and the person chose to leave the engine
+    running. Run detached as ``python -P -m steplog.procs stop-after LEADER GROUP``."""
+    while _alive(leader):
+        time.sleep(poll)
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(group, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and _alive(group):
+            time.sleep(0.05)
+        if not _alive(group):
+            return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def spawn_stop_after(leader: int, group: int) -> subprocess.Popen[bytes]:
+    """Start the detached ``stop_after`` watcher (its own session: it outlives the caller)."""
+    return spawn(python_argv("steplog.procs", "stop-after", str(leader), str(group)), env=child_env(),
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "stop-after":
+        stop_after(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        sys.exit("usage: python -m steplog.procs stop-after LEADER_PID GROUP_PID")

@@ -442,7 +442,15 @@ class MainWindow(QMainWindow):
             if self.demo is not None:
                 self.demo.stop_outbox()
         else:
+            engine_pid = self.engine.pid if self.engine.running else None
             self.engine.detach()
+            if self.demo is not None and self.demo.outbox is not None:
+                if engine_pid is None:
+                    self.demo.stop_outbox()  # nothing left to serve
+                else:  # the outbox serves the engine left running, then goes with it
+                    from steplog.procs import spawn_stop_after
+
+                    spawn_stop_after(engine_pid, self.demo.outbox.pid)
         self.watcher.stop()
         self.monitor.stop()
         jobs.wait_idle(3000)

@@ -153,3 +153,23 @@ def test_the_engine_and_the_app_start_from_a_folder_that_contains_a_steplog_dire
     assert gui_code == 0, done.stderr
     assert run_code in (0, 3), done.stderr  # flaky ends by itself (it may give up): it ran
     assert (awkward / "steplog").is_dir() and not (awkward / "steplog" / "steplog.db").exists()
+
+
+def test_leave_it_running_keeps_the_engine_and_its_outbox_goes_when_the_engine_ends(
+        qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
+    monitor = Monitor(engine.db)
+    win = MainWindow(monitor, settings, engine_env=gui_env)
+    qtbot.addWidget(win)
+    monitor.start()
+    win.show()
+    demo = win.start_demo(DemoConfig(params={"tickets": "3"}, pace=0.5))
+    qtbot.waitUntil(lambda: win.engine.running and demo.outbox is not None and demo.run_id is not None, timeout=20_000)
+    outbox, run_id = demo.outbox, demo.run_id
+    win.close_policy = "leave"
+    win.close()  # "Leave it running"
+    assert outbox.alive()  # still serving the engine left behind
+    deadline = time.monotonic() + 90
+    while outbox.alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not outbox.alive(), "the demo outbox outlived the engine it served"
+    assert engine.status(run_id)["status"] == "succeeded"  # the engine finished on its own, then the outbox went
