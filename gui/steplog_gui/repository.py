@@ -11,13 +11,13 @@ for the window; nothing here ever modifies the file.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from steplog.db import inspect, open_readonly
+from steplog.openfiles import identity
 from steplog.errors import LogError
 
 
@@ -67,14 +67,6 @@ class StepDetail:
     effects: tuple[dict[str, Any], ...]
 
 
-def _file_id(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return st.st_dev, st.st_ino
-
-
 class LogRepository:
     """One read-only connection to one log file. Not thread-safe: use it from one thread."""
 
@@ -99,7 +91,7 @@ class LogRepository:
         except LogError as exc:
             raise LogUnavailable(str(exc)) from exc
         self._conn = conn
-        self._file_id = _file_id(self.path)
+        self._file_id = identity(self.path)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -114,7 +106,7 @@ class LogRepository:
 
     def check_file(self) -> str | None:
         """``None`` while the file we opened is still there; else "deleted" or "replaced"."""
-        current = _file_id(self.path)
+        current = identity(self.path)
         if current is None:
             return "deleted"
         if self._file_id is not None and current != self._file_id:
