@@ -392,7 +392,8 @@ def _messages(ledger: Ledger, ref: Reference | None) -> tuple[list[Finding], lis
         g, w = got.get(label, []), want.get(label, [])
         expected = len(w) if ref else 1
         if len(g) > expected and (ref is None or w):
-            keys = ", ".join(d.key if len(d.key) <= 24 else d.key[:8] + "…" for d in g[:4]) + (", …" if len(g) > 4 else "")
+            # The end of a key tells keys apart (they all start with the run id).
+            keys = ", ".join(d.key if len(d.key) <= 24 else "…" + d.key[-14:] for d in g[:4]) + (", …" if len(g) > 4 else "")
             dup.append(Finding("message", label, f"delivered {len(g)} times (keys {keys})"
                                + (f"; the reference {expected}" if expected != 1 else "")))
         elif ref is not None and len(g) > expected:
@@ -465,8 +466,15 @@ def judge(ev: Evidence) -> Verdict:
     # A live run has one step executing but not committed yet: that is not a redone step.
     allowed = len(kills) + (ref.redone if ref else 0) + (0 if terminal else 1)
     worst = max((k.redone for k in kills), default=0)
-    checks.append(Check("at most one redone step per kill", redone <= allowed and worst <= 1,
-                        f"{redone} step(s) redone after {len(kills)} kill(s); at most {worst} for one kill"))
+    if kills and not s["step_executions"] and terminal:
+        # Nothing checkpointed (a naive agent): work redone after a kill is invisible to the log,
+        # and "0 redone" would be a tick for the worst case.
+        checks.append(Check("at most one redone step per kill", None,
+                            "not checked: the run records no steps, so the work it redid after each kill "
+                            "cannot be counted (the outputs show it)"))
+    else:
+        checks.append(Check("at most one redone step per kill", redone <= allowed and worst <= 1,
+                            f"{redone} step(s) redone after {len(kills)} kill(s); at most {worst} for one kill"))
     if ledger is not None:
         resends = _resends(ledger)
         ok = resends <= len(kills) + (ref.resends if ref else 0)

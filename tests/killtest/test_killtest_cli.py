@@ -71,6 +71,10 @@ def test_the_naive_agent_fails_loudly_with_its_duplicates_named(engine: Engine) 
     assert re.search(r"replies\.log: \d+ extra lines?, written again", out), out
     assert re.search(r"helpdesk\.db tickets: row id=T-1001: appears \d+ times \(the reference has 1\)", out), out
     assert out.rstrip().splitlines()[-1].startswith("verdict: FAIL")
+    # A FAIL report never ticks the work it cannot count, and says what its words mean.
+    assert "· at most one redone step per kill" in out and "✓ at most one redone step per kill" not in out
+    assert "launches: engine processes started; incarnations: engines that took the run's lease" in out
+    assert "(keys killtest…" not in out  # keys are told apart by their ends, not all cut to the run id
 
 
 @pytest.mark.parametrize(("args", "message"), [

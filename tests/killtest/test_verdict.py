@@ -161,3 +161,13 @@ def test_the_step_in_flight_of_a_live_run_is_not_counted_as_redone() -> None:
     v = judge(Evidence(status("running", committed=4, executions=5), [], ledger(T1), None, None))
     assert check(v, "at most one redone step per kill") is True
     assert not v.failing
+
+
+def test_a_run_that_checkpoints_nothing_gets_no_tick_for_redone_steps() -> None:
+    """A naive agent redoes everything after a kill, but records no steps: "0 redone" would be a
+    tick for the worst case, so the check says it could not count instead."""
+    s = status(committed=0, executions=0)
+    v = judge(Evidence(s, [kill(0), kill(0)], ledger(T1, T2, T1), REF, OUT))
+    assert check(v, "at most one redone step per kill") is None
+    assert "records no steps" in {c.name: c.detail for c in v.checks}["at most one redone step per kill"]
+    assert v.passed is False  # and the duplicate still fails it

@@ -77,6 +77,8 @@ def render(report: Report) -> str:
         first = min((k.at for k in v.kills), default=0.0)
         lines += ["", f"storm: {len(v.kills)} kills ({s.planned} planned) in {s.wall_time:.1f} s, "
                       f"{s.launches} engine launches — {'PASS' if s.passed else 'FAIL'}"]
+        lines.append("  (launches: engine processes started; incarnations: engines that took the run's lease; "
+                     "—: not measured, e.g. no step committed after that kill; · not checked, ✓ passed, ✗ failed)")
         if s.error:
             lines.append(f"  ! {s.error}")
         if not v.kills and s.planned:
