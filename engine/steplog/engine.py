@@ -150,11 +150,13 @@ def _execute(agent: Agent[..., Any], spec: str, bound: dict[str, Any], *, run_id
                               synchronous=synchronous)
         return _work(agent, journal, row, resumed, db_path=db_path, base_url=base_url, pace=pace,
                      lease_seconds=lease_seconds, on_start=on_start)
-    except (Fenced, LogWriteError):
-        raise  # nothing more can be recorded; the run stays resumable
+    except Fenced:
+        raise  # a newer engine has the run: nothing of ours may be written
     except BaseException:
         if journal is not None:
-            journal.release()  # a stop signal (or sys.exit in agent code): the next engine takes over at once
+            # A stop signal, a full disk under the workdir, sys.exit in agent code: the next engine
+            # takes over at once. (After a failed log write this fails too, and quietly.)
+            journal.release()
         raise
     finally:
         with interrupts.shielded():  # closed once, whatever signal arrives now

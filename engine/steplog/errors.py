@@ -13,6 +13,7 @@ SteplogError
 │   ├── NewerSchema          written by a newer steplog; refuse rather than guess
 │   └── ReadOnlyLog          ``run`` cannot write it (read-only file or folder)
 ├── LogWriteError            a checkpoint could not be written (disk full, I/O)    (exit 1)
+│   └── StorageExhausted     a step's effect met a full disk or an I/O error      (exit 1)
 ├── UnknownRun               no run with that id in this log                        (exit 2)
 ├── LeaseHeld                another live engine holds the run                      (exit 75)
 │   └── Fenced               this engine lost the run to a newer incarnation        (exit 75)
@@ -87,6 +88,12 @@ class LogWriteError(SteplogError):
     transaction rolled back, and the same command resumes from the last checkpoint."""
 
     exit_code = 1
+
+
+class StorageExhausted(LogWriteError):
+    """A step or its effect met a full disk, a quota or an I/O error. Not the step's fault and
+    not cured by retrying now: the engine stops as after a failed log write (the run stays
+    ``running``), and the same command resumes once space is back."""
 
 
 class UnknownRun(SteplogError):

@@ -7,8 +7,10 @@ recorded result without running, and the first unfinished step runs. The order i
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from . import crashpoints, effects, interrupts
-from .errors import GaveUp, NonDeterminism, RunFailed, RunStopped, SteplogError, UsageError
+from .errors import GaveUp, NonDeterminism, RunFailed, RunStopped, SteplogError, StorageExhausted, UsageError
 from .journal import Journal, StepRecord, dumps, load_effect, why_not_json
 from .llm.base import ChatModel, ChatReply, Estimate, Message
 from .policies import Budget, RetryPolicy
@@ -28,6 +30,22 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 _current: ContextVar[StepContext | None] = ContextVar("steplog_step", default=None)
+
+
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS}
+
+
+def storage_problem(exc: BaseException) -> str | None:
+    """A full disk, a quota or an I/O error behind ``exc`` (an ``OSError``, or SQLite's own words
+    for them from a merge), in a few words; ``None`` for any other failure."""
+    for e in (exc, exc.__cause__, exc.__context__):
+        if isinstance(e, OSError) and e.errno in _STORAGE_ERRNOS:
+            where = f": {e.filename}" if e.filename else ""
+            return f"{e.strerror or os.strerror(e.errno or 0)}{where}"
+        if isinstance(e, sqlite3.OperationalError) and any(
+                w in str(e) for w in ("database or disk is full", "disk I/O error", "readonly database")):
+            return f"SQLite: {e}"
+    return None
 
 
 def effect_key(run_id: str, seq: int, idx: int = 0) -> str:
@@ -302,6 +320,11 @@ class Run:
                     if isinstance(exc, RunStopped):
                         self._stop(exc)
                     raise  # a stop, a fence or a failed log write: not this step's failure
+                storage = storage_problem(exc)
+                if storage is not None:  # the machine's fault, not the step's: stop resumably
+                    raise StorageExhausted(
+                        f"step {seq} '{name}' could not write ({storage}); nothing is lost: free space or fix the "
+                        "disk, then run the same command again to resume from the last checkpoint") from exc
                 failures = attempts - recoveries
                 error = redact(f"{type(exc).__name__}: {exc}")
                 # Bad input met inside the body (a nested step, a refused effect) fails the step

@@ -44,3 +44,32 @@ def test_disk_full_stops_with_one_line_and_the_run_resumes_when_space_returns(ti
     status = engine.status("full")
     assert (status["status"], status["steps_committed"]) == ("succeeded", 5000)
     assert status["step_executions"] - status["steps_committed"] <= 1
+
+
+def test_a_full_disk_under_the_workdir_stops_the_run_resumably_not_failed(tiny_fs: Path, tmp_path: Path) -> None:
+    """The log has room; the agent's files do not. Retrying cannot help and the run is not at
+    fault: the engine stops like after a failed log write, and resumes once space is back."""
+    engine = Engine(db=tmp_path / "data" / "steplog.db", env={**os.environ})
+    witness = tmp_path / "w.db"
+    args = ["run", f"{AGENTS}:witness", "--run-id", "wd-full", "--db", str(engine.db), "--param", "n=120",
+            "--param", f"witness={witness}", "--workdir", str(tiny_fs / "wd")]
+    done = engine.run(*args)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = [l for l in done.stderr.splitlines() if l.startswith("steplog: ") and "starting run" not in l]
+    assert len(lines) == 1 and "could not write" in lines[0] and "run the same command again" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+    status = engine.status("wd-full")
+    assert status["status"] == "running" and status["engine"] == "none"  # resumable, lease released
+
+    subprocess.run(["mount", "-o", "remount,size=64m", str(tiny_fs)], check=True)
+    again = engine.run(*args)
+    assert again.returncode == 0, again.stderr
+    status = engine.status("wd-full")
+    assert (status["status"], status["steps_committed"]) == ("succeeded", 120 * 5)
+    import sqlite3
+
+    conn = sqlite3.connect(witness)
+    try:  # every effect at the far side exactly once, the full disk notwithstanding
+        assert conn.execute("SELECT count(*), count(DISTINCT i) FROM applied").fetchone() == (120, 120)
+    finally:
+        conn.close()
