@@ -72,9 +72,11 @@ class _Heartbeat(threading.Thread):
             while not self._stop_event.wait(self._period):
                 j = self._journal
                 try:
+                    # The seconds used so far too: a kill then loses at most one period of them.
                     cur = conn.execute(
-                        "UPDATE run SET lease_expires = ? WHERE id = ? AND incarnation = ? AND status = 'running'",
-                        (time.time() + self._period * 3, j.run_id, j.incarnation))
+                        "UPDATE run SET lease_expires = ?, used_seconds = ? WHERE id = ? AND incarnation = ?"
+                        " AND status = 'running'",
+                        (time.time() + self._period * 3, j.seconds_used(), j.run_id, j.incarnation))
                 except sqlite3.Error:
                     continue
                 if cur.rowcount == 0:
@@ -88,6 +90,28 @@ class _Heartbeat(threading.Thread):
         self._stop_event.set()
         if self.is_alive():
             self.join(timeout=5)
+
+
+class _SecondsWatchdog(threading.Thread):
+    """Ends a step still running when the seconds budget runs out: asks the main thread to stop
+    (at its next safe point, never inside a log write); ``_drive`` records ``gave_up``. Between
+    steps the runtime's own check gives up first."""
+
+    def __init__(self, journal: Journal, limit: float) -> None:
+        super().__init__(name="steplog-seconds", daemon=True)
+        self._journal, self._limit = journal, limit
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            left = self._limit - self._journal.seconds_used()
+            if left <= 0:
+                interrupts.request_from_thread("seconds")
+                return
+            self._stop_event.wait(min(left, 0.5))
+
+    def stop(self) -> None:
+        self._stop_event.set()
 
 
 def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | None = None,
@@ -177,10 +201,15 @@ def _work(agent: Agent[..., Any], journal: Journal, row: sqlite3.Row, resumed: b
         on_start(run.id, journal.incarnation, resumed)
     heartbeat = _Heartbeat(db_path, journal, lease_seconds)
     heartbeat.start()
+    watchdog = _SecondsWatchdog(journal, run.budget.max_seconds) if run.budget.max_seconds is not None else None
+    if watchdog is not None:
+        watchdog.start()
     try:
         return _drive(agent, run, journal, resumed)
     finally:
         with interrupts.shielded():
+            if watchdog is not None:
+                watchdog.stop()
             heartbeat.stop()
             http.close()
             close_model(chat_model)
@@ -205,6 +234,15 @@ def _drive(agent: Agent[..., Any], run: Run, journal: Journal, resumed: bool) ->
         with interrupts.shielded():
             journal.finish(stop.status, stop.reason, None, stop.details)
         return Outcome(run.id, stop.status, stop.reason, None, resumed, journal.incarnation)
+    except interrupts.StopRequested as stop:
+        if stop.reason != "seconds":
+            raise  # a stop from outside: the run stays resumable
+        used, limit = round(journal.seconds_used(), 3), run.budget.max_seconds
+        why = (f"budget exhausted: seconds used {used} of {limit} (a step was still running at the limit; "
+               "it runs again when the limit is raised)")
+        with interrupts.shielded():
+            journal.finish("gave_up", why, None, {"budget": "seconds", "used": used, "limit": limit})
+        return Outcome(run.id, "gave_up", why, None, resumed, journal.incarnation)
     except Exception as exc:
         # Agent code may have turned our stop into another error; the stop still wins.
         final = run._stopping or outcome_error(

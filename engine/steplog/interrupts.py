@@ -33,11 +33,15 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SI
 
 
 class StopRequested(KeyboardInterrupt):
-    """A stop was asked for (a signal); the engine stops at the next safe point."""
+    """A stop was asked for (a signal); the engine stops at the next safe point.
+
+    ``reason`` is ``None`` for a signal from outside, or what asked for it from inside the
+    process (``"seconds"``: the seconds budget ran out while a step was running)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(f"stopped by signal {signal.Signals(signum).name}")
         self.signum = signum
+        self.reason = _state.reason
 
 
 class _State:
@@ -49,6 +53,10 @@ class _State:
     """How many ``critical()``/``shielded()`` sections the main thread is inside."""
     shield = 0
     """How many of them are ``shielded()``: nothing is raised while one is open."""
+    reason: str | None = None
+    """Set by ``request_from_thread``: why the process itself asked to stop."""
+    handled: frozenset[int] = frozenset()
+    """The signals ``installed()`` took over."""
 
 
 _state = _State()
@@ -103,6 +111,20 @@ class shielded:
         _state.depth -= 1
 
 
+def request_from_thread(reason: str) -> bool:
+    """From another thread (a budget watchdog): stop the main thread as a SIGTERM would, at its
+    next safe point, with ``reason`` on the ``StopRequested``. False where the engine does not
+    handle the stop signals (an application that installed its own handlers)."""
+    if signal.SIGTERM not in _state.handled:
+        return False
+    if _state.requested is None:
+        _state.reason = reason
+    # A real signal to the main thread, not ``_thread.interrupt_main``: only a signal wakes a main
+    # thread blocked in a system call (a sleeping or waiting step) to run the handler.
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+    return True
+
+
 @contextmanager
 def installed() -> Iterator[None]:
     """Handle the stop signals this way while the engine runs, then restore what was there.
@@ -116,9 +138,11 @@ def installed() -> Iterator[None]:
             current = signal.getsignal(sig)
             if current in (signal.SIG_DFL, signal.default_int_handler):
                 previous[sig] = signal.signal(sig, _on_signal)
-    _state.requested, _state.raised = None, False
+    _state.requested, _state.raised, _state.reason = None, False, None
+    _state.handled = frozenset(previous)
     try:
         yield
     finally:
+        _state.handled = frozenset()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
