@@ -17,6 +17,7 @@ from typing import Any
 from .agent import Agent
 from .db import immediate
 from .errors import LeaseHeld, UsageError
+from .events import EventKind
 from .integrity import probe
 from .journal import dumps
 from .lease import me, vacancy
@@ -106,7 +107,7 @@ def _create(conn: sqlite3.Connection, req: Request, now: float) -> sqlite3.Row:
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (req.run_id, req.spec, req.model, dumps(req.params), str(workdir), req.outbox, b.max_steps, b.max_tokens,
          b.max_seconds, b.max_cost_usd, b.max_retries, b.max_recoveries, now, now))
-    _event(conn, req.run_id, now, 0, "run_created", {
+    _event(conn, req.run_id, now, 0, EventKind.RUN_CREATED, {
         "agent": req.spec, "params": req.params, "model": req.model or "offline", "budget": _limits_json(b)})
     created = _select(conn, req.run_id)
     assert created is not None
@@ -133,7 +134,7 @@ def _update_run(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, raised
             " WHERE id = ?",
             (raised.max_steps, raised.max_tokens, raised.max_seconds, raised.max_cost_usd,
              raised.max_retries, raised.max_recoveries, req.run_id))
-        _event(conn, req.run_id, now, row["incarnation"], "budget_changed",
+        _event(conn, req.run_id, now, row["incarnation"], EventKind.BUDGET_CHANGED,
                {**_limits_json(raised), "reopened": row["status"] == "gave_up"})
     if req.outbox and req.outbox != row["outbox"]:
         conn.execute("UPDATE run SET outbox = ? WHERE id = ?", (req.outbox, req.run_id))
@@ -160,7 +161,7 @@ def _take_lease(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, now: f
         " used_cost_usd = used_cost_usd + reserved_cost_usd, reserved_cost_usd = 0"
         " WHERE id = ?",
         (incarnation, holder.pid, holder.host, holder.boot, holder.proc_start, now + req.lease_seconds, now, req.run_id))
-    _event(conn, req.run_id, now, incarnation, "lease_acquired", {
+    _event(conn, req.run_id, now, incarnation, EventKind.LEASE_ACQUIRED, {
         "pid": holder.pid, "host": holder.host, "resumed": resumed, "previous_pid": row["lease_pid"],
         "forfeited_tokens": row["reserved_tokens"], "takeover": why if row["lease_pid"] else None,
         **({"killed_at": req.killed_at} if req.killed_at is not None and row["lease_pid"] else {})})

@@ -22,6 +22,7 @@ from typing import Any
 from . import interrupts
 from .db import rolled_back_on_error
 from .errors import Fenced, LogWriteError
+from .events import EventKind
 
 Clock = Callable[[], float]
 
@@ -192,7 +193,7 @@ class Journal:
                     " incarnation = ?, error = NULL WHERE run_id = ? AND seq = ?",
                     (attempt, recoveries, now, self.incarnation, self.run_id, seq),
                 )
-            self._event("step_started", seq, {
+            self._event(EventKind.STEP_STARTED, seq, {
                 "name": name, "kind": kind, "attempt": attempt, "recoveries": recoveries,
                 "reserved_tokens": reserve_tokens, "usage": u.snapshot(self.seconds_used()),
             })
@@ -218,7 +219,7 @@ class Journal:
                 (dumps(decision), tokens_in, tokens_out, tokens_cached, int(estimated), cost,
                  self.run_id, seq),
             )
-            self._event("decision_recorded", seq, {
+            self._event(EventKind.DECISION_RECORDED, seq, {
                 "tokens_in": tokens_in, "tokens_out": tokens_out, "estimated": estimated,
                 "cost_usd": cost, "usage": u.snapshot(self.seconds_used()),
             })
@@ -234,7 +235,7 @@ class Journal:
                 "UPDATE step SET status = ?, error = ?, finished_at = ? WHERE run_id = ? AND seq = ?",
                 ("running" if will_retry else "failed", error, self._clock(), self.run_id, seq),
             )
-            self._event("step_attempt_failed", seq, {"error": error, "will_retry": will_retry,
+            self._event(EventKind.STEP_ATTEMPT_FAILED, seq, {"error": error, "will_retry": will_retry,
                                                      "usage": u.snapshot(self.seconds_used())})
 
     def commit_step(self, seq: int, name: str, kind: str, result_json: str, *, duration: float) -> None:
@@ -247,7 +248,7 @@ class Journal:
                 " WHERE run_id = ? AND seq = ?",
                 (result_json, self._clock(), self.run_id, seq),
             )
-            self._event("step_committed", seq, {
+            self._event(EventKind.STEP_COMMITTED, seq, {
                 "name": name, "kind": kind, "duration": round(duration, 6),
                 "usage": u.snapshot(self.seconds_used()),
             })
@@ -267,7 +268,7 @@ class Journal:
                     (key, self.run_id, seq, idx, kind, target, int(idempotent), request_hash, now),
                 )
             self.conn.execute("UPDATE step SET phase = 'acting' WHERE run_id = ? AND seq = ?", (self.run_id, seq))
-            self._event("effect_started", seq, {"key": key, "kind": kind, "target": target, "again": again})
+            self._event(EventKind.EFFECT_STARTED, seq, {"key": key, "kind": kind, "target": target, "again": again})
 
     def effect_completed(self, key: str, seq: int, response_json: str) -> None:
         with self._tx():
@@ -275,7 +276,7 @@ class Journal:
                 "UPDATE effect SET status = 'completed', response = ?, completed_at = ? WHERE key = ?",
                 (response_json, self._clock(), key),
             )
-            self._event("effect_completed", seq, {"key": key})
+            self._event(EventKind.EFFECT_COMPLETED, seq, {"key": key})
 
     # -- the run ----------------------------------------------------------------------------
 
@@ -286,7 +287,7 @@ class Journal:
         with self._tx(run_sets="status = ?, reason = ?, result = ?, finished_at = ?, lease_pid = NULL,"
                               " lease_expires = NULL",
                       run_args=(status, reason, result_json, now)):
-            self._event("run_finished", None, {
+            self._event(EventKind.RUN_FINISHED, None, {
                 "status": status, "reason": reason, **(details or {}),
                 "usage": self.usage.snapshot(self.seconds_used()),
             })
@@ -296,7 +297,7 @@ class Journal:
         try:
             with interrupts.shielded():  # the process is stopping already
                 with self._tx(run_sets="lease_pid = NULL, lease_expires = NULL"):
-                    self._event("lease_released", None, {"usage": self.usage.snapshot(self.seconds_used())})
+                    self._event(EventKind.LEASE_RELEASED, None, {"usage": self.usage.snapshot(self.seconds_used())})
         except (Fenced, LogWriteError, sqlite3.Error):
             pass  # the next engine takes a dead holder's lease over anyway
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from .db import open_readonly
+from .events import EventKind
 from .killtest.outputs import Finding, Outputs, compare, snapshot
 from .outbox.ledger import Delivery, Ledger, canonical_json
 from .status import TERMINAL, run_status
@@ -43,9 +44,9 @@ __all__ = ["Check", "Evidence", "Finding", "Kill", "KillMark", "Reference", "Ver
            "latency_stats", "message_label", "redone_histogram"]
 
 PHASES = {  # the last event an engine wrote before it died → where in the step the kill landed
-    "lease_acquired": "resuming", "step_started": "running", "decision_recorded": "decided",
-    "effect_started": "acting", "effect_completed": "acted", "step_committed": "recorded",
-    "step_attempt_failed": "retrying", "run_finished": "finished", "lease_released": "finished",
+    EventKind.LEASE_ACQUIRED: "resuming", EventKind.STEP_STARTED: "running", EventKind.DECISION_RECORDED: "decided",
+    EventKind.EFFECT_STARTED: "acting", EventKind.EFFECT_COMPLETED: "acted", EventKind.STEP_COMMITTED: "recorded",
+    EventKind.STEP_ATTEMPT_FAILED: "retrying", EventKind.RUN_FINISHED: "finished", EventKind.LEASE_RELEASED: "finished",
 }
 """Phases besides these: ``start-up`` (killed before taking the lease) and ``deciding`` (a chat
 step started, its answer not committed)."""
@@ -323,7 +324,7 @@ def logged_kills(events: Sequence[Sequence[Any]]) -> list[KillMark]:
     last_ts: dict[int, float] = {}
     out: list[KillMark] = []
     for ts, incarnation, kind, _seq, data in events:
-        if kind == "lease_acquired":
+        if kind == EventKind.LEASE_ACQUIRED:
             d = json.loads(data or "{}")
             if d.get("previous_pid") is not None:
                 at = d.get("killed_at")
@@ -338,7 +339,7 @@ def _kills(events: list[sqlite3.Row], marks: list[KillMark], steps: dict[int, st
         since = marks[i - 1].at if i else -math.inf
         before = [e for e in events if e[0] <= m.at]
         window = [e for e in before if e[0] > since]
-        leases = [e for e in window if e[2] == "lease_acquired"]
+        leases = [e for e in window if e[2] == EventKind.LEASE_ACQUIRED]
         seq: int | None = None
         incarnation: int | None = None
         if not leases:
@@ -347,19 +348,19 @@ def _kills(events: list[sqlite3.Row], marks: list[KillMark], steps: dict[int, st
             incarnation = leases[-1][1]
             last = [e for e in window if e[1] == incarnation][-1]
             phase, seq = PHASES.get(last[2], last[2]), last[3]
-            if last[2] == "step_started" and json.loads(last[4] or "{}").get("kind") == "chat":
+            if last[2] == EventKind.STEP_STARTED and json.loads(last[4] or "{}").get("kind") == "chat":
                 phase = "deciding"
-        nexts = [e for e in events if e[0] > m.at and e[2] == "lease_acquired"]
+        nexts = [e for e in events if e[0] > m.at and e[2] == EventKind.LEASE_ACQUIRED]
         latency = None
         if nexts:
             inc = nexts[0][1]
-            commits = [e[0] for e in events if e[1] == inc and e[2] == "step_committed"]
+            commits = [e[0] for e in events if e[1] == inc and e[2] == EventKind.STEP_COMMITTED]
             latency = commits[0] - m.at if commits else None
         # Steps the killed engine had started and not committed, started again by a later one
         # (not necessarily the next: that one may have died before starting anything).
-        unfinished = {e[3] for e in window if e[2] == "step_started"} - {
-            e[3] for e in window if e[2] == "step_committed"}
-        redone = len(unfinished & {e[3] for e in events if e[0] > m.at and e[2] == "step_started"})
+        unfinished = {e[3] for e in window if e[2] == EventKind.STEP_STARTED} - {
+            e[3] for e in window if e[2] == EventKind.STEP_COMMITTED}
+        redone = len(unfinished & {e[3] for e in events if e[0] > m.at and e[2] == EventKind.STEP_STARTED})
         out.append(Kill(at=m.at, seq=seq, step_name=steps.get(seq) if seq is not None else None, phase=phase,
                         incarnation=incarnation, resume_latency=latency, redone=redone,
                         point=m.point, proved=m.proved))

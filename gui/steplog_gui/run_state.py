@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from steplog.events import EventKind
 from steplog.lease import process_alive
 
 from .repository import Event
@@ -167,38 +168,38 @@ class RunState:
             self.usage_series.append(ts=ev.ts, steps=u.get("steps", 0), tokens=u.get("tokens", 0),
                                      tokens_estimated=u.get("tokens_estimated", 0),
                                      cost_usd=u.get("cost_usd", 0.0), seconds=u.get("seconds", 0.0))
-        if kind == "run_created":
+        if kind == EventKind.RUN_CREATED:
             self.agent = str(d.get("agent", "?"))
             self.params = dict(d.get("params") or {})
             self.model = str(d.get("model") or "offline")
             self.limits = dict(d.get("budget") or {})
             self.created = ev.ts
-        elif kind == "budget_changed":
+        elif kind == EventKind.BUDGET_CHANGED:
             self.limits.update({k: d.get(k) for k in ("steps", "tokens", "seconds", "cost_usd", "retries", "recoveries")})
             if d.get("reopened"):
                 self.status, self.reason, self.finished = "running", None, None
-        elif kind == "lease_acquired":
+        elif kind == EventKind.LEASE_ACQUIRED:
             self._new_incarnation(ev)
-        elif kind == "step_started" and ev.seq is not None:
+        elif kind == EventKind.STEP_STARTED and ev.seq is not None:
             self.step_names[ev.seq] = (str(d.get("name", "")), str(d.get("kind", "")))
             self._open[ev.seq] = self.executions.append(
                 start=ev.ts, end=math.nan, lane=ev.incarnation, outcome=RUNNING, seq=ev.seq, phase=0)
-        elif kind == "decision_recorded" and ev.seq in self._open:
+        elif kind == EventKind.DECISION_RECORDED and ev.seq in self._open:
             i = self._open[ev.seq]
             ex = self.executions
             ex["phase"][i] = 1
             ex["tokens"][i] = int(d.get("tokens_in", 0)) + int(d.get("tokens_out", 0))
             ex["estimated"][i] = bool(d.get("estimated"))
-        elif kind in ("effect_started", "effect_completed") and ev.seq in self._open:
+        elif kind in (EventKind.EFFECT_STARTED, EventKind.EFFECT_COMPLETED) and ev.seq in self._open:
             self.executions["phase"][self._open[ev.seq]] = 2
-        elif kind == "step_committed" and ev.seq is not None:
+        elif kind == EventKind.STEP_COMMITTED and ev.seq is not None:
             self._close(ev.seq, ev.ts, COMMITTED, phase=3)
             for k in self.kills:
                 if k.first_commit is None and k.killed_incarnation < ev.incarnation:
                     k.first_commit = ev.ts
-        elif kind == "step_attempt_failed" and ev.seq is not None:
+        elif kind == EventKind.STEP_ATTEMPT_FAILED and ev.seq is not None:
             self._close(ev.seq, ev.ts, FAILED)
-        elif kind == "run_finished":
+        elif kind == EventKind.RUN_FINISHED:
             self.status = str(d.get("status", "failed"))
             self.reason = d.get("reason")
             self.finished = ev.ts
@@ -211,7 +212,7 @@ class RunState:
                                        seq=-1, phase=0)
                 self.step_names[-1] = (f"gave up: {self.reason or ''}", "budget")
             self.pid = None
-        elif kind == "lease_released":
+        elif kind == EventKind.LEASE_RELEASED:
             self.pid = None
 
     def _close(self, seq: int, ts: float, outcome: int, phase: int | None = None) -> None:

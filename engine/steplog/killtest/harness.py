@@ -23,6 +23,7 @@ from typing import Literal
 from .. import crashpoints
 from ..agent import bind_params, resolve
 from ..errors import EXIT_LEASE_HELD, SteplogError, UsageError
+from ..events import EventKind
 from ..outbox import start_outbox
 from ..verdict import KillMark, Reference, collect, judge
 from .procs import POLL_SECONDS, LogWatch, Sandbox, kill_group
@@ -126,7 +127,7 @@ def run_reference(opts: Options, root: Path, tell: Progress) -> Reference:
         if done.code not in (0, 3, 4):
             raise KilltestError(f"the reference run of {opts.agent} exited {done.code}: {done.stderr.strip()[-400:]}")
         watch = LogWatch(box.db)
-        leases = [e.ts for e in watch.poll() if e.kind == "lease_acquired"]
+        leases = [e.ts for e in watch.poll() if e.kind == EventKind.LEASE_ACQUIRED]
         watch.close()
         startup = (leases[0] - launched) if leases else duration
         ref = Reference.capture(box.db, box.run_id, ledger=outbox.ledger(), duration=duration, startup=startup)
@@ -216,8 +217,8 @@ def _kill_when(proc: subprocess.Popen[bytes], target: Target | None, watch: LogW
         if target is not None and fire_at is None:
             for e in watch.poll():
                 if e.seq is not None and e.seq >= target.seq and (
-                        (target.mode == "step" and e.kind == "step_started")
-                        or (target.mode == "act" and e.kind == "effect_started")):
+                        (target.mode == "step" and e.kind == EventKind.STEP_STARTED)
+                        or (target.mode == "act" and e.kind == EventKind.EFFECT_STARTED)):
                     fire_at = now + target.delay
                     break
         if fire_at is not None and now >= fire_at:
