@@ -158,8 +158,9 @@ class BudgetCharts(QWidget):
         used = float(y[-1])
         fmt = (lambda v: f"{v:.4f}") if key == "cost_usd" else (lambda v: f"{v:.1f}" if key == "seconds" else f"{v:.0f}")
         text = f"{title}: {fmt(used)}" + (f" / {fmt(float(limit))}" if limit else " (no limit)")
-        if key == "tokens" and s["tokens_estimated"][-1] > 0:
-            text += f" · {s['tokens_estimated'][-1]:.0f} estimated"
+        if key == "tokens" and s["tokens_estimated"][-1] > 0:  # short: a long title widens the chart past its column
+            estimated = float(s["tokens_estimated"][-1])
+            text += " · all estimated" if estimated >= used else f" · {estimated:.0f} estimated"
         if proj is not None:
             chart.projection.setData([proj.from_x, proj.at], [proj.from_y, proj.limit])
             text += f" · limit in ~{max(0.0, proj.at - proj.from_x):.0f} s"

@@ -48,7 +48,7 @@ class VerdictStrip(QFrame):
         self.labels["verdict"] = verdict
         grid.addWidget(verdict, 0, 0, 2, 1, Qt.AlignmentFlag.AlignVCenter)
         figures = QHBoxLayout()
-        figures.setSpacing(18)
+        figures.setSpacing(12)
         for key in ("kills", "redone", "duplicates", "latency", "deliveries"):
             label = _plain(QLabel(""))
             label.setObjectName(f"verdict_{key}")

@@ -78,6 +78,17 @@ def test_two_demos_in_one_data_directory_each_killed_both_pass_live_and_from_the
     assert f"{json.loads(done.stdout)['resume_latency']['max'] * 1000:.0f} ms" in live_latency
     assert "outbox file" in json.loads(done.stdout)["checks"][2]["source"]
 
+    # Reopened (a fresh monitor on the same log): the same kills, dated and measured as live.
+    reopened = Monitor(engine.db)
+    reopened.start()
+    try:
+        qtbot.waitUntil(lambda: (r := reopened.run(second)) is not None and r.terminal, timeout=10_000)
+        live_kills, again = window.monitor.run(second).kills, reopened.run(second).kills  # type: ignore[union-attr]
+        assert [(k.ts, k.latency, k.exact) for k in again] == [(k.ts, k.latency, k.exact) for k in live_kills]
+        assert all(k.exact for k in again)  # the killer's own time, read back from the log
+    finally:
+        reopened.stop()
+
 
 def test_a_run_started_elsewhere_appears_within_a_second_and_is_not_followed_by_kill_now(
         qtbot, window: MainWindow, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
