@@ -36,7 +36,11 @@ def child_pythonpath(extra: Sequence[str] = ()) -> str:
     or site-packages), then the working directory."""
     prefixes = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
     out = [str(PACKAGE_ROOT)]
-    candidates = [*extra, *sys.path, *os.environ.get("PYTHONPATH", "").split(os.pathsep), os.getcwd()]
+    try:
+        cwd = [os.getcwd()]
+    except OSError:  # the working directory was deleted: nothing to add
+        cwd = []
+    candidates = [*extra, *sys.path, *os.environ.get("PYTHONPATH", "").split(os.pathsep), *cwd]
     for entry in candidates:
         if not entry or not Path(entry).is_dir():
             continue
