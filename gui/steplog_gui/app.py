@@ -39,7 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .monitor import Monitor
     from .settings import Settings
 
-    app = QApplication.instance() or QApplication([sys.argv[0]])
+    existing = QApplication.instance()
+    app = existing if isinstance(existing, QApplication) else QApplication([sys.argv[0]])
     app.setApplicationName("steplog monitor")
     app.setOrganizationName("steplog")
     app.setDesktopFileName("steplog")

@@ -156,7 +156,11 @@ class BudgetCharts(QWidget):
             chart.limit.setValue(float(limit))
         proj = project(x, y, float(limit) if limit else None) if not run.terminal else None
         used = float(y[-1])
-        fmt = (lambda v: f"{v:.4f}") if key == "cost_usd" else (lambda v: f"{v:.1f}" if key == "seconds" else f"{v:.0f}")
+        digits = 4 if key == "cost_usd" else 1 if key == "seconds" else 0
+
+        def fmt(v: float) -> str:
+            return f"{v:.{digits}f}"
+
         text = f"{title}: {fmt(used)}" + (f" / {fmt(float(limit))}" if limit else " (no limit)")
         if key == "tokens" and s["tokens_estimated"][-1] > 0:  # short: a long title widens the chart past its column
             estimated = float(s["tokens_estimated"][-1])

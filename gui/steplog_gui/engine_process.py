@@ -54,8 +54,8 @@ class LaunchSpec:
             args += ["--pace", repr(float(self.pace))]
         for k, v in self.params.items():
             args += ["--param", f"{k}={v}"]
-        for k, v in self.limits.items():
-            args += [f"--{k}", str(v)]
+        for name, limit in self.limits.items():
+            args += [f"--{name}", str(limit)]
         return args
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +143,8 @@ class MainWindow(QMainWindow):
         self.addDockWidget(area, dock)
         return dock
 
-    def _action(self, text: str, slot: Any, shortcut: str | QKeySequence | None = None, tip: str = "") -> QAction:
+    def _action(self, text: str, slot: Any, shortcut: str | QKeySequence | QKeySequence.StandardKey | None = None,
+                tip: str = "") -> QAction:
         action = QAction(text, self)
         action.triggered.connect(slot)
         if shortcut:
@@ -219,7 +221,7 @@ class MainWindow(QMainWindow):
     def _rebuild_recent(self) -> None:
         self.recent_menu.clear()
         for path in self.settings.recent_files:
-            self.recent_menu.addAction(path, lambda p=path: self.switch_log(Path(p)))
+            self.recent_menu.addAction(path, functools.partial(self.switch_log, Path(path)))
 
     # -- runs -------------------------------------------------------------------------------
 

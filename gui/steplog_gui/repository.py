@@ -173,7 +173,10 @@ class LogRepository:
             for e in self._query(
                 "SELECT key, idx, kind, target, idempotent, status, attempts, response, started_at, completed_at"
                 " FROM effect WHERE run_id = ? AND seq = ? ORDER BY idx", (run_id, seq)))
-        return StepDetail(*r[:13], bool(r[13]), *r[14:], effects=effects)  # type: ignore[arg-type]
+        (rid, seq_, name, kind, status, phase, decision, result, error, attempts, recoveries, tokens_in, tokens_out,
+         estimated, cost, started, finished, incarnation) = r
+        return StepDetail(rid, seq_, name, kind, status, phase, decision, result, error, attempts, recoveries,
+                          tokens_in, tokens_out, bool(estimated), cost, started, finished, incarnation, effects)
 
 
 def _loads(text: str | None) -> dict[str, Any]:

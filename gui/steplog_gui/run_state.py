@@ -232,9 +232,10 @@ class RunState:
         if d.get("previous_pid") is not None and previous > 0:
             killed_at = d.get("killed_at")
             exact = isinstance(killed_at, (int, float))
-            self.kills.append(Kill(previous, float(killed_at) if exact else dead_end, exact, ev.ts))  # type: ignore[arg-type]
+            at = float(killed_at) if isinstance(killed_at, (int, float)) else dead_end
+            self.kills.append(Kill(previous, at, exact, ev.ts))
             if exact:
-                dead_end = float(killed_at)  # the interrupted step ran until the kill
+                dead_end = at  # the interrupted step ran until the kill
         for seq, i in list(self._open.items()):  # the dead engine's open steps: they will run again
             ex = self.executions
             ex["end"][i] = dead_end

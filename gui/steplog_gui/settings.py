@@ -38,7 +38,7 @@ class Settings:
         value = self._s.value("recent/files", [])
         if isinstance(value, str):
             return [value]
-        return [str(v) for v in (value or [])]
+        return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
 
     def add_recent(self, path: str) -> list[str]:
         files = [path] + [p for p in self.recent_files if p != path]

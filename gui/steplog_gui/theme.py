@@ -55,7 +55,7 @@ def is_dark() -> bool:
         return False
     scheme = QGuiApplication.styleHints().colorScheme()
     if scheme == Qt.ColorScheme.Unknown:  # no OS preference: judge by the window colour
-        return QGuiApplication.palette().window().color().lightness() < 128  # type: ignore[attr-defined]
+        return QGuiApplication.palette().window().color().lightness() < 128
     return scheme == Qt.ColorScheme.Dark
 
 

@@ -26,7 +26,8 @@ def test_importing_steplog_loads_no_qt() -> None:
     assert done.stdout.strip() == "[]", done.stderr
 
 
-def test_the_engine_is_mypy_strict_clean() -> None:
+def test_the_engine_and_the_monitor_are_mypy_strict_clean() -> None:
+    """mypy strict over both packages (pyproject: packages = steplog, steplog_gui)."""
     done = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml")],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
