@@ -8,6 +8,7 @@ reported no usage). A dotted line projects the recent rate to the limit.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +22,8 @@ from .monitor import Monitor
 from .run_state import RunState
 
 REFRESH_MS = 200
+CATCH_UP_REDRAW_S = 1.0
+"""While a backlog is read (a big log opening), redraw at most this often."""
 PROJECTION_POINTS = 30
 BUDGETS = (("steps", "steps", "Steps"), ("tokens", "tokens", "Tokens"),
            ("cost_usd", "cost_usd", "Cost (USD)"), ("seconds", "seconds", "Active seconds"))
@@ -76,6 +79,7 @@ class BudgetCharts(QWidget):
         self._monitor = monitor
         self._run_id: str | None = None
         self._dirty = False
+        self._last_refresh = 0.0
         self.charts: dict[str, _Chart] = {}
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
@@ -119,11 +123,14 @@ class BudgetCharts(QWidget):
             chart.widget.enableAutoRange()
 
     def _tick(self) -> None:
+        if self._dirty and self._monitor.catching_up and time.monotonic() - self._last_refresh < CATCH_UP_REDRAW_S:
+            return  # reading a backlog: redraw about once a second, then once at the end
         if self._dirty:
             self.refresh()
 
     def refresh(self) -> None:
         self._dirty = False
+        self._last_refresh = time.monotonic()
         run = self._monitor.run(self._run_id) if self._run_id else None
         for key, col, title in BUDGETS:
             self._draw(self.charts[key], run, key, col, title)

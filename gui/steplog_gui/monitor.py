@@ -35,6 +35,9 @@ class Monitor(QObject):
         self.state = LogState()
         self.order: list[str] = []
         self.problem = ""
+        self.catching_up = False
+        """A backlog is being read (opening a big log): views redraw about once a second, then
+        once at the end, instead of after every batch."""
         self._use_watchdog = use_watchdog
         self._tailer: Tailer | None = None
 
@@ -62,7 +65,8 @@ class Monitor(QObject):
     def run(self, run_id: str) -> RunState | None:
         return self.state.runs.get(run_id)
 
-    def apply(self, events: list[Event]) -> None:
+    def apply(self, events: list[Event], more: bool = False) -> None:
+        self.catching_up = more
         known = set(self.state.runs)
         touched = self.state.apply(events)
         new = [rid for rid in dict.fromkeys(e.run_id for e in events) if rid not in known and rid in touched]

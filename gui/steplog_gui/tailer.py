@@ -26,8 +26,9 @@ BATCH = 5000
 class _TailWorker(QObject):
     """Lives in the tailer's thread; owns the read-only connection."""
 
-    events_read = Signal(object)
-    """A list of ``repository.Event``, ids ascending, all above the previous batch."""
+    events_read = Signal(object, bool)
+    """A list of ``repository.Event``, ids ascending, all above the previous batch; and whether
+    more follow at once (a backlog is being read: views may hold their redraws)."""
     problem_found = Signal(str)
     """Why the log cannot be read ('' once it can)."""
     log_replaced = Signal()
@@ -113,16 +114,17 @@ class _TailWorker(QObject):
             if not events:
                 return
             self.bookmark = events[-1].id
-            self.events_read.emit(events)
-            if len(events) < BATCH:
+            more = len(events) == BATCH
+            self.events_read.emit(events, more)
+            if not more:
                 return
 
 
 class Tailer(QObject):
     """The GUI-side face of the tail: start/stop, and signals delivered on the GUI thread."""
 
-    events_arrived = Signal(object)
-    """A list of ``repository.Event`` (ids ascending)."""
+    events_arrived = Signal(object, bool)
+    """A list of ``repository.Event`` (ids ascending), and whether more follow at once."""
     problem_changed = Signal(str)
     """A one-line reason the log cannot be read, or '' when it can again."""
     log_reset = Signal()

@@ -29,6 +29,8 @@ REFRESH_MS = 100
 COALESCE_MS = 15
 """New events redraw this soon after they arrive (one frame), however many batches came."""
 MAX_KILL_LABELS = 40
+CATCH_UP_REDRAW_S = 1.0
+"""While a backlog is read (a big log opening), redraw at most this often."""
 PICK_PIXELS = 6
 """A click or hover this close to a bar picks it (a 100k-step run has bars far below a pixel)."""
 OUTLINE_MAX_BARS = 5000
@@ -46,6 +48,7 @@ class TimelineView(QWidget):
         self._monitor = monitor
         self._run_id: str | None = None
         self._dirty = False
+        self._last_refresh = 0.0
         self._by_step = False
         self._keep: np.ndarray | None = None
         self.axis_choice = QComboBox()
@@ -192,6 +195,8 @@ class TimelineView(QWidget):
         run = self.run()
         if run is None:
             return
+        if self._dirty and self._monitor.catching_up and time.monotonic() - self._last_refresh < CATCH_UP_REDRAW_S:
+            return  # reading a backlog: a redraw a second shows progress; each batch would cost seconds
         if self._dirty:
             self.refresh()
         elif run.in_progress:
@@ -199,6 +204,7 @@ class TimelineView(QWidget):
 
     def refresh(self) -> None:
         self._dirty = False
+        self._last_refresh = time.monotonic()
         run = self.run()
         now = time.time()
         self._keep = name_filter(run, self.filter.text()) if run is not None else None

@@ -59,8 +59,8 @@ class VerdictWatcher(QObject):
         return run.in_progress if run is not None else 0
 
     def schedule(self) -> None:
-        if self.run_id is None:
-            return
+        if self.run_id is None or self._monitor.catching_up:
+            return  # a backlog is being read: judged once it is in (the last batch schedules again)
         if self._busy:
             self._again = True
             return
