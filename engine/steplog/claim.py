@@ -12,9 +12,8 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .agent import Agent
 from .db import immediate
 from .errors import LeaseHeld, UsageError
 from .events import EventKind
@@ -23,6 +22,9 @@ from .journal import dumps
 from .lease import me, vacancy
 from .policies import Budget
 from .status import TERMINAL
+
+if TYPE_CHECKING:
+    from .agent import Agent
 
 RUN_COLUMNS = (
     "id, agent, model, params, status, reason, result, workdir, outbox, limit_steps, limit_tokens,"

@@ -15,10 +15,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import interrupts
-from .agent import Agent, bind_params
+from .params import bind_params
 from .claim import Finished, Request, budget_of, claim
 from .db import Synchronous, default_db_path, open_log, private_dir
 from .effects import HttpClient
@@ -29,6 +29,9 @@ from .policies import check_seconds
 from .redact import redact
 from .runtime import Run
 from .status import outcome_error
+
+if TYPE_CHECKING:
+    from .agent import Agent  # the engine runs agents; it needs only their type (no import cycle)
 
 
 @dataclass(frozen=True)

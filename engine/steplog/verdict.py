@@ -36,7 +36,7 @@ from typing import Any
 
 from .db import open_readonly
 from .events import EventKind
-from .killtest.outputs import Finding, Outputs, compare, snapshot
+from .outputs import Finding, Outputs, compare, snapshot
 from .outbox.ledger import Delivery, Ledger, canonical_json
 from .status import TERMINAL, run_status
 

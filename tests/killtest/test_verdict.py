@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from steplog.killtest.outputs import Outputs, compare
+from steplog.outputs import Outputs, compare
 from steplog.outbox import Attempt, Delivery, Ledger
 from steplog.verdict import Evidence, Kill, Reference, judge, logged_kills, message_label
 

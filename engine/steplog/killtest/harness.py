@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Literal
 
 from .. import crashpoints
-from ..agent import bind_params, resolve
+from ..agent import resolve
 from ..errors import EXIT_LEASE_HELD, SteplogError, UsageError
 from ..events import EventKind
 from ..outbox import start_outbox
+from ..params import bind_params
 from ..verdict import KillMark, Reference, collect, judge
 from .procs import POLL_SECONDS, LogWatch, Sandbox, kill_group
 from .report import Report, StormResult, SweepCase, SweepResult

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..verdict import Check, Kill, Verdict, latency_stats, redone_histogram
-from .report import Report, SweepResult
+
+if TYPE_CHECKING:  # report.summary() imports this module: types only, no cycle
+    from .report import Report, SweepResult
 
 MARK = {True: "✓", False: "✗", None: "·"}
 MAX_LISTED = 12
