@@ -22,15 +22,23 @@ SteplogError
 │   └── RunFailed            a step failed past its policy, a poison pill,
 │       │                    an ambiguous effect or non-determinism (``failed``)  (exit 4)
 │       └── NonDeterminism   the replay reached a different step than recorded
-└── StepError (internal)     raised *into* a step to stop it; never caught by users
+└── KilltestError            the kill test could not finish (steplog.killtest)      (exit 1)
 ```
 
-``steplog.interrupts.StopRequested`` is not in the tree either: it is a ``KeyboardInterrupt`` (a
-stop signal honoured at a safe point), so no ``except Exception`` mistakes it for a failure.
+Beside it, for *agent code* and the model and effect adapters to say whether retrying can help
+(the default ``RetryPolicy`` retries every ``Exception`` except a ``PermanentError`` that is not
+also transient):
 
-``TransientError`` and ``PermanentError`` are not in the tree: they are for *agent code* (and the
-model and effect adapters) to say whether retrying can help. The default ``RetryPolicy`` retries
-every ``Exception`` except a ``PermanentError`` that is not also transient.
+```
+TransientError               a plain retry may cure it
+PermanentError               no retry can (bad request, auth, 4xx)
+├── EffectRejected           the far side refused an effect for good (steplog.effects)
+└── ModelError               the model refused the request (steplog.llm)
+    └── ModelUnavailable     …but a rate limit or outage is worth retrying (also a TransientError)
+```
+
+``steplog.interrupts.StopRequested`` is in neither: it is a ``KeyboardInterrupt`` (a stop signal
+honoured at a safe point), so no ``except Exception`` mistakes it for a failure.
 """
 
 from __future__ import annotations
@@ -155,7 +163,3 @@ class PermanentError(Exception):
 
     The engine never retries it, whatever the retry policy says, unless it is also a
     ``TransientError`` (a rate limit is a model error that *is* worth retrying)."""
-
-
-class StepError(SteplogError):
-    """Internal: a step body could not complete (wraps the cause for the retry loop)."""

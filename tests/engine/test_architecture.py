@@ -31,3 +31,40 @@ def test_the_engine_and_the_monitor_are_mypy_strict_clean() -> None:
     done = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml")],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_exception_tree_in_errors_docstring_names_every_error_class_and_only_those() -> None:
+    """One documented tree (STYLE 7): every error class steplog defines is drawn in
+    ``steplog.errors``' docstring under its real parent, and nothing drawn is missing."""
+    import importlib
+    import pkgutil
+    import re
+
+    import steplog
+    from steplog import errors
+
+    roots = (errors.SteplogError, errors.TransientError, errors.PermanentError)
+    defined: dict[str, type] = {}
+    for info in pkgutil.walk_packages(steplog.__path__, "steplog."):
+        if info.name.endswith("__main__") or info.name == "steplog.pytest_plugin":
+            continue
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, roots) and obj.__module__ == info.name:
+                defined[obj.__name__] = obj
+    drawn: dict[str, str | None] = {}  # name -> parent as drawn
+    for block in re.findall(r"```\n(.*?)```", errors.__doc__ or "", re.S):
+        stack: list[tuple[int, str]] = []
+        for line in block.splitlines():
+            m = re.match(r"^([│ ├└─]*)(\w+)", line)
+            if not m or not m.group(2)[0].isupper():
+                continue
+            depth = len(m.group(1))
+            while stack and stack[-1][0] >= depth:
+                stack.pop()
+            drawn[m.group(2)] = stack[-1][1] if stack else None
+            stack.append((depth, m.group(2)))
+    assert set(drawn) == set(defined), (set(drawn) ^ set(defined))
+    for name, parent in drawn.items():
+        if parent is not None:
+            assert issubclass(defined[name], defined[parent]), f"{name} is drawn under {parent}"
