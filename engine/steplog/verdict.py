@@ -30,12 +30,13 @@ import math
 import sqlite3
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .db import open_readonly
 from .events import EventKind
+from .evidence import RunLedger, completed_post_keys, read_ledger
 from .outputs import Finding, Outputs, compare, snapshot
 from .outbox.ledger import Delivery, Ledger, canonical_json
 from .status import TERMINAL, run_status
@@ -279,6 +280,7 @@ def collect(db: Path, run_id: str, *, ledger: Ledger | None = None,
         steps = dict(conn.execute("SELECT seq, name FROM step WHERE run_id = ?", (run_id,)).fetchall())
         posts = conn.execute("SELECT count(*) FROM effect WHERE run_id = ? AND kind = 'http_post'",
                              (run_id,)).fetchone()[0]
+        completed = completed_post_keys(conn, run_id)
     finally:
         conn.close()
     given = logged_kills(events) if kill_times is None else kill_times
@@ -286,7 +288,7 @@ def collect(db: Path, run_id: str, *, ledger: Ledger | None = None,
     outputs = snapshot(Path(status["workdir"])) if reference is not None and status["status"] in TERMINAL else None
     return Evidence(status=status, kills=_kills(events, marks, steps), ledger=ledger, reference=reference,
                     outputs=outputs, lease_refusals=lease_refusals, ledger_source=ledger_source,
-                    ledger_problem=ledger_problem, posts=int(posts))
+                    ledger_problem=ledger_problem, posts=int(posts), completed_posts=completed)
 
 
 def verdict_of(db: Path, run_id: str, *, outbox: str | None = None, ledger: Ledger | None = None,
@@ -295,25 +297,13 @@ def verdict_of(db: Path, run_id: str, *, outbox: str | None = None, ledger: Ledg
     records them, and this run's own deliveries from its outbox (``ledger`` if the caller already
     polls it, else read by ``steplog.evidence.read_ledger``: ``outbox``, the recorded URL, the
     outbox file beside the log). No reference run: the checks that need one are not made."""
-    from .evidence import completed_post_keys, read_ledger
-
-    conn = open_readonly(Path(db))
-    try:
-        row = conn.execute("SELECT outbox FROM run WHERE id = ?", (run_id,)).fetchone()
-        completed = completed_post_keys(conn, run_id)
-    finally:
-        conn.close()
-    problem = None
+    evidence = collect(db, run_id)  # the log read once; the ledger is added below
     if ledger is not None:
-        source = ledger_source or "outbox ledger"
-        ledger = ledger.for_run(run_id)
+        found = RunLedger(ledger.for_run(run_id), ledger_source or "outbox ledger")
     else:
-        found = read_ledger(run_id, outbox=outbox, recorded_url=row[0] if row else None, log=Path(db),
-                            completed=completed)
-        ledger, source, problem = found.ledger, found.source, found.problem
-    evidence = collect(db, run_id, ledger=ledger, ledger_source=source, ledger_problem=problem)
-    evidence.completed_posts = completed
-    return judge(evidence)
+        found = read_ledger(run_id, outbox=outbox, recorded_url=evidence.status["outbox"], log=Path(db),
+                            completed=evidence.completed_posts or set())
+    return judge(replace(evidence, ledger=found.ledger, ledger_source=found.source, ledger_problem=found.problem))
 
 
 def logged_kills(events: Sequence[Sequence[Any]]) -> list[KillMark]:
