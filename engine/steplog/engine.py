@@ -109,7 +109,10 @@ class _SecondsWatchdog(threading.Thread):
         while not self._stop_event.is_set():
             left = self._limit - self._journal.seconds_used()
             if left <= 0:
-                interrupts.request_from_thread("seconds")
+                # Not once the run is ending anyway (the runtime's own check gave up first, or it
+                # succeeded): a late stop would turn its exit code into "stopped by a signal".
+                if not self._journal.finishing.is_set():
+                    interrupts.request_from_thread("seconds")
                 return
             self._stop_event.wait(min(left, 0.5))
 

@@ -115,6 +115,8 @@ class Journal:
         self._base_sync = synchronous
         self._sync = synchronous
         self.fenced = threading.Event()
+        self.finishing = threading.Event()
+        """Set once the terminal record is being written: nothing may stop the run any more."""
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -283,6 +285,7 @@ class Journal:
     def finish(self, status: str, reason: str | None, result_json: str | None,
                details: dict[str, Any] | None = None) -> None:
         """The terminal transaction: status, reason, result, and the lease released."""
+        self.finishing.set()
         now = self._clock()
         with self._tx(run_sets="status = ?, reason = ?, result = ?, finished_at = ?, lease_pid = NULL,"
                               " lease_expires = NULL",
