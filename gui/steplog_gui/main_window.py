@@ -280,8 +280,7 @@ class MainWindow(QMainWindow):
 
     def start_demo(self, config: DemoConfig | None = None) -> DemoLauncher:
         """Start a demo run (again): a new run id, the same outbox and data directory."""
-        if self.engine.running:
-            QMessageBox.information(self, "steplog", "An engine is already running; stop it or let it finish first.")
+        if self._engine_busy():
             return self.demo_launcher(config)
         demo = self.demo_launcher(config)
         self._show_problem("")
@@ -289,9 +288,14 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage("starting the demo agent (and its outbox)…")
         return demo
 
-    def start_run(self, spec: LaunchSpec) -> None:
+    def _engine_busy(self) -> bool:
+        """One engine at a time: say so and refuse while one runs."""
         if self.engine.running:
-            QMessageBox.information(self, "steplog", "An engine is already running; stop it first.")
+            QMessageBox.information(self, "steplog", "An engine is already running; stop it or let it finish first.")
+        return self.engine.running
+
+    def start_run(self, spec: LaunchSpec) -> None:
+        if self._engine_busy():
             return
         try:
             self.engine.start(spec)
@@ -307,8 +311,7 @@ class MainWindow(QMainWindow):
     def start_spec(self, spec: LaunchSpec) -> None:
         """Start a run; a demo agent without an outbox URL gets the demo outbox (started if need be)."""
         if spec.agent in DEMO_AGENTS and not spec.outbox:
-            if self.engine.running:
-                QMessageBox.information(self, "steplog", "An engine is already running; stop it first.")
+            if self._engine_busy():
                 return
             self.demo_launcher().resume(spec, None)
             return
@@ -318,8 +321,7 @@ class MainWindow(QMainWindow):
         run = self.monitor.run(self._run_id) if self._run_id else None
         if run is None:
             return
-        if self.engine.running:
-            QMessageBox.information(self, "steplog", "An engine is already running; stop it first.")
+        if self._engine_busy():
             return
         recorded = self._run_outbox.get(run.run_id)
         spec = LaunchSpec(agent=run.agent, run_id=run.run_id, db=self.monitor.path, outbox=recorded,
