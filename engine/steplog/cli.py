@@ -43,6 +43,11 @@ def _guard(fn: F) -> F:
 
             if is_read_only(exc):  # made read-only after the up-front check
                 _fail(str(read_only_log(_log_path(kwargs), str(exc))), EXIT_USAGE)
+            if "database is locked" in str(exc):
+                from .errors import EXIT_LEASE_HELD
+
+                _fail(f"{_log_path(kwargs)} stayed locked by another process for 10 s (a stopped or very busy "
+                      "engine?); nothing was written: try again, or look for a stopped steplog process", EXIT_LEASE_HELD)
             if "disk is full" in str(exc) or "disk I/O" in str(exc):
                 _fail(f"the log could not be written ({exc}); free disk space and run the same command again: "
                       "the run resumes from its last checkpoint", 1)
@@ -282,32 +287,17 @@ def retry(run_id: str, db: Path | None, force: bool, **engine: Any) -> None:
 def fork(run_id: str, at_step: int, new_run_id: str | None, db: Path | None, workdir: Path | None,
          outbox: str | None, params: tuple[str, ...], **engine: Any) -> None:
     """Start a new run from RUN_ID's steps before --at-step (copied, not run again), then run it."""
-    from .agent import resolve
-    from .control import prepare_fork
+    from .control import fork as fork_run
     from .db import default_db_path
-    from .engine import check_run_id, new_run_id as make_id
-    from .status import run_status
-    from .db import open_readonly
 
     path = db or default_db_path()
-    if outbox is not None and not outbox.startswith(("http://", "https://")):
-        raise UsageError(f"--outbox {outbox!r} is not an http(s) URL")
-    conn = open_readonly(path, one_shot=True)
-    try:
-        agent_spec = run_status(conn, run_id, db=path)["agent"]
-    finally:
-        conn.close()
-    agent = resolve(agent_spec)
-    new_id = new_run_id or make_id()
-    check_run_id(new_id)
-    agent.budget.merged(**_limits(engine))  # out-of-range limits refused before anything is written
-    prepared = prepare_fork(run_id, at_step, agent=agent, new_run_id=new_id, db=path,
-                            params=_parse_params(params), limits=_limits(engine), workdir=workdir,
-                            outbox=outbox, model=engine["model"])
-    click.echo(new_id)
-    click.echo(f"steplog: run {new_id} forked from {run_id} at step {at_step} ({prepared.copied} step(s) copied, "
-               f"workdir {prepared.workdir})", err=True)
-    _execute_with(agent, {**engine, **{k: None for k in _LIMIT_OPTIONS}}, run_id=new_id, db=path)
+    agent, prepared = fork_run(run_id, at_step, new_run_id=new_run_id, db=path, params=_parse_params(params),
+                               limits=_limits(engine), workdir=workdir, outbox=outbox, model=engine["model"])
+    click.echo(prepared.run_id)
+    click.echo(f"steplog: run {prepared.run_id} forked from {run_id} at step {at_step} ({prepared.copied} step(s) "
+               f"copied, workdir {prepared.workdir})", err=True)
+    # The limits were the fork's own from its creation; the engine takes them from the log.
+    _execute_with(agent, {**engine, **{k: None for k in _LIMIT_OPTIONS}}, run_id=prepared.run_id, db=path)
 
 
 _LIMIT_OPTIONS = ("max_steps", "max_tokens", "max_seconds", "max_cost", "max_retries")

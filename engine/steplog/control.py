@@ -282,6 +282,33 @@ def _contiguous_committed(conn: sqlite3.Connection, run_id: str, before: int) ->
     return n
 
 
+def fork(parent_id: str, at_step: int, *, new_run_id: str | None = None, db: Path | None = None,
+         params: dict[str, Any] | None = None, limits: dict[str, Any] | None = None,
+         workdir: Path | None = None, outbox: str | None = None, model: str | None = None,
+         ) -> tuple[Agent[..., Any], ForkPrepared]:
+    """``prepare_fork`` with the parent's agent resolved and the new id made or checked: what
+    ``steplog fork`` and ``steplog.fork`` do before running the fork."""
+    from .agent import resolve
+    from .db import open_readonly
+    from .engine import check_run_id, new_run_id as make_id
+    from .status import run_status
+
+    path = Path(db) if db else default_db_path()
+    if outbox is not None and not outbox.startswith(("http://", "https://")):
+        raise UsageError(f"--outbox {outbox!r} is not an http(s) URL")
+    conn = open_readonly(path, one_shot=True)
+    try:
+        spec = run_status(conn, parent_id, db=path)["agent"]
+    finally:
+        conn.close()
+    agent = resolve(spec)
+    new_id = new_run_id or make_id()
+    check_run_id(new_id)
+    agent.budget.merged(**(limits or {}))  # out-of-range limits refused before anything is written
+    return agent, prepare_fork(parent_id, at_step, agent=agent, new_run_id=new_id, db=path, params=params,
+                               limits=limits, workdir=workdir, outbox=outbox, model=model)
+
+
 def prepare_fork(parent_id: str, at_step: int, *, agent: Agent[..., Any], new_run_id: str,
                  db: Path | None = None, params: dict[str, Any] | None = None,
                  limits: dict[str, Any] | None = None, workdir: Path | None = None,
@@ -300,6 +327,7 @@ def prepare_fork(parent_id: str, at_step: int, *, agent: Agent[..., Any], new_ru
     path = Path(db) if db else default_db_path()
     with _log(path) as (path, conn):
         parent = _run_row(conn, path, parent_id)
+        _refuse_taken(conn, new_run_id)
         if parent["agent"] != agent.default_spec():
             raise UsageError(f"run {parent_id} belongs to agent {parent['agent']}, not {agent.default_spec()}")
         bound = bind_params(agent, {**json.loads(parent["params"]), **(params or {})})
@@ -344,11 +372,15 @@ def _move_into(staged: Path, target: Path) -> None:
     staged.rmdir()
 
 
+def _refuse_taken(conn: sqlite3.Connection, run_id: str) -> None:
+    if conn.execute("SELECT 1 FROM run WHERE id = ?", (run_id,)).fetchone():
+        raise UsageError(f"run {run_id} exists already; pick another --run-id for the fork")
+
+
 def _insert_fork(conn: sqlite3.Connection, parent: sqlite3.Row, at_step: int, new_id: str, params: dict[str, Any],
                  budget: Any, workdir: Path, outbox: str | None, model: str | None, now: float) -> int:
     pid = parent["id"]
-    if conn.execute("SELECT 1 FROM run WHERE id = ?", (new_id,)).fetchone():
-        raise UsageError(f"run {new_id} exists already; pick another --run-id for the fork")
+    _refuse_taken(conn, new_id)  # again, under the write lock
     have = _contiguous_committed(conn, pid, at_step)
     if have < at_step - 1:
         raise ControlRefused(f"run {pid} has committed steps 1..{have} only; fork it at a step from 1 to {have + 1}")
@@ -385,5 +417,5 @@ def _insert_fork(conn: sqlite3.Connection, parent: sqlite3.Row, at_step: int, ne
     return copied
 
 
-__all__ = ["CancelResult", "ForkPrepared", "RetryPrepared", "SignalSent", "cancel",
+__all__ = ["CancelResult", "ForkPrepared", "RetryPrepared", "SignalSent", "cancel", "fork",
            "prepare_fork", "prepare_retry", "signal", "wait_until_finished"]
