@@ -265,10 +265,12 @@ class Run:
                     else:
                         result.update(timeout=True, waited=round(time.time() - (decided.get("since") or started), 3))
                     result_json = dumps(result)
+                    crashpoints.reached("before_step_record", seq)
                     if j.commit_wait(seq, step_name, "wait", result_json, signal_id=found[0] if found else None,
                                      duration=time.time() - started):
                         self._steps[seq] = StepRecord(seq, step_name, "wait", "committed", "recorded", None,
                                                       result_json, None, 0, 0, j.incarnation)
+                        crashpoints.reached("after_step_record", seq)
                         return
                     continue  # consumed by someone else in between: wait for the next one
                 if not waiting:
