@@ -31,8 +31,9 @@ async def _recorded(value: Any) -> Any:
 class AsyncRun:
     """What an ``async def`` agent calls; each step returns an awaitable. Attributes as ``Run``."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, task: asyncio.Task[Any] | None = None) -> None:
         self._run = run
+        self._task = task
         self.id = run.id
         self.workdir = run.workdir
         self.outbox = run.outbox
@@ -46,9 +47,23 @@ class AsyncRun:
 
     # -- the public steps -------------------------------------------------------------------
 
+    def _enter(self, name: str, kind: str) -> tuple[int, Any]:
+        """Number a step now. Only the agent's own task may: a step called from a task that
+        ``gather`` started runs after an await, so its number would depend on which awaits
+        finished first, and a replay would number the steps differently."""
+        self._own_task(name)
+        return self._run._enter(name, kind)
+
+    def _own_task(self, name: str) -> None:
+        if self._task is not None and asyncio.current_task() is not self._task:
+            raise UsageError(
+                f"step '{name}' was called from a task the agent started; call steps from the agent itself "
+                "(gather the steps, not coroutines that make steps): asyncio.gather(run.step(...), run.step(...)) "
+                "or run.map(...), a phase at a time")
+
     def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
         """``await run.step(name, fn, ...)``: ``fn`` sync (run in a worker thread) or async."""
-        seq, prior = self._run._enter(name, "call")
+        seq, prior = self._enter(name, "call")
         if prior is not None and prior.status == "committed":
             return _recorded(json.loads(prior.result or "null"))
 
@@ -74,7 +89,7 @@ class AsyncRun:
 
     def chat(self, messages: Sequence[Message], *, name: str = "chat", max_tokens: int = 512) -> Awaitable[ChatReply]:
         run = self._run
-        seq, prior = run._enter(name, "chat")
+        seq, prior = self._enter(name, "chat")
         if prior is not None and prior.status == "committed":
             return _recorded(ChatReply.from_json(json.loads(prior.result or "{}")))
         if prior is not None and prior.decision is not None:
@@ -97,6 +112,7 @@ class AsyncRun:
     def wait_for(self, name: str, *, timeout: float | None = None) -> Awaitable[Any]:
         """``await run.wait_for(name)``: as ``Run.wait_for``; other steps go on while it waits."""
         run = self._run
+        self._own_task(f"wait {name}")
         entered = run._enter_wait(name, timeout)
         seq = run._last_wait
 
@@ -129,7 +145,7 @@ class AsyncRun:
     # -- machinery --------------------------------------------------------------------------
 
     def _effect_step(self, call: EffectCall) -> Awaitable[Any]:
-        seq, prior = self._run._enter(call.name, call.step_kind)
+        seq, prior = self._enter(call.name, call.step_kind)
         if prior is not None and prior.status == "committed":
             return _recorded(json.loads(prior.result or "null"))
 
@@ -178,4 +194,7 @@ async def _as_reply(decision: Awaitable[Any]) -> ChatReply:
 
 def run_async_agent(fn: Callable[..., Coroutine[Any, Any, T]], run: Run) -> T:
     """Run an ``async def`` agent to its end on a fresh event loop in this (the engine's) thread."""
-    return asyncio.run(fn(AsyncRun(run), **run.params))
+    async def main() -> T:
+        return await fn(AsyncRun(run, asyncio.current_task()), **run.params)
+
+    return asyncio.run(main())
