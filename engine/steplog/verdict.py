@@ -481,7 +481,8 @@ def judge(ev: Evidence) -> Verdict:
                                f"up to {max(k.in_flight for k in kills)} at once)" if parallel else "")))
     if ledger is not None:
         resends = _resends(ledger)
-        ok = resends <= len(kills) + (ref.resends if ref else 0)
+        # A kill may re-send what it interrupted: one post, or every post in flight (parallel steps).
+        ok = resends <= sum(k.may_redo for k in kills) + (ref.resends if ref else 0)
         checks.append(Check("re-sends only after kills", ok, f"{len(ledger.attempts)} attempts for "
                             f"{len(ledger.deliveries)} deliveries: {resends} re-sent after {len(kills)} kill(s)", src))
     elif ev.posts:
