@@ -32,6 +32,12 @@ RUNNING, COMMITTED, REDONE, FAILED, GAVE_UP = range(5)
 OUTCOME_NAMES = ("in progress", "committed", "redone (interrupted by a kill)", "failed", "gave up")
 # Phase reached by one execution (engine's step.phase).
 PHASES = ("started", "decided", "acting", "recorded")
+EXECUTION_FIELDS = {"start": "f8", "end": "f8", "lane": "i4", "outcome": "i1", "seq": "i8", "phase": "i1",
+                    "tokens": "i8", "estimated": "?"}
+"""One row per step execution: the timeline's bars."""
+USAGE_FIELDS = {"ts": "f8", "steps": "f8", "tokens": "f8", "tokens_estimated": "f8", "cost_usd": "f8",
+                "seconds": "f8"}
+"""One row per usage report: the budget charts' points."""
 
 
 class Columns:
@@ -45,6 +51,17 @@ class Columns:
         self._n = 0
         self._names = tuple(dtypes)
         self._rows: npt.NDArray[Any] = np.zeros(self._cap, dtype=np.dtype(list(dtypes.items())))
+
+    @classmethod
+    def of(cls, rows: npt.NDArray[Any]) -> Columns:
+        """Columns holding ``rows`` (a structured array, e.g. from a bulk load), growable from there."""
+        self = cls.__new__(cls)
+        self._names = tuple(rows.dtype.names or ())
+        self._n = len(rows)
+        self._cap = max(256, 2 * len(rows))
+        self._rows = np.zeros(self._cap, dtype=rows.dtype)
+        self._rows[: self._n] = rows
+        return self
 
     def __len__(self) -> int:
         return self._n
@@ -104,10 +121,8 @@ class RunState:
     kills: list[Kill] = field(default_factory=list)
     step_names: dict[int, tuple[str, str]] = field(default_factory=dict)
     """seq -> (name, kind)"""
-    executions: Columns = field(default_factory=lambda: Columns(
-        start="f8", end="f8", lane="i4", outcome="i1", seq="i8", phase="i1", tokens="i8", estimated="?"))
-    usage_series: Columns = field(default_factory=lambda: Columns(
-        ts="f8", steps="f8", tokens="f8", tokens_estimated="f8", cost_usd="f8", seconds="f8"))
+    executions: Columns = field(default_factory=lambda: Columns(**EXECUTION_FIELDS))
+    usage_series: Columns = field(default_factory=lambda: Columns(**USAGE_FIELDS))
     _open: dict[int, int] = field(default_factory=dict)  # seq -> execution index still running
     _last_ts_by_inc: dict[int, float] = field(default_factory=dict)
 
