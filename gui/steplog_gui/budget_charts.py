@@ -21,7 +21,9 @@ from . import theme
 from .monitor import Monitor
 from .run_state import RunState
 
-REFRESH_MS = 200
+REFRESH_MS = 300
+"""Charts of a live run redraw at most this often: four plots and their axes cost ~20 ms a
+redraw here, time the timeline's commit → pixel needs more."""
 CATCH_UP_REDRAW_S = 1.0
 """While a backlog is read (a big log opening), redraw at most this often."""
 PROJECTION_POINTS = 30

@@ -32,8 +32,9 @@ KIND_CODES: tuple[EventKind, ...] = (
 NULL_SEQ = -(2 ** 62)
 """``seq`` of an event that has none, in columns (-1 is taken: the timeline's gave-up marker)."""
 EVENT_COLUMNS = np.dtype([("id", "i8"), ("ts", "f8"), ("incarnation", "i8"), ("code", "i1"), ("seq", "i8")])
-USAGE_COLUMNS = np.dtype([("ts", "f8"), ("steps", "f8"), ("tokens", "f8"), ("tokens_estimated", "f8"),
-                          ("cost_usd", "f8"), ("seconds", "f8")])
+USAGE_KEYS = ("steps", "tokens", "tokens_estimated", "cost_usd", "seconds")
+"""The usage figures the budget charts draw, as the events' ``usage`` objects name them."""
+USAGE_COLUMNS = np.dtype([("ts", "f8"), *((key, "f8") for key in USAGE_KEYS)])
 _CODE_SQL = "CASE kind " + " ".join(f"WHEN '{k.value}' THEN {i + 1}" for i, k in enumerate(KIND_CODES)) + " ELSE 0 END"
 _IDS_PER_QUERY = 500
 
@@ -217,7 +218,7 @@ class LogRepository:
     def usage_columns(self, run_id: str, upto: int) -> npt.NDArray[Any]:
         """The budget charts' points (``USAGE_COLUMNS``): every event up to ``upto`` that carries
         usage, but a step's start (it repeats the last commit's usage), ids ascending."""
-        fields = ", ".join(f"coalesce(CAST(data->>'$.usage.{f}' AS REAL), 0)" for f in USAGE_COLUMNS.names[1:])
+        fields = ", ".join(f"coalesce(CAST(data->>'$.usage.{f}' AS REAL), 0)" for f in USAGE_KEYS)
         sql = (f"SELECT ts, {fields} FROM event WHERE run_id = ? AND id <= ? AND kind != ?"
                " AND json_valid(data) AND json_type(data, '$.usage') = 'object' ORDER BY id")
         try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import socket
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,8 +26,10 @@ import numpy.typing as npt
 from steplog.events import EventKind
 from steplog.lease import process_alive
 
-from .repository import Event
+from .repository import USAGE_KEYS, Event
 
+ALIVE_CHECK_S = 0.5
+"""How long an answer to "is the engine's process alive" is kept (see ``RunState.engine_gone``)."""
 # Outcome of one step execution (a bar's colour).
 RUNNING, COMMITTED, REDONE, FAILED, GAVE_UP = range(5)
 OUTCOME_NAMES = ("in progress", "committed", "redone (interrupted by a kill)", "failed", "gave up")
@@ -35,8 +38,7 @@ PHASES = ("started", "decided", "acting", "recorded")
 EXECUTION_FIELDS = {"start": "f8", "end": "f8", "lane": "i4", "outcome": "i1", "seq": "i8", "phase": "i1",
                     "tokens": "i8", "estimated": "?"}
 """One row per step execution: the timeline's bars."""
-USAGE_FIELDS = {"ts": "f8", "steps": "f8", "tokens": "f8", "tokens_estimated": "f8", "cost_usd": "f8",
-                "seconds": "f8"}
+USAGE_FIELDS = {"ts": "f8", **{key: "f8" for key in USAGE_KEYS}}
 """One row per usage report: the budget charts' points."""
 
 
@@ -125,6 +127,7 @@ class RunState:
     usage_series: Columns = field(default_factory=lambda: Columns(**USAGE_FIELDS))
     _open: dict[int, int] = field(default_factory=dict)  # seq -> execution index still running
     _last_ts_by_inc: dict[int, float] = field(default_factory=dict)
+    _alive: tuple[int | None, float, bool] = field(default=(None, 0.0, False), compare=False, repr=False)
 
     # -- derived ----------------------------------------------------------------------------
 
@@ -151,10 +154,20 @@ class RunState:
 
     def engine_gone(self) -> bool:
         """No engine works on this run now: it released the lease, or its process on this host
-        is dead (killed from outside and not relaunched). Remote engines count as alive."""
+        is dead (killed from outside and not relaunched). Remote engines count as alive.
+
+        The process check reads /proc (and psutil's boot time): the runs list asks several
+        times per row per repaint, so the answer is kept for ``ALIVE_CHECK_S`` per pid."""
         if self.terminal or self.pid is None:
             return True
-        return self.host == socket.gethostname() and not process_alive(self.pid)
+        if self.host != socket.gethostname():
+            return False
+        now = time.monotonic()
+        pid, checked, alive = self._alive
+        if pid != self.pid or now - checked > ALIVE_CHECK_S:
+            alive = process_alive(self.pid)
+            self._alive = (self.pid, now, alive)
+        return not alive
 
     def open_until(self, now: float) -> float:
         """Where bars of steps in progress end: now while an engine works, else its last event."""
@@ -184,9 +197,7 @@ class RunState:
             self.usage = d["usage"]
             u = self.usage
             if kind != EventKind.STEP_STARTED:  # a start repeats the last commit's usage: no new chart point
-                self.usage_series.append(ts=ev.ts, steps=u.get("steps", 0), tokens=u.get("tokens", 0),
-                                         tokens_estimated=u.get("tokens_estimated", 0),
-                                         cost_usd=u.get("cost_usd", 0.0), seconds=u.get("seconds", 0.0))
+                self.usage_series.append(ts=ev.ts, **{key: u.get(key, 0) for key in USAGE_KEYS})
         if kind == EventKind.RUN_CREATED:
             self.agent = str(d.get("agent", "?"))
             self.params = dict(d.get("params") or {})

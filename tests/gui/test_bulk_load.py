@@ -10,7 +10,6 @@ the state must equal folding everything.
 from __future__ import annotations
 
 import json
-import math
 import random
 import sqlite3
 import time
@@ -21,29 +20,11 @@ import numpy as np
 import pytest
 
 from conftest import AGENTS, Engine, kill_group, storm
-from gui_helpers import crashed_run, witness_args  # noqa: F401 (fixture)
+from gui_helpers import assert_same, crashed_run, witness_args  # noqa: F401 (fixture)
 from steplog.db import open_log
 from steplog_gui.bulk_load import add_details, load_details, load_run
 from steplog_gui.repository import LogRepository
-from steplog_gui.run_state import COMMITTED, FAILED, GAVE_UP, REDONE, RUNNING, LogState, RunState
-
-SCALARS = ("agent", "params", "model", "limits", "status", "reason", "created", "finished", "last_ts", "usage",
-           "incarnation", "pid", "host", "kills", "step_names", "_open", "_last_ts_by_inc")
-
-
-def assert_same(bulk: RunState, folded: RunState, where: str) -> None:
-    for name in SCALARS:
-        a, b = getattr(bulk, name), getattr(folded, name)
-        if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-            continue
-        assert a == b, f"{where}: {name} differs: bulk {a!r}, folded {b!r}"
-    for columns in ("executions", "usage_series"):
-        a, b = getattr(bulk, columns), getattr(folded, columns)
-        assert len(a) == len(b), f"{where}: {columns} has {len(a)} rows bulk, {len(b)} folded"
-        for field in a._names:
-            assert np.array_equal(a[field], b[field], equal_nan=a[field].dtype.kind == "f"), \
-                f"{where}: {columns}.{field}: bulk {a[field]}, folded {b[field]}"
-
+from steplog_gui.run_state import COMMITTED, FAILED, GAVE_UP, REDONE, RUNNING, LogState
 
 def fold_all(repo: LogRepository) -> LogState:
     state = LogState()
