@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QWidget
 
 from . import theme
@@ -27,6 +28,7 @@ redraw here, time the timeline's commit → pixel needs more."""
 CATCH_UP_REDRAW_S = 1.0
 """While a backlog is read (a big log opening), redraw at most this often."""
 PROJECTION_POINTS = 30
+TITLE_POINTS = 9
 BUDGETS = (("steps", "steps", "Steps"), ("tokens", "tokens", "Tokens"),
            ("cost_usd", "cost_usd", "Cost (USD)"), ("seconds", "seconds", "Active seconds"))
 
@@ -68,9 +70,22 @@ class _Chart:
         # The projection may reach far past the data: it must not drag the autorange with it.
         self.projection = pg.PlotDataItem([], [])
         self.widget.addItem(self.projection, ignoreBounds=True)
+        self.full_title = title
+        self._shown: tuple[str, str] = ("", "")
 
     def set_title(self, text: str, pal: theme.Palette) -> None:
-        self.widget.setTitle(text, color=pal.foreground, size="9pt")
+        """The title, cut with "…" to the chart's width (a title wider than its column would
+        widen the chart past it and clip its right edge); the whole text is the tooltip."""
+        font = QFont(self.widget.font())
+        font.setPointSizeF(TITLE_POINTS)
+        # The title sits over the plot, right of the y axis; its HTML adds a few pixels of margin.
+        room = max(40, self.widget.width() - int(self.widget.getAxis("left").width()) - 20)
+        shown = QFontMetrics(font).elidedText(text, Qt.TextElideMode.ElideRight, room)
+        self.full_title = text
+        if (shown, pal.foreground) != self._shown:
+            self._shown = (shown, pal.foreground)
+            self.widget.setTitle(shown, color=pal.foreground, size=f"{TITLE_POINTS}pt")
+            self.widget.setToolTip(text if shown != text else "")
 
 
 class BudgetCharts(QWidget):
@@ -117,6 +132,11 @@ class BudgetCharts(QWidget):
             if chart.estimated is not None:
                 chart.estimated.setPen(pg.mkPen(pal.estimated, width=2, style=Qt.PenStyle.DashLine))
         self._dirty = True
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        for chart in self.charts.values():  # titles are cut to the new widths
+            chart.set_title(chart.full_title, self._palette)
 
     def set_run(self, run_id: str | None) -> None:
         self._run_id = run_id

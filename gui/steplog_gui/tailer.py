@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
 
 from .bulk_load import RunDetails, load_details, load_run
 from .repository import LogNotReady, LogRepository, LogUnavailable
@@ -60,6 +60,8 @@ class _TailWorker(QObject):
         self._problem = ""
         self._hinted = False
         self._timer: QTimer | None = None
+        self.cancelled = False
+        """Set from the GUI thread when the tail stops: a bulk load in progress gives up between runs."""
 
     @Slot()
     def start(self) -> None:
@@ -150,12 +152,16 @@ class _TailWorker(QObject):
         runs: list[RunState] = []
         since = time.monotonic()
         for i, run_id in enumerate(run_ids):
+            if self.cancelled:
+                return
             runs.append(load_run(self.repo, run_id, upto))
             if i == len(run_ids) - 1 or time.monotonic() - since >= SLICE_S:
                 self.runs_loaded.emit(runs, upto)
                 runs, since = [], time.monotonic()
         details: list[RunDetails] = []
         for i, run_id in enumerate(reversed(run_ids)):
+            if self.cancelled:
+                return
             details.append(load_details(self.repo, run_id, upto))
             last = i == len(run_ids) - 1
             if last or time.monotonic() - since >= SLICE_S:
@@ -198,6 +204,9 @@ class Tailer(QObject):
         self._hint_received.connect(self._worker.hint)
         self._stop_requested.connect(self._worker.stop)
         self._thread.started.connect(self._worker.start)
+        # Emitted in the worker's thread as it ends: its timer is stopped there, by its own thread
+        # (a stop request queued behind a long read may never be delivered once the loop quits).
+        self._thread.finished.connect(self._worker.stop, Qt.ConnectionType.DirectConnection)
         self._use_watchdog = use_watchdog
         self._observer: object | None = None
         self._watch_timer = QTimer(self)
@@ -217,6 +226,7 @@ class Tailer(QObject):
             self._observer.join(timeout=2)  # type: ignore[attr-defined]
             self._observer = None
         if self._thread.isRunning():
+            self._worker.cancelled = True
             self._stop_requested.emit()
             self._thread.quit()
             self._thread.wait(5000)
