@@ -29,6 +29,7 @@ CATCH_UP_REDRAW_S = 1.0
 """While a backlog is read (a big log opening), redraw at most this often."""
 PROJECTION_POINTS = 30
 TITLE_POINTS = 9
+AXIS_ROOM = 60
 BUDGETS = (("steps", "steps", "Steps"), ("tokens", "tokens", "Tokens"),
            ("cost_usd", "cost_usd", "Cost (USD)"), ("seconds", "seconds", "Active seconds"))
 
@@ -78,8 +79,10 @@ class _Chart:
         widen the chart past it and clip its right edge); the whole text is the tooltip."""
         font = QFont(self.widget.font())
         font.setPointSizeF(TITLE_POINTS)
-        # The title sits over the plot, right of the y axis; its HTML adds a few pixels of margin.
-        room = max(40, self.widget.width() - int(self.widget.getAxis("left").width()) - 20)
+        # The title sits over the plot, right of the y axis (which may widen once new data's
+        # ticks are laid out: room for "60000" is kept); its HTML adds a few pixels of margin.
+        axis = max(int(self.widget.getAxis("left").width()), AXIS_ROOM)
+        room = max(40, self.widget.width() - axis - 24)
         shown = QFontMetrics(font).elidedText(text, Qt.TextElideMode.ElideRight, room)
         self.full_title = text
         if (shown, pal.foreground) != self._shown:

@@ -11,75 +11,23 @@ Not a test (nothing is asserted beyond the restore); the pictures are for a pers
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT / "gui")]
+sys.path[:0] = [str(ROOT / "engine"), str(ROOT / "gui"), str(Path(__file__).parent)]
 
-from PySide6.QtCore import QSettings  # noqa: E402
+from layout_probe import layout_of, open_window, screen_env, show_redone_step, wait  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from steplog_gui.demo import DemoConfig  # noqa: E402
-from steplog_gui.main_window import MainWindow  # noqa: E402
-from steplog_gui.monitor import Monitor  # noqa: E402
-from steplog_gui.run_state import REDONE  # noqa: E402
-from steplog_gui.settings import Settings  # noqa: E402
 
 SIZES = ((1280, 720), (1920, 1080), (2560, 1440))
-
-
-def wait(app: QApplication, until: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not until():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the window did not get there in time")
-        app.processEvents()
-        time.sleep(0.01)
-
-
-def settle(app: QApplication, seconds: float) -> None:
-    end = time.monotonic() + seconds
-    wait(app, lambda: time.monotonic() > end, seconds + 5)
-
-
-def open_window(app: QApplication, db: Path, settings_file: Path, theme: str, size: tuple[int, int] | None) -> MainWindow:
-    settings = Settings(QSettings(str(settings_file), QSettings.Format.IniFormat))
-    settings.theme = theme
-    monitor = Monitor(db)
-    window = MainWindow(monitor, settings)
-    window.close_policy = "leave"
-    if size is not None:
-        window.resize(*size)
-    monitor.start()
-    window.show()
-    return window
-
-
-def show_redone_step(app: QApplication, window: MainWindow, run_id: str) -> None:
-    wait(app, lambda: window._run_id == run_id and not window.monitor.catching_up)
-    run = window.monitor.run(run_id)
-    assert run is not None
-    redone = [int(s) for s, o in zip(run.executions["seq"], run.executions["outcome"]) if o == REDONE]
-    if redone:
-        window.timeline.select_step(redone[-1])
-        window.loader.load(run_id, redone[-1])
-    wait(app, lambda: window.judge.verdict is not None)
-    settle(app, 1.5)
-
-
-def layout_of(window: MainWindow) -> dict[str, object]:
-    docks = {d.objectName(): (d.width(), d.height()) for d in (window._runs_dock, window._detail_dock, window._outbox_dock)}
-    return {"window": (window.width(), window.height()), "docks": docks,
-            "runs columns": [window.runs_view.columnWidth(c) for c in range(3)],
-            "charts": {k: c.widget.geometry().getRect() for k, c in window.charts.charts.items()}}
 
 
 def shoot(args: argparse.Namespace) -> int:
@@ -93,29 +41,18 @@ def shoot(args: argparse.Namespace) -> int:
         name = f"monitor-{width}x{height}-{theme}" if args.run is not None else "monitor-100k-steps"
         ini = work / f"{name}.ini"
         window = open_window(app, args.db, ini, theme, (width, height))  # a maximised first launch
-        wait(app, lambda: window._run_id is not None)
-        run_id = args.run or window._run_id
-        show_redone_step(app, window, run_id)
+        show_redone_step(app, window, args.run)
         window.grab().save(str(args.out / f"{name}.png"))
         first = layout_of(window)
         window.close()
         again = open_window(app, args.db, ini, theme, None)  # as saved: geometry and docks restored
-        show_redone_step(app, again, run_id)
+        show_redone_step(app, again, args.run)
         restored = layout_of(again)
         again.close()
         same = restored == first
         ok &= same
         print(name, first, "restored exactly" if same else f"RESTORED DIFFERENTLY: {restored}", flush=True)
     return 0 if ok else 1
-
-
-def screen_env(width: int, height: int, folder: Path) -> dict[str, str]:
-    """An offscreen screen with room for a window of this size and its frame (offscreen draws no
-    frame but counts one, and a saved geometry that does not fit is shrunk to fit on restore)."""
-    config = folder / f"screen-{width}x{height}.json"
-    config.write_text(json.dumps({"screens": [{"name": "screen", "x": 0, "y": 0, "width": width + 64,
-                                               "height": height + 64, "dpi": 96, "dpr": 1}]}))
-    return {**os.environ, "QT_QPA_PLATFORM": f"offscreen:configfile={config}"}
 
 
 def main() -> int:
