@@ -77,10 +77,14 @@ def show_redone_step(app: QApplication, window: MainWindow, run_id: str | None =
          and not window.monitor.catching_up)
     run = window.monitor.run(window._run_id or "")
     assert run is not None
-    redone = [int(s) for s, o in zip(run.executions["seq"], run.executions["outcome"]) if o == REDONE]
-    if redone:
-        window.timeline.select_step(redone[-1])
-        window.loader.load(run.run_id, redone[-1])
+    ex = run.executions
+    redone = [int(s) for s, o in zip(ex["seq"], ex["outcome"]) if o == REDONE]
+    # The last step redone after a kill; without one, the first step the last takeover ran.
+    resumed = [int(s) for s, lane in zip(ex["seq"], ex["lane"]) if run.kills and lane == run.incarnation and s >= 0]
+    pick = redone[-1] if redone else resumed[0] if resumed else None
+    if pick is not None:
+        window.timeline.select_step(pick)
+        window.loader.load(run.run_id, pick)
     wait(app, lambda: window.judge.verdict is not None)
     settle(app, 1.0)
 
