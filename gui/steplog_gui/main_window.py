@@ -9,7 +9,7 @@ from typing import Any
 from PySide6.QtCore import QItemSelection, Qt, QTimer
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (QCheckBox, QDockWidget, QDoubleSpinBox, QFileDialog, QHeaderView, QLabel, QMainWindow,
-                               QMessageBox, QSplitter, QTableView, QToolBar, QVBoxLayout, QWidget)
+                               QMessageBox, QSplitter, QStyle, QTableView, QToolBar, QVBoxLayout, QWidget)
 
 from . import jobs, resources, theme
 from .budget_charts import BudgetCharts
@@ -133,13 +133,20 @@ class MainWindow(QMainWindow):
 
     def size_docks(self) -> None:
         """Docks sized to their content and the window: the runs list shows run, status and
-        steps; the step detail and outbox get a readable width; the timeline keeps the rest."""
+        steps; the step detail and outbox get a readable width; the timeline keeps the rest.
+
+        Widths come from the font and typical content, not from the rows loaded so far: the
+        first launch lays out the same whether the log has been read yet or not."""
         width = self.width()
         runs = self.runs_view
-        runs.resizeColumnsToContents()
-        key_columns = sum(runs.columnWidth(c) for c in range(3)) + runs.verticalScrollBar().sizeHint().width() + 12
-        left = max(240, min(int(width * 0.24), max(key_columns, int(width * 0.17))))
-        right = max(300, min(int(width * 0.28), 560))
+        fm = runs.fontMetrics()
+        pad = 2 * runs.style().pixelMetric(QStyle.PixelMetric.PM_HeaderMargin) + 4
+        samples = (("Run", "demo-20261201-120000"), ("Status", "succeeded"), ("Steps", "1000 / 2000"))
+        key_columns = sum(max(fm.horizontalAdvance(a), fm.horizontalAdvance(b)) + pad for a, b in samples)
+        key_columns += runs.verticalScrollBar().sizeHint().width() + 4
+        left = max(200, min(int(width * 0.24), key_columns))
+        # At 1280 px the centre needs ~650 px for the verdict strip's figures on one line.
+        right = max(300, min(int(width * 0.235), 560))
         self.resizeDocks([self._runs_dock, self._detail_dock], [left, right], Qt.Orientation.Horizontal)
         self.resizeDocks([self._detail_dock, self._outbox_dock], [int(self.height() * 0.55), int(self.height() * 0.4)],
                          Qt.Orientation.Vertical)
