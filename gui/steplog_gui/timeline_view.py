@@ -284,7 +284,7 @@ class TimelineView(QWidget):
         if outlined != self._outlined.get(outcome):
             self._outlined[outcome] = outlined
             item.setOpts(pen=pg.mkPen(self._palette.background, width=1) if outlined else None)
-        item.setOpts(x0=b.x0, width=b.width, y0=b.y0, height=BAR_HEIGHT)
+        item.setOpts(x0=b.x0, width=b.width, y0=b.y0, height=b.height)
 
     def _draw_overview(self, run: RunState | None, now: float) -> None:
         """The whole run at a glance (aggregated to the strip's width), lanes squeezed to fit."""
@@ -299,7 +299,7 @@ class TimelineView(QWidget):
                 item.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0))
                 continue
             b = bars(run, outcome, now, by_step=self._by_step, visible=full, pixels=width, keep=self._keep)  # type: ignore[arg-type]
-            item.setOpts(x0=b.x0, width=b.width, y0=b.y0, height=BAR_HEIGHT)
+            item.setOpts(x0=b.x0, width=b.width, y0=b.y0, height=b.height)
         if full is not None:
             lanes = max(1, run.incarnation) if run is not None else 1
             self.overview.setXRange(*full, padding=0.01)
