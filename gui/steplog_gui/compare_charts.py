@@ -1,0 +1,109 @@
+"""Compare mode's charts: both runs' curves on one axis, so one visibly climbs past the other.
+
+"Tokens spent" adds up everything each agent paid for, kills included (the naive one pays again
+for every step it redoes). "Steps kept" is the work each has to show: the durable run's committed
+steps never go down; the naive run's drop to 0 at every kill, because it keeps nothing. Curves
+are created once and fed with ``setData``; x is seconds since the comparison started, shared with
+the lanes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QHBoxLayout, QWidget
+
+from . import theme
+from .compare_monitor import CompareMonitor
+from .run_state import RunState
+
+REFRESH_MS = 250
+CHARTS = (("tokens", "Tokens spent"), ("steps", "Steps kept"))
+SIDES = ("naive", "durable")
+SIDE_NAMES = {"naive": "naive agent", "durable": "steplog (durable)"}
+
+
+def curve(run: RunState, column: str, origin: float, now: float) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) of one usage column as a staircase (a value holds until the next one) that runs on
+    to ``now`` while the run goes on."""
+    s = run.usage_series
+    if not len(s):
+        return np.zeros(0), np.zeros(0)
+    x, y = s["ts"] - origin, s[column].astype(np.float64)
+    end = (run.finished if run.finished is not None else run.open_until(now)) - origin
+    if end > x[-1]:
+        x, y = np.append(x, end), np.append(y, y[-1])
+    return np.repeat(x, 2)[1:], np.repeat(y, 2)[:-1]
+
+
+class CompareCharts(QWidget):
+    def __init__(self, monitor: CompareMonitor, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._monitor = monitor
+        self.plots: dict[str, pg.PlotWidget] = {}
+        self.curves: dict[tuple[str, str], pg.PlotDataItem] = {}
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        for key, title in CHARTS:
+            plot = pg.PlotWidget()
+            plot.setMenuEnabled(False)
+            plot.setMouseEnabled(x=False, y=False)  # x follows the lanes (set_x_range)
+            plot.showGrid(x=True, y=True, alpha=0.2)
+            plot.setTitle(title)
+            plot.getAxis("bottom").enableAutoSIPrefix(False)
+            plot.getAxis("left").enableAutoSIPrefix(False)
+            legend = plot.addLegend(offset=(8, 8))
+            for side in SIDES:
+                item = plot.plot([], [], stepMode=None)
+                legend.addItem(item, SIDE_NAMES[side])
+                self.curves[(key, side)] = item
+            self.plots[key] = plot
+            row.addWidget(plot)
+        self.apply_palette(theme.current())
+        monitor.compared.connect(lambda _r: self.refresh())
+        self._timer = QTimer(self)  # the curves run on with the clock while the runs go on
+        self._timer.setInterval(REFRESH_MS)
+        self._timer.timeout.connect(self.refresh)
+        self._timer.start()
+
+    def set_x_range(self, lo: float, hi: float) -> None:
+        """The lanes' visible time range (not an ``setXLink``: pyqtgraph links views by screen
+        position, and these charts sit side by side, each under part of the lanes)."""
+        for plot in self.plots.values():
+            plot.setXRange(lo, hi, padding=0)
+
+    def apply_palette(self, pal: theme.Palette) -> None:
+        self._palette = pal
+        colours = {"naive": pal.status["failed"], "durable": pal.status["succeeded"]}
+        for (key, side), item in self.curves.items():
+            item.setPen(pg.mkPen(colours[side], width=2.5))
+        for plot in self.plots.values():
+            plot.setBackground(pal.background)
+            for axis in ("left", "bottom"):
+                plot.getAxis(axis).setPen(pg.mkPen(pal.foreground))
+                plot.getAxis(axis).setTextPen(pg.mkPen(pal.foreground))
+        self.refresh()
+
+    def refresh(self) -> None:
+        result = self._monitor.result
+        pal = self._palette
+        if result is None or not math.isfinite(result.origin):
+            for item in self.curves.values():
+                item.setData([], [])
+            for key, title in CHARTS:
+                self.plots[key].setTitle(title, color=pal.foreground, size="10pt")
+            return
+        now = time.time()
+        runs = {"naive": result.naive, "durable": result.durable}
+        for key, title in CHARTS:
+            last = {}
+            for side in SIDES:
+                x, y = curve(runs[side], key, result.origin, now)
+                self.curves[(key, side)].setData(x, y)
+                last[side] = int(y[-1]) if len(y) else 0
+            self.plots[key].setTitle(f"{title}: naive {last['naive']:,} · durable {last['durable']:,}",
+                                     color=pal.foreground, size="10pt")
