@@ -27,14 +27,14 @@ SIDES = ("naive", "durable")
 SIDE_NAMES = {"naive": "naive agent", "durable": "steplog (durable)"}
 
 
-def curve(run: RunState, column: str, origin: float, now: float) -> tuple[np.ndarray, np.ndarray]:
-    """(x, y) of one usage column as a staircase (a value holds until the next one) that runs on
-    to ``now`` while the run goes on."""
+def curve(run: RunState, column: str, origin: float, until: float) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) of one usage column as a staircase (a value holds until the next one), held level
+    to ``until``: a finished run spends nothing more, and its level stays there to be passed."""
     s = run.usage_series
     if not len(s):
         return np.zeros(0), np.zeros(0)
     x, y = s["ts"] - origin, s[column].astype(np.float64)
-    end = (run.finished if run.finished is not None else run.open_until(now)) - origin
+    end = until - origin
     if end > x[-1]:
         x, y = np.append(x, end), np.append(y, y[-1])
     return np.repeat(x, 2)[1:], np.repeat(y, 2)[:-1]
@@ -99,10 +99,12 @@ class CompareCharts(QWidget):
             return
         now = time.time()
         runs = {"naive": result.naive, "durable": result.durable}
+        ends = (r.finished if r.finished is not None else r.open_until(now) for r in runs.values())
+        until = max((t for t in ends if math.isfinite(t)), default=now)
         for key, title in CHARTS:
             last = {}
             for side in SIDES:
-                x, y = curve(runs[side], key, result.origin, now)
+                x, y = curve(runs[side], key, result.origin, until)
                 self.curves[(key, side)].setData(x, y)
                 last[side] = int(y[-1]) if len(y) else 0
             self.plots[key].setTitle(f"{title}: naive {last['naive']:,} · durable {last['durable']:,}",

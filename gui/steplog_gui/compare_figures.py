@@ -8,6 +8,7 @@ of its steps), times and kills from the log.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,7 @@ def _duplicates(verdict: Any, ledger: Any) -> str:
 def _time(run: RunState, created: float, now: float) -> str:
     if run.finished is not None:
         return f"{run.finished - created:.1f} s ({run.status})"
-    return f"running, {now - created:.0f} s so far" if created == created else "—"
+    return f"running, {now - created:.0f} s so far" if math.isfinite(created) else "—"
 
 
 def _cost(value: float, model: str) -> str:

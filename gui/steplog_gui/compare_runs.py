@@ -4,7 +4,8 @@ Both runs are started together on the demo outbox (``DemoLauncher.when_outbox``)
 own run id, so each has its own part of the outbox's ledger (``Ledger.for_run``) and its own
 workdir beside the log. ``kill_both`` SIGKILLs both process groups back to back (microseconds
 apart) and each ``EngineProcess`` relaunches its run with the same id: the durable one resumes
-from its last checkpoint, the naive one starts over. Auto-kill does the same on a timer.
+from its last checkpoint, the naive one starts over. Auto-kill does the same on a timer until
+the durable run has finished (the naive one then runs to its end: both times to finish are known).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class CompareRuns(QObject):
         self._auto.timeout.connect(self.kill_both)
         for engine in self.engines:
             engine.state_changed.connect(self._engine_changed)
+        demo.demo_failed.connect(self._start_failed)
 
     @property
     def engines(self) -> tuple[EngineProcess, EngineProcess]:
@@ -109,7 +111,12 @@ class CompareRuns(QObject):
         for engine in self.engines:
             engine.terminate_now(grace)
 
+    def _start_failed(self, _why: str) -> None:
+        self._starting = False  # the outbox did not start: nothing was launched (the window says why)
+
     def _engine_changed(self) -> None:
-        if not self.running:
+        if not self.durable.running and self._auto.isActive():
+            # The durable run is done: the comparison is decided. Killing the naive one on and on
+            # would only keep it from ever finishing (and its time to finish from being known).
             self._auto.stop()
         self.state_changed.emit()

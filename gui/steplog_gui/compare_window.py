@@ -10,6 +10,7 @@ The outbox panels on the right show each run's own deliveries; the naive one's d
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -253,9 +254,12 @@ class CompareWindow(QMainWindow):
         if not self._follow or result is None:
             return
         now = time.time()
-        ends = [r.finished if r.finished is not None else (r.last_ts if r.engine_gone() else now)
+        ends = [r.finished if r.finished is not None else r.open_until(now)
                 for r in (result.naive, result.durable)]
-        end = max(e for e in ends if e == e) - result.origin
+        finite = [e for e in ends if math.isfinite(e)]
+        if not finite or not math.isfinite(result.origin):
+            return
+        end = max(finite) - result.origin
         self.lanes["durable"].plot.setXRange(-0.02 * end, end * 1.03 + 0.5, padding=0)
 
     def _update_actions(self) -> None:
