@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QHBoxLayout, QWidget
 
 from . import theme
@@ -63,6 +63,8 @@ class CompareCharts(QWidget):
                 self.curves[(key, side)] = item
             self.plots[key] = plot
             row.addWidget(plot)
+        self._kill_lines: list[tuple[pg.PlotWidget, pg.InfiniteLine]] = []
+        self._kill_key: object = None
         self.apply_palette(theme.current())
         monitor.compared.connect(lambda _r: self.refresh())
         self._timer = QTimer(self)  # the curves run on with the clock while the runs go on
@@ -101,6 +103,7 @@ class CompareCharts(QWidget):
         runs = {"naive": result.naive, "durable": result.durable}
         ends = (r.finished if r.finished is not None else r.open_until(now) for r in runs.values())
         until = max((t for t in ends if math.isfinite(t)), default=now)
+        self._draw_kills(sorted({round(k.ts - result.origin, 3) for r in runs.values() for k in r.kills}))
         for key, title in CHARTS:
             last = {}
             for side in SIDES:
@@ -109,3 +112,19 @@ class CompareCharts(QWidget):
                 last[side] = int(y[-1]) if len(y) else 0
             self.plots[key].setTitle(f"{title}: naive {last['naive']:,} · durable {last['durable']:,}",
                                      color=pal.foreground, size="10pt")
+
+    def _draw_kills(self, xs: list[float]) -> None:
+        """A dashed line at every kill (one Kill now kills both: one line serves both curves)."""
+        key = (tuple(xs), id(self._palette))
+        if key == self._kill_key:
+            return
+        self._kill_key = key
+        for plot, line in self._kill_lines:
+            plot.removeItem(line)
+        self._kill_lines = []
+        pen = pg.mkPen(self._palette.kill, width=1, style=Qt.PenStyle.DashLine)
+        for plot in self.plots.values():
+            for x in xs:
+                line = pg.InfiniteLine(pos=x, angle=90, movable=False, pen=pen)
+                plot.addItem(line, ignoreBounds=True)
+                self._kill_lines.append((plot, line))

@@ -57,7 +57,6 @@ class CompareWindow(QMainWindow):
         self.outboxes = {"naive": OutboxWatcher(self), "durable": OutboxWatcher(self)}
         self.judges = {side: VerdictWatcher(self.view, watcher, self) for side, watcher in self.outboxes.items()}
         self.strips = {side: VerdictStrip(judge) for side, judge in self.judges.items()}
-        self.judges["naive"].verdict_changed.connect(self._naive_redone)  # after the strip's own slot
         self.figures = CompareFigures()
         self.lanes = {"naive": CompareLane(self.view, naive=True), "durable": CompareLane(self.view, naive=False)}
         self.charts = CompareCharts(self.view)
@@ -122,10 +121,11 @@ class CompareWindow(QMainWindow):
             engine.state_changed.connect(self.outboxes["durable"].poke)
         demo.demo_failed.connect(self._show_problem)
         self.view.compared.connect(lambda _r: self._show_figures())
-        for judge in self.judges.values():
+        for judge in self.judges.values():  # connected after the strips: the naive 'Redone' is set last
             judge.verdict_changed.connect(lambda _v: self._show_figures())
         for watcher in self.outboxes.values():
             watcher.ledger_changed.connect(lambda _l: self._show_figures())
+        theme.Theme(self).changed.connect(self.apply_palette)  # the OS switched light/dark
         self._timer = QTimer(self)
         self._timer.setInterval(FOLLOW_MS)
         self._timer.timeout.connect(self._tick)

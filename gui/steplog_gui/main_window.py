@@ -444,6 +444,8 @@ class MainWindow(QMainWindow):
         self.banner.setVisible(bool(text))
 
     def _apply_palette(self, pal: theme.Palette) -> None:
+        if self.compare is not None:
+            self.compare.apply_palette(pal)
         self.timeline.apply_palette(pal)
         self.charts.apply_palette(pal)
         self.verdict.show_verdict(self.judge.verdict)

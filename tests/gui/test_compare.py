@@ -104,6 +104,15 @@ def test_one_kill_now_kills_both_naive_fails_with_its_duplicates_durable_passes(
     tokens = compare.charts.curves[("tokens", "naive")].getData()[1]
     assert tokens[-1] == compare.view.result.trace.tokens
 
+    # The monitor's own outbox panel shows the selected run's deliveries only: the durable run's
+    # messages have the naive run's bodies, and are not its duplicates.
+    window.select_run(durable_id)
+    qtbot.waitUntil(lambda: window.watcher.run_id == durable_id and window.watcher.ledger is not None
+                    and window.outbox_panel.deliveries.rowCount() == len(compare.outboxes["durable"].ledger.deliveries),
+                    timeout=10_000)
+    model = window.outbox_panel.deliveries
+    assert not any(model.record(row)["duplicate"] for row in range(model.rowCount()))
+
     compare.close()
     assert not compare.runs.running and not window.act_compare.isChecked() and window.compare is None
 
