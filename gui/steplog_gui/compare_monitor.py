@@ -19,7 +19,7 @@ from steplog.agents.trace import TRACE_FILE, read_trace
 from . import jobs
 from .compare_state import ComparedRuns, compare
 from .monitor import Monitor
-from .repository import Event, LogRepository, LogUnavailable
+from .repository import Event, LogNotReady, LogRepository
 
 POLL_MS = 200
 """How often the trace file's size is looked at (a ``stat``), and the longest a change waits."""
@@ -111,9 +111,10 @@ class CompareMonitor(Monitor):
 
     def _failed(self, exc: BaseException) -> None:
         self._busy = False
-        self._changed = True  # try again at the next tick (the log may not exist yet)
-        if not isinstance(exc, LogUnavailable):
-            self.problem_changed.emit(f"compare mode could not read the runs: {exc}")
+        self._changed = True  # try again at the next tick
+        if isinstance(exc, LogNotReady) or not self.path.exists():
+            return  # the engines are creating the log right now
+        self._problem(f"compare mode cannot read the runs: {exc}")
 
     def _done(self, naive_id: str, durable_id: str, out: Any) -> None:
         self._busy = False
@@ -121,6 +122,8 @@ class CompareMonitor(Monitor):
         if (naive_id, durable_id) != (self.naive_id, self.durable_id):
             return  # a new comparison started meanwhile
         self._trace = self._trace or trace
+        if self.problem:
+            self._problem("")
         self.result = result
         known = set(self.state.runs)
         self.state.runs = {naive_id: result.naive, durable_id: result.durable}

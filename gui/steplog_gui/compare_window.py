@@ -120,6 +120,7 @@ class CompareWindow(QMainWindow):
             engine.state_changed.connect(self.outboxes["naive"].poke)
             engine.state_changed.connect(self.outboxes["durable"].poke)
         demo.demo_failed.connect(self._show_problem)
+        self.view.problem_changed.connect(self._show_problem)
         self.view.compared.connect(lambda _r: self._show_figures())
         for judge in self.judges.values():  # connected after the strips: the naive 'Redone' is set last
             judge.verdict_changed.connect(lambda _v: self._show_figures())
