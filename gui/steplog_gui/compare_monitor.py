@@ -66,8 +66,10 @@ class CompareMonitor(Monitor):
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self._tick)
+        # Bound methods, not lambdas: Qt drops these connections when this monitor goes (with its
+        # window) while the source lives on.
         source.runs_changed.connect(self._on_source_changed)
-        source.state_reset.connect(lambda: self.set_runs(None, None))
+        source.state_reset.connect(self._on_source_reset)
 
     def start(self) -> None:
         """Nothing to tail: the source monitor and the trace file drive this one."""
@@ -86,6 +88,9 @@ class CompareMonitor(Monitor):
             self._tick()
         else:
             self._timer.stop()
+
+    def _on_source_reset(self) -> None:
+        self.set_runs(None, None)  # another log was opened: this comparison is not in it
 
     def _on_source_changed(self, run_ids: set[str]) -> None:
         if self.naive_id in run_ids or self.durable_id in run_ids:

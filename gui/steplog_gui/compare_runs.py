@@ -43,7 +43,7 @@ class CompareRuns(QObject):
         self.kills = 0
         self._starting = False
         self._auto = QTimer(self)
-        self._auto.timeout.connect(self.kill_both)
+        self._auto.timeout.connect(self._auto_kill)
         for engine in self.engines:
             engine.state_changed.connect(self._engine_changed)
         demo.demo_failed.connect(self._start_failed)
@@ -97,6 +97,18 @@ class CompareRuns(QObject):
             self.killed.emit(at, n)
         return n
 
+    def _auto_kill(self) -> None:
+        if not self.durable.running:  # asked of the process now, not of the last poll
+            self._stop_auto()
+            return
+        self.kill_both()
+
+    def _stop_auto(self) -> None:
+        # The durable run is done: the comparison is decided. Killing the naive one on and on
+        # would only keep it from ever finishing (and its time to finish from being known).
+        self._auto.stop()
+        self.state_changed.emit()
+
     def set_auto_kill(self, seconds: float) -> None:
         """Kill both every ``seconds`` (0 turns it off)."""
         if seconds > 0:
@@ -116,7 +128,6 @@ class CompareRuns(QObject):
 
     def _engine_changed(self) -> None:
         if not self.durable.running and self._auto.isActive():
-            # The durable run is done: the comparison is decided. Killing the naive one on and on
-            # would only keep it from ever finishing (and its time to finish from being known).
-            self._auto.stop()
+            self._stop_auto()
+            return
         self.state_changed.emit()

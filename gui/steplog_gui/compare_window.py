@@ -267,8 +267,9 @@ class CompareWindow(QMainWindow):
         running = self.runs.running
         self.act_kill.setEnabled(running)
         self.act_start.setEnabled(not running)
-        if not running and self.auto_kill.isChecked():
+        if self.auto_kill.isChecked() and not self.runs.auto_kill_seconds:  # stopped: the durable run is done
             self.auto_kill.setChecked(False)
+            self.statusBar().showMessage("the durable run is done: auto-kill stopped, the naive one runs to its end")
 
     def _show_problem(self, text: str) -> None:
         self.banner.setText(text)

@@ -133,3 +133,26 @@ def compare_figures(compare: CompareWindow) -> Any:
 
     return figures(compare.view.result, compare.judges["naive"].verdict, compare.judges["durable"].verdict,
                    compare.outboxes["naive"].ledger, compare.outboxes["durable"].ledger)
+
+
+def test_auto_kill_kills_both_together_until_the_durable_run_is_done_then_the_naive_one_finishes(  # type: ignore[no-untyped-def]
+        qtbot, window: MainWindow) -> None:
+    compare = window.open_compare(DemoConfig(params={"tickets": "6"}, pace=0.4))
+    qtbot.waitUntil(lambda: compare.runs.naive.running and compare.runs.durable.running, timeout=20_000)
+    naive_id, durable_id = compare.runs.naive_id, compare.runs.durable_id
+    compare.auto_seconds.setValue(1.5)
+    compare.auto_kill.setChecked(True)
+    assert compare.runs.auto_kill_seconds == 1.5
+
+    qtbot.waitUntil(lambda: (r := compare.view.run(durable_id)) is not None and r.terminal, timeout=60_000)
+    qtbot.waitUntil(lambda: not compare.auto_kill.isChecked(), timeout=5_000)  # the comparison is decided
+    qtbot.waitUntil(lambda: (r := compare.view.run(naive_id)) is not None and r.terminal, timeout=60_000)
+
+    naive, durable = compare.view.run(naive_id), compare.view.run(durable_id)
+    assert naive is not None and durable is not None
+    assert naive.status == durable.status == "succeeded"
+    assert len(durable.kills) >= 1 and len(naive.kills) == len(durable.kills) == compare.runs.kills
+    assert all(abs(n.ts - d.ts) < 0.05 for n, d in zip(naive.kills, durable.kills))
+    ex = naive.executions
+    last = ex["seq"][ex["lane"] == naive.incarnation]
+    assert last[0] == 1 and len(set(last)) == len(durable.step_names)  # its last pass did every step, from 1
