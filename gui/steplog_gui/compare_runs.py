@@ -98,7 +98,9 @@ class CompareRuns(QObject):
         return n
 
     def _auto_kill(self) -> None:
-        if not self.durable.running:  # asked of the process now, not of the last poll
+        run = self._monitor.run(self.durable_id) if self.durable_id else None
+        # Done when its terminal record is in the log: its process may take a moment more to exit.
+        if not self.durable.running or (run is not None and run.terminal):
             self._stop_auto()
             return
         self.kill_both()
