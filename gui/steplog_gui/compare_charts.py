@@ -56,7 +56,7 @@ class CompareCharts(QWidget):
             plot.setTitle(title)
             plot.getAxis("bottom").enableAutoSIPrefix(False)
             plot.getAxis("left").enableAutoSIPrefix(False)
-            legend = plot.addLegend(offset=(8, 8))
+            legend = plot.addLegend(offset=(-8, -8))  # bottom right: both curves rise away from it
             for side in SIDES:
                 item = plot.plot([], [], stepMode=None)
                 legend.addItem(item, SIDE_NAMES[side])
