@@ -193,8 +193,12 @@ class CompareWindow(QMainWindow):
             self.statusBar().showMessage("the comparison is still running: let it finish first")
             return
         self._show_problem("")
+        try:
+            self.runs.start(self.config)
+        except RuntimeError as exc:  # still starting the last one (its outbox is coming up)
+            self.statusBar().showMessage(str(exc))
+            return
         self.statusBar().showMessage("starting both agents (and the demo outbox)…")
-        self.runs.start(self.config)
 
     def kill_both(self) -> None:
         if not self.runs.kill_both():

@@ -156,3 +156,10 @@ def test_auto_kill_kills_both_together_until_the_durable_run_is_done_then_the_na
     ex = naive.executions
     last = ex["seq"][ex["lane"] == naive.incarnation]
     assert last[0] == 1 and len(set(last)) == len(durable.step_names)  # its last pass did every step, from 1
+    # Again: new run ids, the same outbox; the lanes and strips follow the new pair.
+    qtbot.waitUntil(compare.act_start.isEnabled, timeout=10_000)  # once both processes are gone
+    compare.act_start.trigger()
+    qtbot.waitUntil(lambda: compare.runs.naive_id not in (None, naive_id) and compare.runs.durable.running,
+                    timeout=20_000)
+    assert compare.view.naive_id == compare.judges["naive"].run_id == compare.runs.naive_id
+    assert compare.outboxes["durable"].run_id == compare.runs.durable_id
