@@ -208,6 +208,11 @@ class Run:
     def incarnation(self) -> int:
         return self._journal.incarnation
 
+    @property
+    def pace(self) -> float:
+        """Seconds of simulated thinking per model call (``--pace``); 0 in tests and real runs."""
+        return self._pace
+
     # -- the public steps -------------------------------------------------------------------
 
     def step(self, name: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

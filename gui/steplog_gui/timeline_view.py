@@ -265,7 +265,7 @@ class TimelineView(QWidget):
     def _draw(self, outcome: int, run: RunState | None, now: float) -> None:
         item = self._items[outcome]
         if run is None:
-            item.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0))
+            item.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT)
             return
         box = self.plot.getViewBox()
         pixels = max(1, int(box.width()))
@@ -296,7 +296,7 @@ class TimelineView(QWidget):
             full = (float(np.nanmin(x0)), float(np.nanmax(x1)))
         for outcome, item in self._overview_items.items():
             if full is None:
-                item.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0))
+                item.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT)
                 continue
             b = bars(run, outcome, now, by_step=self._by_step, visible=full, pixels=width, keep=self._keep)  # type: ignore[arg-type]
             item.setOpts(x0=b.x0, width=b.width, y0=b.y0, height=b.height)
@@ -309,7 +309,7 @@ class TimelineView(QWidget):
     def _draw_selection(self) -> None:
         run = self.run()
         if run is None or self._selected_seq is None:
-            self._selected.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0))
+            self._selected.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT + 0.1)
             return
         ex = run.executions
         mask = ex["seq"] == self._selected_seq
