@@ -90,7 +90,7 @@ def test_a_signal_sent_before_the_wait_is_kept_and_consumed_by_it(engine: Engine
     witness = tmp_path / "witness.db"
     db = str(engine.db)
     proc = engine.start("run", APPROVAL, "--run-id", "early", "--db", db, "--param", f"witness={witness}",
-                        "--param", "pause=0.3")
+                        "--param", "pause=1.0")  # ~3 s of work before the wait: room for a slow signal command
     wait_until(lambda: engine.events("step_committed") >= 1)
     assert engine.run("signal", "early", "approve", "--db", db, "--data", '{"approved": false}').returncode == 0
     code, out, err = finish(proc)
