@@ -104,10 +104,10 @@ def test_agent_run_async_from_running_asyncio_code(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_parallel_demo_passes_a_storm_of_30_kills_and_the_crash_point_sweep(engine: Engine, tmp_path: Path) -> None:
-    storm = engine.run("killtest", "demo_async", "--kills", "32", "--param", "tickets=6", "--json", timeout=300)
+    storm = engine.run("killtest", "demo_async", "--kills", "32", "--json", timeout=300)  # all 16 tickets
     report = json.loads(storm.stdout)
     assert storm.returncode == 0 and report["passed"], storm.stdout[-3000:]
-    assert report["storm"]["kills"] >= 30
+    assert report["storm"]["kills"] >= 30, "the run finished before the storm's kills landed"
     in_flight = [c for c in report["storm"]["verdict"]["checks"] if c["name"] == "at most one redone step per kill"]
     assert in_flight and in_flight[0]["ok"]
     sweep = engine.run("killtest", "demo_async", "--kills", "0", "--sweep", "--param", "tickets=2", "--json",

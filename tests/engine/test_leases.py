@@ -59,6 +59,25 @@ def test_a_live_engine_is_not_taken_over_and_nothing_is_written(engine: Engine, 
         kill_group(first)
 
 
+def freeze_outside_a_write(engine: Engine, proc: subprocess.Popen[str]) -> None:
+    """SIGSTOP the engine at a moment none of its threads holds the log's write lock (its lease
+    heartbeat writes too): a process stopped inside a transaction would block every writer, B
+    included, which is not the case under test."""
+    for _ in range(50):
+        os.killpg(proc.pid, signal.SIGSTOP)
+        probe = sqlite3.connect(engine.db, timeout=0.2, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            os.killpg(proc.pid, signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            probe.close()
+    raise AssertionError("the engine held the write lock every time it was frozen")
+
+
 def test_a_zombie_finds_itself_fenced_and_writes_nothing(engine: Engine, tmp_path: Path) -> None:
     """Stop engine A mid-step, let its lease expire, let B finish the run, then continue A."""
     args = witness_run(engine, "zombie", tmp_path, n=8, pause=0.3, extra=("--lease-seconds", "1"))
@@ -66,7 +85,7 @@ def test_a_zombie_finds_itself_fenced_and_writes_nothing(engine: Engine, tmp_pat
     try:
         # Freeze A while it sleeps inside a step body (not inside a write transaction).
         wait_for(lambda: engine.events("step_started", seq=6) == 1, what="step 6")
-        os.killpg(a.pid, signal.SIGSTOP)
+        freeze_outside_a_write(engine, a)
         wait_for(lambda: engine.query("SELECT lease_expires FROM run")[0][0] < time.time(), what="lease expiry")
         b = engine.run(*args)
         assert b.returncode == 0, b.stderr
