@@ -231,12 +231,22 @@ class LogRepository:
             raise self._unavailable(exc) from exc
 
     def step_names(self, run_id: str, upto: int) -> dict[int, tuple[str, str]]:
-        """seq -> (name, kind) as the run's ``step_started`` events up to ``upto`` say (the last wins)."""
-        rows = self._query("SELECT seq, coalesce(json_extract(data, '$.name'), ''),"
-                           " coalesce(json_extract(data, '$.kind'), '') FROM event"
-                           " WHERE run_id = ? AND id <= ? AND kind = ? AND seq IS NOT NULL AND json_valid(data) ORDER BY id",
-                           (run_id, upto, EventKind.STEP_STARTED.value))
-        return {seq: (str(name), str(kind)) for seq, name, kind in rows}
+        """seq -> (name, kind) as the run's ``step_started`` events up to ``upto`` say (the last wins).
+
+        Read row by row into the dict (no list of 100k rows on the way), each kind string kept
+        once: a 100k-step run's names are most of what the monitor holds for it."""
+        sql = ("SELECT seq, coalesce(json_extract(data, '$.name'), ''), coalesce(json_extract(data, '$.kind'), '')"
+               " FROM event WHERE run_id = ? AND id <= ? AND kind = ? AND seq IS NOT NULL AND json_valid(data)"
+               " ORDER BY id")
+        names: dict[int, tuple[str, str]] = {}
+        kinds: dict[str, str] = {}
+        try:
+            for seq, name, kind in self._c().execute(sql, (run_id, upto, EventKind.STEP_STARTED.value)):
+                kind = str(kind)
+                names[seq] = (str(name), kinds.setdefault(kind, kind))
+        except sqlite3.DatabaseError as exc:
+            raise self._unavailable(exc) from exc
+        return names
 
     def _unavailable(self, exc: sqlite3.DatabaseError) -> LogUnavailable:
         self.close()
