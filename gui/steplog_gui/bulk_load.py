@@ -24,7 +24,7 @@ import numpy.typing as npt
 from steplog.events import EventKind
 
 from .repository import KIND_CODES, NULL_SEQ, Event, LogRepository
-from .run_state import (COMMITTED, EXECUTION_FIELDS, FAILED, GAVE_UP, REDONE, RUNNING, Columns, Kill,
+from .run_state import (COMMITTED, COPIED, EXECUTION_FIELDS, FAILED, GAVE_UP, REDONE, RUNNING, Columns, Kill,
                         RunState)
 
 I = npt.NDArray[np.int64]
@@ -38,9 +38,12 @@ STARTED, COMMIT, DECIDED = _code(EventKind.STEP_STARTED), _code(EventKind.STEP_C
 EFFECT_STARTED, EFFECT_DONE = _code(EventKind.EFFECT_STARTED), _code(EventKind.EFFECT_COMPLETED)
 ATTEMPT_FAILED, LEASE, FINISHED = (_code(EventKind.STEP_ATTEMPT_FAILED), _code(EventKind.LEASE_ACQUIRED),
                                    _code(EventKind.RUN_FINISHED))
+FOLDED = (EventKind.WAITING, EventKind.CANCEL_REQUESTED, EventKind.RETRIED)
+"""Run control's kinds: folded by ``RunState.apply`` itself (few per run; it owns their meaning)."""
+COPIED_STEP = _code(EventKind.STEP_COPIED)
 CONTROL = tuple(_code(k) for k in (EventKind.RUN_CREATED, EventKind.BUDGET_CHANGED, EventKind.LEASE_ACQUIRED,
-                                   EventKind.LEASE_RELEASED, EventKind.RUN_FINISHED))
-"""Kinds whose payload the summary needs: few per run, read and folded one by one."""
+                                   EventKind.LEASE_RELEASED, EventKind.RUN_FINISHED, *FOLDED, EventKind.STEP_COPIED))
+"""Kinds whose payload the summary needs: few per run (a fork's copied steps aside), read and folded one by one."""
 STEP_KINDS = (STARTED, COMMIT, DECIDED, EFFECT_STARTED, EFFECT_DONE, ATTEMPT_FAILED)
 
 
@@ -68,15 +71,17 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
     lease_end: dict[int, float] = {}  # position of a lease_acquired -> where the steps it interrupts end
     finishes: dict[int, Event] = {}  # position of a run_finished -> the event
     kill_at: list[tuple[int, Kill]] = []
+    copied: list[tuple[int, Event]] = []  # a fork's copied steps: bars of their own (lane 0)
+    waited_at = -1
     positions = np.searchsorted(cols["id"], [ev.id for ev in controls])
     for p, ev in zip(positions.tolist(), controls):
         d = ev.data
-        if ev.kind == EventKind.RUN_CREATED:
-            run.agent = str(d.get("agent", "?"))
-            run.params = dict(d.get("params") or {})
-            run.model = str(d.get("model") or "offline")
-            run.limits = dict(d.get("budget") or {})
-            run.created = ev.ts
+        if ev.kind in (EventKind.RUN_CREATED, *FOLDED):
+            run.apply(ev)  # the run's identity, a fork's parent, waiting, a cancel asked, a retry
+            if ev.kind == EventKind.WAITING:
+                waited_at = p
+        elif ev.kind == EventKind.STEP_COPIED:
+            copied.append((p, ev))
         elif ev.kind == EventKind.BUDGET_CHANGED:
             run.limits.update({k: d.get(k) for k in ("steps", "tokens", "seconds", "cost_usd", "retries", "recoveries")})
             if d.get("reopened"):
@@ -102,6 +107,7 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
             run.reason = d.get("reason")
             run.finished = ev.ts
             run.pid = None
+            run.waiting_for = run.waiting_since = None
             finishes[p] = ev
         elif ev.kind == EventKind.LEASE_RELEASED:
             run.pid = None
@@ -113,6 +119,8 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
 
     has_seq = seq != NULL_SEQ
     commits = np.flatnonzero((code == COMMIT) & has_seq)
+    if run.status == "waiting" and len(commits) and commits[-1] > waited_at:  # the wait was answered
+        run.status, run.waiting_for, run.waiting_since = "running", None, None
     for p, kill in kill_at:  # the first step a later incarnation committed after the takeover
         j = int(np.searchsorted(commits, p, side="right"))
         while j < len(commits) and inc[commits[j]] <= kill.killed_incarnation:
@@ -122,12 +130,13 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
 
     decisions = np.flatnonzero((code == DECIDED) & has_seq)
     tokens = repo.decision_tokens(cols["id"][decisions])
-    _executions(run, cols, n, lease_end, finishes, decisions, tokens)
+    _executions(run, cols, n, lease_end, finishes, decisions, tokens, copied)
     return run
 
 
 def _executions(run: RunState, cols: npt.NDArray[Any], n: int, lease_end: dict[int, float],
-                finishes: dict[int, Event], decisions: I, tokens: npt.NDArray[Any]) -> None:
+                finishes: dict[int, Event], decisions: I, tokens: npt.NDArray[Any],
+                copied: list[tuple[int, Event]]) -> None:
     """Every step execution's bar, with array operations. Positions index ``cols`` (id order);
     ``n`` stands for "never"."""
     code, seq, ts, inc = cols["code"], cols["seq"], cols["ts"], cols["incarnation"]
@@ -176,7 +185,7 @@ def _executions(run: RunState, cols: npt.NDArray[Any], n: int, lease_end: dict[i
     for p, dead_end in lease_end.items():
         closing_outcome[p], closing_end[p] = REDONE, dead_end
     for p, ev in finishes.items():
-        closing_outcome[p] = GAVE_UP if ev.data.get("status", "failed") == "gave_up" else FAILED
+        closing_outcome[p] = GAVE_UP if ev.data.get("status", "failed") in ("gave_up", "cancelled") else FAILED
         closing_end[p] = ev.ts
     taken = np.flatnonzero((close == global_close) & (close < n))
     outcome[taken], end[taken] = closing_outcome[close[taken]], closing_end[close[taken]]
@@ -204,7 +213,7 @@ def _executions(run: RunState, cols: npt.NDArray[Any], n: int, lease_end: dict[i
     created_at = [starts]
     closed_by_finish = set(close[taken].tolist())
     markers = [p for p, ev in finishes.items() if ev.data.get("status") == "gave_up" and p not in closed_by_finish]
-    rows = np.zeros(m + len(markers), dtype=np.dtype(list(EXECUTION_FIELDS.items())))
+    rows = np.zeros(m + len(markers) + len(copied), dtype=np.dtype(list(EXECUTION_FIELDS.items())))
     rows["start"][:m], rows["end"][:m], rows["lane"][:m] = ts[starts], end, inc[starts]
     rows["outcome"][:m], rows["seq"][:m], rows["phase"][:m] = outcome, seq[starts], phase
     rows["tokens"][:m], rows["estimated"][:m] = tok, est
@@ -212,6 +221,10 @@ def _executions(run: RunState, cols: npt.NDArray[Any], n: int, lease_end: dict[i
         ev = finishes[p]
         rows[m + j] = (ev.ts, ev.ts + 0.05, ev.incarnation, GAVE_UP, -1, 0, 0, False)
         run.step_names[-1] = (f"gave up: {ev.data.get('reason') or ''}", "budget")
+        created_at.append(np.array([p]))
+    for j, (p, ev) in enumerate(copied, start=m + len(markers)):
+        first, last = run.copied_span(ev)
+        rows[j] = (first, last, 0, COPIED, ev.seq, 3, 0, False)
         created_at.append(np.array([p]))
     at = np.concatenate(created_at)
     index = np.argsort(at, kind="stable")

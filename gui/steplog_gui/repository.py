@@ -27,7 +27,8 @@ from steplog.openfiles import identity
 KIND_CODES: tuple[EventKind, ...] = (
     EventKind.STEP_STARTED, EventKind.STEP_COMMITTED, EventKind.DECISION_RECORDED, EventKind.EFFECT_STARTED,
     EventKind.EFFECT_COMPLETED, EventKind.STEP_ATTEMPT_FAILED, EventKind.LEASE_ACQUIRED, EventKind.RUN_FINISHED,
-    EventKind.RUN_CREATED, EventKind.BUDGET_CHANGED, EventKind.LEASE_RELEASED)
+    EventKind.RUN_CREATED, EventKind.BUDGET_CHANGED, EventKind.LEASE_RELEASED, EventKind.WAITING,
+    EventKind.CANCEL_REQUESTED, EventKind.RETRIED, EventKind.STEP_COPIED)
 """The kinds a columnar read codes as small integers: ``KIND_CODES[code - 1]``; 0 is any other kind."""
 NULL_SEQ = -(2 ** 62)
 """``seq`` of an event that has none, in columns (-1 is taken: the timeline's gave-up marker)."""
@@ -231,17 +232,19 @@ class LogRepository:
             raise self._unavailable(exc) from exc
 
     def step_names(self, run_id: str, upto: int) -> dict[int, tuple[str, str]]:
-        """seq -> (name, kind) as the run's ``step_started`` events up to ``upto`` say (the last wins).
+        """seq -> (name, kind) as the run's ``step_started`` (and a fork's ``step_copied``) events up
+        to ``upto`` say (the last wins).
 
         Read row by row into the dict (no list of 100k rows on the way), each kind string kept
         once: a 100k-step run's names are most of what the monitor holds for it."""
         sql = ("SELECT seq, coalesce(json_extract(data, '$.name'), ''), coalesce(json_extract(data, '$.kind'), '')"
-               " FROM event WHERE run_id = ? AND id <= ? AND kind = ? AND seq IS NOT NULL AND json_valid(data)"
+               " FROM event WHERE run_id = ? AND id <= ? AND kind IN (?, ?) AND seq IS NOT NULL AND json_valid(data)"
                " ORDER BY id")
         names: dict[int, tuple[str, str]] = {}
         kinds: dict[str, str] = {}
         try:
-            for seq, name, kind in self._c().execute(sql, (run_id, upto, EventKind.STEP_STARTED.value)):
+            for seq, name, kind in self._c().execute(
+                    sql, (run_id, upto, EventKind.STEP_STARTED.value, EventKind.STEP_COPIED.value)):
                 kind = str(kind)
                 names[seq] = (str(name), kinds.setdefault(kind, kind))
         except sqlite3.DatabaseError as exc:

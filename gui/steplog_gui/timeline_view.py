@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QToolTip, QVBox
 
 from . import theme
 from .monitor import Monitor
-from .run_state import COMMITTED, FAILED, GAVE_UP, REDONE, RUNNING, RunState
+from .run_state import COMMITTED, COPIED, FAILED, GAVE_UP, REDONE, RUNNING, RunState
 from .timeline_data import BAR_HEIGHT, bars, describe, kill_marks, name_filter, nearest, spans
 
 REFRESH_MS = 100
@@ -40,7 +40,7 @@ PICK_PIXELS = 6
 OUTLINE_MAX_BARS = 5000
 OVERVIEW_EVERY_S = 0.5
 """A live run's overview strip (the whole run at a glance) is redrawn at most this often."""
-OUTCOMES = (COMMITTED, REDONE, FAILED, GAVE_UP, RUNNING)
+OUTCOMES = (COPIED, COMMITTED, REDONE, FAILED, GAVE_UP, RUNNING)
 
 
 class TimelineView(QWidget):
@@ -73,7 +73,7 @@ class TimelineView(QWidget):
         self.plot.showGrid(x=True, y=False, alpha=0.25)
         self.plot.setMouseEnabled(x=True, y=False)
         self.plot.getPlotItem().setMenuEnabled(False)
-        self.plot.getViewBox().setLimits(yMin=0, minYRange=1)
+        self.plot.getViewBox().setLimits(yMin=-0.6, minYRange=1)
         self._items: dict[int, pg.BarGraphItem] = {}
         for outcome in OUTCOMES:
             item = pg.BarGraphItem(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT, pen=None)
@@ -86,6 +86,13 @@ class TimelineView(QWidget):
         self.plot.addItem(self._kills)
         self._kill_labels: list[pg.TextItem] = []
         self._kill_key: object = None
+        # A fork's start: its copied steps (lane 0) are left of this line, its own to the right.
+        self._fork_line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#888888", width=2,
+                                                                               style=Qt.PenStyle.DashLine))
+        self._fork_label = pg.TextItem("", anchor=(0, 1))
+        for item in (self._fork_line, self._fork_label):
+            item.hide()
+            self.plot.addItem(item)
         self._outlined: dict[int, bool] = {}
         self._selected_seq: int | None = None
         self._overview_run: RunState | None = None
@@ -234,17 +241,31 @@ class TimelineView(QWidget):
         else:
             self._overview_stale = True
         self._draw_kills(run)
+        self._draw_fork(run)
         self._draw_selection()
         if run is not None:
             lanes = max(1, run.incarnation)
             ax = self.plot.getAxis("left")
             step = max(1, lanes // 12)
-            ax.setTicks([[(i, str(i)) for i in range(1, lanes + 1, step)], []])
+            ticks = [(i, str(i)) for i in range(1, lanes + 1, step)]
+            ax.setTicks([([(0, "copied")] if run.forked_from else []) + ticks, []])
+
+    def _draw_fork(self, run: RunState | None) -> None:
+        fork = run.forked_from if run is not None else None
+        self._fork_line.setVisible(fork is not None)
+        self._fork_label.setVisible(fork is not None)
+        if run is None or fork is None:
+            return
+        x = fork[1] - 0.5 if self._by_step else 0.0
+        self._fork_line.setPos(x)
+        self._fork_label.setText(f"forked from {fork[0]} at step {fork[1]}")
+        self._fork_label.setColor(self._palette.foreground)
+        self._fork_label.setPos(x, max(1, run.incarnation) + 0.45)
 
     def _draw(self, outcome: int, run: RunState | None, now: float) -> None:
         item = self._items[outcome]
         if run is None:
-            item.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0))
+            item.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT)
             return
         box = self.plot.getViewBox()
         pixels = max(1, int(box.width()))
@@ -263,7 +284,7 @@ class TimelineView(QWidget):
         if outlined != self._outlined.get(outcome):
             self._outlined[outcome] = outlined
             item.setOpts(pen=pg.mkPen(self._palette.background, width=1) if outlined else None)
-        item.setOpts(x0=b.x0, width=b.width, y0=b.y0, height=BAR_HEIGHT)
+        item.setOpts(x0=b.x0, width=b.width, y0=b.y0, height=b.height)
 
     def _draw_overview(self, run: RunState | None, now: float) -> None:
         """The whole run at a glance (aggregated to the strip's width), lanes squeezed to fit."""
@@ -275,10 +296,10 @@ class TimelineView(QWidget):
             full = (float(np.nanmin(x0)), float(np.nanmax(x1)))
         for outcome, item in self._overview_items.items():
             if full is None:
-                item.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0))
+                item.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT)
                 continue
             b = bars(run, outcome, now, by_step=self._by_step, visible=full, pixels=width, keep=self._keep)  # type: ignore[arg-type]
-            item.setOpts(x0=b.x0, width=b.width, y0=b.y0, height=BAR_HEIGHT)
+            item.setOpts(x0=b.x0, width=b.width, y0=b.y0, height=b.height)
         if full is not None:
             lanes = max(1, run.incarnation) if run is not None else 1
             self.overview.setXRange(*full, padding=0.01)
@@ -288,7 +309,7 @@ class TimelineView(QWidget):
     def _draw_selection(self) -> None:
         run = self.run()
         if run is None or self._selected_seq is None:
-            self._selected.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0))
+            self._selected.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT + 0.1)
             return
         ex = run.executions
         mask = ex["seq"] == self._selected_seq

@@ -77,7 +77,8 @@ def synthetic_events(run_id: str, steps: int, *, kill_every: int = 0, step_secon
 
 
 SCALARS = ("agent", "params", "model", "limits", "status", "reason", "created", "finished", "last_ts", "usage",
-           "incarnation", "pid", "host", "kills", "step_names", "_open", "_last_ts_by_inc")
+           "incarnation", "pid", "host", "kills", "step_names", "_open", "_last_ts_by_inc", "forked_from",
+           "waiting_for", "waiting_since", "cancel_requested", "_copied_shift")
 
 
 def assert_same(bulk: Any, folded: Any, where: str) -> None:

@@ -178,6 +178,33 @@ def test_a_long_noop_run_loads_as_it_folds(engine: Engine) -> None:
         repo.close()
 
 
+def test_run_control_loads_as_it_folds(engine: Engine, tmp_path: Path) -> None:
+    """A run that waits, is signalled and finishes; a fork with its copied prefix that waits; a
+    cancelled run; a failed run retried: every cut of the log loads as it folds."""
+    from steplog_gui.run_state import COPIED
+
+    db = str(engine.db)
+    approval = ["run", f"{AGENTS}:approval", "--db", db, "--param", f"witness={tmp_path / 'w.db'}"]
+    assert engine.run(*approval, "--run-id", "W", "--exit-when-waiting").returncode == 6
+    assert engine.run("signal", "W", "approve", "--db", db, "--data", '{"approved": true}').returncode == 0
+    assert engine.run(*approval, "--run-id", "W").returncode == 0
+    assert engine.run("fork", "W", "--at-step", "5", "--run-id", "F", "--db", db, "--exit-when-waiting").returncode == 6
+    assert engine.run("cancel", "F", "--db", db).returncode == 0
+    fixed = tmp_path / "fixed"
+    fixable = ["run", f"{AGENTS}:fixable", "--run-id", "R", "--db", db, "--param", f"witness={tmp_path / 'w.db'}",
+               "--param", f"fixed_when={fixed}"]
+    assert engine.run(*fixable).returncode == 4
+    fixed.touch()
+    assert engine.run("retry", "R", "--db", db).returncode == 0
+    folded = assert_every_cut_agrees(engine.db, step=2)
+    assert folded.runs["W"].status == "succeeded" and folded.runs["W"].waiting_for is None
+    fork = folded.runs["F"]
+    assert fork.forked_from == ("W", 5) and fork.status == "cancelled"
+    assert sorted(fork.executions["seq"][fork.executions["outcome"] == COPIED].tolist()) == [1, 2, 3, 4]
+    assert fork.step_names[1][0] == "compute 0"
+    assert folded.runs["R"].status == "succeeded"
+
+
 def test_a_log_opened_in_slices_lists_its_runs_in_order_then_tails(qtbot, qtmodeltester, engine: Engine,  # type: ignore[no-untyped-def]
                                                                    tmp_path: Path, monkeypatch) -> None:
     """Opening hands runs over a slice at a time (here one run per slice), oldest first, the runs
