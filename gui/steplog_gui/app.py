@@ -61,7 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # it" does: the engine is stopped at a step boundary and the demo's outbox with it, no dialog,
     # nothing left running behind a window that is gone. The handler only schedules the close:
     # Python runs it between any two bytecodes, possibly in the middle of a paint event.
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    stops = [signal.SIGINT, signal.SIGTERM]
+    if sys.platform != "win32":
+        stops.append(signal.SIGHUP)
+    for signum in stops:
         signal.signal(signum, lambda *_: QTimer.singleShot(0, lambda: _stop_and_close(window)))
     keepalive = QTimer()  # lets Python see the signal while Qt's loop runs
     keepalive.start(250)

@@ -205,3 +205,19 @@ def mapper(run: steplog.Run, n: int = 12, concurrency: int = 3) -> dict[str, Any
     """``run.map`` from a sync agent: results in item order, never more than ``concurrency`` at once."""
     most = run.map("count", _counted, range(n), concurrency=concurrency)
     return {"most_at_once": max(most), "keys": run.map("key", lambda _i: steplog.current_key(), range(3))}
+
+
+@steplog.agent
+async def async_approval(run: Any, witness: str = "") -> dict[str, Any]:
+    """An async agent that gathers its sends, waits for ``approve``, then gathers more."""
+    import asyncio
+
+    def send(i: int) -> Any:
+        return run.effect(f"apply {i}", lambda key, i=i: apply_to_witness(witness, key, i, i), target="witness",
+                          request={"i": i})
+
+    await asyncio.gather(*(send(i) for i in range(3)))
+    decision = await run.wait_for("approve")
+    if decision.get("approved"):
+        await asyncio.gather(*(send(i) for i in range(3, 6)))
+    return {"approved": decision.get("approved")}

@@ -113,3 +113,27 @@ def test_the_parallel_demo_passes_a_storm_of_30_kills_and_the_crash_point_sweep(
     sweep = engine.run("killtest", "demo_async", "--kills", "0", "--sweep", "--param", "tickets=2", "--json",
                        timeout=300)
     assert sweep.returncode == 0 and json.loads(sweep.stdout)["passed"], sweep.stdout[-3000:]
+
+
+def test_an_async_agent_waits_for_a_signal_and_a_kill_while_waiting_loses_nothing(engine: Engine, tmp_path: Path) -> None:
+    import sqlite3
+    import time
+
+    from conftest import kill_group
+
+    witness = tmp_path / "witness.db"
+    args = ("run", f"{AGENTS}:async_approval", "--run-id", "aw", "--db", str(engine.db), "--param", f"witness={witness}")
+    proc = engine.start(*args)
+    deadline = time.monotonic() + 60
+    while engine.events("waiting") == 0:  # its three parallel sends done, it waits
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.02)
+    kill_group(proc)
+    proc = engine.start(*args)  # takes the wait up again
+    assert engine.run("signal", "aw", "approve", "--db", str(engine.db), "--data", '{"approved": true}').returncode == 0
+    assert proc.wait(timeout=60) == 0
+    conn = sqlite3.connect(witness)
+    assert sorted(i for (i,) in conn.execute("SELECT i FROM applied")) == [0, 1, 2, 3, 4, 5]
+    assert conn.execute("SELECT count(*) FROM attempt").fetchone() == (6,)
+    conn.close()
+    assert engine.query("SELECT count(consumed_seq) FROM signal") == [(1,)]
