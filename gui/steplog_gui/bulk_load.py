@@ -263,5 +263,7 @@ def load_details(repo: LogRepository, run_id: str, upto: int) -> RunDetails:
 
 def add_details(run: RunState, details: RunDetails) -> None:
     """Fill in the second pass (before any live event of the run is folded)."""
-    run.step_names = {**details.step_names, **run.step_names}
+    names = details.step_names  # the bulk of them: updated in place, not copied
+    names.update(run.step_names)
+    run.step_names = names
     run.usage_series = Columns.of(details.usage_series)

@@ -84,9 +84,9 @@ class Monitor(QObject):
         self.events_applied.emit(events)
 
     def _history_started(self) -> None:
-        self.catching_up = True
         if self.state.runs:
             self._reset()
+        self.catching_up = True
 
     def adopt(self, runs: list[RunState], upto: int) -> None:
         """Runs bulk-loaded from the history up to event ``upto`` (``bulk_load.load_run``)."""
@@ -120,6 +120,7 @@ class Monitor(QObject):
         self.state = LogState()
         self.order = []
         self.history_upto = 0
+        self.catching_up = False  # a load cut short by the reset does not leave the views throttled
         self.state_reset.emit()
 
     def _problem(self, text: str) -> None:

@@ -38,6 +38,8 @@ USAGE_KEYS = ("steps", "tokens", "tokens_estimated", "cost_usd", "seconds")
 USAGE_COLUMNS = np.dtype([("ts", "f8"), *((key, "f8") for key in USAGE_KEYS)])
 _CODE_SQL = "CASE kind " + " ".join(f"WHEN '{k.value}' THEN {i + 1}" for i, k in enumerate(KIND_CODES)) + " ELSE 0 END"
 _IDS_PER_QUERY = 500
+# JSON fields are read with json_extract, not the ->> operator: that needs SQLite 3.38, and a
+# Python linked to an older system SQLite (Ubuntu 22.04: 3.37) must still open a log.
 
 
 class LogUnavailable(Exception):
@@ -203,23 +205,24 @@ class LogRepository:
         for start in range(0, len(wanted), _IDS_PER_QUERY):
             chunk = wanted[start:start + _IDS_PER_QUERY]
             rows = self._query(
-                "SELECT id, CASE WHEN json_valid(data) THEN coalesce(CAST(data->>'$.tokens_in' AS INTEGER), 0)"
-                " + coalesce(CAST(data->>'$.tokens_out' AS INTEGER), 0) ELSE 0 END,"
-                " CASE WHEN json_valid(data) THEN coalesce(data->>'$.estimated', 0) != 0 ELSE 0 END"
+                "SELECT id, CASE WHEN json_valid(data)"
+                " THEN coalesce(CAST(json_extract(data, '$.tokens_in') AS INTEGER), 0)"
+                " + coalesce(CAST(json_extract(data, '$.tokens_out') AS INTEGER), 0) ELSE 0 END,"
+                " CASE WHEN json_valid(data) THEN coalesce(json_extract(data, '$.estimated'), 0) != 0 ELSE 0 END"
                 f" FROM event WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id", tuple(chunk))
             parts.append(np.array(rows, dtype=dtype) if rows else np.zeros(0, dtype))
         return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
     def last_usage(self, run_id: str, upto: int) -> dict[str, Any] | None:
         """The usage object of the run's newest event that carries one (up to ``upto``)."""
-        rows = self._query("SELECT data->'$.usage' FROM event WHERE run_id = ? AND id <= ?"
+        rows = self._query("SELECT json_extract(data, '$.usage') FROM event WHERE run_id = ? AND id <= ?"
                            " AND json_valid(data) AND json_type(data, '$.usage') = 'object' ORDER BY id DESC LIMIT 1", (run_id, upto))
         return _loads(rows[0][0]) if rows else None
 
     def usage_columns(self, run_id: str, upto: int) -> npt.NDArray[Any]:
         """The budget charts' points (``USAGE_COLUMNS``): every event up to ``upto`` that carries
         usage, but a step's start (it repeats the last commit's usage), ids ascending."""
-        fields = ", ".join(f"coalesce(CAST(data->>'$.usage.{f}' AS REAL), 0)" for f in USAGE_KEYS)
+        fields = ", ".join(f"coalesce(CAST(json_extract(data, '$.usage.{f}') AS REAL), 0)" for f in USAGE_KEYS)
         sql = (f"SELECT ts, {fields} FROM event WHERE run_id = ? AND id <= ? AND kind != ?"
                " AND json_valid(data) AND json_type(data, '$.usage') = 'object' ORDER BY id")
         try:
@@ -230,11 +233,23 @@ class LogRepository:
 
     def step_names(self, run_id: str, upto: int) -> dict[int, tuple[str, str]]:
         """seq -> (name, kind) as the run's ``step_started`` (and a fork's ``step_copied``) events up
-        to ``upto`` say (the last wins)."""
-        rows = self._query("SELECT seq, coalesce(data->>'$.name', ''), coalesce(data->>'$.kind', '') FROM event"
-                           " WHERE run_id = ? AND id <= ? AND kind IN (?, ?) AND seq IS NOT NULL AND json_valid(data)"
-                           " ORDER BY id", (run_id, upto, EventKind.STEP_STARTED.value, EventKind.STEP_COPIED.value))
-        return {seq: (str(name), str(kind)) for seq, name, kind in rows}
+        to ``upto`` say (the last wins).
+
+        Read row by row into the dict (no list of 100k rows on the way), each kind string kept
+        once: a 100k-step run's names are most of what the monitor holds for it."""
+        sql = ("SELECT seq, coalesce(json_extract(data, '$.name'), ''), coalesce(json_extract(data, '$.kind'), '')"
+               " FROM event WHERE run_id = ? AND id <= ? AND kind IN (?, ?) AND seq IS NOT NULL AND json_valid(data)"
+               " ORDER BY id")
+        names: dict[int, tuple[str, str]] = {}
+        kinds: dict[str, str] = {}
+        try:
+            for seq, name, kind in self._c().execute(
+                    sql, (run_id, upto, EventKind.STEP_STARTED.value, EventKind.STEP_COPIED.value)):
+                kind = str(kind)
+                names[seq] = (str(name), kinds.setdefault(kind, kind))
+        except sqlite3.DatabaseError as exc:
+            raise self._unavailable(exc) from exc
+        return names
 
     def _unavailable(self, exc: sqlite3.DatabaseError) -> LogUnavailable:
         self.close()

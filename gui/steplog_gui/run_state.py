@@ -62,7 +62,7 @@ class Columns:
         self = cls.__new__(cls)
         self._names = tuple(rows.dtype.names or ())
         self._n = len(rows)
-        self._cap = max(256, 2 * len(rows))
+        self._cap = len(rows) + max(256, len(rows) // 8)  # room to grow live, not double the history
         self._rows = np.zeros(self._cap, dtype=rows.dtype)
         self._rows[: self._n] = rows
         return self

@@ -272,14 +272,15 @@ def test_commit_to_pixel_and_idle_cpu(qtbot, tmp_path: Path) -> None:  # type: i
 
     db = tmp_path / "idle.db"
     noop_log_with_kills(db, "big", 100_000, kills=2)
+    me = psutil.Process()
+    before = me.memory_info().rss
     window = open_window(qtbot, db, tmp_path)
     qtbot.waitUntil(lambda: not window.monitor.catching_up and window.judge.verdict is not None, timeout=60_000)
     qtbot.wait(1000)
-    me = psutil.Process()
     cpu0, t0 = me.cpu_times(), time.monotonic()
     qtbot.wait(10_000)
     cpu1, t1 = me.cpu_times(), time.monotonic()
     busy = (cpu1.user - cpu0.user + cpu1.system - cpu0.system) / (t1 - t0)
     print(f"\nidle, a finished 100k-step run open: CPU {busy * 100:.2f} % of one core over {t1 - t0:.0f} s;"
-          f" RSS {me.memory_info().rss / 1e6:.0f} MB")
+          f" RSS +{(me.memory_info().rss - before) / 1e6:.0f} MB for the window with the run and its verdict")
     window.close()

@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "engine"), str(ROOT / "gui"), str(Path(__file__).parent)]
@@ -78,9 +80,17 @@ def main() -> int:
     wait(app, lambda: driver.engine.running and demo.run_id is not None)
     run_id = demo.run_id
     assert run_id is not None
+    def mid_step(kills: int) -> bool:
+        """Past a few commits, and a step (a model call, paced) 2 s into its work: the kill lands
+        mid-step, so the timeline shows the interrupted attempt (orange) before the kill line."""
+        run = driver.monitor.run(run_id)
+        if run is None or run.steps_committed < 4 * kills or len(run.kills) != kills - 1:
+            return False
+        started = run.executions["start"][np.isnan(run.executions["end"])]
+        return len(started) > 0 and time.time() - float(started.max()) > 2.0
+
     for kills in (1, 2):
-        wait(app, lambda: (r := driver.monitor.run(run_id)) is not None and r.steps_committed >= 4 * kills
-             and len(r.kills) == kills - 1 and (not r.kills or r.kills[-1].first_commit is not None), timeout=120)
+        wait(app, lambda: mid_step(kills), timeout=120)  # noqa: B023
         assert driver.engine.kill_now()
     wait(app, lambda: (r := driver.monitor.run(run_id)) is not None and r.steps_committed >= 14, timeout=120)
     failed = 0

@@ -203,3 +203,35 @@ def test_run_control_loads_as_it_folds(engine: Engine, tmp_path: Path) -> None:
     assert sorted(fork.executions["seq"][fork.executions["outcome"] == COPIED].tolist()) == [1, 2, 3, 4]
     assert fork.step_names[1][0] == "compute 0"
     assert folded.runs["R"].status == "succeeded"
+
+
+def test_a_log_opened_in_slices_lists_its_runs_in_order_then_tails(qtbot, qtmodeltester, engine: Engine,  # type: ignore[no-untyped-def]
+                                                                   tmp_path: Path, monkeypatch) -> None:
+    """Opening hands runs over a slice at a time (here one run per slice), oldest first, the runs
+    list newest first all along; the details come after; then a new run arrives by tailing."""
+    from steplog_gui import tailer
+    from steplog_gui.monitor import Monitor
+    from steplog_gui.runs_model import RunsModel
+
+    monkeypatch.setattr(tailer, "SLICE_S", 0.0)
+    for run_id in ("first", "second", "third"):
+        done = engine.run("run", f"{AGENTS}:noop", "--run-id", run_id, "--db", str(engine.db), "--param", "n=5")
+        assert done.returncode == 0, done.stderr
+    monitor = Monitor(engine.db)
+    model = RunsModel(monitor)
+    qtmodeltester.check(model)
+    slices: list[list[str]] = []
+    monitor.runs_added.connect(lambda ids: slices.append(list(ids)))
+    monitor.start()
+    try:
+        qtbot.waitUntil(lambda: model.rowCount() == 3 and not monitor.catching_up, timeout=10_000)
+        assert slices == [["first"], ["second"], ["third"]]
+        assert [model.run_id(r) for r in range(3)] == ["third", "second", "first"]
+        assert all(monitor.run(r).step_names and len(monitor.run(r).usage_series) for r in ("first", "third"))  # type: ignore[union-attr]
+        qtmodeltester.check(model)
+        done = engine.run("run", f"{AGENTS}:noop", "--run-id", "fourth", "--db", str(engine.db), "--param", "n=5")
+        assert done.returncode == 0, done.stderr
+        qtbot.waitUntil(lambda: (r := monitor.run("fourth")) is not None and r.terminal, timeout=10_000)
+        assert model.run_id(0) == "fourth" and monitor.run("fourth").steps_committed == 5  # type: ignore[union-attr]
+    finally:
+        monitor.stop()
