@@ -54,10 +54,10 @@ def steplog_steps(db: Path, n: int, sync: str, markers: bool) -> dict[str, Any]:
     before = checkpointed_size(db)
     probe = db.with_suffix(".probe")
     mark(MARK_BEGIN, markers)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     execute(noop, run_id="bench", db=db, params={"n": n, "probe": str(probe)}, synchronous=sync)  # type: ignore[arg-type]
-    elapsed = time.perf_counter() - t
+    elapsed, cpu = time.perf_counter() - t, time.process_time() - cpu
     mark(MARK_END, markers)
-    return {"elapsed": elapsed, **json.loads(probe.read_text()), "before": before, "after": checkpointed_size(db)}
+    return {"elapsed": elapsed, "cpu": cpu, **json.loads(probe.read_text()), "before": before, "after": checkpointed_size(db)}
 
 
