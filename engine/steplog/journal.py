@@ -83,8 +83,11 @@ class Usage:
     executions: int = 0
     seconds_base: float = 0.0
 
-    def snapshot(self, seconds: float) -> dict[str, Any]:
-        return {
+    def snapshot(self, seconds: float, *, compact: bool = False) -> dict[str, Any]:
+        """The usage an event carries. ``compact`` (the per-step events, two per step) leaves out
+        the counters that are still zero: a reader takes a missing counter as 0, and a no-op step's
+        events are then about half as big."""
+        full = {
             "steps": self.steps,
             "tokens": self.tokens + self.reserved_tokens,
             "tokens_estimated": self.tokens_estimated,
@@ -93,6 +96,7 @@ class Usage:
             "retries": self.retries,
             "executions": self.executions,
         }
+        return {k: v for k, v in full.items() if v} if compact else full
 
 
 class Journal:
@@ -195,10 +199,15 @@ class Journal:
                     " incarnation = ?, error = NULL WHERE run_id = ? AND seq = ?",
                     (attempt, recoveries, now, self.incarnation, self.run_id, seq),
                 )
-            self._event(EventKind.STEP_STARTED, seq, {
-                "name": name, "kind": kind, "attempt": attempt, "recoveries": recoveries,
-                "reserved_tokens": reserve_tokens, "usage": u.snapshot(self.seconds_used()),
-            })
+            # Attempt 1, no recoveries and no reservation are the common case and left out.
+            data: dict[str, Any] = {"name": name, "kind": kind, "usage": u.snapshot(self.seconds_used(), compact=True)}
+            if attempt != 1:
+                data["attempt"] = attempt
+            if recoveries:
+                data["recoveries"] = recoveries
+            if reserve_tokens:
+                data["reserved_tokens"] = reserve_tokens
+            self._event(EventKind.STEP_STARTED, seq, data)
 
     def count_retry(self) -> None:
         self.usage.retries += 1
@@ -250,9 +259,9 @@ class Journal:
                 " WHERE run_id = ? AND seq = ?",
                 (result_json, self._clock(), self.run_id, seq),
             )
+            # The name and kind are in this attempt's ``step_started`` (and the step row).
             self._event(EventKind.STEP_COMMITTED, seq, {
-                "name": name, "kind": kind, "duration": round(duration, 6),
-                "usage": u.snapshot(self.seconds_used()),
+                "duration": round(duration, 6), "usage": u.snapshot(self.seconds_used(), compact=True),
             })
 
     # -- effects (the idempotency ledger) ---------------------------------------------------
