@@ -296,12 +296,17 @@ def rolled_back_on_error(conn: sqlite3.Connection) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        if conn.in_transaction:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass  # SQLite rolled back already (an I/O error aborts the transaction)
+        rollback(conn)
         raise
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if one is open (see ``rolled_back_on_error``)."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # SQLite rolled back already (an I/O error aborts the transaction)
 
 
 def open_log(path: Path, *, synchronous: Synchronous = "FULL") -> sqlite3.Connection:

@@ -20,11 +20,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import interrupts
-from .db import rolled_back_on_error
+from .db import rollback
 from .errors import Fenced, LogWriteError
 from .events import EventKind
 
 Clock = Callable[[], float]
+
+# Every write transaction's first statement: the fence (zero rows: a newer engine has the run)
+# and the budget use so far. One constant string: the statement cache then parses it once.
+_FENCE_SQL = (
+    "UPDATE run SET updated_at = ?, lease_expires = ?, used_seconds = ?, used_steps = ?,"
+    " used_tokens = ?, tokens_estimated = ?, reserved_tokens = ?, used_cost_usd = ?,"
+    " reserved_cost_usd = ?, used_retries = ?, step_executions = ? WHERE id = ? AND incarnation = ?"
+)
 
 
 def dumps(value: Any) -> str:
@@ -134,41 +142,37 @@ class Journal:
 
     @contextmanager
     def _tx(self, *, durable: bool = True, run_sets: str = "", run_args: tuple[Any, ...] = ()) -> Iterator[sqlite3.Connection]:
-        """One fenced write transaction; ``run_sets`` adds assignments to the run-row update."""
+        """One fenced write transaction; ``run_sets`` adds assignments to the run-row update.
+
+        One generator, not three nested context managers: this runs twice per step."""
         if self.fenced.is_set():
             raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
-        try:
-            with self._fenced_tx(durable, run_sets, run_args) as conn:
-                yield conn
-        except sqlite3.Error as exc:
-            raise LogWriteError(
-                f"writing the log failed ({exc}); nothing was half-written: free disk space or fix the "
-                "file, then run the same command again to resume from the last checkpoint") from exc
-
-    @contextmanager
-    def _fenced_tx(self, durable: bool, run_sets: str, run_args: tuple[Any, ...]) -> Iterator[sqlite3.Connection]:
-        self._set_sync(self._base_sync if durable else "NORMAL")
-        now = self._clock()
         conn = self.conn
         # A stop signal waits for the end of the transaction (see ``interrupts``).
-        with interrupts.critical(), rolled_back_on_error(conn):
-            conn.execute("BEGIN IMMEDIATE")
-            u = self.usage
-            cur = conn.execute(
-                "UPDATE run SET updated_at = ?, lease_expires = ?, used_seconds = ?, used_steps = ?,"
-                " used_tokens = ?, tokens_estimated = ?, reserved_tokens = ?, used_cost_usd = ?,"
-                " reserved_cost_usd = ?, used_retries = ?, step_executions = ?"
-                + (", " + run_sets if run_sets else "")
-                + " WHERE id = ? AND incarnation = ?",
-                (now, now + self._lease_seconds, self.seconds_used(), u.steps, u.tokens,
-                 u.tokens_estimated, u.reserved_tokens, u.cost_usd, u.reserved_cost_usd,
-                 u.retries, u.executions, *run_args, self.run_id, self.incarnation),
-            )
-            if cur.rowcount != 1:
-                self.fenced.set()
-                raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
-            yield conn
-            conn.execute("COMMIT")
+        with interrupts.critical():
+            try:
+                self._set_sync(self._base_sync if durable else "NORMAL")
+                now = self._clock()
+                conn.execute("BEGIN IMMEDIATE")
+                u = self.usage
+                cur = conn.execute(
+                    _FENCE_SQL if not run_sets else _FENCE_SQL.replace(" WHERE", ", " + run_sets + " WHERE", 1),
+                    (now, now + self._lease_seconds, self.seconds_used(), u.steps, u.tokens,
+                     u.tokens_estimated, u.reserved_tokens, u.cost_usd, u.reserved_cost_usd,
+                     u.retries, u.executions, *run_args, self.run_id, self.incarnation),
+                )
+                if cur.rowcount != 1:
+                    self.fenced.set()
+                    raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                rollback(conn)
+                if isinstance(exc, sqlite3.Error):
+                    raise LogWriteError(
+                        f"writing the log failed ({exc}); nothing was half-written: free disk space or fix the "
+                        "file, then run the same command again to resume from the last checkpoint") from exc
+                raise
 
     def _event(self, kind: str, seq: int | None, data: dict[str, Any]) -> None:
         self.conn.execute(
