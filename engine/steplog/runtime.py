@@ -21,7 +21,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from . import crashpoints, effects, interrupts
 from .errors import GaveUp, NonDeterminism, RunFailed, RunStopped, SteplogError, StorageExhausted, UsageError
-from .journal import Journal, StepRecord, dumps, load_effect, why_not_json
+from .journal import Committed, Journal, StepRecord, dumps, load_effect, why_not_json
 from .llm.base import ChatModel, ChatReply, Estimate, Message
 from .policies import Budget, RetryPolicy
 from .redact import redact
@@ -110,7 +110,7 @@ class Run:
     ``params``, ``incarnation``, ``model``."""
 
     def __init__(self, *, run_id: str, workdir: Path, outbox: str | None, params: dict[str, Any],
-                 journal: Journal, steps: dict[int, StepRecord], budget: Budget, retry: RetryPolicy,
+                 journal: Journal, steps: dict[int, Committed | StepRecord], budget: Budget, retry: RetryPolicy,
                  model: ChatModel, pace: float = 0.0, sleep: Callable[[float], None] = time.sleep,
                  http: effects.HttpClient) -> None:
         self.id = run_id
@@ -142,7 +142,7 @@ class Run:
         replay see the same types.
         """
         seq, prior = self._enter(name, "call")
-        if prior is not None and prior.status == "committed":
+        if isinstance(prior, Committed):
             return json.loads(prior.result or "null")  # type: ignore[no-any-return]
         return self._execute(seq, name, "call", prior, lambda ctx: fn(*args, **kwargs))  # type: ignore[no-any-return]
 
@@ -155,7 +155,7 @@ class Run:
         being sent again.
         """
         seq, prior = self._enter(name, "effect")
-        if prior is not None and prior.status == "committed":
+        if isinstance(prior, Committed):
             return json.loads(prior.result or "null")  # type: ignore[no-any-return]
         request_hash = effects.digest(request if request is not None else name)
         return self._execute(seq, name, "effect", prior, lambda ctx: ctx.effect(  # type: ignore[no-any-return]
@@ -191,7 +191,7 @@ class Run:
         """Ask the model once. The answer (the *decision*) is committed before anything acts on
         it; on resume a recorded decision is reused and the model is never asked again."""
         seq, prior = self._enter(name, "chat")
-        if prior is not None and prior.status == "committed":
+        if isinstance(prior, Committed):
             return ChatReply.from_json(json.loads(prior.result or "{}"))
         if prior is not None and prior.decision is not None:
             decision = json.loads(prior.decision)
@@ -219,7 +219,7 @@ class Run:
     def _effect_step(self, name: str, kind: str, target: str, request_hash: str,
                      do: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
         seq, prior = self._enter(name, kind)
-        if prior is not None and prior.status == "committed":
+        if isinstance(prior, Committed):
             recorded: dict[str, Any] = json.loads(prior.result or "null")
             return recorded
         done: dict[str, Any] = self._execute(seq, name, kind, prior,
@@ -241,7 +241,7 @@ class Run:
         self._stopping = exc
         return exc
 
-    def _enter(self, name: str, kind: str) -> tuple[int, StepRecord | None]:
+    def _enter(self, name: str, kind: str) -> tuple[int, Committed | StepRecord | None]:
         if self._stopping is not None:
             raise self._stopping
         interrupts.check()  # a step boundary: a stop asked for (and swallowed by agent code) ends here
