@@ -23,6 +23,7 @@ Synchronous = Literal["FULL", "NORMAL"]
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 10_000
+PAGE_SIZE = 1024
 
 
 def default_db_path() -> Path:
@@ -41,6 +42,12 @@ def _apply_pragmas(conn: sqlite3.Connection, *, readonly: bool, synchronous: Syn
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     if readonly:
         return
+    # 1 KiB pages (SQLite's default is 4 KiB): a step's two commits change about six pages each
+    # (run row, step row, event row, their index entries, the id counter), and every changed page
+    # is appended to the WAL whole and, at FULL, fsynced. Measured here: 47.6 -> 13.5 KB written
+    # per no-op step, durable steps/s +16-30 %. Only a new, empty file takes it; an existing log
+    # keeps the page size it was made with (a page size is fixed once WAL is on).
+    conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
     # WAL: readers (status, the monitor) never block the engine's writes, and a commit is one
     # sequential append. Persistent in the file once set.
     _use_wal(conn)
