@@ -1,7 +1,7 @@
 """steplog side by side with DBOS and LangGraph on SQLite: one command, one table.
 
     pip install -e ".[bench]"
-    python tests/benchmarks/compare.py [--rounds 5] [--json results.json] [--figures steps,resume,length]
+    python tests/benchmarks/compare.py [--rounds 5] [--json results.json] [--figures steps,resume,length,monitor]
 
 Every measurement runs in a fresh process (``peers.py`` for the peers and floors, the real
 ``steplog`` CLI for steplog's resumes), and peers take turns: A B C A B C ... for ``--rounds``
@@ -21,6 +21,8 @@ Figures (issue 14):
 - ``length``: resume against log length: a run killed after L committed no-op steps, started
   again: imports done -> first new step committed (opening the log, loading and replaying the
   recorded steps, one new step), and the whole start -> first new step.
+- ``monitor``: the monitor's own benchmarks (``test_gui_bench.py``: commit -> model latency,
+  timeline frame time, opening a 100k-step run), run once, their printed lines kept as they are.
 """
 
 from __future__ import annotations
@@ -254,6 +256,21 @@ def figure_length(peers: Sequence[str], rounds: int, lengths: Sequence[int], tmp
     return {"raw": raw, "prepare_seconds": prep_seconds, "table": table}
 
 
+# -- figure 6: the monitor ------------------------------------------------------------------
+
+def figure_monitor(log: Callable[[str], None]) -> dict[str, Any]:
+    """The monitor's own benchmarks (``test_gui_bench.py``, issue 8 owns their targets), run once
+    as they are and their printed figures kept verbatim."""
+    log("monitor: running tests/benchmarks/test_gui_bench.py")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                           str(HERE / "test_gui_bench.py")], cwd=ROOT, env={**env(), "QT_QPA_PLATFORM": "offscreen"},
+                          capture_output=True, text=True, timeout=3600)
+    figures = [line.strip(". ") for line in done.stdout.splitlines()
+               if any(w in line for w in (" ms", " s ", " s,", " fps", "MB", "%"))
+               and not line.startswith(("=", "FAILED", "ERROR"))]
+    return {"returncode": done.returncode, "figures": figures, "tail": done.stdout.splitlines()[-3:]}
+
+
 # -- the table -------------------------------------------------------------------------------
 
 def ratio(a: dict[str, float] | None, b: dict[str, float] | None) -> str:
@@ -301,6 +318,15 @@ def print_tables(res: dict[str, Any], out: Callable[[str], None]) -> None:
                 for p in peers))
 
 
+def print_monitor(res: dict[str, Any], out: Callable[[str], None]) -> None:
+    if "monitor" in res:
+        m = res["monitor"]
+        out("\n6. The monitor (tests/benchmarks/test_gui_bench.py as it prints them"
+            + ("" if m["returncode"] == 0 else f"; pytest exit {m['returncode']}: {' / '.join(m['tail'])}") + ")")
+        for line in m["figures"]:
+            out(f"   {line}")
+
+
 def machine() -> dict[str, Any]:
     import importlib.metadata as md
 
@@ -319,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="rounds; each peer runs once per round (default 5)")
     p.add_argument("--n", type=int, default=1000, help="steps per throughput run (default 1000)")
     p.add_argument("--lengths", default="100,1000,10000,100000", help="log lengths for figure 3")
-    p.add_argument("--figures", default="steps,resume,length", help="any of steps,resume,length")
+    p.add_argument("--figures", default="steps,resume,length,monitor", help="any of steps,resume,length,monitor")
     p.add_argument("--peers", default=",".join(PEERS), help=f"any of {','.join(PEERS)}")
     p.add_argument("--json", type=Path, help="write every raw number to this file")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder of logs")
@@ -327,8 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     peers = [x for x in a.peers.split(",") if x]
     unknown = set(peers) - set(PEERS)
     figures = set(a.figures.split(","))
-    if unknown or not figures <= {"steps", "resume", "length"} or a.rounds < 1:
-        p.error(f"unknown peer(s) {sorted(unknown)} or figure(s) {sorted(figures - {'steps', 'resume', 'length'})},"
+    known = {"steps", "resume", "length", "monitor"}
+    if unknown or not figures <= known or a.rounds < 1:
+        p.error(f"unknown peer(s) {sorted(unknown)} or figure(s) {sorted(figures - known)},"
                 " or --rounds < 1")
     tmp = Path(tempfile.mkdtemp(prefix="steplog-bench-"))
 
@@ -343,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
             res["resume"] = figure_resume(peers, a.rounds, tmp, log)
         if "length" in figures:
             res["length"] = figure_length(peers, a.rounds, [int(x) for x in a.lengths.split(",")], tmp, log)
+        if "monitor" in figures:
+            res["monitor"] = figure_monitor(log)
     finally:
         if not a.keep:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -350,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nsteplog vs peers — Python {m['python']}, SQLite {m['sqlite']}, {m['cpus']} CPUs, {m['platform']},"
           f" {m['when']}; {', '.join(f'{k} {v}' for k, v in m['versions'].items())}")
     print_tables(res, print)
+    print_monitor(res, print)
     if a.json:
         a.json.write_text(json.dumps(res, indent=1))
         print(f"\nraw numbers: {a.json}")
