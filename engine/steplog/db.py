@@ -55,6 +55,10 @@ def _apply_pragmas(conn: sqlite3.Connection, *, readonly: bool, synchronous: Syn
     # NORMAL survives process crashes (every kill test) but may lose the last commits on power
     # loss; it is offered as an option, never the default.
     conn.execute(f"PRAGMA synchronous = {synchronous}")
+    # Fold the WAL back into the file every 4,000 pages (SQLite's default is 1,000): with 1 KiB
+    # pages that is the same 4 MB of WAL as the default with 4 KiB pages, and a checkpoint (two
+    # more fsyncs at FULL) every ~360 no-op steps instead of every ~90.
+    conn.execute("PRAGMA wal_autocheckpoint = 4000")
     # Referential checks cost a lookup per insert on the hot path; the engine is the only
     # writer and writes parents first.
     conn.execute("PRAGMA foreign_keys = OFF")

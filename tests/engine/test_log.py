@@ -147,6 +147,7 @@ def test_a_new_log_has_1k_pages_and_an_older_4k_log_keeps_working_with_its_own(t
     new = open_log(tmp_path / "new.db")
     try:
         assert new.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE == 1024
+        assert new.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 4000  # 4 MB of WAL, as 1,000 4 KiB pages
     finally:
         new.close()
 
