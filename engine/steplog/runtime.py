@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from . import crashpoints, effects, interrupts
-from .errors import GaveUp, NonDeterminism, RunFailed, RunStopped, SteplogError, StorageExhausted, UsageError
-from .journal import Committed, Journal, StepRecord, dumps, load_effect, why_not_json
+from .errors import (Cancelled, Fenced, GaveUp, NeedsReconciliation, NonDeterminism, RunFailed, RunStopped,
+                     RunWaiting, SteplogError, StorageExhausted, UsageError, WaitTimeout)
+from .journal import Committed, Journal, StepRecord, cancel_request, dumps, load_effect, pending_signal, why_not_json
 from .llm.base import ChatModel, ChatReply, Estimate, Message
 from .policies import Budget, RetryPolicy
 from .redact import redact
@@ -89,7 +90,7 @@ class StepContext:
             if prior.status == "completed":
                 return json.loads(prior.response or "null")
             if not prior.idempotent:
-                raise RunFailed(
+                raise NeedsReconciliation(
                     f"needs reconciliation: effect {key} ({kind} {target}) was started but never confirmed "
                     "and its target cannot deduplicate; check the target by hand, then start a new run",
                     run_id=run.id)
@@ -112,7 +113,7 @@ class Run:
     def __init__(self, *, run_id: str, workdir: Path, outbox: str | None, params: dict[str, Any],
                  journal: Journal, steps: dict[int, Committed | StepRecord], budget: Budget, retry: RetryPolicy,
                  model: ChatModel, pace: float = 0.0, sleep: Callable[[float], None] = time.sleep,
-                 http: effects.HttpClient) -> None:
+                 http: effects.HttpClient, exit_when_waiting: bool = False) -> None:
         self.id = run_id
         self.workdir = workdir
         self.outbox = outbox
@@ -128,6 +129,8 @@ class Run:
         self._seq = 0
         self._stopping: RunStopped | None = None
         self._thread = threading.get_ident()
+        self._exit_when_waiting = exit_when_waiting
+        self._parked: RunWaiting | None = None  # the engine exits waiting; agent code cannot swallow it
 
     @property
     def incarnation(self) -> int:
@@ -214,6 +217,80 @@ class Run:
 
         return ChatReply.from_json(self._execute(seq, name, "chat", prior, ask, reserve=estimate))
 
+    def wait_for(self, name: str, *, timeout: float | None = None) -> Any:
+        """A step that waits for the signal ``name`` (``steplog signal RUN NAME --data JSON``) and
+        returns its JSON data; raises ``WaitTimeout`` after ``timeout`` seconds without one.
+
+        A signal sent before the wait is kept and consumed by it. The signal is consumed in the
+        transaction that records this step, so it is consumed exactly once however the engine
+        dies. While waiting the run's status is ``waiting``, its seconds budget does not run, and
+        the engine keeps its lease (or exits, with ``exit_when_waiting``); the deadline is
+        recorded, so a resumed engine keeps the same one.
+        """
+        if not isinstance(name, str) or not name.strip() or len(name) > 200:
+            raise UsageError(f"run.wait_for needs a signal name of 1 to 200 characters (got {name!r})")
+        if timeout is not None and not (isinstance(timeout, (int, float)) and 0 <= timeout < float("inf")):
+            raise UsageError(f"run.wait_for(timeout=...) must be a finite number of seconds >= 0 (got {timeout!r})")
+        step_name = f"wait {name}"
+        seq, prior = self._enter(step_name, "wait")
+        if not isinstance(prior, Committed):
+            self._check_budgets(seq, step_name, None)
+            self._wait(seq, step_name, name, timeout, prior)
+            prior = self._steps[seq]
+        recorded = json.loads(prior.result or "null")
+        if recorded.get("timeout"):
+            raise WaitTimeout(f"run {self.id} waited {recorded.get('waited')} s for signal {name!r} at step {seq}"
+                              " and none came")
+        return recorded.get("data")
+
+    def _wait(self, seq: int, step_name: str, name: str, timeout: float | None, prior: StepRecord | None) -> None:
+        j = self._journal
+        # A wait taken up again (after a kill or an exit while waiting) redoes nothing: it is not
+        # counted as an execution, and it is no poison pill (recoveries carried, not counted).
+        j.begin_attempt(seq, step_name, "wait", attempt=(prior.attempts if prior else 0) + 1,
+                        recoveries=prior.recoveries if prior else 0, fresh=prior is None, durable=False,
+                        counted=prior is None)
+        decided = json.loads(prior.decision) if prior is not None and prior.decision else {}
+        deadline = decided.get("deadline") if "deadline" in decided else (
+            time.time() + timeout if timeout is not None else None)
+        started, waiting = time.time(), False
+        try:
+            while True:
+                found = pending_signal(j.conn, self.id, name)
+                expired = found is None and deadline is not None and time.time() >= deadline
+                if found is not None or expired:
+                    result: dict[str, Any] = {"signal": name}
+                    if found is not None:
+                        result.update(signal_id=found[0], data=json.loads(found[1]))
+                    else:
+                        result.update(timeout=True, waited=round(time.time() - (decided.get("since") or started), 3))
+                    result_json = dumps(result)
+                    if j.commit_wait(seq, step_name, "wait", result_json, signal_id=found[0] if found else None,
+                                     duration=time.time() - started):
+                        self._steps[seq] = Committed(seq, step_name, "wait", result_json)
+                        return
+                    continue  # consumed by someone else in between: wait for the next one
+                if not waiting:
+                    j.begin_wait(seq, name, {"signal": name, "deadline": deadline,
+                                             "since": decided.get("since") or started})
+                    j.pause_clock()
+                    waiting = True
+                    if self._exit_when_waiting:
+                        self._parked = RunWaiting(f"run {self.id} waits for signal {name!r} (step {seq})",
+                                                  run_id=self.id, waiting_for=name)
+                        raise self._parked
+                cancel = j.cancel_requested or cancel_request(j.conn, self.id)
+                if cancel is not None:
+                    j.cancel_requested = cancel
+                    raise self._stop(Cancelled(cancel, run_id=self.id))
+                if j.fenced.is_set():
+                    raise Fenced(f"run {self.id}: a newer engine took it over; this one (incarnation "
+                                 f"{j.incarnation}) stops")
+                interrupts.check()
+                self._sleep(0.05 if deadline is None else max(0.0, min(0.05, deadline - time.time())))
+        finally:
+            j.resume_clock()
+
     # -- machinery --------------------------------------------------------------------------
 
     def _effect_step(self, name: str, kind: str, target: str, request_hash: str,
@@ -244,7 +321,12 @@ class Run:
     def _enter(self, name: str, kind: str) -> tuple[int, Committed | StepRecord | None]:
         if self._stopping is not None:
             raise self._stopping
+        if self._parked is not None:
+            raise self._parked
         interrupts.check()  # a step boundary: a stop asked for (and swallowed by agent code) ends here
+        cancel = self._journal.cancel_requested
+        if cancel is not None:
+            raise self._stop(Cancelled(cancel, run_id=self.id))
         outer = _current.get()
         # Only a step of this run counts: a stop that lands on the line resetting ``_current``
         # leaves an earlier run's step behind in this thread, and a later run must not trip on it.

@@ -96,3 +96,45 @@ def not_a_number(run: steplog.Run, where: str = "step") -> Any:
     """Returns NaN from a step (``where=step``) or as the agent's result (``where=result``)."""
     value = run.step("measure", float, "nan" if where == "step" else "1")
     return float("inf") if where == "result" else value
+
+
+@steplog.agent(budget=steplog.Budget(max_steps=100_000))
+def approval(run: steplog.Run, n: int = 3, witness: str = "", pause: float = 0.0, timeout: float = -1.0) -> dict[str, Any]:
+    """``n`` items sent to the witness, then a wait for the signal ``approve`` (with a timeout when
+    ``timeout`` >= 0), then ``n`` more items, sent only when the signal's data approves them."""
+    def send(i: int) -> None:
+        value = run.step(f"compute {i}", compute, i, pause)
+        run.effect(f"apply {i}", lambda key, i=i, value=value: apply_to_witness(witness, key, i, value),
+                   target="witness", request={"i": i, "value": value})
+
+    for i in range(n):
+        send(i)
+    try:
+        decision = run.wait_for("approve", timeout=None if timeout < 0 else timeout)
+    except steplog.WaitTimeout:
+        return {"approved": None, "sent": n}
+    if not (isinstance(decision, dict) and decision.get("approved")):
+        return {"approved": False, "sent": n}
+    for i in range(n, 2 * n):
+        send(i)
+    return {"approved": True, "sent": 2 * n, "note": decision.get("note")}
+
+
+@steplog.agent
+def fixable(run: steplog.Run, n: int = 3, witness: str = "", fixed_when: str = "") -> dict[str, Any]:
+    """Sends ``n`` items, then fails for good (a ``PermanentError``) until the file ``fixed_when``
+    exists, then sends ``n`` more."""
+    import os
+
+    def check() -> str:
+        if not os.path.exists(fixed_when):
+            raise steplog.PermanentError(f"{fixed_when} is missing")
+        return "fixed"
+
+    for i in range(2 * n):
+        if i == n:
+            run.step("check", check)
+        value = run.step(f"compute {i}", compute, i, 0.0)
+        run.effect(f"apply {i}", lambda key, i=i, value=value: apply_to_witness(witness, key, i, value),
+                   target="witness", request={"i": i, "value": value})
+    return {"sent": 2 * n}
