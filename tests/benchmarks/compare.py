@@ -355,8 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     figures = set(a.figures.split(","))
     known = {"steps", "resume", "length", "monitor"}
     if unknown or not figures <= known or a.rounds < 1:
-        p.error(f"unknown peer(s) {sorted(unknown)} or figure(s) {sorted(figures - known)},"
-                " or --rounds < 1")
+        print(f"compare.py: unknown peer(s) {sorted(unknown)} or figure(s) {sorted(figures - known)}, or --rounds < 1;"
+              f" peers are {','.join(PEERS)}, figures {','.join(sorted(known))}", file=sys.stderr)
+        return 2
     tmp = Path(tempfile.mkdtemp(prefix="steplog-bench-"))
 
     def log(msg: str) -> None:
