@@ -259,9 +259,10 @@ def signal(run_id: str, name: str, db: Path | None, data_json: str, key: str | N
 @db_option
 @click.option("--force", is_flag=True,
               help="Retry even after non-determinism or an effect that needs reconciliation (says why it is risky).")
+@click.option("--no-start", is_flag=True, help="Only set the run going again; run it later with `steplog run`.")
 @_engine_options
 @_guard
-def retry(run_id: str, db: Path | None, force: bool, **engine: Any) -> None:
+def retry(run_id: str, db: Path | None, force: bool, no_start: bool, **engine: Any) -> None:
     """Run a `failed` run again from its failed step, with fresh attempt counters."""
     from .agent import resolve
     from .control import prepare_retry
@@ -269,6 +270,10 @@ def retry(run_id: str, db: Path | None, force: bool, **engine: Any) -> None:
     prepared = prepare_retry(run_id, db=db, force=force)
     for warning in prepared.warnings:
         click.echo(f"steplog: {warning}", err=True)
+    if no_start:
+        click.echo(f"run {run_id} is set to run again from its failed step; run it: "
+                   f"steplog run {prepared.agent} --run-id {run_id}")
+        return
     _execute_with(resolve(prepared.agent), engine, run_id=run_id, db=db)
 
 
@@ -282,10 +287,11 @@ def retry(run_id: str, db: Path | None, force: bool, **engine: Any) -> None:
               help="The fork's workdir, a new folder (default: runs/NEW_ID beside the log); starts as a copy.")
 @click.option("--outbox", default=None, help="Base URL of the messages service (default: the parent's).")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a parameter of the parent.")
+@click.option("--no-start", is_flag=True, help="Only create the fork (its id is printed); run it later with `steplog run`.")
 @_engine_options
 @_guard
 def fork(run_id: str, at_step: int, new_run_id: str | None, db: Path | None, workdir: Path | None,
-         outbox: str | None, params: tuple[str, ...], **engine: Any) -> None:
+         outbox: str | None, params: tuple[str, ...], no_start: bool, **engine: Any) -> None:
     """Start a new run from RUN_ID's steps before --at-step (copied, not run again), then run it."""
     from .control import fork as fork_run
     from .db import default_db_path
@@ -296,6 +302,8 @@ def fork(run_id: str, at_step: int, new_run_id: str | None, db: Path | None, wor
     click.echo(prepared.run_id)
     click.echo(f"steplog: run {prepared.run_id} forked from {run_id} at step {at_step} ({prepared.copied} step(s) "
                f"copied, workdir {prepared.workdir})", err=True)
+    if no_start:
+        return
     # The limits were the fork's own from its creation; the engine takes them from the log.
     _execute_with(agent, {**engine, **{k: None for k in _LIMIT_OPTIONS}}, run_id=prepared.run_id, db=path)
 

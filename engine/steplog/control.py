@@ -404,7 +404,10 @@ def _insert_fork(conn: sqlite3.Connection, parent: sqlite3.Row, at_step: int, ne
         " tokens_in, tokens_out, tokens_cached, tokens_estimated, cost_usd, started_at, finished_at, 0"
         " FROM step WHERE run_id = ? AND seq < ? ORDER BY seq", (new_id, pid, at_step))
     row = conn.execute("SELECT * FROM run WHERE id = ?", (new_id,)).fetchone()
+    first, last = conn.execute("SELECT MIN(started_at), MAX(COALESCE(finished_at, started_at)) FROM step"
+                               " WHERE run_id = ?", (new_id,)).fetchone()
     _event(conn, row, now, EventKind.RUN_CREATED, {
+        "copied_span": [first, last] if copied else None,
         "agent": parent["agent"], "params": params, "model": model or "offline",
         "budget": {"steps": budget.max_steps, "tokens": budget.max_tokens, "seconds": budget.max_seconds,
                    "cost_usd": budget.max_cost_usd, "retries": budget.max_retries,

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,9 +265,11 @@ class Run:
                     else:
                         result.update(timeout=True, waited=round(time.time() - (decided.get("since") or started), 3))
                     result_json = dumps(result)
+                    crashpoints.reached("before_step_record", seq)
                     if j.commit_wait(seq, step_name, "wait", result_json, signal_id=found[0] if found else None,
                                      duration=time.time() - started):
                         self._steps[seq] = Committed(seq, step_name, "wait", result_json)
+                        crashpoints.reached("after_step_record", seq)
                         return
                     continue  # consumed by someone else in between: wait for the next one
                 if not waiting:
@@ -372,6 +374,37 @@ class Run:
 
     def _execute(self, seq: int, name: str, kind: str, prior: StepRecord | None,
                  attempt_fn: Callable[[StepContext], Any], *, reserve: Estimate | None = None) -> Any:
+        """Drive one step's attempts (``_attempts``) with ``attempt_fn`` as the body, here and now."""
+        attempts = self._attempts(seq, name, kind, prior, reserve)
+        order = next(attempts)
+        while True:
+            outcome: tuple[bool, Any]
+            if isinstance(order, StepContext):
+                try:
+                    _current.set(order)  # inside the try: a stop landing right after it still clears it
+                    outcome = (True, attempt_fn(order))
+                except Exception as exc:
+                    outcome = (False, exc)
+                finally:
+                    _current.set(None)  # steps never nest, so "no step" is the state to return to
+            else:
+                self._sleep(order)
+                outcome = (True, None)
+            try:
+                order = attempts.send(outcome)
+            except StopIteration as done:
+                return done.value
+
+    def _attempts(self, seq: int, name: str, kind: str, prior: StepRecord | None,
+                  reserve: Estimate | None) -> Generator[StepContext | float, tuple[bool, Any], Any]:
+        """One step's attempts as a protocol, the same for every way of running bodies.
+
+        Yields a ``StepContext`` when an attempt's body is to run (its start is committed), and
+        gets back ``(True, value)`` or ``(False, exception)``; yields a number of seconds when the
+        driver must wait before the next attempt. Returns the recorded result. The log writes all
+        happen here, on the driver's thread: a sync agent's (``_execute``), an async agent's event
+        loop (``steplog.aruntime``), or ``run.map``'s coordinating thread.
+        """
         j = self._journal
         self._check_budgets(seq, name, reserve)
         attempts = prior.attempts if prior else 0
@@ -394,14 +427,13 @@ class Run:
             fresh = False
             ctx = StepContext(self, seq, name)
             started = time.monotonic()
-            try:
-                _current.set(ctx)  # inside the try: a stop landing right after it still clears it
-                value = attempt_fn(ctx)
-            except Exception as exc:
+            ok, value = yield ctx
+            if not ok:
+                exc: Exception = value
                 if isinstance(exc, SteplogError) and not isinstance(exc, UsageError):
                     if isinstance(exc, RunStopped):
                         self._stop(exc)
-                    raise  # a stop, a fence or a failed log write: not this step's failure
+                    raise exc  # a stop, a fence or a failed log write: not this step's failure
                 storage = storage_problem(exc)
                 if storage is not None:  # the machine's fault, not the step's: stop resumably
                     raise StorageExhausted(
@@ -423,12 +455,9 @@ class Run:
                     raise self._stop(RunFailed(
                         f"step {seq} '{name}' failed after {failures} attempt(s): {error}", run_id=self.id)) from exc
                 j.count_retry()
-                wait = max(policy.interval(failures), float(getattr(exc, "retry_after", None) or 0.0))
-                self._sleep(wait)
+                yield max(policy.interval(failures), float(getattr(exc, "retry_after", None) or 0.0))
                 self._check_budgets(seq, name, reserve)
                 continue
-            finally:
-                _current.set(None)  # steps never nest, so "no step" is the state to return to
             crashpoints.reached("before_step_record", seq)
             try:
                 result_json = dumps(value)

@@ -204,6 +204,8 @@ class Verdict:
             bad = [c for c in self.checks if c.ok is False]
             return "; ".join(f"{c.name}: {c.detail}" for c in bad)
         if label == "RUNNING":
+            if self.status == "waiting":
+                return f"the run waits for a signal ({len(self.kills)} kill(s) so far)"
             return f"the run is still going ({len(self.kills)} kill(s) so far)"
         if not self.kills:
             return "not kill-tested yet: the run finished without being killed"

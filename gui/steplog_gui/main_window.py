@@ -20,6 +20,7 @@ from .new_run_dialog import NewRunDialog
 from .outbox_panel import OutboxPanel
 from .outbox_watcher import OutboxWatcher
 from .repository import LogRepository
+from .run_control import RunControl
 from .runs_model import RUN_ID_ROLE, RunsModel
 from .settings import Settings
 from .step_detail import StepDetailLoader, StepDetailView
@@ -69,6 +70,8 @@ class MainWindow(QMainWindow):
         box = QVBoxLayout(central)
         box.setContentsMargins(4, 4, 4, 4)
         box.addWidget(self.banner)
+        self.control = RunControl(monitor, self, env=engine_env, engine_busy=self._engine_busy)
+        box.addWidget(self.control.banner)
         box.addWidget(self.verdict)
         box.addWidget(split, 1)
         self.setCentralWidget(central)
@@ -92,9 +95,14 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage("ready")
 
         self.timeline.step_selected.connect(lambda rid, seq: self.loader.load(rid, seq))
+        self.timeline.step_selected.connect(self.control.set_step)
+        self.control.notice.connect(self.statusBar().showMessage)
+        self.control.problem.connect(self._show_problem)
+        self.control.launch.connect(self.launch_run)
         monitor.problem_changed.connect(self._show_problem)
         monitor.runs_added.connect(self._on_runs_added)
         monitor.runs_changed.connect(lambda ids: self._update_actions() if self._run_id in ids else None)
+        monitor.runs_changed.connect(lambda ids: self.control.update() if self._run_id in ids else None)
         self.engine.engine_started.connect(self._on_engine_started)
         self.engine.engine_exited.connect(lambda _rid, _code, msg: self.statusBar().showMessage(msg))
         self.engine.engine_killed.connect(
@@ -198,6 +206,9 @@ class MainWindow(QMainWindow):
         run_menu = menu.addMenu("&Run")
         for a in (self.act_demo, self.act_new, self.act_resume, self.act_stop):
             run_menu.addAction(a)
+        run_menu.addSeparator()
+        for a in self.control.actions:
+            run_menu.addAction(a)
         kill_menu = menu.addMenu("&Kill")
         kill_menu.addAction(self.act_kill)
         kill_menu.addAction(self.act_kill_window)
@@ -246,6 +257,7 @@ class MainWindow(QMainWindow):
         self.timeline.set_run(run_id)
         self.charts.set_run(run_id)
         self.judge.set_run(run_id)
+        self.control.set_run(run_id)
         self._update_actions()
         if run_id is None:
             return
@@ -321,14 +333,21 @@ class MainWindow(QMainWindow):
         run = self.monitor.run(self._run_id) if self._run_id else None
         if run is None:
             return
+        self.launch_run(run.run_id, run.agent)
+
+    def launch_run(self, run_id: str, agent: str) -> None:
+        """Start an engine on an existing run (resumed, retried or just forked) and show it."""
         if self._engine_busy():
             return
-        recorded = self._run_outbox.get(run.run_id)
-        spec = LaunchSpec(agent=run.agent, run_id=run.run_id, db=self.monitor.path, outbox=recorded,
-                          pace=DEMO_PACE if run.agent in DEMO_AGENTS else 0.0)
-        if run.agent in DEMO_AGENTS:
+        recorded = self._run_outbox.get(run_id)
+        if run_id not in self._run_outbox:  # a run just forked: one small read of its row
+            row = _read_run_row(self.monitor.path, run_id)
+            recorded = row.get("outbox") if row else None
+        spec = LaunchSpec(agent=agent, run_id=run_id, db=self.monitor.path, outbox=recorded,
+                          pace=DEMO_PACE if agent in DEMO_AGENTS else 0.0)
+        if agent in DEMO_AGENTS:
             # The demo's own helper: bring its outbox back rather than let the run fail on a dead URL.
-            self.statusBar().showMessage(f"resuming {run.run_id}: starting the demo outbox if it is not running…")
+            self.statusBar().showMessage(f"resuming {run_id}: starting the demo outbox if it is not running…")
             self.demo_launcher().resume(spec, recorded)
             return
         if recorded:
@@ -396,7 +415,7 @@ class MainWindow(QMainWindow):
         self.act_kill_window.setText("Armed: kills at the next effect" if self.engine.window_armed
                                      else "Kill at next act→record window")
         self.act_stop.setEnabled(running)
-        self.act_resume.setEnabled(not running and run is not None and run.status in ("running", "gave_up"))
+        self.act_resume.setEnabled(not running and run is not None and run.status in ("running", "waiting", "gave_up"))
         self.act_demo.setEnabled(not running)
         if not running and self.auto_kill.isChecked():
             self.auto_kill.setChecked(False)

@@ -24,12 +24,14 @@ import numpy.typing as npt
 
 from steplog.events import EventKind
 from steplog.lease import process_alive
+from steplog.status import TERMINAL
 
 from .repository import Event
 
 # Outcome of one step execution (a bar's colour).
-RUNNING, COMMITTED, REDONE, FAILED, GAVE_UP = range(5)
-OUTCOME_NAMES = ("in progress", "committed", "redone (interrupted by a kill)", "failed", "gave up")
+RUNNING, COMMITTED, REDONE, FAILED, GAVE_UP, COPIED = range(6)
+OUTCOME_NAMES = ("in progress", "committed", "redone (interrupted by a kill)", "failed", "gave up",
+                 "copied from the parent run (not run again)")
 # Phase reached by one execution (engine's step.phase).
 PHASES = ("started", "decided", "acting", "recorded")
 
@@ -101,6 +103,13 @@ class RunState:
     pid: int | None = None
     """The engine holding the run (``None`` once it released the lease or finished)."""
     host: str | None = None
+    forked_from: tuple[str, int] | None = None
+    """(parent run id, first step the fork ran itself)."""
+    waiting_for: str | None = None
+    waiting_since: float | None = None
+    cancel_requested: str | None = None
+    _copied_shift: float = 0.0
+    """Copied steps are drawn just before the fork's start, keeping their own spacing."""
     kills: list[Kill] = field(default_factory=list)
     step_names: dict[int, tuple[str, str]] = field(default_factory=dict)
     """seq -> (name, kind)"""
@@ -115,7 +124,7 @@ class RunState:
 
     @property
     def terminal(self) -> bool:
-        return self.status != "running"
+        return self.status in TERMINAL
 
     @property
     def steps_committed(self) -> int:
@@ -178,6 +187,12 @@ class RunState:
             self.model = str(d.get("model") or "offline")
             self.limits = dict(d.get("budget") or {})
             self.created = ev.ts
+            parent = d.get("forked_from")
+            if isinstance(parent, dict):
+                self.forked_from = (str(parent.get("run_id")), int(parent.get("at_step") or 0))
+            span = d.get("copied_span")
+            if isinstance(span, list) and len(span) == 2 and isinstance(span[1], (int, float)):
+                self._copied_shift = ev.ts - float(span[1])
         elif kind == EventKind.BUDGET_CHANGED:
             self.limits.update({k: d.get(k) for k in ("steps", "tokens", "seconds", "cost_usd", "retries", "recoveries")})
             if d.get("reopened"):
@@ -196,7 +211,22 @@ class RunState:
             ex["estimated"][i] = bool(d.get("estimated"))
         elif kind in (EventKind.EFFECT_STARTED, EventKind.EFFECT_COMPLETED) and ev.seq in self._open:
             self.executions["phase"][self._open[ev.seq]] = 2
+        elif kind == EventKind.STEP_COPIED and ev.seq is not None:
+            self.step_names[ev.seq] = (str(d.get("name", "")), str(d.get("kind", "")))
+            start = d.get("started_at")
+            end = d.get("finished_at")
+            start = float(start) + self._copied_shift if isinstance(start, (int, float)) else ev.ts
+            end = float(end) + self._copied_shift if isinstance(end, (int, float)) else start
+            self.executions.append(start=start, end=end, lane=0, outcome=COPIED, seq=ev.seq, phase=3)
+        elif kind == EventKind.WAITING:
+            self.status, self.waiting_for, self.waiting_since = "waiting", str(d.get("signal")), ev.ts
+        elif kind == EventKind.CANCEL_REQUESTED:
+            self.cancel_requested = str(d.get("reason") or "cancel requested")
+        elif kind == EventKind.RETRIED:
+            self.status, self.reason, self.finished = "running", None, None
         elif kind == EventKind.STEP_COMMITTED and ev.seq is not None:
+            if self.status == "waiting":
+                self.status, self.waiting_for, self.waiting_since = "running", None, None
             self._close(ev.seq, ev.ts, COMMITTED, phase=3)
             for k in self.kills:
                 if k.first_commit is None and k.killed_incarnation < ev.incarnation:
@@ -207,7 +237,8 @@ class RunState:
             self.status = str(d.get("status", "failed"))
             self.reason = d.get("reason")
             self.finished = ev.ts
-            outcome = GAVE_UP if self.status == "gave_up" else FAILED
+            self.waiting_for = self.waiting_since = None
+            outcome = GAVE_UP if self.status in ("gave_up", "cancelled") else FAILED
             if self._open:
                 for seq in list(self._open):
                     self._close(seq, ev.ts, outcome)

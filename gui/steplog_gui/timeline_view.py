@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QToolTip, QVBox
 
 from . import theme
 from .monitor import Monitor
-from .run_state import COMMITTED, FAILED, GAVE_UP, REDONE, RUNNING, RunState
+from .run_state import COMMITTED, COPIED, FAILED, GAVE_UP, REDONE, RUNNING, RunState
 from .timeline_data import BAR_HEIGHT, bars, describe, kill_marks, name_filter, nearest, spans
 
 REFRESH_MS = 100
@@ -34,7 +34,7 @@ CATCH_UP_REDRAW_S = 1.0
 PICK_PIXELS = 6
 """A click or hover this close to a bar picks it (a 100k-step run has bars far below a pixel)."""
 OUTLINE_MAX_BARS = 5000
-OUTCOMES = (COMMITTED, REDONE, FAILED, GAVE_UP, RUNNING)
+OUTCOMES = (COPIED, COMMITTED, REDONE, FAILED, GAVE_UP, RUNNING)
 
 
 class TimelineView(QWidget):
@@ -67,7 +67,7 @@ class TimelineView(QWidget):
         self.plot.showGrid(x=True, y=False, alpha=0.25)
         self.plot.setMouseEnabled(x=True, y=False)
         self.plot.getPlotItem().setMenuEnabled(False)
-        self.plot.getViewBox().setLimits(yMin=0, minYRange=1)
+        self.plot.getViewBox().setLimits(yMin=-0.6, minYRange=1)
         self._items: dict[int, pg.BarGraphItem] = {}
         for outcome in OUTCOMES:
             item = pg.BarGraphItem(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT, pen=None)
@@ -80,6 +80,13 @@ class TimelineView(QWidget):
         self.plot.addItem(self._kills)
         self._kill_labels: list[pg.TextItem] = []
         self._kill_key: object = None
+        # A fork's start: its copied steps (lane 0) are left of this line, its own to the right.
+        self._fork_line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#888888", width=2,
+                                                                               style=Qt.PenStyle.DashLine))
+        self._fork_label = pg.TextItem("", anchor=(0, 1))
+        for item in (self._fork_line, self._fork_label):
+            item.hide()
+            self.plot.addItem(item)
         self._outlined: dict[int, bool] = {}
         self._selected_seq: int | None = None
         self.overview = pg.PlotWidget()
@@ -212,12 +219,26 @@ class TimelineView(QWidget):
             self._draw(outcome, run, now)
         self._draw_overview(run, now)
         self._draw_kills(run)
+        self._draw_fork(run)
         self._draw_selection()
         if run is not None:
             lanes = max(1, run.incarnation)
             ax = self.plot.getAxis("left")
             step = max(1, lanes // 12)
-            ax.setTicks([[(i, str(i)) for i in range(1, lanes + 1, step)], []])
+            ticks = [(i, str(i)) for i in range(1, lanes + 1, step)]
+            ax.setTicks([([(0, "copied")] if run.forked_from else []) + ticks, []])
+
+    def _draw_fork(self, run: RunState | None) -> None:
+        fork = run.forked_from if run is not None else None
+        self._fork_line.setVisible(fork is not None)
+        self._fork_label.setVisible(fork is not None)
+        if run is None or fork is None:
+            return
+        x = fork[1] - 0.5 if self._by_step else 0.0
+        self._fork_line.setPos(x)
+        self._fork_label.setText(f"forked from {fork[0]} at step {fork[1]}")
+        self._fork_label.setColor(self._palette.foreground)
+        self._fork_label.setPos(x, max(1, run.incarnation) + 0.45)
 
     def _draw(self, outcome: int, run: RunState | None, now: float) -> None:
         item = self._items[outcome]

@@ -458,3 +458,40 @@ def test_the_python_api_does_what_the_commands_do(engine: Engine, tmp_path: Path
     assert engine.run("run", APPROVAL, "--run-id", "api", "--db", str(db)).returncode == 0
     with pytest.raises(steplog.ControlRefused, match="already ended succeeded"):
         steplog.cancel("api", db=db)
+
+
+@pytest.mark.slow
+def test_a_crash_at_every_point_of_a_forks_own_steps_and_of_a_signalled_wait_loses_and_repeats_nothing(
+        engine: Engine, tmp_path: Path) -> None:
+    """The sweep: for each step the run makes itself and each crash point, die exactly there,
+    resume, and compare with the uncrashed run: same result, each effect applied once."""
+    from steplog.crashpoints import POINTS
+
+    witness = tmp_path / "witness.db"
+    db = str(engine.db)
+    base = ("--db", db, "--param", f"witness={witness}", "--param", "n=1")
+    assert engine.run("run", APPROVAL, "--run-id", "parent", *base, "--param", "timeout=0").returncode == 0
+    # The fork runs from step 3 (the wait) on: wait (signal sent beforehand), compute 1, apply 1.
+    cases = 0
+    for seq in (3, 4, 5):
+        for point in POINTS:
+            rid = f"f{seq}-{point}"
+            made = engine.run("fork", "parent", "--at-step", "3", "--run-id", rid, "--db", db, "--no-start",
+                              "--param", "timeout=-1")
+            assert made.returncode == 0, made.stderr
+            engine.run("signal", rid, "approve", "--db", db, "--data", '{"approved": true}')
+            crashed = engine.run("run", APPROVAL, "--run-id", rid, "--db", db,
+                                 env={"STEPLOG_CRASH_AT": f"{point}@{seq}"})
+            if crashed.returncode != 86:  # this step has no such point (a wait decides nothing)
+                assert crashed.returncode == 0, crashed.stderr
+                continue
+            cases += 1
+            resumed = engine.run("run", APPROVAL, "--run-id", rid, "--db", db)
+            assert resumed.returncode == 0, (rid, resumed.stderr)
+            assert engine.status(rid)["result"] == {"approved": True, "sent": 2, "note": None}, rid
+            assert items_of(witness, rid) == [1], rid
+            assert engine.query("SELECT count(consumed_seq) FROM signal WHERE run_id = ?", rid) == [(1,)], rid
+    keys = [k for k, _ in applied(witness)]
+    assert len(keys) == len(set(keys)), "an effect was applied twice"
+    print(f"{cases} crash cases")
+    assert cases >= 8
