@@ -113,11 +113,17 @@ def figure_steps(peers: Sequence[str], rounds: int, n: int, tmp: Path, log: Call
                 raw[sync][peer].append(run_worker(["steps", peer, "--db", str(db), "--n", str(n), "--sync", sync], tmp))
         log(f"steps: round {r + 1}/{rounds} done")
     fsyncs = {s: {p: fsyncs_per_step(p, s, min(n, 200), tmp) for p in peers} for s in ("FULL", "NORMAL")}
-    out: dict[str, Any] = {"n": n, "raw": raw, "fsyncs_per_step": fsyncs, "peers": {}}
-    for peer in peers:
-        full = raw["FULL"][peer]
-        out["peers"][peer] = {
+    return {"n": n, "raw": raw, "fsyncs_per_step": fsyncs, "peers": summarise_steps(raw, n)}
+
+
+def summarise_steps(raw: dict[str, dict[str, list[dict[str, Any]]]], n: int) -> dict[str, Any]:
+    """Per peer: steps/s and CPU per step at each setting, what it ran with, bytes and rows."""
+    out: dict[str, Any] = {}
+    for peer, full in raw["FULL"].items():
+        out[peer] = {
             **{f"steps_per_s_{s}": summary([n / x["elapsed"] for x in raw[s][peer]]) for s in ("FULL", "NORMAL")},
+            **{f"cpu_us_per_step_{s}": summary([x.get("cpu", 0.0) / n * 1e6 for x in raw[s][peer]])
+               for s in ("FULL", "NORMAL")},
             **{f"ran_with_{s}": sorted({f"{x['journal_mode']}/{x['synchronous']}" for x in raw[s][peer]})
                for s in ("FULL", "NORMAL")},
             "bytes_per_step": summary([(x["after"][0] - x["before"][0]) / n for x in full]),
@@ -277,6 +283,14 @@ def ratio(a: dict[str, float] | None, b: dict[str, float] | None) -> str:
     return f"{a['median'] / b['median']:.2f}x" if a and b and b["median"] else "-"
 
 
+def cpu(p: dict[str, Any]) -> str:
+    """CPU (user + system, all threads) per step, FULL/NORMAL: steadier than steps/s when other
+    work on the machine makes fsync latency swing."""
+    if "cpu_us_per_step_FULL" not in p:
+        return "-"
+    return f"{p['cpu_us_per_step_FULL']['median']:.0f}/{p['cpu_us_per_step_NORMAL']['median']:.0f}"
+
+
 def print_tables(res: dict[str, Any], out: Callable[[str], None]) -> None:
     if "steps" in res:
         s = res["steps"]
@@ -284,7 +298,8 @@ def print_tables(res: dict[str, Any], out: Callable[[str], None]) -> None:
         out(f"\n1. Durable no-op steps/s, N = {s['n']}, median (min-max) of {res['rounds']} rounds;"
             " ratio = steplog / peer at the same setting")
         out(f"{'peer':<16} {'FULL steps/s':>22} {'ratio':>7} {'NORMAL steps/s':>24} {'ratio':>7}"
-            f" {'ran with (FULL run)':>20} {'fsync/step F/N':>15} {'bytes/step':>11} {'rows/step':>9}")
+            f" {'CPU us/step F/N':>16} {'ran with (FULL run)':>20} {'fsync/step F/N':>15} {'bytes/step':>11}"
+            f" {'rows/step':>9}")
         me = ps.get("steplog")
         for peer, p in ps.items():
             fs = s["fsyncs_per_step"]
@@ -292,7 +307,7 @@ def print_tables(res: dict[str, Any], out: Callable[[str], None]) -> None:
             fsync = "-" if f_full is None else f"{f_full:.2f}/{f_norm:.2f}"
             out(f"{peer:<16} {fmt(p['steps_per_s_FULL']):>22} {ratio(me and me['steps_per_s_FULL'], p['steps_per_s_FULL']):>7}"
                 f" {fmt(p['steps_per_s_NORMAL']):>24} {ratio(me and me['steps_per_s_NORMAL'], p['steps_per_s_NORMAL']):>7}"
-                f" {','.join(p['ran_with_FULL']):>20} {fsync:>15} {p['bytes_per_step']['median']:>11,.0f}"
+                f" {cpu(p):>16} {','.join(p['ran_with_FULL']):>20} {fsync:>15} {p['bytes_per_step']['median']:>11,.0f}"
                 f" {p['rows_per_step']['median']:>9.2f}")
     if "resume" in res:
         ps = res["resume"]["peers"]
@@ -349,7 +364,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peers", default=",".join(PEERS), help=f"any of {','.join(PEERS)}")
     p.add_argument("--json", type=Path, help="write every raw number to this file")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder of logs")
+    p.add_argument("--print", dest="print_file", type=Path, help="print the tables of an earlier --json file; run nothing")
     a = p.parse_args(argv)
+    if a.print_file is not None:
+        return print_results(json.loads(a.print_file.read_text()))
     peers = [x for x in a.peers.split(",") if x]
     unknown = set(peers) - set(PEERS)
     figures = set(a.figures.split(","))
@@ -376,14 +394,21 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not a.keep:
             shutil.rmtree(tmp, ignore_errors=True)
+    print_results(res)
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=1))
+        print(f"\nraw numbers: {a.json}")
+    return 0
+
+
+def print_results(res: dict[str, Any]) -> int:
+    if "steps" in res:  # summarised again: a file from an earlier version prints like a new one
+        res["steps"]["peers"] = summarise_steps(res["steps"]["raw"], res["steps"]["n"])
     m = res["machine"]
     print(f"\nsteplog vs peers — Python {m['python']}, SQLite {m['sqlite']}, {m['cpus']} CPUs, {m['platform']},"
           f" {m['when']}; {', '.join(f'{k} {v}' for k, v in m['versions'].items())}")
     print_tables(res, print)
     print_monitor(res, print)
-    if a.json:
-        a.json.write_text(json.dumps(res, indent=1))
-        print(f"\nraw numbers: {a.json}")
     return 0
 
 
