@@ -86,12 +86,14 @@ def gui(db: Path | None) -> None:
 
 @cli.command()
 @db_option
-def demo(db: Path | None) -> None:
+@click.option("--compare", is_flag=True,
+              help="Compare mode: the naive agent and the durable demo side by side, one Kill now for both.")
+def demo(db: Path | None, compare: bool) -> None:
     """Open the monitor with the demo agent running, ready for "Kill now"."""
-    _exec_gui(db, demo=True)
+    _exec_gui(db, demo=True, compare=compare)
 
 
-def _exec_gui(db: Path | None, *, demo: bool) -> NoReturn:
+def _exec_gui(db: Path | None, *, demo: bool, compare: bool = False) -> NoReturn:
     """Replace this process with the monitor (package ``steplog_gui``).
 
     An exec, not an import: the engine package stays free of Qt, and the import-linter
@@ -101,7 +103,8 @@ def _exec_gui(db: Path | None, *, demo: bool) -> NoReturn:
 
     from .procs import child_env, python_argv
 
-    argv = python_argv("steplog_gui", *(["--db", str(db)] if db else []), *(["--demo"] if demo else []))
+    argv = python_argv("steplog_gui", *(["--db", str(db)] if db else []), *(["--demo"] if demo else []),
+                       *(["--compare"] if compare else []))
     os.execve(sys.executable, argv, child_env())
 
 

@@ -6,6 +6,7 @@ first write, so a refused start leaves the log byte for byte as it was.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import re
@@ -241,7 +242,12 @@ def _work(agent: Agent[..., Any], journal: Journal, row: sqlite3.Row, resumed: b
 
 def _drive(agent: Agent[..., Any], run: Run, journal: Journal, resumed: bool) -> Outcome:
     try:
-        result = agent.fn(run, **run.params)
+        if inspect.iscoroutinefunction(agent.fn):
+            from .aruntime import run_async_agent
+
+            result = run_async_agent(agent.fn, run)
+        else:
+            result = agent.fn(run, **run.params)
         if run._stopping is not None:
             raise run._stopping
         if run._parked is not None:

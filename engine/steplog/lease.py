@@ -8,6 +8,7 @@ gone when its lease has expired, because we cannot see its process.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -25,11 +26,15 @@ class Holder:
     proc_start: float
 
 
+BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+
+
 @cache
-def boot_id() -> str:
-    """Identifies this boot of this machine, so a pid from before a reboot is never trusted."""
+def boot_id(source: Path = BOOT_ID_FILE) -> str:
+    """Identifies this boot of this machine, so a pid from before a reboot is never trusted:
+    Linux's boot id, else (macOS, Windows) the boot time as psutil reads it."""
     try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return source.read_text().strip()
     except OSError:
         import psutil
 
@@ -52,18 +57,20 @@ def _proc_start_linux(pid: int) -> float | None:
     clock ticks since boot, plus the boot time), without importing psutil: a relaunched engine
     asks this once for itself and once for the dead holder, and psutil's import cost ~6 ms of
     the kill -> first step time."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    fields = stat[stat.rindex(b")") + 2:].split()  # the command name may hold spaces and ')'
-    if fields[0] == b"Z":
-        return None  # killed and not yet reaped by its parent: dead for our purpose
-    return int(fields[19]) / os.sysconf("SC_CLK_TCK") + _linux_boot_time()
+    if sys.platform != "win32":  # always so where /proc exists; says so to mypy's Windows check
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        fields = stat[stat.rindex(b")") + 2:].split()  # the command name may hold spaces and ')'
+        if fields[0] == b"Z":
+            return None  # killed and not yet reaped by its parent: dead for our purpose
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK") + _linux_boot_time()
+    raise OSError("no /proc on Windows")
 
 
 def _proc_start(pid: int) -> float | None:
-    if _PROC.exists():
+    if sys.platform != "win32" and _PROC.exists():
         try:
             return _proc_start_linux(pid)
         except (OSError, ValueError, IndexError):
@@ -91,7 +98,7 @@ def me() -> Holder:
 
 
 def _hostname() -> str:
-    if hasattr(os, "uname"):
+    if sys.platform != "win32":
         return os.uname().nodename  # what socket.gethostname() returns on POSIX, without the import
     import socket
 

@@ -9,10 +9,11 @@ from typing import Any
 from PySide6.QtCore import QItemSelection, Qt, QTimer
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (QCheckBox, QDockWidget, QDoubleSpinBox, QFileDialog, QHeaderView, QLabel, QMainWindow,
-                               QMessageBox, QSplitter, QTableView, QToolBar, QVBoxLayout, QWidget)
+                               QMessageBox, QSplitter, QStyle, QTableView, QToolBar, QVBoxLayout, QWidget)
 
 from . import jobs, resources, theme
 from .budget_charts import BudgetCharts
+from .compare_window import CompareWindow
 from .demo import DEMO_AGENTS, DEMO_PACE, DemoConfig, DemoLauncher
 from .engine_process import EngineProcess, LaunchSpec
 from .monitor import Monitor
@@ -50,6 +51,8 @@ class MainWindow(QMainWindow):
         self.engine = EngineProcess(monitor, self, env=engine_env)
         self.watcher = OutboxWatcher(self)
         self.demo: DemoLauncher | None = None
+        self.compare: CompareWindow | None = None
+        self._engine_env = engine_env
         self._run_id: str | None = None
         self._run_outbox: dict[str, str | None] = {}
 
@@ -133,13 +136,20 @@ class MainWindow(QMainWindow):
 
     def size_docks(self) -> None:
         """Docks sized to their content and the window: the runs list shows run, status and
-        steps; the step detail and outbox get a readable width; the timeline keeps the rest."""
+        steps; the step detail and outbox get a readable width; the timeline keeps the rest.
+
+        Widths come from the font and typical content, not from the rows loaded so far: the
+        first launch lays out the same whether the log has been read yet or not."""
         width = self.width()
         runs = self.runs_view
-        runs.resizeColumnsToContents()
-        key_columns = sum(runs.columnWidth(c) for c in range(3)) + runs.verticalScrollBar().sizeHint().width() + 12
-        left = max(240, min(int(width * 0.24), max(key_columns, int(width * 0.17))))
-        right = max(300, min(int(width * 0.28), 560))
+        fm = runs.fontMetrics()
+        pad = 2 * runs.style().pixelMetric(QStyle.PixelMetric.PM_HeaderMargin) + 4
+        samples = (("Run", "demo-20261201-120000"), ("Status", "succeeded"), ("Steps", "1000 / 2000"))
+        key_columns = sum(max(fm.horizontalAdvance(a), fm.horizontalAdvance(b)) + pad for a, b in samples)
+        key_columns += runs.verticalScrollBar().sizeHint().width() + 4
+        left = max(200, min(int(width * 0.24), key_columns))
+        # At 1280 px the centre needs ~650 px for the verdict strip's figures on one line.
+        right = max(300, min(int(width * 0.235), 560))
         self.resizeDocks([self._runs_dock, self._detail_dock], [left, right], Qt.Orientation.Horizontal)
         self.resizeDocks([self._detail_dock, self._outbox_dock], [int(self.height() * 0.55), int(self.height() * 0.4)],
                          Qt.Orientation.Vertical)
@@ -174,6 +184,9 @@ class MainWindow(QMainWindow):
         self.act_demo = self._action("Run the &demo again", lambda: self.start_demo(), "Ctrl+D",
                                      "a new demo run on the same outbox: about a minute, ready for Kill now")
         self.act_about = self._action("&About steplog", self.about)
+        self.act_compare = self._action("&Compare naive vs durable", self._compare_toggled, "Ctrl+Shift+D",
+                                        "the naive agent and the durable demo side by side, one Kill now for both")
+        self.act_compare.setCheckable(True)
         self.auto_kill = QCheckBox("Auto-kill every")
         self.auto_kill.toggled.connect(self._auto_kill_toggled)
         self.auto_seconds = QDoubleSpinBox()
@@ -186,6 +199,7 @@ class MainWindow(QMainWindow):
         bar.setObjectName("toolbar_engine")
         for a in (self.act_demo, self.act_new, self.act_resume, self.act_stop):
             bar.addAction(a)
+        bar.addAction(self.act_compare)
         bar.addSeparator()
         bar.addAction(self.act_kill)
         bar.addAction(self.act_kill_window)
@@ -204,7 +218,7 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         file_menu.addAction(self.act_quit)
         run_menu = menu.addMenu("&Run")
-        for a in (self.act_demo, self.act_new, self.act_resume, self.act_stop):
+        for a in (self.act_demo, self.act_new, self.act_resume, self.act_stop, self.act_compare):
             run_menu.addAction(a)
         run_menu.addSeparator()
         for a in self.control.actions:
@@ -254,6 +268,7 @@ class MainWindow(QMainWindow):
         if run_id == self._run_id:
             return
         self._run_id = run_id
+        self.watcher.set_run(run_id)  # its own deliveries: another run's equal message is no duplicate
         self.timeline.set_run(run_id)
         self.charts.set_run(run_id)
         self.judge.set_run(run_id)
@@ -368,6 +383,29 @@ class MainWindow(QMainWindow):
 
         jobs.submit(probe, lambda _ok: self.start_run(spec), refused, owner=self)
 
+    def open_compare(self, config: DemoConfig | None = None) -> CompareWindow:
+        """Compare mode (its own window): start a comparison unless one is shown already."""
+        if self.compare is None:
+            self.compare = CompareWindow(self.monitor, self.demo_launcher(), engine_env=self._engine_env)
+            self.compare.closed.connect(self._compare_closed)
+            self.compare.start(config)
+        self.act_compare.setChecked(True)
+        self.compare.show()
+        self.compare.raise_()
+        return self.compare
+
+    def _compare_toggled(self, on: bool) -> None:
+        if on:
+            self.open_compare()
+        elif self.compare is not None:
+            self.compare.close()
+
+    def _compare_closed(self) -> None:
+        if self.compare is not None:
+            self.compare.deleteLater()
+        self.compare = None
+        self.act_compare.setChecked(False)
+
     def kill_now(self) -> None:
         if not self.engine.kill_now():
             self.statusBar().showMessage("no engine is running")
@@ -432,6 +470,8 @@ class MainWindow(QMainWindow):
         self.banner.setVisible(bool(text))
 
     def _apply_palette(self, pal: theme.Palette) -> None:
+        if self.compare is not None:
+            self.compare.apply_palette(pal)
         self.timeline.apply_palette(pal)
         self.charts.apply_palette(pal)
         self.verdict.show_verdict(self.judge.verdict)
@@ -460,6 +500,9 @@ class MainWindow(QMainWindow):
         self.settings.geometry = self.saveGeometry()
         self.settings.window_state = self.saveState()
         self.settings.sync()
+        if self.compare is not None:  # its engines are demo engines: stopped whatever the policy
+            self.compare.shutdown()
+            self.compare.hide()
         if stop_engine:
             self.engine.terminate_now()
             if self.demo is not None:

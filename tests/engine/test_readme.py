@@ -99,3 +99,18 @@ def test_the_readme_control_runs_commands_do_what_it_says(engine: Engine, tmp_pa
     assert fork["forked_from"] == {"run_id": "ask", "at_step": 6} and fork["status"] == "cancelled"
     # The fork sent T-1002's reply as its own (a new key), and no digest: it was cancelled waiting.
     assert engine.query("SELECT key FROM effect WHERE run_id = 'ask-2' AND kind = 'http_post'") == [("ask-2:8",)]
+
+
+def test_the_readme_async_example_runs_as_written(engine: Engine, tmp_path: Path) -> None:
+    text = README.read_text()
+    example = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "async def weather" in b)
+    (tmp_path / "weather.py").write_text(example)
+    line = re.search(r"Save it as `weather.py` and run `(steplog run [^`]+)`", text)
+    assert line is not None
+    argv = shlex.split(line.group(1))
+    done = subprocess.run(engine.argv(*argv[1:], "--db", str(engine.db)), cwd=tmp_path, env=engine.env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert 'succeeded: {"hottest": "Pune"}' in done.stdout
+    workdir = Path(engine.status("w1")["workdir"])
+    assert sorted(p.name for p in (workdir / "notes").iterdir()) == ["Lima.md", "Oslo.md", "Pune.md"]
