@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 from .llm.base import ChatReply, Estimate, Message
+from .journal import Committed
 from .runtime import EffectCall, Run, StepContext, _current, effect_key
 from .errors import UsageError
 
@@ -64,7 +65,7 @@ class AsyncRun:
     def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
         """``await run.step(name, fn, ...)``: ``fn`` sync (run in a worker thread) or async."""
         seq, prior = self._enter(name, "call")
-        if prior is not None and prior.status == "committed":
+        if isinstance(prior, Committed):
             return _recorded(json.loads(prior.result or "null"))
 
         async def body(_ctx: StepContext) -> Any:
@@ -90,7 +91,7 @@ class AsyncRun:
     def chat(self, messages: Sequence[Message], *, name: str = "chat", max_tokens: int = 512) -> Awaitable[ChatReply]:
         run = self._run
         seq, prior = self._enter(name, "chat")
-        if prior is not None and prior.status == "committed":
+        if isinstance(prior, Committed):
             return _recorded(ChatReply.from_json(json.loads(prior.result or "{}")))
         if prior is not None and prior.decision is not None:
             decision = json.loads(prior.decision)
@@ -146,7 +147,7 @@ class AsyncRun:
 
     def _effect_step(self, call: EffectCall) -> Awaitable[Any]:
         seq, prior = self._enter(call.name, call.step_kind)
-        if prior is not None and prior.status == "committed":
+        if isinstance(prior, Committed):
             return _recorded(json.loads(prior.result or "null"))
 
         async def act(ctx: StepContext) -> Any:

