@@ -11,6 +11,7 @@ user, pointing at the built executable.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -41,10 +42,8 @@ def platform_icon(work: Path) -> Path | None:
 
 
 def build(dist: Path, work: Path) -> Path:
-    try:
-        import PyInstaller  # noqa: F401
-    except ImportError:
-        raise SystemExit('error: PyInstaller is not installed; run: pip install ".[package]"') from None
+    if importlib.util.find_spec("PyInstaller") is None:
+        raise SystemExit('error: PyInstaller is not installed; run: pip install ".[package]"')
     icon = platform_icon(work)
     env = dict(os.environ)
     if icon is not None:
