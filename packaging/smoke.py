@@ -97,6 +97,12 @@ def start_xvfb(work: Path) -> tuple[subprocess.Popen[bytes], str] | None:
     return proc, display
 
 
+def window_shown(env: dict[str, str]) -> bool:
+    found = subprocess.run(["xdotool", "search", "--onlyvisible", "--name", "steplog"], env=env,
+                           capture_output=True, text=True, timeout=30)
+    return bool(found.stdout.split())
+
+
 def press_kill_now(env: dict[str, str]) -> None:
     """Ctrl+K in the monitor's window, as a person would press it."""
     found = subprocess.run(["xdotool", "search", "--sync", "--onlyvisible", "--name", "steplog"], env=env,
@@ -125,6 +131,9 @@ def check_monitor(exe: Path, env: dict[str, str], work: Path, screenshot: Path |
     app = subprocess.Popen([str(exe), "demo"], env=env, cwd=work, stdout=subprocess.PIPE,
                            stderr=(work / "app.log").open("w"), text=True)
     try:
+        if xvfb is not None:
+            wait_for("the monitor's window", lambda: window_shown(env), 60, app)
+            notes.append(f"monitor: window shown {time.monotonic() - started:.1f} s after launch")
         wait_for("the demo's first step", lambda: count(db, "step_committed") >= 1, 60, app)
         notes.append(f"monitor: first demo step committed {time.monotonic() - started:.1f} s after launch")
         if xvfb is not None:
