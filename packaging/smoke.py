@@ -104,6 +104,20 @@ def start_xvfb(work: Path) -> tuple[subprocess.Popen[bytes], str] | None:
     return proc, display
 
 
+def processes_in(work: Path) -> list[int]:
+    """Processes whose command line names the smoke test's folder (the app's engines, outbox)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if str(work) in " ".join(proc.info["cmdline"] or []) and proc.pid != os.getpid():
+                found.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
 def window_shown(env: dict[str, str]) -> bool:
     found = subprocess.run(["xdotool", "search", "--onlyvisible", "--name", "steplog"], env=env,
                            capture_output=True, text=True, timeout=30)
@@ -164,7 +178,8 @@ def check_monitor(exe: Path, env: dict[str, str], work: Path, screenshot: Path |
         leases = query(db, "SELECT lease_pid FROM run WHERE status NOT IN ('succeeded', 'failed', 'gave_up', 'cancelled')")
         if any(pid is not None for (pid,) in leases):
             raise SmokeFailure("an engine still holds its lease after the monitor exited")
-        notes.append("SIGTERM: the monitor exited 0")
+        wait_for("the engine and the outbox to exit after the monitor", lambda: not processes_in(work), 15)
+        notes.append("SIGTERM: the monitor exited 0, its engine and outbox with it")
     finally:
         if app.poll() is None:
             app.kill()

@@ -35,4 +35,4 @@ def test_the_built_app_passes_its_smoke_test() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "packaging" / "smoke.py"), str(EXE)], capture_output=True,
                           text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "killtest: PASS" in done.stdout and "SIGTERM: the monitor exited 0" in done.stdout
+    assert "killtest: PASS" in done.stdout and "SIGTERM: the monitor exited 0, its engine and outbox with it" in done.stdout
