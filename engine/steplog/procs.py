@@ -9,6 +9,9 @@ Why each part:
   project paths this process has (an agent importable here is importable there).
 - a new session (process group): ``kill_group`` is ``killpg(SIGKILL)``, which takes the engine
   and anything it started and nothing else; a Ctrl-C in the terminal reaches the parent only.
+- frozen (the PyInstaller bundle in ``packaging/``): there is no ``python -m``, so children are
+  the bundle's own executable with the hidden ``__module__`` argument, which runs the module the
+  same way; the argv without a bundle is unchanged.
 
 On Windows (checked with ``mypy --platform win32``; not run here): a ``CREATE_NEW_PROCESS_GROUP``
 child, stopped by ``CTRL_BREAK_EVENT`` (the engine's stop signal there, like SIGTERM) and killed
@@ -31,9 +34,28 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 """The folder holding this ``steplog/`` package."""
 
 
+FROZEN_RUN_MODULE = "__module__"
+"""The hidden first argument of a frozen (PyInstaller) steplog executable: ``steplog __module__
+MODULE ARGS...`` runs ``MODULE`` as ``__main__`` with ``ARGS`` (see ``run_module_as_main``)."""
+
+
 def python_argv(module: str, *args: str) -> list[str]:
-    """``[python, -P, -m, module, *args]`` with this interpreter."""
+    """``[python, -P, -m, module, *args]`` with this interpreter; in a frozen bundle, which has
+    no interpreter to give ``-m`` to, ``[the bundle's executable, __module__, module, *args]``."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, FROZEN_RUN_MODULE, module, *args]
     return [sys.executable, "-P", "-m", module, *args]
+
+
+def run_module_as_main(argv: Sequence[str]) -> None:
+    """What a frozen executable does with ``[FROZEN_RUN_MODULE, module, *args]``: what ``python -m
+    module args`` does (``sys.argv`` is ``[module, *args]``; ``SystemExit`` passes through)."""
+    import runpy
+
+    if len(argv) < 2 or argv[0] != FROZEN_RUN_MODULE:
+        raise SystemExit(f"usage: steplog {FROZEN_RUN_MODULE} MODULE [ARGS...]")
+    sys.argv = [argv[1], *argv[2:]]
+    runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
 
 
 def child_pythonpath(extra: Sequence[str] = ()) -> str:
