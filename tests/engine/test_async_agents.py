@@ -104,7 +104,9 @@ def test_agent_run_async_from_running_asyncio_code(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_parallel_demo_passes_a_storm_of_30_kills_and_the_crash_point_sweep(engine: Engine, tmp_path: Path) -> None:
-    storm = engine.run("killtest", "demo_async", "--kills", "32", "--json", timeout=300)  # all 16 tickets
+    # All 16 tickets, and more kills asked than the 30 that must land: the parallel demo is quick,
+    # and a kill planned after its end does not land.
+    storm = engine.run("killtest", "demo_async", "--kills", "44", "--json", timeout=300)
     report = json.loads(storm.stdout)
     assert storm.returncode == 0 and report["passed"], storm.stdout[-3000:]
     assert report["storm"]["kills"] >= 30, "the run finished before the storm's kills landed"

@@ -71,7 +71,9 @@ def test_after_a_sigkill_the_trace_starts_over_at_step_one_and_shows_each_resend
     assert sorted(first) == [1, 2] and first == {1: 1, 2: 1}  # each process began at step 1
     sent = [r for r in records if r.event == "done" and r.name.startswith("send reply")]
     ledger = outbox.ledger()
-    assert len(sent) == len([d for d in ledger.deliveries if "ticket_id" in d.body])
+    delivered = len([d for d in ledger.deliveries if "ticket_id" in d.body])
+    # The trace line follows the act: the kill may land between a send and its "done" line.
+    assert len(sent) <= delivered <= len(sent) + 1
     s = summarize(records)
     assert s.redone >= 2 * 4  # at least two tickets' four steps again
     assert s.done == 15 and s.steps == 15
