@@ -34,3 +34,6 @@ class EventKind(StrEnum):
     """The checkpoint: the step's result is recorded and it never runs again."""
     RUN_FINISHED = "run_finished"
     """The terminal record: status, reason, usage."""
+    RUNS_PRUNED = "runs_pruned"
+    """``steplog prune`` removed these finished runs (``runs``; ``archive`` if they were archived
+    first). Its ``run_id`` is ``""``: it belongs to no run, and it stays when they are gone."""

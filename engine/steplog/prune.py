@@ -1,0 +1,359 @@
+"""``steplog prune``: remove whole finished runs from the log, archive them first if asked, and
+give the space back.
+
+The one audited way rows leave the log. For each run, inside one ``BEGIN IMMEDIATE``
+transaction: a ``pruned`` row is inserted in state 'pruning' (the schema's trigger refuses it
+unless the run is finished: a queued, running or waiting run can never lose a row); only while
+that row exists may the run's events and run row be deleted (the append-only triggers say so);
+every per-run table of ``schema.RUN_TABLES`` is emptied of the run; the row becomes 'done' with
+the counts. A ``runs_pruned`` event (run id ``""``) tells tailing readers which runs are gone. A
+run is never pruned in part: either the transaction commits or nothing changed.
+
+Runs are deleted in batches of about ``BATCH_ROWS`` rows, one transaction each, so an engine
+writing to the same log waits milliseconds, never its busy timeout. Then the space: a log made
+with ``auto_vacuum = INCREMENTAL`` (every log this steplog creates) returns the freed pages to the
+file system with ``PRAGMA incremental_vacuum``, again in short transactions; an older log keeps
+them for reuse (the file stops growing until they are filled) unless ``--vacuum`` rewrites it once
+(``VACUUM``, which also switches it to incremental).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .archive import durable_output, refuse_existing, write_runs
+from .db import immediate, open_log, open_readonly
+from .errors import RunNotFinished, UnknownRun, UsageError
+from .events import EventKind
+from .journal import dumps
+from .lease import vacancy
+from .schema import RUN_TABLES
+from .status import TERMINAL
+
+FINISHED = TERMINAL | {"cancelled"}
+"""Statuses a run can be pruned in. ``cancelled`` is terminal (CONTRACT); it is named here too so
+prune accepts it whether or not ``status.TERMINAL`` lists it yet. The schema's trigger holds the
+same list."""
+
+NOT_PRUNABLE = ("queued", "running", "waiting")
+
+BATCH_ROWS = 20_000
+"""Rows deleted per transaction (whole runs only): ~50 ms of holding the write lock."""
+
+VACUUM_PAGES = 2_000
+"""Pages given back per ``incremental_vacuum`` transaction."""
+
+_ROW_OVERHEAD = 24
+"""Bytes a row costs beyond its values (record header, cell pointer, index entries), roughly."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which runs to prune. Every given criterion must hold; ``run_ids`` empty means any run."""
+
+    run_ids: tuple[str, ...] = ()
+    statuses: frozenset[str] = FINISHED
+    older_than_days: float | None = None
+    """Finished more than this many days ago."""
+    keep_last: int | None = None
+    """Of the runs the other criteria select, keep the newest N (by finish time)."""
+
+    def __post_init__(self) -> None:
+        live = sorted(set(self.statuses) & set(NOT_PRUNABLE))
+        if live:
+            raise UsageError(f"--status {','.join(live)}: prune removes finished runs only "
+                             f"({', '.join(sorted(FINISHED))}), never a queued, running or waiting one")
+        unknown = sorted(set(self.statuses) - FINISHED)
+        if unknown:
+            raise UsageError(f"--status {','.join(unknown)} is not a run status; use some of {','.join(sorted(FINISHED))}")
+        if self.older_than_days is not None and not (self.older_than_days >= 0 and self.older_than_days < 1e6):
+            raise UsageError(f"--older-than must be a number of days, 0 or more (got {self.older_than_days})")
+        if self.keep_last is not None and self.keep_last < 0:
+            raise UsageError(f"--keep-last must be 0 or more (got {self.keep_last})")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    run_id: str
+    agent: str
+    status: str
+    created_at: float
+    finished_at: float | None
+    rows: dict[str, int]
+    bytes: int
+    """About how many bytes its rows take (values plus a per-row overhead): what pruning frees."""
+
+
+@dataclass
+class Report:
+    """What a prune did (or, dry, would do)."""
+
+    dry_run: bool
+    pruned: list[Candidate] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    """(run id, why) of selected runs left alone: one became live again, or its engine is live."""
+    archive: str | None = None
+    file_bytes_before: int = 0
+    file_bytes_after: int = 0
+    freed_pages: int = 0
+    auto_vacuum: str = "incremental"
+    vacuumed: bool = False
+    seconds: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        return sum(sum(c.rows.values()) for c in self.pruned)
+
+    @property
+    def estimated_bytes(self) -> int:
+        return sum(c.bytes for c in self.pruned)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "runs": [c.run_id for c in self.pruned],
+            "rows": self.rows,
+            "rows_by_table": {t: sum(c.rows.get(t, 0) for c in self.pruned) for t, _ in RUN_TABLES},
+            "estimated_bytes": self.estimated_bytes,
+            "skipped": [{"run_id": r, "why": why} for r, why in self.skipped],
+            "archive": self.archive,
+            "file_bytes_before": self.file_bytes_before,
+            "file_bytes_after": self.file_bytes_after,
+            "reclaimed_bytes": max(0, self.file_bytes_before - self.file_bytes_after),
+            "freed_pages": self.freed_pages,
+            "auto_vacuum": self.auto_vacuum,
+            "vacuumed": self.vacuumed,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def log_bytes(path: Path) -> int:
+    """The log's size on disk: the file and its -wal."""
+    return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+# -- choosing ----------------------------------------------------------------------------------
+
+def _live(row: sqlite3.Row | tuple[Any, ...], now: float) -> bool:
+    pid, host, boot, proc_start, expires = row
+    if pid is None:
+        return False
+    return vacancy(pid=pid, host=host, boot=boot, proc_start=proc_start, expires=expires, now=now) is None
+
+
+def _sizes(conn: sqlite3.Connection, run_ids: set[str]) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """Rows per table and estimated bytes of each run in ``run_ids``: one grouped scan per table."""
+    rows: dict[str, dict[str, int]] = {r: {} for r in run_ids}
+    size: dict[str, int] = dict.fromkeys(run_ids, 0)
+    for table, column in RUN_TABLES:
+        cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
+        width = " + ".join(f'coalesce(length(CAST("{c}" AS BLOB)), 0)' for c in cols)
+        for run_id, n, values in conn.execute(
+                f'SELECT "{column}", count(*), sum({width}) FROM "{table}" GROUP BY "{column}"'):
+            if run_id in rows:
+                rows[run_id][table] = n
+                size[run_id] += int(values or 0) + n * _ROW_OVERHEAD
+    return rows, size
+
+
+def select(conn: sqlite3.Connection, selection: Selection, *, now: float | None = None) -> tuple[list[Candidate], list[tuple[str, str]]]:
+    """The runs ``selection`` names that may be pruned now, and (id, why) of named ones that may not.
+
+    Runs named by id must exist (``UnknownRun``) and be finished (``RunNotFinished``)."""
+    now = time.time() if now is None else now
+    found = {r[0]: r for r in conn.execute(
+        "SELECT id, agent, status, created_at, finished_at, lease_pid, lease_host, lease_boot, lease_proc_start,"
+        " lease_expires FROM run")}
+    for run_id in selection.run_ids:
+        row = found.get(run_id)
+        if row is None:
+            raise UnknownRun(f"no run {run_id!r} in this log; `steplog runs` lists the runs there")
+        if row[2] not in FINISHED:
+            raise RunNotFinished(f"run {run_id} is {row[2]}; prune removes finished runs only "
+                                 "(wait for it to finish, or cancel it first)")
+        if _live(row[5:], now):
+            raise RunNotFinished(f"run {run_id} is held by a live engine (pid {row[5]}); prune it once that engine exits")
+    chosen = [r for r in found.values()
+              if r[2] in selection.statuses and r[2] in FINISHED
+              and (not selection.run_ids or r[0] in selection.run_ids)
+              and (selection.older_than_days is None
+                   or (r[4] or r[3]) < now - selection.older_than_days * 86_400)]
+    chosen.sort(key=lambda r: (r[4] or r[3], r[3], r[0]), reverse=True)  # newest first
+    if selection.keep_last:
+        chosen = chosen[selection.keep_last:]
+    skipped = [(r[0], f"its engine (pid {r[5]}) still holds it") for r in chosen if _live(r[5:], now)]
+    chosen = [r for r in chosen if not _live(r[5:], now)]
+    rows, size = _sizes(conn, {r[0] for r in chosen}) if chosen else ({}, {})
+    candidates = [Candidate(r[0], r[1], r[2], r[3], r[4], rows[r[0]], size[r[0]]) for r in reversed(chosen)]
+    return candidates, skipped
+
+
+def estimate(path: Path, run_ids: Sequence[str]) -> list[Candidate]:
+    """What pruning these runs would free, read-only (the monitor asks before it offers)."""
+    conn = open_readonly(path, one_shot=True)
+    try:
+        return select(conn, Selection(run_ids=tuple(run_ids)))[0]
+    finally:
+        conn.close()
+
+
+# -- pruning -----------------------------------------------------------------------------------
+
+def _batches(candidates: list[Candidate]) -> Iterable[list[Candidate]]:
+    batch: list[Candidate] = []
+    rows = 0
+    for c in candidates:
+        batch.append(c)
+        rows += sum(c.rows.values())
+        if rows >= BATCH_ROWS:
+            yield batch
+            batch, rows = [], 0
+    if batch:
+        yield batch
+
+
+def _prune_batch(conn: sqlite3.Connection, batch: list[Candidate], archive: str | None,
+                 report: Report) -> None:
+    now = time.time()
+    done: list[str] = []
+    with immediate(conn):
+        for c in batch:
+            row = conn.execute("SELECT status, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires"
+                               " FROM run WHERE id = ?", (c.run_id,)).fetchone()
+            if row is None:
+                report.skipped.append((c.run_id, "it was gone already"))
+                continue
+            if row[0] not in FINISHED or _live(row[1:], now):
+                report.skipped.append((c.run_id, f"it became {row[0]} since it was selected"
+                                       if row[0] not in FINISHED else "an engine took it since it was selected"))
+                continue
+            cur = conn.execute(
+                "INSERT INTO pruned (run_id, agent, status, created_at, finished_at, pruned_at, archive)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)", (c.run_id, c.agent, c.status, c.created_at, c.finished_at, now, archive))
+            record = cur.lastrowid
+            counts: dict[str, int] = {}
+            for table, column in reversed(RUN_TABLES):  # the run row last
+                counts[table] = conn.execute(f'DELETE FROM "{table}" WHERE "{column}" = ?', (c.run_id,)).rowcount
+            conn.execute("UPDATE pruned SET state = 'done', rows = ? WHERE id = ?", (dumps(counts), record))
+            report.pruned.append(Candidate(c.run_id, c.agent, c.status, c.created_at, c.finished_at, counts, c.bytes))
+            done.append(c.run_id)
+        if done:
+            conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES ('', ?, 0, ?, NULL, ?)",
+                         (now, EventKind.RUNS_PRUNED, dumps({"runs": done, "archive": archive})))
+
+
+def _free_pages(conn: sqlite3.Connection, report: Report) -> None:
+    """Give the freed pages back to the file system, a few thousand per transaction."""
+    mode = int(conn.execute("PRAGMA auto_vacuum").fetchone()[0])
+    report.auto_vacuum = {0: "none", 1: "full", 2: "incremental"}.get(mode, str(mode))
+    report.freed_pages = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+    if mode == 2:
+        while int(conn.execute("PRAGMA freelist_count").fetchone()[0]) > 0:
+            with immediate(conn):
+                conn.execute(f"PRAGMA incremental_vacuum({VACUUM_PAGES})").fetchall()
+
+
+def _vacuum(conn: sqlite3.Connection, path: Path) -> None:
+    """Rewrite the whole log (``VACUUM``), switching it to incremental auto-vacuum on the way.
+    It holds the write lock throughout, so it is refused while an engine works on any run."""
+    now = time.time()
+    live = [r[0] for r in conn.execute(
+        "SELECT id, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires FROM run"
+        " WHERE lease_pid IS NOT NULL") if _live(r[1:], now)]
+    if live:
+        raise RunNotFinished(f"--vacuum rewrites the whole log and would stall the engine of run {live[0]}"
+                             f"{f' (and {len(live) - 1} more)' if len(live) > 1 else ''}; run it when no engine is working")
+    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    conn.execute("VACUUM")
+
+
+def prune(path: Path, selection: Selection, *, archive: Path | None = None, dry_run: bool = False,
+          vacuum: bool = False, progress: Callable[[int, int], None] | None = None) -> Report:
+    """Prune the runs ``selection`` names from the log at ``path``; see the module docstring.
+
+    ``archive``: first write them (``steplog.archive`` format, gzip) to this new file, fsynced.
+    ``dry_run``: only say what would go (the log is opened read-only). ``progress(done, total)``
+    is called after each batch."""
+    started = time.monotonic()
+    report = Report(dry_run=dry_run, archive=str(archive) if archive else None)
+    if archive is not None:
+        refuse_existing(archive, "prune --archive")
+    if dry_run:
+        conn = open_readonly(path, one_shot=True)
+        try:
+            report.pruned, report.skipped = select(conn, selection)
+            report.file_bytes_before = report.file_bytes_after = log_bytes(path)
+            report.auto_vacuum = {0: "none", 1: "full", 2: "incremental"}.get(
+                int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]), "?")
+        finally:
+            conn.close()
+        report.seconds = time.monotonic() - started
+        return report
+    conn = open_log(path)
+    try:
+        report.file_bytes_before = log_bytes(path)
+        candidates, report.skipped = select(conn, selection)
+        if archive is not None and candidates:
+            with durable_output(archive, compress=archive.suffix == ".gz") as out:
+                write_runs(conn, [c.run_id for c in candidates], out)
+        archived = str(archive.resolve()) if archive is not None else None
+        done = 0
+        for batch in _batches(candidates):
+            _prune_batch(conn, batch, archived, report)
+            done += len(batch)
+            if progress is not None:
+                progress(done, len(candidates))
+        _free_pages(conn, report)
+        if vacuum:
+            _vacuum(conn, path)
+            report.vacuumed = True
+            report.auto_vacuum = "incremental"
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        report.file_bytes_after = log_bytes(path)
+    finally:
+        conn.close()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def describe(report: Report) -> str:
+    """The command's human summary (a few lines)."""
+    verb = "would prune" if report.dry_run else "pruned"
+    n = len(report.pruned)
+    by_table = ", ".join(f"{v:,} {t}" for t, v in report.as_json()["rows_by_table"].items() if v)
+    lines = [f"{verb} {n} run{'s' if n != 1 else ''}" + (f" ({report.rows:,} rows: {by_table})" if n else "")]
+    if report.dry_run:
+        if n:
+            lines.append(f"  frees about {_mb(report.estimated_bytes)}")
+    else:
+        if report.archive and n:
+            lines.append(f"  archived first to {report.archive}")
+        lines.append(f"  log {_mb(report.file_bytes_before)} -> {_mb(report.file_bytes_after)} "
+                     f"(reclaimed {_mb(max(0, report.file_bytes_before - report.file_bytes_after))})"
+                     + (", rewritten by VACUUM" if report.vacuumed else ""))
+        if report.auto_vacuum == "none" and not report.vacuumed and report.freed_pages:
+            lines.append(f"  this log predates incremental vacuum: its {report.freed_pages:,} freed pages stay in the "
+                         "file for new rows; `steplog prune --vacuum` gives them back once (no engine may be running)")
+    for run_id, why in report.skipped:
+        lines.append(f"  left {run_id}: {why}")
+    return "\n".join(lines)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
+
+
+def pruned_record(conn: sqlite3.Connection, run_id: str) -> dict[str, Any] | None:
+    """The latest ``pruned`` record of ``run_id`` (when, rows, archive), or ``None``."""
+    row = conn.execute("SELECT pruned_at, rows, archive FROM pruned WHERE run_id = ? AND state = 'done'"
+                       " ORDER BY id DESC LIMIT 1", (run_id,)).fetchone()
+    if row is None:
+        return None
+    return {"pruned_at": row[0], "rows": json.loads(row[1]), "archive": row[2]}
