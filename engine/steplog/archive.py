@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from .errors import ArchiveError, UsageError
 from .schema import RUN_TABLES, SCHEMA_VERSION
@@ -108,7 +108,7 @@ def durable_output(path: Path, *, compress: bool) -> Iterator[IO[str]]:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as raw:
-            binary: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if compress else raw
+            binary = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if compress else raw
             with io.TextIOWrapper(binary, encoding="utf-8", newline="\n") as text:
                 yield text
                 text.flush()
@@ -141,7 +141,7 @@ def write_runs(conn: sqlite3.Connection, run_ids: Iterable[str], out: IO[str]) -
 
 def _open_text(source: str | Path) -> IO[str]:
     if str(source) == "-":
-        data: IO[bytes] = sys.stdin.buffer
+        data: BinaryIO | gzip.GzipFile = sys.stdin.buffer
         head = data.peek(2)[:2] if hasattr(data, "peek") else b""
     else:
         path = Path(source)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from steplog.schema import SCHEMA_VERSION
+
 from conftest import AGENTS, TESTS, Engine
 
 RUNS = ("a", "b", "c")
@@ -119,7 +121,7 @@ def test_check_says_ok_with_what_the_log_holds(engine: Engine, healthy: Path) ->
     before = sha(healthy)
     done = engine.run("check", "--db", str(healthy))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"ok: {len(RUNS)} runs, {len(RUNS) * STEPS_PER_RUN} steps, schema v1"
+    assert done.stdout.strip() == f"ok: {len(RUNS)} runs, {len(RUNS) * STEPS_PER_RUN} steps, schema v{SCHEMA_VERSION}"
     assert sha(healthy) == before
     assert not Path(f"{healthy}-wal").exists() and not Path(f"{healthy}-shm").exists()
 
