@@ -24,12 +24,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from .observe import Incarnation
+if TYPE_CHECKING:  # observe chooses this module: a type-only import keeps the two acyclic
+    from .observe import Incarnation
 
 FLUSH_TIMEOUT_MS = 3000
 """How long the end of an incarnation waits for its spans to be sent (an unreachable collector
