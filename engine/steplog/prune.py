@@ -19,7 +19,6 @@ them for reuse (the file stops growing until they are filled) unless ``--vacuum`
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import time
@@ -348,12 +347,3 @@ def describe(report: Report) -> str:
 
 def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
-
-
-def pruned_record(conn: sqlite3.Connection, run_id: str) -> dict[str, Any] | None:
-    """The latest ``pruned`` record of ``run_id`` (when, rows, archive), or ``None``."""
-    row = conn.execute("SELECT pruned_at, rows, archive FROM pruned WHERE run_id = ? AND state = 'done'"
-                       " ORDER BY id DESC LIMIT 1", (run_id,)).fetchone()
-    if row is None:
-        return None
-    return {"pruned_at": row[0], "rows": json.loads(row[1]), "archive": row[2]}

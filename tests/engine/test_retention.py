@@ -172,7 +172,10 @@ def test_export_prune_import_gives_back_the_same_run(engine: Engine, tmp_path: P
     report = prune(engine, "w", "other", "--archive", str(archive))
 
     assert report["runs"] == ["w", "other"] and archive.stat().st_mode & 0o777 == 0o600
-    assert engine.run("status", "w", "--db", str(engine.db)).returncode == 2
+    gone = engine.run("status", "w", "--db", str(engine.db))
+    assert gone.returncode == 2
+    assert f"no run 'w' in {engine.db}: it was pruned at " in gone.stderr
+    assert f"(archived to {archive}: `steplog import {archive}` brings it back)" in gone.stderr
     done = engine.run("import", str(archive), "--db", str(engine.db))
     assert done.returncode == 0, done.stderr
     assert "imported 2 runs" in done.stdout
