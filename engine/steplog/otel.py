@@ -19,12 +19,14 @@ with ``steplog.previous_pid`` and ``steplog.killed_at``.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import context, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
@@ -91,6 +93,24 @@ def _build_provider() -> trace.TracerProvider:
     return provider
 
 
+_F = TypeVar("_F", bound=Callable[..., None])
+
+
+def _never_raises(method: _F) -> _F:
+    """A tracing failure must never become the run's failure: the journal calls these between
+    committed transactions, where an exception would read as the step failing. Said once, then
+    the run goes on untraced by that call."""
+    @functools.wraps(method)
+    def guarded(self: OtelObserver, *args: Any, **kwargs: Any) -> None:
+        try:
+            method(self, *args, **kwargs)
+        except Exception as exc:
+            if not self._complained:
+                self._complained = True
+                print(f"steplog: tracing failed ({type(exc).__name__}: {exc}); the run goes on", file=sys.stderr)
+    return guarded  # type: ignore[return-value]
+
+
 @dataclass
 class _Step:
     span: Span
@@ -114,9 +134,11 @@ class OtelObserver:
         self._inc: Incarnation | None = None
         self._step: dict[int, _Step] = {}
         self._seen: set[int] = set()
+        self._complained = False
 
     # -- the incarnation ---------------------------------------------------------------------
 
+    @_never_raises
     def incarnation_started(self, inc: Incarnation) -> None:
         self._inc = inc
         attrs: dict[str, Any] = {"steplog.run.id": inc.run_id, "steplog.agent": inc.agent,
@@ -132,6 +154,7 @@ class OtelObserver:
                                              attributes=attrs)
         self._root_token = context.attach(trace.set_span_in_context(self._root))
 
+    @_never_raises
     def incarnation_ended(self, status: str | None, reason: str | None) -> None:
         root = self._root
         if root is None:
@@ -149,6 +172,7 @@ class OtelObserver:
         root.end()
         self._root = self._root_token = None
 
+    @_never_raises
     def close(self) -> None:
         if self._root is not None:
             self._root.set_attribute("steplog.incarnation.end", "stopped")
@@ -159,6 +183,7 @@ class OtelObserver:
 
     # -- steps -------------------------------------------------------------------------------
 
+    @_never_raises
     def attempt_started(self, seq: int, name: str, kind: str, *, attempt: int, recoveries: int) -> None:
         self._end_step(seq, "superseded")  # never expected: the previous attempt reported its end
         redone = recoveries > 0 and seq not in self._seen  # an earlier engine died inside this step
@@ -169,6 +194,7 @@ class OtelObserver:
         token = context.attach(trace.set_span_in_context(span))
         self._step[seq] = _Step(span, token, kind, time.time_ns())
 
+    @_never_raises
     def decision_recorded(self, seq: int, decision: dict[str, Any], *, tokens_in: int, tokens_out: int,
                           tokens_cached: int, estimated: bool, cost: float) -> None:
         step = self._step.get(seq)
@@ -194,6 +220,7 @@ class OtelObserver:
                                        attributes=attrs)
         span.end()
 
+    @_never_raises
     def attempt_failed(self, seq: int, error: str, *, will_retry: bool) -> None:
         step = self._step.get(seq)
         if step is not None and step.kind == "chat" and not step.model_done:
@@ -205,9 +232,11 @@ class OtelObserver:
             span.end()
         self._end_step(seq, "retrying" if will_retry else "failed", error)
 
+    @_never_raises
     def step_committed(self, seq: int) -> None:
         self._end_step(seq, "committed")
 
+    @_never_raises
     def effect_started(self, seq: int, key: str, kind: str, target: str, *, again: bool) -> None:
         step = self._step.get(seq)
         if step is None:
@@ -217,6 +246,7 @@ class OtelObserver:
                                                    "steplog.effect.target": target, "steplog.effect.again": again})
         step.effects[key] = (span, context.attach(trace.set_span_in_context(span)))
 
+    @_never_raises
     def effect_completed(self, seq: int, key: str) -> None:
         step = self._step.get(seq)
         if step is None or key not in step.effects:

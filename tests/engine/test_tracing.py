@@ -98,6 +98,36 @@ def test_a_run_is_one_trace_with_a_span_per_step_and_its_effects_and_model_calls
     assert dict(effect.attributes or {})["steplog.effect.key"] == "t1:3"
 
 
+class _BrokenTracer(trace.NoOpTracer):
+    def start_span(self, *args: Any, **kwargs: Any) -> trace.Span:
+        raise RuntimeError("collector library bug")
+
+
+class _BrokenProvider(TracerProvider):
+    def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
+        return _BrokenTracer()
+
+
+@steplog.agent
+def plain(run: steplog.Run) -> str:
+    run.chat([{"role": "user", "content": "Hello."}], name="greet", max_tokens=16)
+    run.write_file("out.txt", "ok")
+    return "ok"
+
+
+def test_a_tracing_failure_never_fails_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    saved = trace._TRACER_PROVIDER
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace.set_tracer_provider(_BrokenProvider())
+    try:
+        assert plain.run("b1", db=tmp_path / "log.db") == "ok"
+    finally:
+        trace._TRACER_PROVIDER_SET_ONCE = Once()
+        trace._TRACER_PROVIDER = saved
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "tracing failed" in ln]
+    assert said == ["steplog: tracing failed (RuntimeError: collector library bug); the run goes on"]
+
+
 @steplog.agent(retry=steplog.RetryPolicy(max_attempts=2, initial_interval=0.0))
 def fails_once(run: steplog.Run, marker: str) -> str:
     def flaky() -> str:
