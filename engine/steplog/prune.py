@@ -43,11 +43,14 @@ same list."""
 
 NOT_PRUNABLE = ("queued", "running", "waiting")
 
-BATCH_ROWS = 20_000
-"""Rows deleted per transaction (whole runs only): ~50 ms of holding the write lock."""
+BATCH_ROWS = 5_000
+"""Rows deleted per transaction (whole runs only): tens of milliseconds of holding the write lock."""
 
-VACUUM_PAGES = 2_000
-"""Pages given back per ``incremental_vacuum`` transaction."""
+VACUUM_PAGES = 500
+"""Pages given back per ``incremental_vacuum`` transaction (each may move kept pages down)."""
+
+_PER_RUN_QUERIES = 64
+"""Up to this many runs are sized one by one through the run index; more by one grouped scan."""
 
 _ROW_OVERHEAD = 24
 """Bytes a row costs beyond its values (record header, cell pointer, index entries), roughly."""
@@ -105,6 +108,8 @@ class Report:
     auto_vacuum: str = "incremental"
     vacuumed: bool = False
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
+    """Seconds spent choosing, archiving, deleting and giving space back."""
 
     @property
     def rows(self) -> int:
@@ -120,7 +125,7 @@ class Report:
             "runs": [c.run_id for c in self.pruned],
             "rows": self.rows,
             "rows_by_table": {t: sum(c.rows.get(t, 0) for c in self.pruned) for t, _ in RUN_TABLES},
-            "estimated_bytes": self.estimated_bytes,
+            "estimated_bytes": self.estimated_bytes,  # measured by a dry run only
             "skipped": [{"run_id": r, "why": why} for r, why in self.skipped],
             "archive": self.archive,
             "file_bytes_before": self.file_bytes_before,
@@ -130,6 +135,7 @@ class Report:
             "auto_vacuum": self.auto_vacuum,
             "vacuumed": self.vacuumed,
             "seconds": round(self.seconds, 3),
+            "phases": {k: round(v, 3) for k, v in self.phases.items()},
         }
 
 
@@ -147,23 +153,31 @@ def _live(row: sqlite3.Row | tuple[Any, ...], now: float) -> bool:
     return vacancy(pid=pid, host=host, boot=boot, proc_start=proc_start, expires=expires, now=now) is None
 
 
-def _sizes(conn: sqlite3.Connection, run_ids: set[str]) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
-    """Rows per table and estimated bytes of each run in ``run_ids``: one grouped scan per table."""
+def _sizes(conn: sqlite3.Connection, run_ids: set[str], *, measure: bool) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """Rows per table of each run in ``run_ids`` and, if ``measure``, the bytes they take (which
+    reads every value: the dry run and the monitor's offer need it, the prune itself does not)."""
     rows: dict[str, dict[str, int]] = {r: {} for r in run_ids}
     size: dict[str, int] = dict.fromkeys(run_ids, 0)
     for table, column in RUN_TABLES:
         cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
-        width = " + ".join(f'coalesce(length(CAST("{c}" AS BLOB)), 0)' for c in cols)
-        for run_id, n, values in conn.execute(
-                f'SELECT "{column}", count(*), sum({width}) FROM "{table}" GROUP BY "{column}"'):
-            if run_id in rows:
+        width = " + ".join(f'coalesce(length(CAST("{c}" AS BLOB)), 0)' for c in cols) if measure else "0"
+        found: Iterable[tuple[Any, ...]]
+        if len(run_ids) <= _PER_RUN_QUERIES:
+            found = (conn.execute(f'SELECT ?, count(*), sum({width}) FROM "{table}" WHERE "{column}" = ?',
+                                  (r, r)).fetchone() for r in run_ids)
+        else:
+            found = conn.execute(f'SELECT "{column}", count(*), sum({width}) FROM "{table}" GROUP BY "{column}"')
+        for run_id, n, values in found:
+            if run_id in rows and n:
                 rows[run_id][table] = n
                 size[run_id] += int(values or 0) + n * _ROW_OVERHEAD
     return rows, size
 
 
-def select(conn: sqlite3.Connection, selection: Selection, *, now: float | None = None) -> tuple[list[Candidate], list[tuple[str, str]]]:
+def select(conn: sqlite3.Connection, selection: Selection, *, now: float | None = None,
+           measure: bool = True) -> tuple[list[Candidate], list[tuple[str, str]]]:
     """The runs ``selection`` names that may be pruned now, and (id, why) of named ones that may not.
+    ``measure``: estimate the bytes each frees (``Candidate.bytes``; 0 when not measured).
 
     Runs named by id must exist (``UnknownRun``) and be finished (``RunNotFinished``)."""
     now = time.time() if now is None else now
@@ -189,7 +203,7 @@ def select(conn: sqlite3.Connection, selection: Selection, *, now: float | None 
         chosen = chosen[selection.keep_last:]
     skipped = [(r[0], f"its engine (pid {r[5]}) still holds it") for r in chosen if _live(r[5:], now)]
     chosen = [r for r in chosen if not _live(r[5:], now)]
-    rows, size = _sizes(conn, {r[0] for r in chosen}) if chosen else ({}, {})
+    rows, size = _sizes(conn, {r[0] for r in chosen}, measure=measure) if chosen else ({}, {})
     candidates = [Candidate(r[0], r[1], r[2], r[3], r[4], rows[r[0]], size[r[0]]) for r in reversed(chosen)]
     return candidates, skipped
 
@@ -257,6 +271,9 @@ def _free_pages(conn: sqlite3.Connection, report: Report) -> None:
         while int(conn.execute("PRAGMA freelist_count").fetchone()[0]) > 0:
             with immediate(conn):
                 conn.execute(f"PRAGMA incremental_vacuum({VACUUM_PAGES})").fetchall()
+            # Copy the WAL back as it grows, without blocking writers, so the final TRUNCATE
+            # checkpoint (which does block them) has little left to copy.
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
 
 def _vacuum(conn: sqlite3.Connection, path: Path) -> None:
@@ -296,12 +313,22 @@ def prune(path: Path, selection: Selection, *, archive: Path | None = None, dry_
         report.seconds = time.monotonic() - started
         return report
     conn = open_log(path)
+    clock = time.monotonic()
+
+    def phase(name: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        report.phases[name] = now - clock
+        clock = now
+
     try:
         report.file_bytes_before = log_bytes(path)
-        candidates, report.skipped = select(conn, selection)
+        candidates, report.skipped = select(conn, selection, measure=False)
+        phase("choosing")
         if archive is not None and candidates:
             with durable_output(archive, compress=archive.suffix == ".gz") as out:
                 write_runs(conn, [c.run_id for c in candidates], out)
+            phase("archiving")
         archived = str(archive.resolve()) if archive is not None else None
         done = 0
         for batch in _batches(candidates):
@@ -309,12 +336,14 @@ def prune(path: Path, selection: Selection, *, archive: Path | None = None, dry_
             done += len(batch)
             if progress is not None:
                 progress(done, len(candidates))
+        phase("deleting")
         _free_pages(conn, report)
         if vacuum:
             _vacuum(conn, path)
             report.vacuumed = True
             report.auto_vacuum = "incremental"
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        phase("reclaiming")
         report.file_bytes_after = log_bytes(path)
     finally:
         conn.close()

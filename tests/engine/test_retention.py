@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import random
 import sqlite3
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 
 from steplog.schema import RUN_TABLES
 
-from conftest import AGENTS, Engine, kill_group, storm
+from conftest import AGENTS, Engine, kill_group
 
 NOOP = f"{AGENTS}:noop"
 WITNESS = f"{AGENTS}:witness"
@@ -157,12 +156,22 @@ def test_an_older_log_keeps_its_free_pages_until_prune_vacuum(engine: Engine) ->
 
 
 def test_export_prune_import_gives_back_the_same_run(engine: Engine, tmp_path: Path) -> None:
-    """The round trip: a run killed twice, exported, pruned with an archive, imported back from
-    the archive: status and verdict read exactly as before, and the export reads the same."""
-    args = ["run", WITNESS, "--run-id", "w", "--db", str(engine.db), "--param", "n=6", "--param", "pause=0.05",
+    """The round trip: a run killed twice (a crash inside an effect, then a SIGKILL of its
+    process group), exported, pruned with an archive, imported back from the archive: status and
+    verdict read exactly as before, and the export reads the same."""
+    args = ["run", WITNESS, "--run-id", "w", "--db", str(engine.db), "--param", "n=6", "--param", "pause=0.2",
             "--param", f"witness={tmp_path / 'witness.db'}"]
-    result = storm(engine, args, random.Random(3), max_kills=2, low=0.4, high=0.8)
-    assert result.exit_code == 0 and result.kills == 2
+    assert engine.run(*args, env={"STEPLOG_CRASH_AT": "after_effect_started@3"}).returncode == 86
+    proc = engine.start(*args)
+    try:
+        deadline = time.monotonic() + 60
+        while engine.events("step_committed") < 12:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.01)
+    finally:
+        kill_group(proc)
+    assert engine.run(*args).returncode == 0
+    assert engine.status("w")["incarnations"] == 3
     noop_runs(engine, "other")
     status = engine.status("w")
     verdict = engine.run("verdict", "w", "--db", str(engine.db), "--json").stdout
