@@ -46,8 +46,10 @@ NOT_PRUNABLE = ("queued", "running", "waiting")
 BATCH_ROWS = 5_000
 """Rows deleted per transaction (whole runs only): tens of milliseconds of holding the write lock."""
 
-VACUUM_PAGES = 500
-"""Pages given back per ``incremental_vacuum`` transaction (each may move kept pages down)."""
+VACUUM_PAGES = 128
+"""Pages given back per ``incremental_vacuum`` transaction. Each page still in use near the end of
+the file is moved down into a free one, and SQLite searches its free list for each move, so with
+a large free list a move costs milliseconds: small transactions keep an engine's wait short."""
 
 _PER_RUN_QUERIES = 64
 """Up to this many runs are sized one by one through the run index; more by one grouped scan."""
@@ -170,7 +172,7 @@ def _sizes(conn: sqlite3.Connection, run_ids: set[str], *, measure: bool) -> tup
         for run_id, n, values in found:
             if run_id in rows and n:
                 rows[run_id][table] = n
-                size[run_id] += int(values or 0) + n * _ROW_OVERHEAD
+                size[run_id] += int(values or 0) + n * _ROW_OVERHEAD if measure else 0
     return rows, size
 
 
@@ -271,9 +273,6 @@ def _free_pages(conn: sqlite3.Connection, report: Report) -> None:
         while int(conn.execute("PRAGMA freelist_count").fetchone()[0]) > 0:
             with immediate(conn):
                 conn.execute(f"PRAGMA incremental_vacuum({VACUUM_PAGES})").fetchall()
-            # Copy the WAL back as it grows, without blocking writers, so the final TRUNCATE
-            # checkpoint (which does block them) has little left to copy.
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
 
 def _vacuum(conn: sqlite3.Connection, path: Path) -> None:
