@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -34,7 +35,12 @@ RUNS_KEPT = 1_000
 TEMPLATE_STEPS = 100
 
 
-def build_log(path: Path) -> None:
+def build_log(path: Path, *, old_style: bool = False) -> None:
+    if old_style:  # a log made before incremental vacuum (auto_vacuum NONE)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.close()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "engine"), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "steplog", "run", f"{AGENTS}:noop", "--run-id", "tpl", "--db", str(path),
                            "--param", f"n={TEMPLATE_STEPS}"], capture_output=True, text=True, env=env)
@@ -162,3 +168,20 @@ def test_prune_ten_thousand_runs_and_a_million_steps(tmp_path: Path) -> None:
     assert len(report.pruned) == RUNS_PRUNED and kept == RUNS_KEPT + 2
     assert not tail.errors and tail.pruned_events > 0 and tail.events > tail.pruned_events
     assert out["file_bytes_after"] < out["file_bytes_before"]
+
+
+@pytest.mark.timeout(3600)
+def test_prune_then_vacuum_an_older_log_with_no_engine_running(tmp_path: Path) -> None:
+    """The same 10,000 runs out of a log made before incremental vacuum: the deletes leave the
+    pages free inside the file; ``--vacuum`` (no engine running) rewrites it once."""
+    path = tmp_path / "old.db"
+    build_log(path, old_style=True)
+    pruned = prune(path, Selection(older_than_days=1, keep_last=RUNS_KEPT))
+    t = time.perf_counter()
+    vacuumed = prune(path, Selection(statuses=frozenset()), vacuum=True)
+    print()
+    print(f"older log: prune of {len(pruned.pruned):,} runs {pruned.seconds:.1f} s {pruned.phases}, the file "
+          f"{pruned.file_bytes_before / 1e6:,.0f} MB -> {pruned.file_bytes_after / 1e6:,.0f} MB; then --vacuum "
+          f"{time.perf_counter() - t:.1f} s: {vacuumed.file_bytes_before / 1e6:,.0f} MB -> "
+          f"{vacuumed.file_bytes_after / 1e6:,.0f} MB")
+    assert vacuumed.file_bytes_after < pruned.file_bytes_after / 4
