@@ -368,12 +368,14 @@ def _status_list(value: str | None) -> frozenset[str] | None:
 @click.option("--archive", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE.jsonl.gz",
               help="First write the runs to this new file (what `steplog import` loads), fsynced.")
 @click.option("--dry-run", is_flag=True, help="Say what would be pruned and the space it frees; write nothing.")
-@click.option("--vacuum", is_flag=True, help="Then rewrite the whole log (VACUUM): gives an older log's free pages "
-              "back and switches it to incremental vacuum. Refused while an engine is running.")
+@click.option("--reclaim", type=click.Choice(["auto", "vacuum", "incremental", "none"]), default="auto",
+              show_default=True, help="How the space is given back: vacuum rewrites the log (fast; holds the write "
+              "lock), incremental frees it in short transactions, none leaves it for new rows; auto rewrites "
+              "logs keeping up to 128 MiB, else incremental.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: runs, rows, bytes before/after.")
 @_guard
 def prune(run_ids: tuple[str, ...], db: Path | None, older_than: float | None, statuses: str | None,
-          keep_last: int | None, archive: Path | None, dry_run: bool, vacuum: bool, as_json: bool) -> None:
+          keep_last: int | None, archive: Path | None, dry_run: bool, reclaim: str, as_json: bool) -> None:
     """Remove whole finished runs (never a queued, running or waiting one), then reclaim the space.
 
     Select runs by RUN_ID and/or the options (all given criteria must hold); at least one is needed.
@@ -383,14 +385,15 @@ def prune(run_ids: tuple[str, ...], db: Path | None, older_than: float | None, s
     from .prune import prune as prune_log
 
     chosen = _status_list(statuses)
-    if not (run_ids or older_than is not None or chosen is not None or keep_last is not None or vacuum):
+    only_reclaim = reclaim != "auto"
+    if not (run_ids or older_than is not None or chosen is not None or keep_last is not None or only_reclaim):
         raise UsageError("say which runs to prune: RUN_ID..., --older-than DAYS, --status S,... or --keep-last N "
                          "(`--status succeeded` prunes every succeeded run)")
     selection = Selection(run_ids=run_ids, statuses=FINISHED if chosen is None else chosen,
                           older_than_days=older_than, keep_last=keep_last)
-    if vacuum and not (run_ids or older_than is not None or chosen is not None or keep_last is not None):
-        selection = Selection(statuses=frozenset())  # --vacuum alone: reclaim space, prune nothing
-    report = prune_log(db or default_db_path(), selection, archive=archive, dry_run=dry_run, vacuum=vacuum)
+    if only_reclaim and not (run_ids or older_than is not None or chosen is not None or keep_last is not None):
+        selection = Selection(statuses=frozenset())  # --reclaim alone: give space back, prune nothing
+    report = prune_log(db or default_db_path(), selection, archive=archive, dry_run=dry_run, reclaim=reclaim)
     click.echo(json.dumps(report.as_json()) if as_json else describe(report))
 
 

@@ -132,26 +132,39 @@ def test_pruning_gives_the_space_back_to_the_file_system(engine: Engine) -> None
     assert engine.query("PRAGMA auto_vacuum")[0][0] == 2  # incremental, set when the log was made
     report = prune(engine, "--keep-last", "1")
     assert len(report["runs"]) == 5  # type: ignore[arg-type]
+    assert report["reclaimed_by"] == "vacuum"  # a small log: rewritten at once
     assert report["file_bytes_after"] < report["file_bytes_before"] * 0.4  # type: ignore[operator]
     assert engine.db.stat().st_size == report["file_bytes_after"]
 
 
-def test_an_older_log_keeps_its_free_pages_until_prune_vacuum(engine: Engine) -> None:
+def test_incremental_reclaim_gives_the_space_back_in_short_transactions(engine: Engine) -> None:
+    noop_runs(engine, *(f"r{i}" for i in range(6)), n=300)
+    report = prune(engine, "--keep-last", "1", "--reclaim", "incremental")
+    assert report["reclaimed_by"] == "incremental" and report["freed_pages"] > 0  # type: ignore[operator]
+    assert report["file_bytes_after"] < report["file_bytes_before"] * 0.4  # type: ignore[operator]
+    assert engine.query("PRAGMA freelist_count")[0][0] == 0
+
+
+def test_an_older_log_keeps_its_free_pages_until_a_rewrite(engine: Engine) -> None:
     engine.db.parent.mkdir(parents=True)
     conn = sqlite3.connect(engine.db)  # a log made before incremental vacuum: auto_vacuum NONE
     conn.execute("PRAGMA journal_mode = WAL")
     conn.close()
     noop_runs(engine, "a", "b", "c", n=300)
     assert engine.query("PRAGMA auto_vacuum")[0][0] == 0
+    before = digest(engine.db)
+    refused = engine.run("prune", "a", "--reclaim", "incremental", "--db", str(engine.db))
+    assert refused.returncode == 2 and "made before incremental vacuum" in refused.stderr
+    assert digest(engine.db) == before
 
-    done = engine.run("prune", "a", "b", "--db", str(engine.db))
+    done = engine.run("prune", "a", "b", "--reclaim", "none", "--db", str(engine.db))
     assert done.returncode == 0, done.stderr
-    assert "`steplog prune --vacuum` gives them back" in done.stdout
+    assert "freed pages stay in the file for new rows; `steplog prune --reclaim vacuum` gives them back" in done.stdout
     size = engine.db.stat().st_size
-    report = prune(engine, "--vacuum")
-    assert report["vacuumed"] and report["runs"] == []
+    report = prune(engine, "--reclaim", "vacuum")
+    assert report["reclaimed_by"] == "vacuum" and report["runs"] == []
     assert engine.db.stat().st_size < size * 0.6
-    assert engine.query("PRAGMA auto_vacuum")[0][0] == 2
+    assert engine.query("PRAGMA auto_vacuum")[0][0] == 2  # switched over on the way
     assert rows_of(engine, "c")["step"] == 300
 
 
