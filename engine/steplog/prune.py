@@ -20,7 +20,7 @@ writing to the same log waits milliseconds, never its busy timeout. Then the spa
   when much is freed (measured: 548 MB given back in 11 minutes beside a busy engine);
 - ``none``: the freed pages stay inside the file and new rows reuse them (the file stops growing);
 - ``auto`` (the default): ``vacuum`` when the kept data is at most ``VACUUM_MAX_BYTES`` (a rewrite
-  of about a second, which an engine waits out well within its busy timeout), else
+  of a couple of seconds, which an engine waits out well within its busy timeout), else
   ``incremental`` where the log supports it, else ``none``.
 """
 
@@ -318,6 +318,16 @@ def _reclaim(conn: sqlite3.Connection, how: str, report: Report) -> None:
     report.reclaimed_by = how
 
 
+def _truncate_wal(conn: sqlite3.Connection, *, patience: float = 5.0) -> None:
+    """Copy the WAL into the log and cut it to zero, which is when the file on disk shrinks. It
+    needs a moment with no reader inside the WAL; with engines at work that may take a few tries
+    (each waits out a write, then lets the writers go on). If there is none, the WAL is reused
+    from its start by the next writes and cut at a later quiet checkpoint."""
+    deadline = time.monotonic() + patience
+    while int(conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _check_reclaim(conn: sqlite3.Connection, how: str) -> None:
     """Refuse, before anything is deleted, a reclaim this log cannot do now: incremental on a log
     made without it, or a rewrite of a big log (more than ``VACUUM_MAX_BYTES`` now) while an
@@ -392,7 +402,7 @@ def prune(path: Path, selection: Selection, *, archive: Path | None = None, dry_
                 progress(done, len(candidates))
         phase("deleting")
         _reclaim(conn, reclaim, report)
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        _truncate_wal(conn)
         phase("reclaiming")
         report.file_bytes_after = log_bytes(path)
     finally:
