@@ -74,9 +74,19 @@ def test_outside_prune_the_log_refuses_to_lose_events_or_runs(engine: Engine) ->
         conn.execute("UPDATE run SET status = 'running' WHERE id = 'r1'")
         with pytest.raises(sqlite3.IntegrityError, match="only a finished run"):
             conn.execute("INSERT INTO pruned (run_id, agent, status, created_at, pruned_at) VALUES ('r1', 'a', 's', 0, 0)")
+        conn.execute("UPDATE run SET status = 'succeeded' WHERE id = 'r1'")
     finally:
         conn.close()
-    assert rows_of(engine, "r1")["event"] > 0
+    prune(engine, "r1")
+    conn = sqlite3.connect(engine.db, isolation_level=None)
+    try:  # the audit record stays as written
+        with pytest.raises(sqlite3.IntegrityError, match="never deleted"):
+            conn.execute("DELETE FROM pruned")
+        with pytest.raises(sqlite3.IntegrityError, match="never changed"):
+            conn.execute("UPDATE pruned SET state = 'pruning'")
+    finally:
+        conn.close()
+    assert engine.query("SELECT run_id, state FROM pruned") == [("r1", "done")]
 
 
 def test_a_running_run_is_never_pruned(engine: Engine, tmp_path: Path) -> None:
@@ -92,7 +102,12 @@ def test_a_running_run_is_never_pruned(engine: Engine, tmp_path: Path) -> None:
         assert refused.returncode == 2
         assert "live is running; prune removes finished runs only" in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
+        live_commits = "SELECT count(*) FROM event WHERE run_id = 'live' AND kind = 'step_committed'"
+        committed = engine.query(live_commits)[0][0]
         assert prune(engine, "--older-than", "0")["runs"] == ["done"]
+        while engine.query(live_commits)[0][0] <= committed + 2:  # the live run goes on undisturbed
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
     finally:
         kill_group(proc)
     # Killed, its engine is gone, but the run is not finished: it stays, resumable.
