@@ -18,6 +18,8 @@ from __future__ import annotations
 from .agent import Agent, agent
 from .errors import (
     AgentSpecError,
+    Cancelled,
+    ControlRefused,
     CorruptDatabase,
     Fenced,
     ForeignDatabase,
@@ -25,6 +27,7 @@ from .errors import (
     LeaseHeld,
     LogError,
     LogWriteError,
+    NeedsReconciliation,
     NonDeterminism,
     PermanentError,
     ReadOnlyLog,
@@ -35,14 +38,19 @@ from .errors import (
     TransientError,
     UnknownRun,
     UsageError,
+    RunWaiting,
+    WaitTimeout,
 )
 from .llm.base import ChatModel, ChatReply, Usage
 from .policies import Budget, RetryPolicy
 from .runtime import Run, current_key
+from .api import cancel, fork, signal
 
 __all__ = [
     "Agent",
     "AgentSpecError",
+    "Cancelled",
+    "ControlRefused",
     "Budget",
     "ChatModel",
     "ChatReply",
@@ -53,6 +61,7 @@ __all__ = [
     "LeaseHeld",
     "LogError",
     "LogWriteError",
+    "NeedsReconciliation",
     "NonDeterminism",
     "PermanentError",
     "ReadOnlyLog",
@@ -60,12 +69,17 @@ __all__ = [
     "Run",
     "RunFailed",
     "RunStopped",
+    "RunWaiting",
     "SteplogError",
     "StorageExhausted",
     "TransientError",
     "UnknownRun",
     "Usage",
     "UsageError",
+    "WaitTimeout",
     "agent",
+    "cancel",
     "current_key",
+    "fork",
+    "signal",
 ]

@@ -22,6 +22,7 @@ R = TypeVar("R")
 
 BUILTINS: dict[str, str] = {
     "demo": "steplog.agents.demo:demo",
+    "demo_async": "steplog.agents.demo_async:demo_async",
     "flaky": "steplog.agents.flaky:flaky",
     "naive": "steplog.agents.naive:naive",
 }
@@ -93,6 +94,14 @@ class Agent(Generic[P, R]):
                           workdir=Path(workdir) if workdir else None, outbox=outbox,
                           params=params, limits=asdict(budget) if budget else None, model=model, base_url=base_url, pace=pace)
         return outcome.value()  # type: ignore[no-any-return]
+
+    async def run_async(self, run_id: str | None = None, **kwargs: Any) -> Any:
+        """``await agent.run_async(...)`` from asyncio code: ``run`` (same arguments) on a worker
+        thread, so the caller's event loop goes on; an ``async def`` agent gets a loop of its own
+        there. Stop signals stay the application's (the engine handles them on the main thread only)."""
+        import asyncio
+
+        return await asyncio.to_thread(lambda: self.run(run_id, **kwargs))
 
 
 @overload

@@ -30,7 +30,8 @@ RUN_COLUMNS = (
     "id, agent, model, params, status, reason, result, workdir, outbox, limit_steps, limit_tokens,"
     " limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, used_steps, used_tokens,"
     " tokens_estimated, reserved_tokens, used_seconds, used_cost_usd, reserved_cost_usd, used_retries,"
-    " step_executions, incarnation, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires"
+    " step_executions, incarnation, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires,"
+    " cancel_requested, waiting_for, parent_run_id, parent_step, created_at, finished_at"
 )
 
 
@@ -170,18 +171,36 @@ def _take_lease(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, now: f
     return incarnation
 
 
+def _finish_cancelled(conn: sqlite3.Connection, row: sqlite3.Row, now: float) -> None:
+    """End a run ``cancelled`` from outside its engine (none holds it): the terminal record."""
+    conn.execute(
+        "UPDATE run SET status = 'cancelled', reason = ?, finished_at = ?, updated_at = ?, lease_pid = NULL,"
+        " lease_expires = NULL, waiting_for = NULL, waiting_since = NULL, reserved_tokens = 0,"
+        " used_tokens = used_tokens + reserved_tokens, tokens_estimated = tokens_estimated + reserved_tokens,"
+        " used_cost_usd = used_cost_usd + reserved_cost_usd, reserved_cost_usd = 0 WHERE id = ?",
+        (row["cancel_requested"], now, now, row["id"]))
+    _event(conn, row["id"], now, row["incarnation"], EventKind.RUN_FINISHED,
+           {"status": "cancelled", "reason": row["cancel_requested"], "engine": None})
+
+
 def claim(conn: sqlite3.Connection, req: Request) -> Claimed | Finished:
     """Create or find the run and take its lease, in one transaction. Refusals write nothing."""
     now = time.time()
     with immediate(conn):
         probe(conn, req.db_path, req.run_id)  # a damaged page is refused before anything is written
         row = _select(conn, req.run_id)
-        resumed = row is not None
+        resumed = row is not None and row["incarnation"] > 0  # a fork's first engine starts it
         if row is None:
             row = _create(conn, req, now)
         else:
             _check_resume(row, req)
             raised = budget_of(row).merged(**req.limits) if any(v is not None for v in req.limits.values()) else None
+            if row["status"] not in TERMINAL and row["cancel_requested"] is not None:
+                # Cancelled while its engine held it, and that engine died before a step boundary.
+                _finish_cancelled(conn, row, now)
+                done = _select(conn, req.run_id)
+                assert done is not None
+                return Finished(done)
             if row["status"] in TERMINAL:
                 reopen = row["status"] == "gave_up" and raised is not None and not _exhausted(raised, row)
                 if not reopen:

@@ -43,6 +43,11 @@ def _guard(fn: F) -> F:
 
             if is_read_only(exc):  # made read-only after the up-front check
                 _fail(str(read_only_log(_log_path(kwargs), str(exc))), EXIT_USAGE)
+            if "database is locked" in str(exc):
+                from .errors import EXIT_LEASE_HELD
+
+                _fail(f"{_log_path(kwargs)} stayed locked by another process for 10 s (a stopped or very busy "
+                      "engine?); nothing was written: try again, or look for a stopped steplog process", EXIT_LEASE_HELD)
             if "disk is full" in str(exc) or "disk I/O" in str(exc):
                 _fail(f"the log could not be written ({exc}); free disk space and run the same command again: "
                       "the run resumes from its last checkpoint", 1)
@@ -81,12 +86,14 @@ def gui(db: Path | None) -> None:
 
 @cli.command()
 @db_option
-def demo(db: Path | None) -> None:
+@click.option("--compare", is_flag=True,
+              help="Compare mode: the naive agent and the durable demo side by side, one Kill now for both.")
+def demo(db: Path | None, compare: bool) -> None:
     """Open the monitor with the demo agent running, ready for "Kill now"."""
-    _exec_gui(db, demo=True)
+    _exec_gui(db, demo=True, compare=compare)
 
 
-def _exec_gui(db: Path | None, *, demo: bool) -> NoReturn:
+def _exec_gui(db: Path | None, *, demo: bool, compare: bool = False) -> NoReturn:
     """Replace this process with the monitor (package ``steplog_gui``).
 
     An exec, not an import: the engine package stays free of Qt, and the import-linter
@@ -96,7 +103,8 @@ def _exec_gui(db: Path | None, *, demo: bool) -> NoReturn:
 
     from .procs import child_env, python_argv
 
-    argv = python_argv("steplog_gui", *(["--db", str(db)] if db else []), *(["--demo"] if demo else []))
+    argv = python_argv("steplog_gui", *(["--db", str(db)] if db else []), *(["--demo"] if demo else []),
+                       *(["--compare"] if compare else []))
     os.execve(sys.executable, argv, child_env())
 
 
@@ -122,6 +130,57 @@ def _limit(field: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
     return check
 
 
+_ENGINE_OPTIONS = (
+    click.option("--pace", type=float, default=0.0, show_default=True,
+                 help="Seconds of simulated thinking added to each model call."),
+    click.option("--max-steps", type=int, default=None, callback=_limit("max_steps")),
+    click.option("--max-tokens", type=int, default=None, callback=_limit("max_tokens")),
+    click.option("--max-seconds", type=float, default=None, callback=_limit("max_seconds")),
+    click.option("--max-cost", type=float, default=None, callback=_limit("max_cost_usd")),
+    click.option("--max-retries", type=int, default=None, callback=_limit("max_retries"),
+                 help="Retries of all steps together."),
+    click.option("--model", default=None, help="Chat model: 'offline' (default) or a model name at --base-url."),
+    click.option("--base-url", default=None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI)."),
+    click.option("--lease-seconds", type=float, default=None, help="How long a silent engine keeps the run (default 15)."),
+    click.option("--sync", "synchronous", type=click.Choice(["full", "normal"]), default="full", show_default=True,
+                 help="full: a checkpoint survives power loss; normal: survives crashes only, faster."),
+    click.option("--exit-when-waiting", is_flag=True,
+                 help="When the run waits for a signal, let it go and exit 6 instead of waiting (batch use)."),
+)
+
+
+def _engine_options(fn: F) -> F:
+    """The options of every command that drives an engine (run, retry, fork)."""
+    for option in reversed(_ENGINE_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def _limits(o: dict[str, Any]) -> dict[str, Any]:
+    return {"max_steps": o["max_steps"], "max_tokens": o["max_tokens"], "max_seconds": o["max_seconds"],
+            "max_cost_usd": o["max_cost"], "max_retries": o["max_retries"]}
+
+
+def _execute_with(agent: Any, o: dict[str, Any], *, run_id: str | None, db: Path | None, workdir: Path | None = None,
+                  outbox: str | None = None, params: dict[str, Any] | None = None,
+                  killed_at: float | None = None) -> None:
+    """Drive ``agent``'s run with the engine options ``o``, print how it ended, exit with its code."""
+    from .engine import execute
+    from .lease import DEFAULT_LEASE_SECONDS
+
+    def started(rid: str, incarnation: int, resumed: bool) -> None:
+        verb = "resuming" if resumed else "starting"
+        click.echo(f"steplog: {verb} run {rid} (agent {agent.default_spec()}, incarnation {incarnation})", err=True)
+
+    outcome = _drive_engine(lambda: execute(
+        agent, run_id=run_id, db=db, workdir=workdir, outbox=outbox, params=params or {}, limits=_limits(o),
+        model=o["model"], base_url=o["base_url"], pace=o["pace"],
+        lease_seconds=DEFAULT_LEASE_SECONDS if o["lease_seconds"] is None else o["lease_seconds"],
+        synchronous="FULL" if o["synchronous"] == "full" else "NORMAL", on_start=started, killed_at=killed_at,
+        exit_when_waiting=o["exit_when_waiting"]))
+    _report(outcome, db)
+
+
 @cli.command()
 @click.argument("agent")
 @click.option("--run-id", default=None, help="Start this run, or resume it if it exists and is not finished.")
@@ -129,61 +188,157 @@ def _limit(field: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the agent's file effects go (default: runs/RUN_ID beside the log).")
 @click.option("--outbox", default=None, help="Base URL of the messages service built-in agents post to.")
-@click.option("--pace", type=float, default=0.0, show_default=True,
-              help="Seconds of simulated thinking added to each model call.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="An agent parameter (repeatable).")
-@click.option("--max-steps", type=int, default=None, callback=_limit("max_steps"))
-@click.option("--max-tokens", type=int, default=None, callback=_limit("max_tokens"))
-@click.option("--max-seconds", type=float, default=None, callback=_limit("max_seconds"))
-@click.option("--max-cost", type=float, default=None, callback=_limit("max_cost_usd"))
-@click.option("--max-retries", type=int, default=None, callback=_limit("max_retries"),
-              help="Retries of all steps together.")
-@click.option("--model", default=None, help="Chat model: 'offline' (default) or a model name at --base-url.")
-@click.option("--base-url", default=None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI).")
-@click.option("--lease-seconds", type=float, default=None, help="How long a silent engine keeps the run (default 15).")
-@click.option("--sync", "synchronous", type=click.Choice(["full", "normal"]), default="full", show_default=True,
-              help="full: a checkpoint survives power loss; normal: survives crashes only, faster.")
 @click.option("--killed-at", type=float, default=None, metavar="UNIX_TIME",
               help="When you killed this run's previous engine: recorded with the takeover, so the kill and "
                    "its resume latency read the same everywhere (Kill now and killtest pass it).")
+@_engine_options
 @_guard
 def run(agent: str, run_id: str | None, db: Path | None, workdir: Path | None, outbox: str | None,
-        pace: float, params: tuple[str, ...], max_steps: int | None, max_tokens: int | None,
-        max_seconds: float | None, max_cost: float | None, max_retries: int | None, model: str | None,
-        base_url: str | None, lease_seconds: float | None, synchronous: str, killed_at: float | None) -> None:
+        params: tuple[str, ...], killed_at: float | None, **engine: Any) -> None:
     """Start or resume a run of AGENT (a built-in name, pkg.mod:fn or file.py:fn)."""
     from .agent import resolve
-    from .engine import execute
-    from .lease import DEFAULT_LEASE_SECONDS
-    from .status import TERMINAL
 
-    resolved = resolve(agent)
+    _execute_with(resolve(agent), engine, run_id=run_id, db=db, workdir=workdir, outbox=outbox,
+                  params=_parse_params(params), killed_at=killed_at)
 
-    def started(rid: str, incarnation: int, resumed: bool) -> None:
-        verb = "resuming" if resumed else "starting"
-        click.echo(f"steplog: {verb} run {rid} (agent {resolved.default_spec()}, incarnation {incarnation})", err=True)
+
+@cli.command()
+@click.argument("run_id")
+@db_option
+@click.option("--reason", default=None, help="Why: recorded with the cancellation.")
+@click.option("--wait", "wait_seconds", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds to wait for a live engine to stop (0: ask and return).")
+@_guard
+def cancel(run_id: str, db: Path | None, reason: str | None, wait_seconds: float) -> None:
+    """End RUN_ID as `cancelled`: it never runs again; a live engine stops at its next step boundary (exit 5)."""
+    from .control import cancel as cancel_run, wait_until_finished
+
+    done = cancel_run(run_id, reason, db=db)
+    if done.done:
+        click.echo(f"run {run_id} cancelled ({done.reason})")
+        return
+    click.echo(f"run {run_id}: cancel requested; its engine stops at its next step boundary", err=True)
+    status = wait_until_finished(run_id, db=db, timeout=wait_seconds) if wait_seconds else "running"
+    if status == "cancelled":
+        click.echo(f"run {run_id} cancelled ({done.reason})")
+    elif status in ("succeeded", "failed", "gave_up"):
+        click.echo(f"run {run_id} ended {status} before it reached a step boundary; nothing was cancelled")
+    else:
+        click.echo(f"run {run_id}: cancel requested; its engine has not reached a step boundary yet "
+                   f"(`steplog status {run_id}` shows when it has)")
+
+
+@cli.command()
+@click.argument("run_id")
+@click.argument("name")
+@db_option
+@click.option("--data", "data_json", default="null", metavar="JSON", help="The signal's data, as JSON (default null).")
+@click.option("--key", default=None, help="An idempotency key: sending the same key again is the same signal.")
+@_guard
+def signal(run_id: str, name: str, db: Path | None, data_json: str, key: str | None) -> None:
+    """Send RUN_ID the signal NAME; one `run.wait_for(NAME)` consumes it, exactly once."""
+    from .control import signal as send
 
     try:
-        outcome = execute(
-            resolved, run_id=run_id, db=db, workdir=workdir, outbox=outbox, params=_parse_params(params),
-            limits={"max_steps": max_steps, "max_tokens": max_tokens, "max_seconds": max_seconds,
-                    "max_cost_usd": max_cost, "max_retries": max_retries},
-            model=model, base_url=base_url, pace=pace,
-            lease_seconds=DEFAULT_LEASE_SECONDS if lease_seconds is None else lease_seconds,
-            synchronous="FULL" if synchronous == "full" else "NORMAL", on_start=started, killed_at=killed_at)
+        data = json.loads(data_json)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--data is not JSON ({exc.msg} at character {exc.pos}); e.g. --data '{{\"approved\": true}}'") from None
+    sent = send(run_id, name, data, db=db, key=key)
+    what = "already sent with this key" if sent.duplicate else "sent"
+    click.echo(f"signal {name!r} {what} to run {run_id} (#{sent.signal_id})")
+    if sent.status == "waiting" and sent.waiting_for == name and not sent.engine_live:
+        where = f" --db {db}" if db else ""
+        click.echo(f"run {run_id} waits for it with no engine; carry it on: "
+                   f"steplog run {sent.agent} --run-id {run_id}{where}", err=True)
+    elif sent.status == "waiting" and sent.waiting_for == name:
+        click.echo(f"run {run_id} was waiting for it; its engine carries on now", err=True)
+    else:
+        click.echo(f"run {run_id} keeps it until it waits for {name!r}", err=True)
+
+
+@cli.command()
+@click.argument("run_id")
+@db_option
+@click.option("--force", is_flag=True,
+              help="Retry even after non-determinism or an effect that needs reconciliation (says why it is risky).")
+@click.option("--no-start", is_flag=True, help="Only set the run going again; run it later with `steplog run`.")
+@_engine_options
+@_guard
+def retry(run_id: str, db: Path | None, force: bool, no_start: bool, **engine: Any) -> None:
+    """Run a `failed` run again from its failed step, with fresh attempt counters."""
+    from .agent import resolve
+    from .control import prepare_retry
+
+    prepared = prepare_retry(run_id, db=db, force=force)
+    for warning in prepared.warnings:
+        click.echo(f"steplog: {warning}", err=True)
+    if no_start:
+        click.echo(f"run {run_id} is set to run again from its failed step; run it: "
+                   f"steplog run {prepared.agent} --run-id {run_id}")
+        return
+    _execute_with(resolve(prepared.agent), engine, run_id=run_id, db=db)
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--at-step", type=click.IntRange(min=1), required=True,
+              help="The first step the fork runs itself; steps before it are copied from RUN_ID.")
+@click.option("--run-id", "new_run_id", default=None, help="The new run's id (default: a new one, printed).")
+@db_option
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The fork's workdir, a new folder (default: runs/NEW_ID beside the log); starts as a copy.")
+@click.option("--outbox", default=None, help="Base URL of the messages service (default: the parent's).")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Override a parameter of the parent.")
+@click.option("--no-start", is_flag=True, help="Only create the fork (its id is printed); run it later with `steplog run`.")
+@_engine_options
+@_guard
+def fork(run_id: str, at_step: int, new_run_id: str | None, db: Path | None, workdir: Path | None,
+         outbox: str | None, params: tuple[str, ...], no_start: bool, **engine: Any) -> None:
+    """Start a new run from RUN_ID's steps before --at-step (copied, not run again), then run it."""
+    from .control import fork as fork_run
+    from .db import default_db_path
+
+    path = db or default_db_path()
+    agent, prepared = fork_run(run_id, at_step, new_run_id=new_run_id, db=path, params=_parse_params(params),
+                               limits=_limits(engine), workdir=workdir, outbox=outbox, model=engine["model"])
+    click.echo(prepared.run_id)
+    click.echo(f"steplog: run {prepared.run_id} forked from {run_id} at step {at_step} ({prepared.copied} step(s) "
+               f"copied, workdir {prepared.workdir})", err=True)
+    if no_start:
+        return
+    # The limits were the fork's own from its creation; the engine takes them from the log.
+    _execute_with(agent, {**engine, **{k: None for k in _LIMIT_OPTIONS}}, run_id=prepared.run_id, db=path)
+
+
+_LIMIT_OPTIONS = ("max_steps", "max_tokens", "max_seconds", "max_cost", "max_retries")
+
+
+def _drive_engine(go: Callable[[], Any]) -> Any:
+    try:
+        return go()
     except KeyboardInterrupt:
         # SIGTERM, SIGINT and SIGHUP stop the engine at a safe point (``steplog.interrupts``); the
         # lease is released, so the same command resumes at once.
         _fail("stopped by a signal; run the same command to resume from the last checkpoint", 130)
-    assert outcome.status in TERMINAL
-    if outcome.status == "succeeded":
-        click.echo(f"run {outcome.run_id} succeeded: {json.dumps(outcome.result, ensure_ascii=False)}")
-        return
-    from .errors import EXIT_FAILED, EXIT_GAVE_UP
 
-    verb = "gave up" if outcome.status == "gave_up" else "failed"
-    click.echo(f"run {outcome.run_id} {verb}: {outcome.reason}")
-    sys.exit(EXIT_GAVE_UP if outcome.status == "gave_up" else EXIT_FAILED)
+
+def _report(outcome: Any, db: Path | None) -> None:
+    """Print how the run ended and exit with its code (CONTRACT.md "Exit codes")."""
+    from .errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_GAVE_UP, EXIT_WAITING
+
+    rid = outcome.run_id
+    if outcome.status == "succeeded":
+        click.echo(f"run {rid} succeeded: {json.dumps(outcome.result, ensure_ascii=False)}")
+        return
+    if outcome.status == "waiting":
+        where = f" --db {db}" if db else ""
+        click.echo(f"run {rid} is waiting for signal {outcome.reason!r}; send it with "
+                   f"`steplog signal {rid} {outcome.reason} --data JSON{where}`, then run the same command")
+        sys.exit(EXIT_WAITING)
+    verb = {"gave_up": "gave up", "cancelled": "was cancelled"}.get(outcome.status, "failed")
+    click.echo(f"run {rid} {verb}: {outcome.reason}")
+    sys.exit({"gave_up": EXIT_GAVE_UP, "cancelled": EXIT_CANCELLED}.get(outcome.status, EXIT_FAILED))
 
 
 def _open_for_reading(db: Path | None) -> Any:
@@ -223,7 +378,10 @@ def _describe(s: dict[str, Any]) -> str:
     redone = s["step_executions"] - s["steps_committed"]
     engine = {"gone": " (its engine is gone: run the same command to resume)",
               "none": " (no engine holds it: run the same command to resume)"}
-    state = s["status"] + (engine.get(s["engine"], "") if s["status"] == "running" else "")
+    state = s["status"] + (f" for signal {s['waiting_for']!r}" if s["status"] == "waiting" else "")
+    state += engine.get(s["engine"], "") if s["status"] in ("running", "waiting") else ""
+    if "forked_from" in s:
+        state += f"  (forked from {s['forked_from']['run_id']} at step {s['forked_from']['at_step']})"
     return (f"{s['run_id']}  {s['agent']}  {state}"
             + (f" ({s['reason']})" if s["reason"] else "")
             + f"\n  steps {fmt(budget['steps'])}  executions {s['step_executions']} (redone/retried {redone})"

@@ -6,6 +6,7 @@ first write, so a refused start leaves the log byte for byte as it was.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import re
@@ -22,7 +23,7 @@ from .params import bind_params
 from .claim import Finished, Request, budget_of, claim
 from .db import Synchronous, default_db_path, open_log, private_dir
 from .effects import HttpClient
-from .errors import Fenced, LogWriteError, RunStopped, UsageError
+from .errors import Fenced, LogWriteError, RunStopped, RunWaiting, UsageError
 from .journal import Journal, Usage, dumps, load_steps, why_not_json
 from .lease import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from .observe import RunObserver, from_environment, incarnation_of
@@ -48,12 +49,21 @@ class Outcome:
         """The agent's result, or the run's terminal error raised."""
         if self.status == "succeeded":
             return self.result
+        if self.status == "waiting":
+            raise RunWaiting(f"run {self.run_id} waits for signal {self.reason!r}; send it with "
+                             f"`steplog signal {self.run_id} {self.reason}`, then resume the run",
+                             run_id=self.run_id, waiting_for=self.reason or "")
         raise outcome_error(self.run_id, self.status, self.reason)
 
 
 MAX_PACE_SECONDS = 3600.0  # simulated thinking per model call; an hour is already no demo
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}")
+
+
+def check_run_id(run_id: str) -> None:
+    if not _RUN_ID.fullmatch(run_id):
+        raise UsageError(f"run id {run_id!r} may use letters, digits, '-', '_' and '.' only (at most 100)")
 
 
 def new_run_id() -> str:
@@ -77,15 +87,19 @@ class _Heartbeat(threading.Thread):
                 j = self._journal
                 try:
                     # The seconds used so far too: a kill then loses at most one period of them.
-                    cur = conn.execute(
+                    rows = conn.execute(
                         "UPDATE run SET lease_expires = ?, used_seconds = ? WHERE id = ? AND incarnation = ?"
-                        " AND status = 'running'",
-                        (time.time() + self._period * 3, j.seconds_used(), j.run_id, j.incarnation))
+                        " AND status IN ('running', 'waiting') RETURNING cancel_requested",
+                        (time.time() + self._period * 3, j.seconds_used(), j.run_id, j.incarnation)).fetchall()
                 except sqlite3.Error:
                     continue
-                if cur.rowcount == 0:
+                if not rows:
                     j.fenced.set()
                     return
+                if rows[0][0] is not None and j.cancel_requested is None and not j.finishing.is_set():
+                    # A long step would reach its boundary late: end it now (at a safe point).
+                    j.cancel_requested = rows[0][0]
+                    interrupts.request_from_thread("cancel")
         finally:
             conn.close()
 
@@ -125,19 +139,21 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | Non
             workdir: Path | None = None, outbox: str | None = None, params: dict[str, Any] | None = None,
             limits: dict[str, Any] | None = None, model: str | None = None, base_url: str | None = None,
             pace: float = 0.0, lease_seconds: float = DEFAULT_LEASE_SECONDS,
-            synchronous: Synchronous = "FULL", on_start: Any = None, killed_at: float | None = None) -> Outcome:
+            synchronous: Synchronous = "FULL", on_start: Any = None, killed_at: float | None = None,
+            exit_when_waiting: bool = False) -> Outcome:
     """Start or resume a run and drive it to a terminal state (or until killed).
 
     ``limits`` are ``Budget`` field overrides (``None`` values ignored): for a new run over the
     agent's default budget, for an existing one over its recorded limits (raising a limit that
     stopped a ``gave_up`` run reopens it). ``killed_at``: the Unix time the caller killed the
     previous engine of this run; recorded with the lease it takes over, so every reader dates
-    the kill (and measures resume latency) the same way.
+    the kill (and measures resume latency) the same way. ``exit_when_waiting``: when the run
+    waits for a signal, release it and return (status ``waiting``) instead of waiting.
     """
     spec = agent.default_spec()
     bound = bind_params(agent, params or {})
-    if run_id is not None and not _RUN_ID.fullmatch(run_id):
-        raise UsageError(f"run id {run_id!r} may use letters, digits, '-', '_' and '.' only (at most 100)")
+    if run_id is not None:
+        check_run_id(run_id)
     if outbox is not None and not outbox.startswith(("http://", "https://")):
         raise UsageError(f"--outbox {outbox!r} is not an http(s) URL; start one with `steplog outbox --port 0`")
     if run_id is None:  # surely a new run: refuse before the log is even opened
@@ -151,13 +167,14 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | Non
     with interrupts.installed():
         return _execute(agent, spec, bound, run_id=run_id, db_path=db_path, workdir=workdir, outbox=outbox,
                         limits=limits, model=model, base_url=base_url, pace=pace, lease_seconds=lease_seconds,
-                        synchronous=synchronous, on_start=on_start, killed_at=killed_at)
+                        synchronous=synchronous, on_start=on_start, killed_at=killed_at,
+                        exit_when_waiting=exit_when_waiting)
 
 
 def _execute(agent: Agent[..., Any], spec: str, bound: dict[str, Any], *, run_id: str | None, db_path: Path,
              workdir: Path | None, outbox: str | None, limits: dict[str, Any] | None, model: str | None,
              base_url: str | None, pace: float, lease_seconds: float, synchronous: Synchronous,
-             on_start: Any, killed_at: float | None) -> Outcome:
+             on_start: Any, killed_at: float | None, exit_when_waiting: bool) -> Outcome:
     conn = open_log(db_path, synchronous=synchronous)
     journal: Journal | None = None
     try:
@@ -180,7 +197,7 @@ def _execute(agent: Agent[..., Any], spec: str, bound: dict[str, Any], *, run_id
             journal = Journal(conn, row["id"], claimed.incarnation, usage, lease_seconds=lease_seconds,
                               synchronous=synchronous, observer=_observer(conn, row, claimed.incarnation, resumed))
         return _work(agent, journal, row, resumed, db_path=db_path, base_url=base_url, pace=pace,
-                     lease_seconds=lease_seconds, on_start=on_start)
+                     lease_seconds=lease_seconds, on_start=on_start, exit_when_waiting=exit_when_waiting)
     except Fenced:
         raise  # a newer engine has the run: nothing of ours may be written
     except BaseException:
@@ -205,14 +222,16 @@ def _observer(conn: sqlite3.Connection, row: sqlite3.Row, incarnation: int, resu
 
 
 def _work(agent: Agent[..., Any], journal: Journal, row: sqlite3.Row, resumed: bool, *, db_path: Path,
-          base_url: str | None, pace: float, lease_seconds: float, on_start: Any) -> Outcome:
+          base_url: str | None, pace: float, lease_seconds: float, on_start: Any,
+          exit_when_waiting: bool = False) -> Outcome:
     from .llm import close_model, make_model
 
     chat_model = make_model(row["model"], base_url=base_url)
     http = HttpClient()  # one per run, built on the first post, closed below however the run ends
     run = Run(run_id=row["id"], workdir=Path(row["workdir"]), outbox=row["outbox"],
               params=json.loads(row["params"]), journal=journal, steps=load_steps(journal.conn, row["id"]),
-              budget=budget_of(row), retry=agent.retry, model=chat_model, pace=pace, http=http)
+              budget=budget_of(row), retry=agent.retry, model=chat_model, pace=pace, http=http,
+              exit_when_waiting=exit_when_waiting)
     private_dir(Path(row["workdir"]))
     if on_start is not None:
         on_start(run.id, journal.incarnation, resumed)
@@ -234,9 +253,16 @@ def _work(agent: Agent[..., Any], journal: Journal, row: sqlite3.Row, resumed: b
 
 def _drive(agent: Agent[..., Any], run: Run, journal: Journal, resumed: bool) -> Outcome:
     try:
-        result = agent.fn(run, **run.params)
+        if inspect.iscoroutinefunction(agent.fn):
+            from .aruntime import run_async_agent
+
+            result = run_async_agent(agent.fn, run)
+        else:
+            result = agent.fn(run, **run.params)
         if run._stopping is not None:
             raise run._stopping
+        if run._parked is not None:
+            raise run._parked
         try:
             result_json = dumps(result)
         except (TypeError, ValueError, RecursionError) as exc:
@@ -247,11 +273,19 @@ def _drive(agent: Agent[..., Any], run: Run, journal: Journal, resumed: bool) ->
         return Outcome(run.id, "succeeded", None, json.loads(result_json), resumed, journal.incarnation)
     except (Fenced, LogWriteError):
         raise  # nothing more can be recorded; the run stays resumable
+    except RunWaiting as parked:
+        journal.release()  # status stays ``waiting``: a signal and the same command carry it on
+        return Outcome(run.id, "waiting", parked.waiting_for, None, resumed, journal.incarnation)
     except RunStopped as stop:
+        details = {**stop.details, "failure": stop.failure} if stop.status == "failed" else stop.details
         with interrupts.shielded():
-            journal.finish(stop.status, stop.reason, None, stop.details)
+            journal.finish(stop.status, stop.reason, None, details)
         return Outcome(run.id, stop.status, stop.reason, None, resumed, journal.incarnation)
     except interrupts.StopRequested as stop:
+        if stop.reason == "cancel" and journal.cancel_requested is not None:
+            with interrupts.shielded():
+                journal.finish("cancelled", journal.cancel_requested, None, {"abandoned_step": run._seq})
+            return Outcome(run.id, "cancelled", journal.cancel_requested, None, resumed, journal.incarnation)
         if stop.reason != "seconds":
             raise  # a stop from outside: the run stays resumable
         used, limit = round(journal.seconds_used(), 3), run.budget.max_seconds

@@ -18,13 +18,21 @@ SteplogError
 ├── LogWriteError            a checkpoint could not be written (disk full, I/O)    (exit 1)
 │   └── StorageExhausted     a step's effect met a full disk or an I/O error      (exit 1)
 ├── UnknownRun               no run with that id in this log                        (exit 2)
+├── ControlRefused           a cancel, retry, fork or signal that the run's state
+│                            does not allow (a finished run, an unsafe retry)      (exit 2)
+├── RunWaiting               the run waits for a signal and the engine was asked
+│                            to exit then (``--exit-when-waiting``)               (exit 6)
+├── WaitTimeout              ``run.wait_for`` timed out (agent code may catch it)   (exit 4 if not)
 ├── LeaseHeld                another live engine holds the run                      (exit 75)
 │   └── Fenced               this engine lost the run to a newer incarnation        (exit 75)
 ├── RunStopped               the run reached a terminal state other than success
 │   ├── GaveUp               a budget was exhausted (status ``gave_up``)            (exit 3)
-│   └── RunFailed            a step failed past its policy, a poison pill,
-│       │                    an ambiguous effect or non-determinism (``failed``)  (exit 4)
-│       └── NonDeterminism   the replay reached a different step than recorded
+│   ├── RunFailed            a step failed past its policy, a poison pill,
+│   │   │                    an ambiguous effect or non-determinism (``failed``)  (exit 4)
+│   │   ├── NonDeterminism   the replay reached a different step than recorded
+│   │   └── NeedsReconciliation  an effect that cannot deduplicate was started and
+│   │                        never confirmed: a person must check its target
+│   └── Cancelled            someone cancelled the run (status ``cancelled``)      (exit 5)
 └── KilltestError            the kill test could not finish (steplog.killtest)      (exit 1)
 ```
 
@@ -52,6 +60,8 @@ EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_GAVE_UP = 3
 EXIT_FAILED = 4
+EXIT_CANCELLED = 5
+EXIT_WAITING = 6
 EXIT_LEASE_HELD = 75
 
 
@@ -127,6 +137,32 @@ class UnknownRun(SteplogError):
     exit_code = EXIT_USAGE
 
 
+class ControlRefused(SteplogError):
+    """A control command (cancel, retry, fork, signal) that the run's state does not allow;
+    nothing was written."""
+
+    exit_code = EXIT_USAGE
+
+
+class RunWaiting(SteplogError):
+    """The run waits for a signal and its engine exited, as asked (``--exit-when-waiting``).
+    Not terminal: ``steplog signal`` and then the same command carry it on."""
+
+    exit_code = EXIT_WAITING
+
+    def __init__(self, reason: str, *, run_id: str, waiting_for: str) -> None:
+        super().__init__(reason)
+        self.run_id = run_id
+        self.waiting_for = waiting_for
+
+
+class WaitTimeout(SteplogError):
+    """``run.wait_for(name, timeout=...)`` saw no signal in time. Recorded like any step
+    result, so a replay raises it again at the same point; agent code may catch it."""
+
+    exit_code = EXIT_FAILED
+
+
 class LeaseHeld(SteplogError):
     """Another live engine holds this run's lease; this engine wrote nothing."""
 
@@ -144,6 +180,8 @@ class RunStopped(SteplogError):
     """
 
     status = "failed"
+    failure = "step"
+    """What kind of failure (recorded with the run's end; ``steplog retry`` reads it)."""
 
     def __init__(self, reason: str, *, run_id: str | None = None,
                  details: dict[str, Any] | None = None) -> None:
@@ -169,6 +207,22 @@ class RunFailed(RunStopped):
 
 class NonDeterminism(RunFailed):
     """On replay the agent reached a different step than the log recorded."""
+
+    failure = "non_determinism"
+
+
+class NeedsReconciliation(RunFailed):
+    """An effect declared ``idempotent=False`` was started and never confirmed; sending it
+    again could duplicate it, so a person checks the target (``steplog retry --force`` then)."""
+
+    failure = "needs_reconciliation"
+
+
+class Cancelled(RunStopped):
+    """Someone cancelled the run (``steplog cancel``); it never runs again."""
+
+    status = "cancelled"
+    exit_code = EXIT_CANCELLED
 
 
 class TransientError(Exception):

@@ -120,13 +120,28 @@ class Journal:
         self._base_sync = synchronous
         self._sync = synchronous
         self.fenced = threading.Event()
+        self.cancel_requested: str | None = None
+        """Set when someone asked to cancel the run (seen at each write and by the heartbeat);
+        the runtime ends the run ``cancelled`` at the next step boundary."""
+        self._paused_at: float | None = None
         self.finishing = threading.Event()
         """Set once the terminal record is being written: nothing may stop the run any more."""
 
     # -- plumbing ---------------------------------------------------------------------------
 
     def seconds_used(self) -> float:
-        return self.usage.seconds_base + (self._monotonic() - self._t0)
+        """Active seconds: time spent waiting for a signal does not count against the budget."""
+        now = self._paused_at if self._paused_at is not None else self._monotonic()
+        return self.usage.seconds_base + (now - self._t0)
+
+    def pause_clock(self) -> None:
+        if self._paused_at is None:
+            self._paused_at = self._monotonic()
+
+    def resume_clock(self) -> None:
+        if self._paused_at is not None:
+            self._t0 += self._monotonic() - self._paused_at
+            self._paused_at = None
 
     def _set_sync(self, level: str) -> None:
         if level != self._sync:
@@ -160,12 +175,16 @@ class Journal:
                 " used_tokens = ?, tokens_estimated = ?, reserved_tokens = ?, used_cost_usd = ?,"
                 " reserved_cost_usd = ?, used_retries = ?, step_executions = ?"
                 + (", " + run_sets if run_sets else "")
-                + " WHERE id = ? AND incarnation = ?",
+                + " WHERE id = ? AND incarnation = ? RETURNING cancel_requested",
                 (now, now + self._lease_seconds, self.seconds_used(), u.steps, u.tokens,
                  u.tokens_estimated, u.reserved_tokens, u.cost_usd, u.reserved_cost_usd,
                  u.retries, u.executions, *run_args, self.run_id, self.incarnation),
             )
-            if cur.rowcount != 1:
+            rows = cur.fetchall()  # drained: a statement left active would block the COMMIT
+            mine = rows[0] if rows else None
+            if mine is not None and mine[0] is not None:
+                self.cancel_requested = mine[0]
+            if mine is None:
                 self.fenced.set()
                 raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
             yield conn
@@ -180,10 +199,12 @@ class Journal:
     # -- steps ------------------------------------------------------------------------------
 
     def begin_attempt(self, seq: int, name: str, kind: str, *, attempt: int, recoveries: int,
-                      fresh: bool, durable: bool, reserve_tokens: int = 0, reserve_cost: float = 0.0) -> None:
-        """Commit that attempt ``attempt`` of step ``seq`` starts (and reserve its model budget)."""
+                      fresh: bool, durable: bool, reserve_tokens: int = 0, reserve_cost: float = 0.0,
+                      counted: bool = True) -> None:
+        """Commit that attempt ``attempt`` of step ``seq`` starts (and reserve its model budget).
+        ``counted=False``: a wait taken up again, which redoes nothing (not an execution)."""
         u = self.usage
-        u.executions += 1
+        u.executions += int(counted)
         u.reserved_tokens += reserve_tokens
         u.reserved_cost_usd += reserve_cost
         now = self._clock()
@@ -269,6 +290,55 @@ class Journal:
         if self.observer is not None:
             self.observer.step_committed(seq)
 
+    # -- waiting for a signal ---------------------------------------------------------------
+
+    def begin_wait(self, seq: int, name: str, decision: dict[str, Any]) -> None:
+        """The run now waits for signal ``name``: status ``waiting``, the wait's deadline kept in
+        the step's decision (so a resumed engine keeps the same deadline)."""
+        now = self._clock()
+        with self._tx(run_sets="status = 'waiting', waiting_for = ?, waiting_since = ?", run_args=(name, now)):
+            self.conn.execute("UPDATE step SET phase = 'waiting', decision = ? WHERE run_id = ? AND seq = ?",
+                              (dumps(decision), self.run_id, seq))
+            self._event(EventKind.WAITING, seq, {"signal": name, "deadline": decision.get("deadline"),
+                                                 "usage": self.usage.snapshot(self.seconds_used())})
+
+    def commit_wait(self, seq: int, name: str, kind: str, result_json: str, *, signal_id: int | None,
+                    duration: float) -> bool:
+        """Record the wait step with the signal it consumes, both in one transaction: a signal is
+        consumed exactly once however the engine dies. ``False`` if another engine consumed it
+        first (this one is then fenced anyway)."""
+        u = self.usage
+        u.steps += 1
+        now = self._clock()
+        try:
+            self._commit_wait(seq, name, kind, result_json, signal_id=signal_id, duration=duration, now=now)
+        except _SignalTaken:
+            u.steps -= 1
+            return False
+        if self.observer is not None:
+            self.observer.step_committed(seq)
+        return True
+
+    def _commit_wait(self, seq: int, name: str, kind: str, result_json: str, *, signal_id: int | None,
+                     duration: float, now: float) -> None:
+        u = self.usage
+        with self._tx(run_sets="status = 'running', waiting_for = NULL, waiting_since = NULL"):
+            if signal_id is not None:
+                cur = self.conn.execute(
+                    "UPDATE signal SET consumed_seq = ?, consumed_at = ? WHERE id = ? AND consumed_seq IS NULL",
+                    (seq, now, signal_id))
+                if cur.rowcount != 1:
+                    raise _SignalTaken()
+            self.conn.execute(
+                "UPDATE step SET status = 'committed', phase = 'recorded', result = ?, finished_at = ?"
+                " WHERE run_id = ? AND seq = ?",
+                (result_json, now, self.run_id, seq),
+            )
+            self._event(EventKind.STEP_COMMITTED, seq, {
+                "name": name, "kind": kind, "duration": round(duration, 6), "signal_id": signal_id,
+                "usage": u.snapshot(self.seconds_used()),
+            })
+
     # -- effects (the idempotency ledger) ---------------------------------------------------
 
     def effect_started(self, key: str, seq: int, idx: int, kind: str, target: str,
@@ -306,7 +376,7 @@ class Journal:
         self.finishing.set()
         now = self._clock()
         with self._tx(run_sets="status = ?, reason = ?, result = ?, finished_at = ?, lease_pid = NULL,"
-                              " lease_expires = NULL",
+                              " lease_expires = NULL, waiting_for = NULL, waiting_since = NULL",
                       run_args=(status, reason, result_json, now)):
             self._event(EventKind.RUN_FINISHED, None, {
                 "status": status, "reason": reason, **(details or {}),
@@ -325,6 +395,23 @@ class Journal:
                 self.observer.incarnation_ended(None, "released: the engine was stopped")
         except (Fenced, LogWriteError, sqlite3.Error):
             pass  # the next engine takes a dead holder's lease over anyway
+
+
+class _SignalTaken(Exception):
+    """Rolls ``commit_wait`` back: the signal was consumed in between (by a newer engine)."""
+
+
+def pending_signal(conn: sqlite3.Connection, run_id: str, name: str) -> tuple[int, str] | None:
+    """The oldest unconsumed signal ``name`` for the run: ``(id, data JSON)``."""
+    row = conn.execute(
+        "SELECT id, data FROM signal WHERE run_id = ? AND name = ? AND consumed_seq IS NULL ORDER BY id LIMIT 1",
+        (run_id, name)).fetchone()
+    return (int(row[0]), str(row[1])) if row else None
+
+
+def cancel_request(conn: sqlite3.Connection, run_id: str) -> str | None:
+    row = conn.execute("SELECT cancel_requested FROM run WHERE id = ?", (run_id,)).fetchone()
+    return row[0] if row else None
 
 
 def load_steps(conn: sqlite3.Connection, run_id: str) -> dict[int, StepRecord]:

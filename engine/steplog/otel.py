@@ -114,13 +114,14 @@ def _never_raises(method: _F) -> _F:
 @dataclass
 class _Step:
     span: Span
-    token: object
+    token: object | None
+    """Set while this step's span is the current one (one step at a time: see ``attempt_started``)."""
     kind: str
     started_ns: int
     model_done: bool = False
     tokens: int = 0
     cost: float = 0.0
-    effects: dict[str, tuple[Span, object]] = field(default_factory=dict)
+    effects: dict[str, tuple[Span, object | None]] = field(default_factory=dict)
 
 
 class OtelObserver:
@@ -188,10 +189,14 @@ class OtelObserver:
         self._end_step(seq, "superseded")  # never expected: the previous attempt reported its end
         redone = recoveries > 0 and seq not in self._seen  # an earlier engine died inside this step
         self._seen.add(seq)
-        span = self._tracer.start_span(name, attributes={
+        # Parents are always explicit. The step's span also becomes the current one (so spans agent
+        # code makes inside it nest there) only when no other step is open: parallel steps
+        # (asyncio.gather, run.map) would otherwise attach and detach contexts out of order.
+        alone = not self._step
+        span = self._tracer.start_span(name, context=self._under(self._root), attributes={
             "steplog.step.seq": seq, "steplog.step.name": name, "steplog.step.kind": kind,
             "steplog.step.attempt": attempt, "steplog.step.redone": redone, "steplog.step.recoveries": recoveries})
-        token = context.attach(trace.set_span_in_context(span))
+        token = context.attach(trace.set_span_in_context(span)) if alone else None
         self._step[seq] = _Step(span, token, kind, time.time_ns())
 
     @_never_raises
@@ -216,8 +221,8 @@ class OtelObserver:
             attrs["gen_ai.response.finish_reasons"] = [str(decision["finish_reason"])]
         if tokens_cached:
             attrs["gen_ai.usage.cache_read.input_tokens"] = tokens_cached
-        span = self._tracer.start_span(f"chat {requested}", kind=SpanKind.CLIENT, start_time=step.started_ns,
-                                       attributes=attrs)
+        span = self._tracer.start_span(f"chat {requested}", context=self._under(step.span), kind=SpanKind.CLIENT,
+                                       start_time=step.started_ns, attributes=attrs)
         span.end()
 
     @_never_raises
@@ -225,7 +230,8 @@ class OtelObserver:
         step = self._step.get(seq)
         if step is not None and step.kind == "chat" and not step.model_done:
             requested = self._inc.model if self._inc else "offline"
-            span = self._tracer.start_span(f"chat {requested}", kind=SpanKind.CLIENT, start_time=step.started_ns,
+            span = self._tracer.start_span(f"chat {requested}", context=self._under(step.span), kind=SpanKind.CLIENT,
+                                           start_time=step.started_ns,
                                            attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": requested,
                                                        "error.type": error.split(":", 1)[0]})
             span.set_status(Status(StatusCode.ERROR, error))
@@ -241,10 +247,12 @@ class OtelObserver:
         step = self._step.get(seq)
         if step is None:
             return
-        span = self._tracer.start_span(f"effect {kind}", kind=SpanKind.CLIENT if kind == "http_post" else SpanKind.INTERNAL,
+        span = self._tracer.start_span(f"effect {kind}", context=self._under(step.span),
+                                       kind=SpanKind.CLIENT if kind == "http_post" else SpanKind.INTERNAL,
                                        attributes={"steplog.effect.key": key, "steplog.effect.kind": kind,
                                                    "steplog.effect.target": target, "steplog.effect.again": again})
-        step.effects[key] = (span, context.attach(trace.set_span_in_context(span)))
+        current = step.token is not None and not step.effects  # nested in the current step only
+        step.effects[key] = (span, context.attach(trace.set_span_in_context(span)) if current else None)
 
     @_never_raises
     def effect_completed(self, seq: int, key: str) -> None:
@@ -276,6 +284,10 @@ class OtelObserver:
     def _end_steps(self, why: str) -> None:
         for seq in sorted(self._step, reverse=True):
             self._end_step(seq, "interrupted", why)
+
+    @staticmethod
+    def _under(parent: Span | None) -> context.Context:
+        return trace.set_span_in_context(parent, context.Context()) if parent is not None else context.Context()
 
     @staticmethod
     def _detach(token: object | None) -> None:

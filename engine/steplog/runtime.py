@@ -13,15 +13,16 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from . import crashpoints, effects, interrupts
-from .errors import GaveUp, NonDeterminism, RunFailed, RunStopped, SteplogError, StorageExhausted, UsageError
-from .journal import Journal, StepRecord, dumps, load_effect, why_not_json
+from .errors import (Cancelled, Fenced, GaveUp, NeedsReconciliation, NonDeterminism, RunFailed, RunStopped,
+                     RunWaiting, SteplogError, StorageExhausted, UsageError, WaitTimeout)
+from .journal import Journal, StepRecord, cancel_request, dumps, load_effect, pending_signal, why_not_json
 from .llm.base import ChatModel, ChatReply, Estimate, Message
 from .policies import Budget, RetryPolicy
 from .redact import redact
@@ -33,6 +34,51 @@ _current: ContextVar[StepContext | None] = ContextVar("steplog_step", default=No
 
 
 _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS}
+
+
+def _in_step(ctx: StepContext, fn: Callable[[Any], Any], item: Any) -> Any:
+    """A ``run.map`` body on a pool thread: ``current_key()`` works inside it as in any step."""
+    _current.set(ctx)
+    try:
+        return fn(item)
+    finally:
+        _current.set(None)
+
+
+def _drive_parallel(run: Run, fn: Callable[[Any], Any], todo: list[tuple[int, str, Any, int, StepRecord | None]],
+                    results: list[Any], concurrency: int) -> None:
+    """Drive several steps' attempt protocols at once from this thread; bodies (and the pauses
+    between retries) run on a pool of ``concurrency`` threads."""
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="steplog-map")
+    active: dict[Future[Any], tuple[int, Generator[StepContext | float, tuple[bool, Any], Any], Any]] = {}
+    queue = list(reversed(todo))
+
+    def submit(i: int, attempts: Generator[StepContext | float, tuple[bool, Any], Any], order: StepContext | float,
+               item: Any) -> None:
+        future = pool.submit(_in_step, order, fn, item) if isinstance(order, StepContext) else pool.submit(
+            time.sleep, order)
+        active[future] = (i, attempts, item)
+
+    try:
+        while queue or active:
+            while queue and len(active) < concurrency:
+                i, step_name, item, seq, prior = queue.pop()
+                attempts = run._attempts(seq, step_name, "call", prior, None)
+                submit(i, attempts, next(attempts), item)
+            finished, _ = wait(list(active), return_when=FIRST_COMPLETED)
+            for future in finished:
+                i, attempts, item = active.pop(future)
+                exc = future.exception()
+                try:
+                    order = attempts.send((False, exc) if exc is not None else (True, future.result()))
+                except StopIteration as done:
+                    results[i] = done.value
+                    continue
+                submit(i, attempts, order, item)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def storage_problem(exc: BaseException) -> str | None:
@@ -64,6 +110,20 @@ def current_key() -> str:
     return effect_key(ctx.run.id, ctx.seq)
 
 
+@dataclass(frozen=True)
+class EffectCall:
+    """One effect step, apart from how it is driven: its step name and kind, the ledger's kind
+    and target, the request's digest, and the act itself (``do(key)``)."""
+
+    name: str
+    step_kind: str
+    kind: str
+    target: str
+    request_hash: str
+    do: Callable[[str], Any]
+    idempotent: bool = True
+
+
 @dataclass
 class StepContext:
     run: Run
@@ -75,6 +135,15 @@ class StepContext:
     def effect(self, kind: str, target: str, request_hash: str, do: Callable[[str], Any],
                *, idempotent: bool = True) -> Any:
         """One ledgered effect: "started" committed, done with its key, "completed" committed."""
+        key, done = self.effect_begin(kind, target, request_hash, idempotent=idempotent)
+        if done is not None:
+            return done[0]
+        return self.effect_end(key, do(key))
+
+    def effect_begin(self, kind: str, target: str, request_hash: str, *,
+                     idempotent: bool = True) -> tuple[str, tuple[Any] | None]:
+        """The log's half before the act: the effect's key, and ``(response,)`` when the ledger
+        has it completed already (nothing to do), else ``None`` once "started" is committed."""
         run = self.run
         idx = self._next_effect
         self._next_effect += 1
@@ -87,9 +156,9 @@ class StepContext:
                     "than the agent now makes; effects must be a deterministic function of recorded results",
                     run_id=run.id)
             if prior.status == "completed":
-                return json.loads(prior.response or "null")
+                return key, (json.loads(prior.response or "null"),)
             if not prior.idempotent:
-                raise RunFailed(
+                raise NeedsReconciliation(
                     f"needs reconciliation: effect {key} ({kind} {target}) was started but never confirmed "
                     "and its target cannot deduplicate; check the target by hand, then start a new run",
                     run_id=run.id)
@@ -98,9 +167,12 @@ class StepContext:
         if crashpoints.broken("record_before_act"):  # TEST-ONLY broken engine (see crashpoints.BREAKS)
             run._journal.effect_completed(key, self.seq, "null")
         crashpoints.reached("after_effect_started", self.seq)
-        response = do(key)
+        return key, None
+
+    def effect_end(self, key: str, response: Any) -> Any:
+        """The log's half after the act: the far side's response, committed."""
         crashpoints.reached("after_effect_applied", self.seq)
-        run._journal.effect_completed(key, self.seq, dumps(response))
+        self.run._journal.effect_completed(key, self.seq, dumps(response))
         crashpoints.reached("after_effect_completed", self.seq)
         return response
 
@@ -112,7 +184,7 @@ class Run:
     def __init__(self, *, run_id: str, workdir: Path, outbox: str | None, params: dict[str, Any],
                  journal: Journal, steps: dict[int, StepRecord], budget: Budget, retry: RetryPolicy,
                  model: ChatModel, pace: float = 0.0, sleep: Callable[[float], None] = time.sleep,
-                 http: effects.HttpClient) -> None:
+                 http: effects.HttpClient, exit_when_waiting: bool = False) -> None:
         self.id = run_id
         self.workdir = workdir
         self.outbox = outbox
@@ -128,10 +200,18 @@ class Run:
         self._seq = 0
         self._stopping: RunStopped | None = None
         self._thread = threading.get_ident()
+        self._exit_when_waiting = exit_when_waiting
+        self._parked: RunWaiting | None = None  # the engine exits waiting; agent code cannot swallow it
+        self._last_wait = 0
 
     @property
     def incarnation(self) -> int:
         return self._journal.incarnation
+
+    @property
+    def pace(self) -> float:
+        """Seconds of simulated thinking per model call (``--pace``); 0 in tests and real runs."""
+        return self._pace
 
     # -- the public steps -------------------------------------------------------------------
 
@@ -154,19 +234,11 @@ class Run:
         but unconfirmed after a crash then stops the run ("needs reconciliation") instead of
         being sent again.
         """
-        seq, prior = self._enter(name, "effect")
-        if prior is not None and prior.status == "committed":
-            return json.loads(prior.result or "null")  # type: ignore[no-any-return]
-        request_hash = effects.digest(request if request is not None else name)
-        return self._execute(seq, name, "effect", prior, lambda ctx: ctx.effect(  # type: ignore[no-any-return]
-            "effect", target or name, request_hash, fn, idempotent=idempotent))
+        return self._effect_step(self._effect_call(name, fn, target, request, idempotent))  # type: ignore[no-any-return]
 
     def write_file(self, path: str, content: str | bytes, *, name: str | None = None) -> dict[str, Any]:
         """Write ``workdir/path`` atomically under its stable name."""
-        name = name or f"write {path}"
-        self._refuse_early(name, lambda: effects.confined(self.workdir, path))
-        return self._effect_step(name, "write_file", path, effects.digest(content),
-                                 lambda key: effects.write_file(self.workdir, path, content, key))
+        return self._effect_step(self._write_file_call(path, content, name))  # type: ignore[no-any-return]
 
     def http_post(self, url: str, body: Any, *, name: str | None = None,
                   headers: dict[str, str] | None = None, timeout: float | None = None) -> dict[str, Any]:
@@ -174,18 +246,38 @@ class Run:
 
         Posts share the run's one kept-alive client; ``timeout`` (seconds, default 30) applies to
         this call only."""
-        return self._effect_step(name or f"post {url}", "http_post", url, effects.digest(body),
-                                 lambda key: self._http.post(url, body, key, headers=headers, timeout=timeout))
+        return self._effect_step(self._http_post_call(url, body, name, headers, timeout))  # type: ignore[no-any-return]
 
     def merge(self, db: str, table: str, *, key: dict[str, Any], values: dict[str, Any],
               name: str | None = None) -> dict[str, Any]:
         """Upsert one row into SQLite file ``workdir/db`` (created as needed)."""
+        return self._effect_step(self._merge_call(db, table, key, values, name))  # type: ignore[no-any-return]
+
+    # What each effect step is, apart from how it is driven (here, or awaited by ``AsyncRun``).
+
+    def _effect_call(self, name: str, fn: Callable[[str], Any], target: str, request: Any,
+                     idempotent: bool) -> EffectCall:
+        return EffectCall(name, "effect", "effect", target or name,
+                          effects.digest(request if request is not None else name), fn, idempotent)
+
+    def _write_file_call(self, path: str, content: str | bytes, name: str | None) -> EffectCall:
+        name = name or f"write {path}"
+        self._refuse_early(name, lambda: effects.confined(self.workdir, path))
+        return EffectCall(name, "write_file", "write_file", path, effects.digest(content),
+                          lambda key: effects.write_file(self.workdir, path, content, key))
+
+    def _http_post_call(self, url: str, body: Any, name: str | None, headers: dict[str, str] | None,
+                        timeout: float | None) -> EffectCall:
+        return EffectCall(name or f"post {url}", "http_post", "http_post", url, effects.digest(body),
+                          lambda key: self._http.post(url, body, key, headers=headers, timeout=timeout))
+
+    def _merge_call(self, db: str, table: str, key: dict[str, Any], values: dict[str, Any],
+                    name: str | None) -> EffectCall:
         label = ",".join(f"{k}={v}" for k, v in key.items())
         name = name or f"merge {table} {label}"
         self._refuse_early(name, lambda: effects.check_merge(self.workdir, db, table, key, values))
-        return self._effect_step(name, "merge", f"{db}:{table}",
-                                 effects.digest({"key": key, "values": values}),
-                                 lambda _key: effects.merge(self.workdir, db, table, key, values))
+        return EffectCall(name, "merge", "merge", f"{db}:{table}", effects.digest({"key": key, "values": values}),
+                          lambda _key: effects.merge(self.workdir, db, table, key, values))
 
     def chat(self, messages: Sequence[Message], *, name: str = "chat", max_tokens: int = 512) -> ChatReply:
         """Ask the model once. The answer (the *decision*) is committed before anything acts on
@@ -202,29 +294,143 @@ class Run:
             if self._pace:
                 self._sleep(self._pace)
             reply = self.model.complete(messages, max_tokens=max_tokens, idempotency_key=effect_key(self.id, seq))
-            decision = reply.to_json()
-            u = reply.usage
-            self._journal.record_decision(
-                seq, decision, tokens_in=u.input_tokens, tokens_out=u.output_tokens,
-                tokens_cached=u.cached_tokens, estimated=u.estimated, cost=reply.cost_usd,
-                reserved_tokens=estimate.tokens, reserved_cost=estimate.cost_usd)
-            ctx.decided = True
-            crashpoints.reached("after_decision", seq)
-            return decision
+            return self._decided(ctx, reply, estimate)
 
         return ChatReply.from_json(self._execute(seq, name, "chat", prior, ask, reserve=estimate))
 
+    def _decided(self, ctx: StepContext, reply: ChatReply, estimate: Estimate) -> dict[str, Any]:
+        """Commit the model's answer (the decision) before anything acts on it."""
+        decision = reply.to_json()
+        u = reply.usage
+        self._journal.record_decision(
+            ctx.seq, decision, tokens_in=u.input_tokens, tokens_out=u.output_tokens,
+            tokens_cached=u.cached_tokens, estimated=u.estimated, cost=reply.cost_usd,
+            reserved_tokens=estimate.tokens, reserved_cost=estimate.cost_usd)
+        ctx.decided = True
+        crashpoints.reached("after_decision", ctx.seq)
+        return decision
+
+    def map(self, name: str, fn: Callable[[Any], T], items: Iterable[Any], *, concurrency: int = 4) -> list[T]:
+        """One step per item (``name [i]``, numbered now, in item order), ``fn(item)`` run on up
+        to ``concurrency`` threads at once; the results in item order.
+
+        Each item's step commits on its own as it finishes; a kill redoes at most the items in
+        flight. All log writes stay on this thread: the pool only runs ``fn``."""
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise UsageError(f"run.map(concurrency=...) must be a whole number >= 1 (got {concurrency!r})")
+        entered = [(f"{name} [{i}]", item, *self._enter(f"{name} [{i}]", "call")) for i, item in enumerate(items)]
+        results: list[Any] = [None] * len(entered)
+        todo = []
+        for i, (step_name, item, seq, prior) in enumerate(entered):
+            if prior is not None and prior.status == "committed":
+                results[i] = json.loads(prior.result or "null")
+            else:
+                todo.append((i, step_name, item, seq, prior))
+        if todo:
+            _drive_parallel(self, fn, todo, results, concurrency)
+        return results
+
+    def wait_for(self, name: str, *, timeout: float | None = None) -> Any:
+        """A step that waits for the signal ``name`` (``steplog signal RUN NAME --data JSON``) and
+        returns its JSON data; raises ``WaitTimeout`` after ``timeout`` seconds without one.
+
+        A signal sent before the wait is kept and consumed by it. The signal is consumed in the
+        transaction that records this step, so it is consumed exactly once however the engine
+        dies. While waiting the run's status is ``waiting``, its seconds budget does not run, and
+        the engine keeps its lease (or exits, with ``exit_when_waiting``); the deadline is
+        recorded, so a resumed engine keeps the same one.
+        """
+        entered = self._enter_wait(name, timeout)
+        if entered is not None:
+            for pause in self._waiting(*entered, name, timeout):
+                self._sleep(pause)
+        return self._waited(name)
+
+    def _enter_wait(self, name: str, timeout: float | None) -> tuple[int, str, StepRecord | None] | None:
+        """Number the wait step (at call time); ``None`` when the log has it recorded already."""
+        if not isinstance(name, str) or not name.strip() or len(name) > 200:
+            raise UsageError(f"run.wait_for needs a signal name of 1 to 200 characters (got {name!r})")
+        if timeout is not None and not (isinstance(timeout, (int, float)) and 0 <= timeout < float("inf")):
+            raise UsageError(f"run.wait_for(timeout=...) must be a finite number of seconds >= 0 (got {timeout!r})")
+        step_name = f"wait {name}"
+        seq, prior = self._enter(step_name, "wait")
+        self._last_wait = seq
+        if prior is not None and prior.status == "committed":
+            return None
+        self._check_budgets(seq, step_name, None)
+        return seq, step_name, prior
+
+    def _waited(self, name: str, seq: int | None = None) -> Any:
+        """The recorded outcome of the wait step: the signal's data, or ``WaitTimeout`` raised."""
+        seq = self._last_wait if seq is None else seq
+        recorded = json.loads(self._steps[seq].result or "null")
+        if recorded.get("timeout"):
+            raise WaitTimeout(f"run {self.id} waited {recorded.get('waited')} s for signal {name!r} at step {seq}"
+                              " and none came")
+        return recorded.get("data")
+
+    def _waiting(self, seq: int, step_name: str, prior: StepRecord | None, name: str,
+                 timeout: float | None) -> Generator[float, None, None]:
+        """The wait step until a signal is consumed or the deadline passes; yields the pauses
+        between looks at the log (the driver sleeps them: ``time.sleep`` or ``asyncio.sleep``)."""
+        j = self._journal
+        # A wait taken up again (after a kill or an exit while waiting) redoes nothing: it is not
+        # counted as an execution, and it is no poison pill (recoveries carried, not counted).
+        j.begin_attempt(seq, step_name, "wait", attempt=(prior.attempts if prior else 0) + 1,
+                        recoveries=prior.recoveries if prior else 0, fresh=prior is None, durable=False,
+                        counted=prior is None)
+        decided = json.loads(prior.decision) if prior is not None and prior.decision else {}
+        deadline = decided.get("deadline") if "deadline" in decided else (
+            time.time() + timeout if timeout is not None else None)
+        started, waiting = time.time(), False
+        try:
+            while True:
+                found = pending_signal(j.conn, self.id, name)
+                expired = found is None and deadline is not None and time.time() >= deadline
+                if found is not None or expired:
+                    result: dict[str, Any] = {"signal": name}
+                    if found is not None:
+                        result.update(signal_id=found[0], data=json.loads(found[1]))
+                    else:
+                        result.update(timeout=True, waited=round(time.time() - (decided.get("since") or started), 3))
+                    result_json = dumps(result)
+                    crashpoints.reached("before_step_record", seq)
+                    if j.commit_wait(seq, step_name, "wait", result_json, signal_id=found[0] if found else None,
+                                     duration=time.time() - started):
+                        self._steps[seq] = StepRecord(seq, step_name, "wait", "committed", "recorded", None,
+                                                      result_json, None, 0, 0, j.incarnation)
+                        crashpoints.reached("after_step_record", seq)
+                        return
+                    continue  # consumed by someone else in between: wait for the next one
+                if not waiting:
+                    j.begin_wait(seq, name, {"signal": name, "deadline": deadline,
+                                             "since": decided.get("since") or started})
+                    j.pause_clock()
+                    waiting = True
+                    if self._exit_when_waiting:
+                        self._parked = RunWaiting(f"run {self.id} waits for signal {name!r} (step {seq})",
+                                                  run_id=self.id, waiting_for=name)
+                        raise self._parked
+                cancel = j.cancel_requested or cancel_request(j.conn, self.id)
+                if cancel is not None:
+                    j.cancel_requested = cancel
+                    raise self._stop(Cancelled(cancel, run_id=self.id))
+                if j.fenced.is_set():
+                    raise Fenced(f"run {self.id}: a newer engine took it over; this one (incarnation "
+                                 f"{j.incarnation}) stops")
+                interrupts.check()
+                yield 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.time()))
+        finally:
+            j.resume_clock()
+
     # -- machinery --------------------------------------------------------------------------
 
-    def _effect_step(self, name: str, kind: str, target: str, request_hash: str,
-                     do: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
-        seq, prior = self._enter(name, kind)
+    def _effect_step(self, call: EffectCall) -> Any:
+        seq, prior = self._enter(call.name, call.step_kind)
         if prior is not None and prior.status == "committed":
-            recorded: dict[str, Any] = json.loads(prior.result or "null")
-            return recorded
-        done: dict[str, Any] = self._execute(seq, name, kind, prior,
-                                             lambda ctx: ctx.effect(kind, target, request_hash, do))
-        return done
+            return json.loads(prior.result or "null")
+        return self._execute(seq, call.name, call.step_kind, prior, lambda ctx: ctx.effect(
+            call.kind, call.target, call.request_hash, call.do, idempotent=call.idempotent))
 
     def _refuse_early(self, name: str, check: Callable[[], object]) -> None:
         """Check the input of the step ``name`` is about to be, before anything is recorded; a
@@ -244,7 +450,12 @@ class Run:
     def _enter(self, name: str, kind: str) -> tuple[int, StepRecord | None]:
         if self._stopping is not None:
             raise self._stopping
+        if self._parked is not None:
+            raise self._parked
         interrupts.check()  # a step boundary: a stop asked for (and swallowed by agent code) ends here
+        cancel = self._journal.cancel_requested
+        if cancel is not None:
+            raise self._stop(Cancelled(cancel, run_id=self.id))
         outer = _current.get()
         # Only a step of this run counts: a stop that lands on the line resetting ``_current``
         # leaves an earlier run's step behind in this thread, and a later run must not trip on it.
@@ -290,6 +501,37 @@ class Run:
 
     def _execute(self, seq: int, name: str, kind: str, prior: StepRecord | None,
                  attempt_fn: Callable[[StepContext], Any], *, reserve: Estimate | None = None) -> Any:
+        """Drive one step's attempts (``_attempts``) with ``attempt_fn`` as the body, here and now."""
+        attempts = self._attempts(seq, name, kind, prior, reserve)
+        order = next(attempts)
+        while True:
+            outcome: tuple[bool, Any]
+            if isinstance(order, StepContext):
+                try:
+                    _current.set(order)  # inside the try: a stop landing right after it still clears it
+                    outcome = (True, attempt_fn(order))
+                except Exception as exc:
+                    outcome = (False, exc)
+                finally:
+                    _current.set(None)  # steps never nest, so "no step" is the state to return to
+            else:
+                self._sleep(order)
+                outcome = (True, None)
+            try:
+                order = attempts.send(outcome)
+            except StopIteration as done:
+                return done.value
+
+    def _attempts(self, seq: int, name: str, kind: str, prior: StepRecord | None,
+                  reserve: Estimate | None) -> Generator[StepContext | float, tuple[bool, Any], Any]:
+        """One step's attempts as a protocol, the same for every way of running bodies.
+
+        Yields a ``StepContext`` when an attempt's body is to run (its start is committed), and
+        gets back ``(True, value)`` or ``(False, exception)``; yields a number of seconds when the
+        driver must wait before the next attempt. Returns the recorded result. The log writes all
+        happen here, on the driver's thread: a sync agent's (``_execute``), an async agent's event
+        loop (``steplog.aruntime``), or ``run.map``'s coordinating thread.
+        """
         j = self._journal
         self._check_budgets(seq, name, reserve)
         attempts = prior.attempts if prior else 0
@@ -312,14 +554,13 @@ class Run:
             fresh = False
             ctx = StepContext(self, seq, name)
             started = time.monotonic()
-            try:
-                _current.set(ctx)  # inside the try: a stop landing right after it still clears it
-                value = attempt_fn(ctx)
-            except Exception as exc:
+            ok, value = yield ctx
+            if not ok:
+                exc: Exception = value
                 if isinstance(exc, SteplogError) and not isinstance(exc, UsageError):
                     if isinstance(exc, RunStopped):
                         self._stop(exc)
-                    raise  # a stop, a fence or a failed log write: not this step's failure
+                    raise exc  # a stop, a fence or a failed log write: not this step's failure
                 storage = storage_problem(exc)
                 if storage is not None:  # the machine's fault, not the step's: stop resumably
                     raise StorageExhausted(
@@ -341,12 +582,9 @@ class Run:
                     raise self._stop(RunFailed(
                         f"step {seq} '{name}' failed after {failures} attempt(s): {error}", run_id=self.id)) from exc
                 j.count_retry()
-                wait = max(policy.interval(failures), float(getattr(exc, "retry_after", None) or 0.0))
-                self._sleep(wait)
+                yield max(policy.interval(failures), float(getattr(exc, "retry_after", None) or 0.0))
                 self._check_budgets(seq, name, reserve)
                 continue
-            finally:
-                _current.set(None)  # steps never nest, so "no step" is the state to return to
             crashpoints.reached("before_step_record", seq)
             try:
                 result_json = dumps(value)

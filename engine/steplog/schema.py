@@ -110,11 +110,88 @@ CREATE TRIGGER event_is_append_only_delete BEFORE DELETE ON event
 BEGIN SELECT RAISE(ABORT, 'the event table is append-only'); END;
 """
 
+# Run control (cancel, retry, fork, signals). SQLite cannot change a CHECK constraint in place, so
+# the run table is rebuilt (the documented 12-step way; foreign keys are off on the log's
+# connections, so ``step`` and ``effect`` keep pointing at ``run`` by name).
+_V2 = """
+CREATE TABLE run_v2 (
+    id                TEXT PRIMARY KEY,
+    agent             TEXT NOT NULL,
+    model             TEXT,
+    params            TEXT NOT NULL DEFAULT '{}',
+    status            TEXT NOT NULL DEFAULT 'running'
+                      CHECK (status IN ('queued', 'running', 'waiting', 'succeeded', 'gave_up', 'failed',
+                                        'cancelled')),
+    reason            TEXT,
+    result            TEXT,
+    workdir           TEXT,
+    outbox            TEXT,
+    limit_steps       INTEGER,
+    limit_tokens      INTEGER,
+    limit_seconds     REAL,
+    limit_cost_usd    REAL,
+    limit_retries     INTEGER,
+    limit_recoveries  INTEGER,
+    used_steps        INTEGER NOT NULL DEFAULT 0,
+    used_tokens       INTEGER NOT NULL DEFAULT 0,
+    tokens_estimated  INTEGER NOT NULL DEFAULT 0,
+    reserved_tokens   INTEGER NOT NULL DEFAULT 0,
+    used_seconds      REAL    NOT NULL DEFAULT 0,
+    used_cost_usd     REAL    NOT NULL DEFAULT 0,
+    reserved_cost_usd REAL    NOT NULL DEFAULT 0,
+    used_retries      INTEGER NOT NULL DEFAULT 0,
+    step_executions   INTEGER NOT NULL DEFAULT 0,
+    incarnation       INTEGER NOT NULL DEFAULT 0,
+    lease_pid         INTEGER,
+    lease_host        TEXT,
+    lease_boot        TEXT,
+    lease_proc_start  REAL,
+    lease_expires     REAL,
+    created_at        REAL NOT NULL,
+    updated_at        REAL NOT NULL,
+    finished_at       REAL,
+    parent_run_id     TEXT,
+    parent_step       INTEGER,
+    waiting_for       TEXT,
+    waiting_since     REAL,
+    cancel_requested  TEXT
+);
+INSERT INTO run_v2 (id, agent, model, params, status, reason, result, workdir, outbox, limit_steps,
+    limit_tokens, limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, used_steps, used_tokens,
+    tokens_estimated, reserved_tokens, used_seconds, used_cost_usd, reserved_cost_usd, used_retries,
+    step_executions, incarnation, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires,
+    created_at, updated_at, finished_at)
+SELECT id, agent, model, params, status, reason, result, workdir, outbox, limit_steps,
+    limit_tokens, limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, used_steps, used_tokens,
+    tokens_estimated, reserved_tokens, used_seconds, used_cost_usd, reserved_cost_usd, used_retries,
+    step_executions, incarnation, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires,
+    created_at, updated_at, finished_at
+FROM run;
+DROP TABLE run;
+ALTER TABLE run_v2 RENAME TO run;
+
+-- Named signals for ``run.wait_for``: sent by anyone, consumed by exactly one wait step, in the
+-- same transaction that records that step (``consumed_seq``). ``key`` makes a sender's retry
+-- harmless: the same key for the same run is one signal.
+CREATE TABLE signal (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id        TEXT NOT NULL,
+    name          TEXT NOT NULL,
+    data          TEXT NOT NULL DEFAULT 'null',
+    key           TEXT,
+    sent_at       REAL NOT NULL,
+    consumed_seq  INTEGER,
+    consumed_at   REAL,
+    UNIQUE (run_id, key)
+);
+CREATE INDEX signal_pending ON signal (run_id, name, id) WHERE consumed_seq IS NULL;
+"""
+
 # Pruning (``steplog prune``, ``steplog.prune``): the one way rows of a run leave the log. A
 # ``pruned`` row is the audit record of one pruned run; while it is 'pruning' (inside the pruning
 # transaction only) it is also the permit that lets that one run's events and run row be deleted.
 # The trigger refuses a permit for a run that is not finished, so a live run can never lose a row.
-_V2 = """
+_V3 = """
 CREATE TABLE pruned (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     run_id      TEXT NOT NULL,
@@ -148,7 +225,7 @@ WHEN NOT EXISTS (SELECT 1 FROM pruned WHERE run_id = OLD.id AND state = 'pruning
 BEGIN SELECT RAISE(ABORT, 'a run is removed only by steplog prune'); END;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 """``MIGRATIONS[i]`` takes a log from ``user_version`` i to i + 1. Append only; never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -158,6 +235,7 @@ RUN_TABLES: tuple[tuple[str, str], ...] = (
     ("step", "run_id"),
     ("effect", "run_id"),
     ("event", "run_id"),
+    ("signal", "run_id"),
 )
 """Every table holding rows of one run, as (table, column naming the run), the run row first.
 

@@ -10,15 +10,17 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from .errors import GaveUp, RunFailed, RunStopped, UnknownRun
+from .errors import Cancelled, GaveUp, RunFailed, RunStopped, UnknownRun
 
-STATUSES = ("running", "succeeded", "gave_up", "failed")
-TERMINAL = frozenset({"succeeded", "gave_up", "failed"})
+STATUSES = ("queued", "running", "waiting", "succeeded", "gave_up", "failed", "cancelled")
+TERMINAL = frozenset({"succeeded", "gave_up", "failed", "cancelled"})
+ACTIVE = frozenset({"queued", "running", "waiting"})
+"""Not finished: an engine may work on these (resume them with the same command)."""
 
 
 def outcome_error(run_id: str, status: str, reason: str | None) -> RunStopped:
     """The exception that stands for a terminal non-success status."""
-    cls = GaveUp if status == "gave_up" else RunFailed
+    cls = {"gave_up": GaveUp, "cancelled": Cancelled}.get(status, RunFailed)
     return cls(reason or status, run_id=run_id)
 
 
@@ -26,15 +28,22 @@ _SELECT = (
     "SELECT id, agent, model, status, reason, result, workdir, outbox, params, used_steps, step_executions,"
     " incarnation, limit_steps, limit_tokens, limit_seconds, limit_cost_usd, used_tokens + reserved_tokens,"
     " tokens_estimated, used_seconds, used_cost_usd + reserved_cost_usd, used_retries, limit_retries,"
-    " created_at, updated_at, finished_at, lease_pid, lease_host FROM run"
+    " created_at, updated_at, finished_at, lease_pid, lease_host, {control} FROM run"
 )
+_CONTROL = "parent_run_id, parent_step, waiting_for, waiting_since"
+_NO_CONTROL = "NULL, NULL, NULL, NULL"  # a schema-1 log read without migrating it (read-only)
+
+
+def _select_sql(conn: sqlite3.Connection) -> str:
+    has_control = conn.execute("SELECT 1 FROM pragma_table_info('run') WHERE name = 'parent_run_id'").fetchone()
+    return _SELECT.format(control=_CONTROL if has_control else _NO_CONTROL)
 
 
 def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
     (rid, agent, model, status, reason, result, workdir, outbox, params, steps, executions, incarnation,
      l_steps, l_tokens, l_seconds, l_cost, tokens, tokens_est, seconds, cost, retries, l_retries,
-     created, updated, finished, lease_pid, lease_host) = r
-    return {
+     created, updated, finished, lease_pid, lease_host, parent, parent_step, waiting_for, waiting_since) = r
+    out: dict[str, Any] = {
         "run_id": rid,
         "agent": agent,
         "model": model or "offline",
@@ -60,6 +69,12 @@ def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
         "lease_pid": lease_pid,
         "engine": _engine(status, lease_pid, lease_host),
     }
+    if parent is not None:
+        out["forked_from"] = {"run_id": parent, "at_step": parent_step}
+    if status == "waiting":
+        out["waiting_for"] = waiting_for
+        out["waiting_since"] = waiting_since
+    return out
 
 
 def _engine(status: str, pid: int | None, host: str | None) -> str:
@@ -77,7 +92,7 @@ def _engine(status: str, pid: int | None, host: str | None) -> str:
 
 
 def run_status(conn: sqlite3.Connection, run_id: str, *, db: Path | None = None) -> dict[str, Any]:
-    row = conn.execute(_SELECT + " WHERE id = ?", (run_id,)).fetchone()
+    row = conn.execute(_select_sql(conn) + " WHERE id = ?", (run_id,)).fetchone()
     if row is None:
         where = f" in {db}" if db else ""
         raise UnknownRun(f"no run {run_id!r}{where}{_pruned(conn, run_id)}; `steplog runs` lists the runs there")
@@ -102,4 +117,4 @@ def _pruned(conn: sqlite3.Connection, run_id: str) -> str:
 
 def all_runs(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     """Every run, newest first."""
-    return [_as_status(r) for r in conn.execute(_SELECT + " ORDER BY created_at DESC, id DESC")]
+    return [_as_status(r) for r in conn.execute(_select_sql(conn) + " ORDER BY created_at DESC, id DESC")]

@@ -50,6 +50,11 @@ class RunRow(SQLModel, table=True):
     created_at: float
     updated_at: float
     finished_at: Optional[float] = None
+    parent_run_id: Optional[str] = None
+    parent_step: Optional[int] = None
+    waiting_for: Optional[str] = None
+    waiting_since: Optional[float] = None
+    cancel_requested: Optional[str] = None
 
 
 class StepRow(SQLModel, table=True):
@@ -92,6 +97,19 @@ class EffectRow(SQLModel, table=True):
     attempts: int = 1
     started_at: float
     completed_at: Optional[float] = None
+
+
+class SignalRow(SQLModel, table=True):
+    __tablename__ = "signal"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: str
+    name: str
+    data: str = "null"
+    key: Optional[str] = None
+    sent_at: float
+    consumed_seq: Optional[int] = None
+    consumed_at: Optional[float] = None
 
 
 class EventRow(SQLModel, table=True):

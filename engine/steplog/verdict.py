@@ -82,6 +82,13 @@ class Kill:
     """Steps the next engine ran again that had started before the kill."""
     point: str | None = None
     proved: bool | None = None
+    in_flight: int = 1
+    """Steps the killed engine had started and not committed: 1 for a sequential agent, up to
+    the concurrency for parallel steps. A kill may cost at most these (and at least 1 is allowed)."""
+
+    @property
+    def may_redo(self) -> int:
+        return max(1, self.in_flight)
 
 
 @dataclass(frozen=True)
@@ -204,6 +211,8 @@ class Verdict:
             bad = [c for c in self.checks if c.ok is False]
             return "; ".join(f"{c.name}: {c.detail}" for c in bad)
         if label == "RUNNING":
+            if self.status == "waiting":
+                return f"the run waits for a signal ({len(self.kills)} kill(s) so far)"
             return f"the run is still going ({len(self.kills)} kill(s) so far)"
         if not self.kills:
             return "not kill-tested yet: the run finished without being killed"
@@ -353,7 +362,7 @@ def _kills(events: list[sqlite3.Row], marks: list[KillMark], steps: dict[int, st
         redone = len(unfinished & {e[3] for e in events if e[0] > m.at and e[2] == EventKind.STEP_STARTED})
         out.append(Kill(at=m.at, seq=seq, step_name=steps.get(seq) if seq is not None else None, phase=phase,
                         incarnation=incarnation, resume_latency=latency, redone=redone,
-                        point=m.point, proved=m.proved))
+                        point=m.point, proved=m.proved, in_flight=len(unfinished)))
     return out
 
 
@@ -455,8 +464,10 @@ def judge(ev: Evidence) -> Verdict:
                             + (f", e.g. {different[0]}" if different else "") if off
                             else "files byte for byte, tables row for row, message bodies", "reference run, workdir"))
     # A live run has one step executing but not committed yet: that is not a redone step.
-    allowed = len(kills) + (ref.redone if ref else 0) + (0 if terminal else 1)
+    allowed = sum(k.may_redo for k in kills) + (ref.redone if ref else 0) + (0 if terminal else 1)
     worst = max((k.redone for k in kills), default=0)
+    overdone = [k for k in kills if k.redone > k.may_redo]  # parallel steps: each kill may cost its steps in flight
+    parallel = max((k.in_flight for k in kills), default=0) > 1
     if kills and not s["step_executions"] and terminal:
         # Nothing checkpointed (a naive agent): work redone after a kill is invisible to the log,
         # and "0 redone" would be a tick for the worst case.
@@ -464,11 +475,14 @@ def judge(ev: Evidence) -> Verdict:
                             "not checked: the run records no steps, so the work it redid after each kill "
                             "cannot be counted (the outputs show it)"))
     else:
-        checks.append(Check("at most one redone step per kill", redone <= allowed and worst <= 1,
-                            f"{redone} step(s) redone after {len(kills)} kill(s); at most {worst} for one kill"))
+        checks.append(Check("at most one redone step per kill", redone <= allowed and not overdone,
+                            f"{redone} step(s) redone after {len(kills)} kill(s); at most {worst} for one kill"
+                            + (" (parallel steps: each kill may redo the steps it interrupted, "
+                               f"up to {max(k.in_flight for k in kills)} at once)" if parallel else "")))
     if ledger is not None:
         resends = _resends(ledger)
-        ok = resends <= len(kills) + (ref.resends if ref else 0)
+        # A kill may re-send what it interrupted: one post, or every post in flight (parallel steps).
+        ok = resends <= sum(k.may_redo for k in kills) + (ref.resends if ref else 0)
         checks.append(Check("re-sends only after kills", ok, f"{len(ledger.attempts)} attempts for "
                             f"{len(ledger.deliveries)} deliveries: {resends} re-sent after {len(kills)} kill(s)", src))
     elif ev.posts:

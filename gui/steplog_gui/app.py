@@ -16,6 +16,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--db", type=Path, default=None, help="the log to monitor (default: steplog's default log)")
     parser.add_argument("--demo", action="store_true", help="start the demo agent and its outbox, ready for Kill now")
     parser.add_argument("--demo-tickets", type=int, default=0, help="limit the demo to the first N tickets")
+    parser.add_argument("--compare", action="store_true",
+                        help="compare mode: the naive agent and the durable demo side by side, one Kill now")
     return parser.parse_args(list(argv))
 
 
@@ -49,10 +51,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     monitor = Monitor(db)
     window = MainWindow(monitor, Settings())
     monitor.start()
-    if args.demo:
-        params = {"tickets": str(args.demo_tickets)} if args.demo_tickets else {}
+    params = {"tickets": str(args.demo_tickets)} if args.demo_tickets else {}
+    if args.demo and not args.compare:
         window.start_demo(DemoConfig(params=params))
     window.show()
+    if args.compare:
+        window.open_compare(DemoConfig(params=params))
     # Ctrl-C in the terminal, SIGTERM and SIGHUP (logout, `kill`, a closed terminal) quit as "Stop
     # it" does: the engine is stopped at a step boundary and the demo's outbox with it, no dialog,
     # nothing left running behind a window that is gone. The handler only schedules the close:

@@ -15,16 +15,21 @@ import numpy as np
 import numpy.typing as npt
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QWidget
 
 from . import theme
 from .monitor import Monitor
 from .run_state import RunState
 
-REFRESH_MS = 200
+REFRESH_MS = 300
+"""Charts of a live run redraw at most this often: four plots and their axes cost ~20 ms a
+redraw here, time the timeline's commit → pixel needs more."""
 CATCH_UP_REDRAW_S = 1.0
 """While a backlog is read (a big log opening), redraw at most this often."""
 PROJECTION_POINTS = 30
+TITLE_POINTS = 9
+AXIS_ROOM = 60
 BUDGETS = (("steps", "steps", "Steps"), ("tokens", "tokens", "Tokens"),
            ("cost_usd", "cost_usd", "Cost (USD)"), ("seconds", "seconds", "Active seconds"))
 
@@ -66,9 +71,24 @@ class _Chart:
         # The projection may reach far past the data: it must not drag the autorange with it.
         self.projection = pg.PlotDataItem([], [])
         self.widget.addItem(self.projection, ignoreBounds=True)
+        self.full_title = title
+        self._shown: tuple[str, str] = ("", "")
 
     def set_title(self, text: str, pal: theme.Palette) -> None:
-        self.widget.setTitle(text, color=pal.foreground, size="9pt")
+        """The title, cut with "…" to the chart's width (a title wider than its column would
+        widen the chart past it and clip its right edge); the whole text is the tooltip."""
+        font = QFont(self.widget.font())
+        font.setPointSizeF(TITLE_POINTS)
+        # The title sits over the plot, right of the y axis (which may widen once new data's
+        # ticks are laid out: room for "60000" is kept); its HTML adds a few pixels of margin.
+        axis = max(int(self.widget.getAxis("left").width()), AXIS_ROOM)
+        room = max(40, self.widget.width() - axis - 24)
+        shown = QFontMetrics(font).elidedText(text, Qt.TextElideMode.ElideRight, room)
+        self.full_title = text
+        if (shown, pal.foreground) != self._shown:
+            self._shown = (shown, pal.foreground)
+            self.widget.setTitle(shown, color=pal.foreground, size=f"{TITLE_POINTS}pt")
+            self.widget.setToolTip(text if shown != text else "")
 
 
 class BudgetCharts(QWidget):
@@ -115,6 +135,11 @@ class BudgetCharts(QWidget):
             if chart.estimated is not None:
                 chart.estimated.setPen(pg.mkPen(pal.estimated, width=2, style=Qt.PenStyle.DashLine))
         self._dirty = True
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        for chart in self.charts.values():  # titles are cut to the new widths
+            chart.set_title(chart.full_title, self._palette)
 
     def set_run(self, run_id: str | None) -> None:
         self._run_id = run_id

@@ -78,6 +78,11 @@ class DemoLauncher(QObject):
 
         self._with_outbox(launch, prefer_port=_port_of(recorded_url))
 
+    def when_outbox(self, then: Callable[[str], None]) -> None:
+        """Call ``then(url)`` once the demo outbox listens, starting it if need be (compare mode
+        posts both of its runs there)."""
+        self._with_outbox(then)
+
     # -- the outbox -------------------------------------------------------------------------
 
     def _with_outbox(self, then: Callable[[str], None], prefer_port: int = 0) -> None:

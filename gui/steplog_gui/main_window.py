@@ -9,10 +9,11 @@ from typing import Any
 from PySide6.QtCore import QItemSelection, Qt, QTimer
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (QCheckBox, QDockWidget, QDoubleSpinBox, QFileDialog, QHeaderView, QLabel, QMainWindow,
-                               QMessageBox, QSplitter, QTableView, QToolBar, QVBoxLayout, QWidget)
+                               QMessageBox, QSplitter, QStyle, QTableView, QToolBar, QVBoxLayout, QWidget)
 
 from . import jobs, resources, theme
 from .budget_charts import BudgetCharts
+from .compare_window import CompareWindow
 from .demo import DEMO_AGENTS, DEMO_PACE, DemoConfig, DemoLauncher
 from .engine_process import EngineProcess, LaunchSpec
 from .monitor import Monitor
@@ -21,6 +22,7 @@ from .outbox_panel import OutboxPanel
 from .outbox_watcher import OutboxWatcher
 from .prune_action import Pruner, ask_and_prune
 from .repository import LogRepository
+from .run_control import RunControl
 from .runs_model import RUN_ID_ROLE, RunsModel
 from .settings import Settings
 from .step_detail import StepDetailLoader, StepDetailView
@@ -50,6 +52,8 @@ class MainWindow(QMainWindow):
         self.engine = EngineProcess(monitor, self, env=engine_env)
         self.watcher = OutboxWatcher(self)
         self.demo: DemoLauncher | None = None
+        self.compare: CompareWindow | None = None
+        self._engine_env = engine_env
         self._run_id: str | None = None
         self._run_outbox: dict[str, str | None] = {}
 
@@ -70,6 +74,8 @@ class MainWindow(QMainWindow):
         box = QVBoxLayout(central)
         box.setContentsMargins(4, 4, 4, 4)
         box.addWidget(self.banner)
+        self.control = RunControl(monitor, self, env=engine_env, engine_busy=self._engine_busy)
+        box.addWidget(self.control.banner)
         box.addWidget(self.verdict)
         box.addWidget(split, 1)
         self.setCentralWidget(central)
@@ -97,9 +103,14 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage("ready")
 
         self.timeline.step_selected.connect(lambda rid, seq: self.loader.load(rid, seq))
+        self.timeline.step_selected.connect(self.control.set_step)
+        self.control.notice.connect(self.statusBar().showMessage)
+        self.control.problem.connect(self._show_problem)
+        self.control.launch.connect(self.launch_run)
         monitor.problem_changed.connect(self._show_problem)
         monitor.runs_added.connect(self._on_runs_added)
         monitor.runs_changed.connect(lambda ids: self._update_actions() if self._run_id in ids else None)
+        monitor.runs_changed.connect(lambda ids: self.control.update() if self._run_id in ids else None)
         self.engine.engine_started.connect(self._on_engine_started)
         self.engine.engine_exited.connect(lambda _rid, _code, msg: self.statusBar().showMessage(msg))
         self.engine.engine_killed.connect(
@@ -130,13 +141,20 @@ class MainWindow(QMainWindow):
 
     def size_docks(self) -> None:
         """Docks sized to their content and the window: the runs list shows run, status and
-        steps; the step detail and outbox get a readable width; the timeline keeps the rest."""
+        steps; the step detail and outbox get a readable width; the timeline keeps the rest.
+
+        Widths come from the font and typical content, not from the rows loaded so far: the
+        first launch lays out the same whether the log has been read yet or not."""
         width = self.width()
         runs = self.runs_view
-        runs.resizeColumnsToContents()
-        key_columns = sum(runs.columnWidth(c) for c in range(3)) + runs.verticalScrollBar().sizeHint().width() + 12
-        left = max(240, min(int(width * 0.24), max(key_columns, int(width * 0.17))))
-        right = max(300, min(int(width * 0.28), 560))
+        fm = runs.fontMetrics()
+        pad = 2 * runs.style().pixelMetric(QStyle.PixelMetric.PM_HeaderMargin) + 4
+        samples = (("Run", "demo-20261201-120000"), ("Status", "succeeded"), ("Steps", "1000 / 2000"))
+        key_columns = sum(max(fm.horizontalAdvance(a), fm.horizontalAdvance(b)) + pad for a, b in samples)
+        key_columns += runs.verticalScrollBar().sizeHint().width() + 4
+        left = max(200, min(int(width * 0.24), key_columns))
+        # At 1280 px the centre needs ~650 px for the verdict strip's figures on one line.
+        right = max(300, min(int(width * 0.235), 560))
         self.resizeDocks([self._runs_dock, self._detail_dock], [left, right], Qt.Orientation.Horizontal)
         self.resizeDocks([self._detail_dock, self._outbox_dock], [int(self.height() * 0.55), int(self.height() * 0.4)],
                          Qt.Orientation.Vertical)
@@ -173,6 +191,9 @@ class MainWindow(QMainWindow):
         self.act_about = self._action("&About steplog", self.about)
         self.act_prune = self._action("&Prune selected runs…", self.prune_selected, None,
                                       "remove the selected finished runs from the log (steplog prune), archived first if you like")
+        self.act_compare = self._action("&Compare naive vs durable", self._compare_toggled, "Ctrl+Shift+D",
+                                        "the naive agent and the durable demo side by side, one Kill now for both")
+        self.act_compare.setCheckable(True)
         self.auto_kill = QCheckBox("Auto-kill every")
         self.auto_kill.toggled.connect(self._auto_kill_toggled)
         self.auto_seconds = QDoubleSpinBox()
@@ -185,6 +206,7 @@ class MainWindow(QMainWindow):
         bar.setObjectName("toolbar_engine")
         for a in (self.act_demo, self.act_new, self.act_resume, self.act_stop):
             bar.addAction(a)
+        bar.addAction(self.act_compare)
         bar.addSeparator()
         bar.addAction(self.act_kill)
         bar.addAction(self.act_kill_window)
@@ -203,7 +225,10 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         file_menu.addAction(self.act_quit)
         run_menu = menu.addMenu("&Run")
-        for a in (self.act_demo, self.act_new, self.act_resume, self.act_stop):
+        for a in (self.act_demo, self.act_new, self.act_resume, self.act_stop, self.act_compare):
+            run_menu.addAction(a)
+        run_menu.addSeparator()
+        for a in self.control.actions:
             run_menu.addAction(a)
         run_menu.addSeparator()
         run_menu.addAction(self.act_prune)
@@ -252,9 +277,11 @@ class MainWindow(QMainWindow):
         if run_id == self._run_id:
             return
         self._run_id = run_id
+        self.watcher.set_run(run_id)  # its own deliveries: another run's equal message is no duplicate
         self.timeline.set_run(run_id)
         self.charts.set_run(run_id)
         self.judge.set_run(run_id)
+        self.control.set_run(run_id)
         self._update_actions()
         if run_id is None:
             return
@@ -330,14 +357,21 @@ class MainWindow(QMainWindow):
         run = self.monitor.run(self._run_id) if self._run_id else None
         if run is None:
             return
+        self.launch_run(run.run_id, run.agent)
+
+    def launch_run(self, run_id: str, agent: str) -> None:
+        """Start an engine on an existing run (resumed, retried or just forked) and show it."""
         if self._engine_busy():
             return
-        recorded = self._run_outbox.get(run.run_id)
-        spec = LaunchSpec(agent=run.agent, run_id=run.run_id, db=self.monitor.path, outbox=recorded,
-                          pace=DEMO_PACE if run.agent in DEMO_AGENTS else 0.0)
-        if run.agent in DEMO_AGENTS:
+        recorded = self._run_outbox.get(run_id)
+        if run_id not in self._run_outbox:  # a run just forked: one small read of its row
+            row = _read_run_row(self.monitor.path, run_id)
+            recorded = row.get("outbox") if row else None
+        spec = LaunchSpec(agent=agent, run_id=run_id, db=self.monitor.path, outbox=recorded,
+                          pace=DEMO_PACE if agent in DEMO_AGENTS else 0.0)
+        if agent in DEMO_AGENTS:
             # The demo's own helper: bring its outbox back rather than let the run fail on a dead URL.
-            self.statusBar().showMessage(f"resuming {run.run_id}: starting the demo outbox if it is not running…")
+            self.statusBar().showMessage(f"resuming {run_id}: starting the demo outbox if it is not running…")
             self.demo_launcher().resume(spec, recorded)
             return
         if recorded:
@@ -363,6 +397,29 @@ class MainWindow(QMainWindow):
         run_ids = [i.data(RUN_ID_ROLE) for i in self.runs_view.selectionModel().selectedRows()]
         if run_ids and not self.pruner.busy:
             self.pruner.estimate(run_ids)
+
+    def open_compare(self, config: DemoConfig | None = None) -> CompareWindow:
+        """Compare mode (its own window): start a comparison unless one is shown already."""
+        if self.compare is None:
+            self.compare = CompareWindow(self.monitor, self.demo_launcher(), engine_env=self._engine_env)
+            self.compare.closed.connect(self._compare_closed)
+            self.compare.start(config)
+        self.act_compare.setChecked(True)
+        self.compare.show()
+        self.compare.raise_()
+        return self.compare
+
+    def _compare_toggled(self, on: bool) -> None:
+        if on:
+            self.open_compare()
+        elif self.compare is not None:
+            self.compare.close()
+
+    def _compare_closed(self) -> None:
+        if self.compare is not None:
+            self.compare.deleteLater()
+        self.compare = None
+        self.act_compare.setChecked(False)
 
     def kill_now(self) -> None:
         if not self.engine.kill_now():
@@ -411,7 +468,7 @@ class MainWindow(QMainWindow):
         self.act_kill_window.setText("Armed: kills at the next effect" if self.engine.window_armed
                                      else "Kill at next act→record window")
         self.act_stop.setEnabled(running)
-        self.act_resume.setEnabled(not running and run is not None and run.status in ("running", "gave_up"))
+        self.act_resume.setEnabled(not running and run is not None and run.status in ("running", "waiting", "gave_up"))
         self.act_demo.setEnabled(not running)
         if not running and self.auto_kill.isChecked():
             self.auto_kill.setChecked(False)
@@ -428,6 +485,8 @@ class MainWindow(QMainWindow):
         self.banner.setVisible(bool(text))
 
     def _apply_palette(self, pal: theme.Palette) -> None:
+        if self.compare is not None:
+            self.compare.apply_palette(pal)
         self.timeline.apply_palette(pal)
         self.charts.apply_palette(pal)
         self.verdict.show_verdict(self.judge.verdict)
@@ -456,6 +515,9 @@ class MainWindow(QMainWindow):
         self.settings.geometry = self.saveGeometry()
         self.settings.window_state = self.saveState()
         self.settings.sync()
+        if self.compare is not None:  # its engines are demo engines: stopped whatever the policy
+            self.compare.shutdown()
+            self.compare.hide()
         if stop_engine:
             self.engine.terminate_now()
             if self.demo is not None:

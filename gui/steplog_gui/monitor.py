@@ -10,6 +10,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from .bulk_load import RunDetails, add_details
 from .repository import Event
 from .run_state import LogState, RunState
 from .tailer import Tailer
@@ -40,6 +41,8 @@ class Monitor(QObject):
         self.catching_up = False
         """A backlog is being read (opening a big log): views redraw about once a second, then
         once at the end, instead of after every batch."""
+        self.history_upto = 0
+        """The event id the log's history was bulk-loaded up to when opened (0: none yet)."""
         self._use_watchdog = use_watchdog
         self._tailer: Tailer | None = None
 
@@ -47,6 +50,9 @@ class Monitor(QObject):
         self._tailer = Tailer(self.path, self, use_watchdog=self._use_watchdog)
         self._tailer.events_arrived.connect(self.apply)
         self._tailer.log_reset.connect(self._reset)
+        self._tailer.history_started.connect(self._history_started)
+        self._tailer.runs_loaded.connect(self.adopt)
+        self._tailer.details_loaded.connect(self.adopt_details)
         self._tailer.problem_changed.connect(self._problem)
         self._tailer.start()
 
@@ -84,9 +90,43 @@ class Monitor(QObject):
             self.runs_changed.emit(touched)
         self.events_applied.emit(events)
 
+    def _history_started(self) -> None:
+        self.catching_up = True
+        if self.state.runs:
+            self._reset()
+
+    def adopt(self, runs: list[RunState], upto: int) -> None:
+        """Runs bulk-loaded from the history up to event ``upto`` (``bulk_load.load_run``)."""
+        self.catching_up = True
+        new = [r.run_id for r in runs if r.run_id not in self.state.runs]
+        for run in runs:
+            self.state.runs[run.run_id] = run
+        self.state.bookmark = max(self.state.bookmark, upto)
+        self.history_upto = upto
+        if new:
+            self.order.extend(new)
+            self.runs_added.emit(new)
+        if runs:
+            self.runs_changed.emit({r.run_id for r in runs})
+
+    def adopt_details(self, details: list[RunDetails], more: bool) -> None:
+        """The second pass of a bulk load; ``more`` False: the history is in (every view redraws)."""
+        self.catching_up = more
+        touched = set()
+        for d in details:
+            run = self.state.runs.get(d.run_id)
+            if run is not None:
+                add_details(run, d)
+                touched.add(d.run_id)
+        if not more:
+            touched = set(self.state.runs)
+        if touched:
+            self.runs_changed.emit(touched)
+
     def _reset(self) -> None:
         self.state = LogState()
         self.order = []
+        self.history_upto = 0
         self.state_reset.emit()
 
     def _problem(self, text: str) -> None:

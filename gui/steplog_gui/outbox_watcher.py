@@ -15,7 +15,9 @@ QUIET_POLLS = 10
 
 
 class OutboxWatcher(QObject):
-    """The latest ``Ledger`` of one outbox URL, refreshed every ``POLL_MS``."""
+    """The latest ``Ledger`` of one outbox URL, refreshed every ``POLL_MS``; with ``run_id`` set,
+    only that run's part of it (``Ledger.for_run``: runs sharing an outbox send equal bodies, and
+    another run's message is not this run's duplicate)."""
 
     ledger_changed = Signal(object)
     """The new ``steplog.outbox.Ledger`` (only emitted when it differs from the last one)."""
@@ -25,6 +27,7 @@ class OutboxWatcher(QObject):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.url: str | None = None
+        self.run_id: str | None = None
         self.ledger: Any = None
         self.problem = ""
         self._busy = False
@@ -46,6 +49,15 @@ class OutboxWatcher(QObject):
         else:
             self._timer.stop()
 
+    def set_run(self, run_id: str | None) -> None:
+        """Show only ``run_id``'s deliveries and attempts (``None``: the whole ledger)."""
+        if run_id == self.run_id:
+            return
+        self.run_id = run_id
+        self.ledger = None
+        self.ledger_changed.emit(None)
+        self.refresh()
+
     def poke(self) -> None:
         """Something is happening (an engine started or was killed): poll at full rate again."""
         self._quiet = 0
@@ -62,7 +74,7 @@ class OutboxWatcher(QObject):
         if self._busy or not self.url:
             return
         self._busy = True
-        url = self.url
+        url, run_id = self.url, self.run_id
 
         if self._transport is None:
             import httpx
@@ -77,12 +89,16 @@ class OutboxWatcher(QObject):
 
             return fetch_ledger(url, timeout=2.0, transport=transport)
 
-        jobs.submit(fetch, lambda ledger: self._done(url, ledger), lambda exc: self._failed(url, exc), owner=self)
+        jobs.submit(fetch, lambda ledger: self._done(url, run_id, ledger), lambda exc: self._failed(url, exc),
+                    owner=self)
 
-    def _done(self, url: str, ledger: Any) -> None:
+    def _done(self, url: str, run_id: str | None, ledger: Any) -> None:
         self._busy = False
-        if url != self.url:
+        if url != self.url or run_id != self.run_id:
+            self.refresh()  # pointed elsewhere meanwhile: fetch what is wanted now
             return
+        if run_id is not None:
+            ledger = ledger.for_run(run_id)
         self._set_problem("")
         if ledger != self.ledger:
             self.ledger = ledger

@@ -16,9 +16,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
+import numpy.typing as npt
+
 from steplog.db import inspect, open_readonly
-from steplog.openfiles import identity
 from steplog.errors import LogError
+from steplog.events import EventKind
+from steplog.openfiles import identity
+
+KIND_CODES: tuple[EventKind, ...] = (
+    EventKind.STEP_STARTED, EventKind.STEP_COMMITTED, EventKind.DECISION_RECORDED, EventKind.EFFECT_STARTED,
+    EventKind.EFFECT_COMPLETED, EventKind.STEP_ATTEMPT_FAILED, EventKind.LEASE_ACQUIRED, EventKind.RUN_FINISHED,
+    EventKind.RUN_CREATED, EventKind.BUDGET_CHANGED, EventKind.LEASE_RELEASED, EventKind.WAITING,
+    EventKind.CANCEL_REQUESTED, EventKind.RETRIED, EventKind.STEP_COPIED)
+"""The kinds a columnar read codes as small integers: ``KIND_CODES[code - 1]``; 0 is any other kind."""
+NULL_SEQ = -(2 ** 62)
+"""``seq`` of an event that has none, in columns (-1 is taken: the timeline's gave-up marker)."""
+EVENT_COLUMNS = np.dtype([("id", "i8"), ("ts", "f8"), ("incarnation", "i8"), ("code", "i1"), ("seq", "i8")])
+USAGE_KEYS = ("steps", "tokens", "tokens_estimated", "cost_usd", "seconds")
+"""The usage figures the budget charts draw, as the events' ``usage`` objects name them."""
+USAGE_COLUMNS = np.dtype([("ts", "f8"), *((key, "f8") for key in USAGE_KEYS)])
+_CODE_SQL = "CASE kind " + " ".join(f"WHEN '{k.value}' THEN {i + 1}" for i, k in enumerate(KIND_CODES)) + " ELSE 0 END"
+_IDS_PER_QUERY = 500
 
 
 class LogUnavailable(Exception):
@@ -121,11 +140,7 @@ class LogRepository:
         try:
             return conn.execute(sql, args).fetchall()
         except sqlite3.DatabaseError as exc:
-            self.close()
-            problem = self.check_file()
-            if problem:
-                raise LogUnavailable(f"{self.path} was {problem} while open") from exc
-            raise LogUnavailable(f"{self.path} cannot be read ({exc})") from exc
+            raise self._unavailable(exc) from exc
 
     # -- change detection -------------------------------------------------------------------
 
@@ -146,6 +161,87 @@ class LogRepository:
                 "SELECT id, run_id, ts, incarnation, kind, seq, data FROM event WHERE run_id = ? AND id > ?"
                 " ORDER BY id LIMIT ?", (run_id, bookmark, limit))
         return [Event(r[0], r[1], r[2], r[3], r[4], r[5], _loads(r[6])) for r in rows]
+
+    # -- columnar reads (opening a run: one pass over its events, no JSON parsed per row) ----
+
+    def max_event_id(self) -> int:
+        """The newest event's id (0 for none): the snapshot a bulk load reads up to."""
+        return int(self._query("SELECT coalesce(max(id), 0) FROM event")[0][0])
+
+    def run_ids(self, upto: int) -> list[str]:
+        """Every run with events up to id ``upto``, in the order of its first event."""
+        rows = self._query("SELECT run_id FROM event WHERE id <= ? GROUP BY run_id ORDER BY min(id)", (upto,))
+        return [r[0] for r in rows]
+
+    def event_columns(self, run_id: str, upto: int) -> npt.NDArray[Any]:
+        """The run's events up to ``upto`` as one ``EVENT_COLUMNS`` array, ids ascending (not
+        necessarily dense: pruning may delete rows). The kind is coded in SQL (``KIND_CODES``)
+        and the payload is not read at all: 200k events in ~0.17 s here."""
+        sql = (f"SELECT id, ts, incarnation, {_CODE_SQL}, coalesce(seq, {NULL_SEQ}) FROM event"
+               " WHERE run_id = ? AND id <= ? ORDER BY id")
+        try:
+            return np.fromiter(self._c().execute(sql, (run_id, upto)), dtype=EVENT_COLUMNS)
+        except sqlite3.DatabaseError as exc:
+            raise self._unavailable(exc) from exc
+
+    def events_by_id(self, ids: npt.NDArray[np.int64]) -> list[Event]:
+        """The events with these ids (the few whose payload a bulk load needs), ids ascending."""
+        out: list[Event] = []
+        wanted = [int(i) for i in ids]
+        for start in range(0, len(wanted), _IDS_PER_QUERY):
+            chunk = wanted[start:start + _IDS_PER_QUERY]
+            rows = self._query("SELECT id, run_id, ts, incarnation, kind, seq, data FROM event WHERE id IN"
+                               f" ({','.join('?' * len(chunk))}) ORDER BY id", tuple(chunk))
+            out.extend(Event(r[0], r[1], r[2], r[3], r[4], r[5], _loads(r[6])) for r in rows)
+        return out
+
+    def decision_tokens(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+        """(id, tokens in + out, estimated) of these ``decision_recorded`` events, ids ascending."""
+        dtype = np.dtype([("id", "i8"), ("tokens", "i8"), ("estimated", "?")])
+        parts = []
+        wanted = [int(i) for i in ids]
+        for start in range(0, len(wanted), _IDS_PER_QUERY):
+            chunk = wanted[start:start + _IDS_PER_QUERY]
+            rows = self._query(
+                "SELECT id, CASE WHEN json_valid(data) THEN coalesce(CAST(data->>'$.tokens_in' AS INTEGER), 0)"
+                " + coalesce(CAST(data->>'$.tokens_out' AS INTEGER), 0) ELSE 0 END,"
+                " CASE WHEN json_valid(data) THEN coalesce(data->>'$.estimated', 0) != 0 ELSE 0 END"
+                f" FROM event WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id", tuple(chunk))
+            parts.append(np.array(rows, dtype=dtype) if rows else np.zeros(0, dtype))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+    def last_usage(self, run_id: str, upto: int) -> dict[str, Any] | None:
+        """The usage object of the run's newest event that carries one (up to ``upto``)."""
+        rows = self._query("SELECT data->'$.usage' FROM event WHERE run_id = ? AND id <= ?"
+                           " AND json_valid(data) AND json_type(data, '$.usage') = 'object' ORDER BY id DESC LIMIT 1", (run_id, upto))
+        return _loads(rows[0][0]) if rows else None
+
+    def usage_columns(self, run_id: str, upto: int) -> npt.NDArray[Any]:
+        """The budget charts' points (``USAGE_COLUMNS``): every event up to ``upto`` that carries
+        usage, but a step's start (it repeats the last commit's usage), ids ascending."""
+        fields = ", ".join(f"coalesce(CAST(data->>'$.usage.{f}' AS REAL), 0)" for f in USAGE_KEYS)
+        sql = (f"SELECT ts, {fields} FROM event WHERE run_id = ? AND id <= ? AND kind != ?"
+               " AND json_valid(data) AND json_type(data, '$.usage') = 'object' ORDER BY id")
+        try:
+            return np.fromiter(self._c().execute(sql, (run_id, upto, EventKind.STEP_STARTED.value)),
+                               dtype=USAGE_COLUMNS)
+        except sqlite3.DatabaseError as exc:
+            raise self._unavailable(exc) from exc
+
+    def step_names(self, run_id: str, upto: int) -> dict[int, tuple[str, str]]:
+        """seq -> (name, kind) as the run's ``step_started`` (and a fork's ``step_copied``) events up
+        to ``upto`` say (the last wins)."""
+        rows = self._query("SELECT seq, coalesce(data->>'$.name', ''), coalesce(data->>'$.kind', '') FROM event"
+                           " WHERE run_id = ? AND id <= ? AND kind IN (?, ?) AND seq IS NOT NULL AND json_valid(data)"
+                           " ORDER BY id", (run_id, upto, EventKind.STEP_STARTED.value, EventKind.STEP_COPIED.value))
+        return {seq: (str(name), str(kind)) for seq, name, kind in rows}
+
+    def _unavailable(self, exc: sqlite3.DatabaseError) -> LogUnavailable:
+        self.close()
+        problem = self.check_file()
+        if problem:
+            return LogUnavailable(f"{self.path} was {problem} while open")
+        return LogUnavailable(f"{self.path} cannot be read ({exc})")
 
     def run_row(self, run_id: str) -> dict[str, Any] | None:
         """The run row as a dict (workdir, outbox, params, limits, usage), or ``None``."""

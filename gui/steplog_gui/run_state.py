@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import socket
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,14 +25,23 @@ import numpy.typing as npt
 
 from steplog.events import EventKind
 from steplog.lease import process_alive
+from steplog.status import TERMINAL
 
-from .repository import Event
+from .repository import USAGE_KEYS, Event
 
+ALIVE_CHECK_S = 0.5
+"""How long an answer to "is the engine's process alive" is kept (see ``RunState.engine_gone``)."""
 # Outcome of one step execution (a bar's colour).
-RUNNING, COMMITTED, REDONE, FAILED, GAVE_UP = range(5)
-OUTCOME_NAMES = ("in progress", "committed", "redone (interrupted by a kill)", "failed", "gave up")
+RUNNING, COMMITTED, REDONE, FAILED, GAVE_UP, COPIED = range(6)
+OUTCOME_NAMES = ("in progress", "committed", "redone (interrupted by a kill)", "failed", "gave up",
+                 "copied from the parent run (not run again)")
 # Phase reached by one execution (engine's step.phase).
 PHASES = ("started", "decided", "acting", "recorded")
+EXECUTION_FIELDS = {"start": "f8", "end": "f8", "lane": "i4", "outcome": "i1", "seq": "i8", "phase": "i1",
+                    "tokens": "i8", "estimated": "?"}
+"""One row per step execution: the timeline's bars."""
+USAGE_FIELDS = {"ts": "f8", **{key: "f8" for key in USAGE_KEYS}}
+"""One row per usage report: the budget charts' points."""
 
 
 class Columns:
@@ -45,6 +55,17 @@ class Columns:
         self._n = 0
         self._names = tuple(dtypes)
         self._rows: npt.NDArray[Any] = np.zeros(self._cap, dtype=np.dtype(list(dtypes.items())))
+
+    @classmethod
+    def of(cls, rows: npt.NDArray[Any]) -> Columns:
+        """Columns holding ``rows`` (a structured array, e.g. from a bulk load), growable from there."""
+        self = cls.__new__(cls)
+        self._names = tuple(rows.dtype.names or ())
+        self._n = len(rows)
+        self._cap = max(256, 2 * len(rows))
+        self._rows = np.zeros(self._cap, dtype=rows.dtype)
+        self._rows[: self._n] = rows
+        return self
 
     def __len__(self) -> int:
         return self._n
@@ -101,21 +122,27 @@ class RunState:
     pid: int | None = None
     """The engine holding the run (``None`` once it released the lease or finished)."""
     host: str | None = None
+    forked_from: tuple[str, int] | None = None
+    """(parent run id, first step the fork ran itself)."""
+    waiting_for: str | None = None
+    waiting_since: float | None = None
+    cancel_requested: str | None = None
+    _copied_shift: float = 0.0
+    """Copied steps are drawn just before the fork's start, keeping their own spacing."""
     kills: list[Kill] = field(default_factory=list)
     step_names: dict[int, tuple[str, str]] = field(default_factory=dict)
     """seq -> (name, kind)"""
-    executions: Columns = field(default_factory=lambda: Columns(
-        start="f8", end="f8", lane="i4", outcome="i1", seq="i8", phase="i1", tokens="i8", estimated="?"))
-    usage_series: Columns = field(default_factory=lambda: Columns(
-        ts="f8", steps="f8", tokens="f8", tokens_estimated="f8", cost_usd="f8", seconds="f8"))
+    executions: Columns = field(default_factory=lambda: Columns(**EXECUTION_FIELDS))
+    usage_series: Columns = field(default_factory=lambda: Columns(**USAGE_FIELDS))
     _open: dict[int, int] = field(default_factory=dict)  # seq -> execution index still running
     _last_ts_by_inc: dict[int, float] = field(default_factory=dict)
+    _alive: tuple[int | None, float, bool] = field(default=(None, 0.0, False), compare=False, repr=False)
 
     # -- derived ----------------------------------------------------------------------------
 
     @property
     def terminal(self) -> bool:
-        return self.status != "running"
+        return self.status in TERMINAL
 
     @property
     def steps_committed(self) -> int:
@@ -136,10 +163,20 @@ class RunState:
 
     def engine_gone(self) -> bool:
         """No engine works on this run now: it released the lease, or its process on this host
-        is dead (killed from outside and not relaunched). Remote engines count as alive."""
+        is dead (killed from outside and not relaunched). Remote engines count as alive.
+
+        The process check reads /proc (and psutil's boot time): the runs list asks several
+        times per row per repaint, so the answer is kept for ``ALIVE_CHECK_S`` per pid."""
         if self.terminal or self.pid is None:
             return True
-        return self.host == socket.gethostname() and not process_alive(self.pid)
+        if self.host != socket.gethostname():
+            return False
+        now = time.monotonic()
+        pid, checked, alive = self._alive
+        if pid != self.pid or now - checked > ALIVE_CHECK_S:
+            alive = process_alive(self.pid)
+            self._alive = (self.pid, now, alive)
+        return not alive
 
     def open_until(self, now: float) -> float:
         """Where bars of steps in progress end: now while an engine works, else its last event."""
@@ -169,15 +206,19 @@ class RunState:
             self.usage = d["usage"]
             u = self.usage
             if kind != EventKind.STEP_STARTED:  # a start repeats the last commit's usage: no new chart point
-                self.usage_series.append(ts=ev.ts, steps=u.get("steps", 0), tokens=u.get("tokens", 0),
-                                         tokens_estimated=u.get("tokens_estimated", 0),
-                                         cost_usd=u.get("cost_usd", 0.0), seconds=u.get("seconds", 0.0))
+                self.usage_series.append(ts=ev.ts, **{key: u.get(key, 0) for key in USAGE_KEYS})
         if kind == EventKind.RUN_CREATED:
             self.agent = str(d.get("agent", "?"))
             self.params = dict(d.get("params") or {})
             self.model = str(d.get("model") or "offline")
             self.limits = dict(d.get("budget") or {})
             self.created = ev.ts
+            parent = d.get("forked_from")
+            if isinstance(parent, dict):
+                self.forked_from = (str(parent.get("run_id")), int(parent.get("at_step") or 0))
+            span = d.get("copied_span")
+            if isinstance(span, list) and len(span) == 2 and isinstance(span[1], (int, float)):
+                self._copied_shift = ev.ts - float(span[1])
         elif kind == EventKind.BUDGET_CHANGED:
             self.limits.update({k: d.get(k) for k in ("steps", "tokens", "seconds", "cost_usd", "retries", "recoveries")})
             if d.get("reopened"):
@@ -196,7 +237,19 @@ class RunState:
             ex["estimated"][i] = bool(d.get("estimated"))
         elif kind in (EventKind.EFFECT_STARTED, EventKind.EFFECT_COMPLETED) and ev.seq in self._open:
             self.executions["phase"][self._open[ev.seq]] = 2
+        elif kind == EventKind.STEP_COPIED and ev.seq is not None:
+            self.step_names[ev.seq] = (str(d.get("name", "")), str(d.get("kind", "")))
+            start, end = self.copied_span(ev)
+            self.executions.append(start=start, end=end, lane=0, outcome=COPIED, seq=ev.seq, phase=3)
+        elif kind == EventKind.WAITING:
+            self.status, self.waiting_for, self.waiting_since = "waiting", str(d.get("signal")), ev.ts
+        elif kind == EventKind.CANCEL_REQUESTED:
+            self.cancel_requested = str(d.get("reason") or "cancel requested")
+        elif kind == EventKind.RETRIED:
+            self.status, self.reason, self.finished = "running", None, None
         elif kind == EventKind.STEP_COMMITTED and ev.seq is not None:
+            if self.status == "waiting":
+                self.status, self.waiting_for, self.waiting_since = "running", None, None
             self._close(ev.seq, ev.ts, COMMITTED, phase=3)
             for k in self.kills:
                 if k.first_commit is None and k.killed_incarnation < ev.incarnation:
@@ -207,7 +260,8 @@ class RunState:
             self.status = str(d.get("status", "failed"))
             self.reason = d.get("reason")
             self.finished = ev.ts
-            outcome = GAVE_UP if self.status == "gave_up" else FAILED
+            self.waiting_for = self.waiting_since = None
+            outcome = GAVE_UP if self.status in ("gave_up", "cancelled") else FAILED
             if self._open:
                 for seq in list(self._open):
                     self._close(seq, ev.ts, outcome)
@@ -218,6 +272,15 @@ class RunState:
             self.pid = None
         elif kind == EventKind.LEASE_RELEASED:
             self.pid = None
+
+    def copied_span(self, ev: Event) -> tuple[float, float]:
+        """Where a fork's copied step is drawn: its own times in the parent, shifted to end at
+        the fork's start (so a parent of last week does not stretch the axis)."""
+        d = ev.data
+        start, end = d.get("started_at"), d.get("finished_at")
+        s = float(start) + self._copied_shift if isinstance(start, (int, float)) else ev.ts
+        e = float(end) + self._copied_shift if isinstance(end, (int, float)) else s
+        return s, e
 
     def _close(self, seq: int, ts: float, outcome: int, phase: int | None = None) -> None:
         i = self._open.pop(seq, None)

@@ -32,10 +32,24 @@ def budget_use(run: RunState) -> tuple[float, str]:
     return (best, label) if best >= 0 else (math.nan, "no limits")
 
 
+def family(run: RunState) -> str:
+    """Where a fork comes from, for the run's tooltip ("" for a run that is not a fork)."""
+    if run.forked_from is None:
+        return ""
+    parent, step = run.forked_from
+    return f"\nforked from {parent} at step {step}: steps 1–{step - 1} copied from it, not run again"
+
+
 def status_text(run: RunState) -> tuple[str, str | None]:
     """The status as shown, and why: a "running" run whose engine is gone reads "stopped"."""
+    if run.status == "waiting":
+        since = time.strftime("%H:%M:%S", time.localtime(run.waiting_since)) if run.waiting_since else "?"
+        engine = "its engine waits with it" if not run.engine_gone() else "no engine: a signal, then Resume run"
+        return "waiting", f"waiting for the signal {run.waiting_for!r} since {since}; {engine}"
     if run.status != "running":
         return run.status.replace("_", " "), run.reason
+    if run.cancel_requested:
+        return "cancelling", f"cancel requested ({run.cancel_requested}); the engine stops at its next step boundary"
     if run.pid is None:
         return "stopped", "no engine holds it (stopped or released); Resume run continues it"
     if run.engine_gone():
@@ -106,14 +120,14 @@ class RunsModel(QAbstractTableModel):
             if col == AGENT:
                 return run.agent
             if col == RUN:
-                return run.run_id
+                return run.run_id + family(run)
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (STEPS, BUDGET, DURATION):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
     def _display(self, run: RunState, col: int) -> str:
         if col == RUN:
-            return run.run_id
+            return f"↳ {run.run_id}" if run.forked_from else run.run_id
         if col == AGENT:
             return run.agent.rsplit("/", 1)[-1]
         if col == STATUS:

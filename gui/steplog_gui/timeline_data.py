@@ -21,6 +21,7 @@ class Bars:
     x0: F
     width: F
     y0: F
+    height: F | float = BAR_HEIGHT
 
 
 STEP_WIDTH = 0.9
@@ -44,6 +45,48 @@ def spans(run: RunState, now: float, *, by_step: bool = False) -> tuple[F, F]:
     return ex["start"] - t0, end - t0
 
 
+_SUBLANES: dict[int, tuple[tuple[int, int, float], F, F]] = {}
+
+
+def sublanes(run: RunState, now: float) -> tuple[F, F]:
+    """(offset from the lane's bar bottom, height) of every execution: steps that overlap in
+    time within one engine's lane (parallel steps) share its height in sub-lanes, each in the
+    first sub-lane free when it started. Sequential runs: offset 0, full height (cheap check)."""
+    ex = run.executions
+    n = len(ex)
+    ends = ex["end"]
+    key = (n, int(np.isnan(ends).sum()), float(np.nansum(ends)))
+    cached = _SUBLANES.get(id(run))
+    if cached is not None and cached[0] == key:
+        return cached[1], cached[2]
+    offset, height = np.zeros(n), np.full(n, BAR_HEIGHT)
+    if n > 1:
+        start = ex["start"]
+        end = np.where(np.isnan(ends), np.inf, ends)
+        order = np.lexsort((start, ex["lane"]))
+        same_lane = ex["lane"][order][1:] == ex["lane"][order][:-1]
+        running_end = np.maximum.accumulate(end[order])  # (per lane is enough: lanes are far apart in time)
+        if np.any(same_lane & (start[order][1:] < running_end[:-1] - 1e-9)):
+            slot = np.zeros(n, dtype=np.int64)
+            free_at: dict[int, list[float]] = {}
+            for i in order.tolist():
+                slots = free_at.setdefault(int(ex["lane"][i]), [])
+                k = next((k for k, t in enumerate(slots) if t <= start[i] + 1e-9), len(slots))
+                if k == len(slots):
+                    slots.append(end[i])
+                else:
+                    slots[k] = end[i]
+                slot[i] = k
+            depth = {lane: len(slots) for lane, slots in free_at.items()}
+            per_lane = np.array([depth[int(lane)] for lane in ex["lane"]], dtype=np.float64)
+            height = BAR_HEIGHT / per_lane
+            offset = slot * height
+    if len(_SUBLANES) > 64:
+        _SUBLANES.clear()
+    _SUBLANES[id(run)] = (key, offset, height)
+    return offset, height
+
+
 def bars(run: RunState, outcome: int, now: float, *, by_step: bool = False, visible: tuple[float, float] | None = None,
          pixels: int = 0, keep: npt.NDArray[np.bool_] | None = None) -> Bars:
     """Bars (x from ``spans``, y = engine incarnation) for one outcome.
@@ -61,16 +104,18 @@ def bars(run: RunState, outcome: int, now: float, *, by_step: bool = False, visi
     if keep is not None:
         mask &= keep
     lane = ex["lane"].astype(np.float64)
+    sub, tall = sublanes(run, now) if not by_step else (np.zeros(len(ex)), np.full(len(ex), BAR_HEIGHT))
     if visible is None or pixels <= 0:
         start, stop = x0[mask], x1[mask]
         width = np.maximum(stop - start, 0.0 if by_step else MIN_WIDTH)
-        return Bars(start, width, lane[mask] - BAR_HEIGHT / 2)
+        return Bars(start, width, lane[mask] - BAR_HEIGHT / 2 + sub[mask], tall[mask])
     lo, hi = visible
     per_px = max((hi - lo) / pixels, 1e-12)
     mask &= (x1 >= lo) & (x0 <= hi)
-    start, stop, lanes = x0[mask], x1[mask], lane[mask]
+    start, stop, lanes, subs, talls = x0[mask], x1[mask], lane[mask], sub[mask], tall[mask]
     wide = (stop - start) >= per_px
-    out_x, out_w, out_y = [start[wide]], [stop[wide] - start[wide]], [lanes[wide] - BAR_HEIGHT / 2]
+    out_x, out_w = [start[wide]], [stop[wide] - start[wide]]
+    out_y, out_h = [lanes[wide] - BAR_HEIGHT / 2 + subs[wide]], [talls[wide]]
     narrow = ~wide
     if narrow.any():
         col = np.clip(((start[narrow] - lo) / per_px).astype(np.int64), -1, pixels + 1)
@@ -83,7 +128,8 @@ def bars(run: RunState, outcome: int, now: float, *, by_step: bool = False, visi
         out_x.append(lo + (cols[first] - 1) * per_px)
         out_w.append((cols[last] - cols[first] + 1) * per_px)
         out_y.append(lanes_n[first].astype(np.float64) - BAR_HEIGHT / 2)
-    return Bars(np.concatenate(out_x), np.concatenate(out_w), np.concatenate(out_y))
+        out_h.append(np.full(len(first), BAR_HEIGHT))  # an aggregate stands for the whole lane
+    return Bars(np.concatenate(out_x), np.concatenate(out_w), np.concatenate(out_y), np.concatenate(out_h))
 
 
 def nearest(run: RunState, x: float, lane: int, now: float, *, by_step: bool = False, within: float = np.inf,

@@ -62,40 +62,224 @@ def test_commit_to_model_latency(qtbot, tmp_path: Path) -> None:  # type: ignore
         monitor.stop()
 
 
-def test_open_a_100k_step_run_to_a_painted_timeline(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """A real log (100,000 no-op steps written by the engine, 2 kills), opened cold: tailer reads
-    and folds every event, the timeline draws its level-of-detail bars and paints."""
+def noop_log_with_kills(db: Path, run_id: str, steps: int, kills: int) -> None:
+    """A real log: the engine commits ``steps`` no-op steps, SIGKILLed ``kills`` times on the way
+    (evenly spread) and relaunched with the kill's time, as Kill now does."""
     import subprocess
 
+    from steplog.killtest.procs import kill_group
     from steplog.procs import child_env, python_argv
 
     agents = Path(__file__).parents[1] / "engine" / "agents_for_tests.py"
-    db = tmp_path / "big.db"
-    args = python_argv("steplog", "run", f"{agents}:noop", "--run-id", "big", "--db", str(db), "--param", "n=100000",
-                       "--sync", "normal", "--max-steps", "200000")
-    t = time.perf_counter()
-    done = subprocess.run(args, env=child_env(), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    written = time.perf_counter() - t
-    first, full = [], []
-    for _ in range(3):
-        t = time.perf_counter()
-        monitor = Monitor(db)
-        view = TimelineView(monitor)
-        qtbot.addWidget(view)
-        view.resize(1200, 500)
-        view.show()
-        monitor.start()
-        qtbot.waitUntil(lambda: (r := monitor.run("big")) is not None and len(r.executions) > 0,  # noqa: B023
-                        timeout=60_000)
-        view.set_run("big")
-        assert not view.plot.grab().isNull()
-        first.append(time.perf_counter() - t)  # the first batch painted: usable, filling in
-        qtbot.waitUntil(lambda: (r := monitor.run("big")) is not None and r.terminal, timeout=120_000)  # noqa: B023
-        view.refresh()
-        assert not view.plot.grab().isNull()
-        full.append(time.perf_counter() - t)
-        monitor.stop()
-    print(f"\n100k-step log ({db.stat().st_size / 1e6:.0f} MB, written in {written:.1f} s): first paint median "
-          f"{statistics.median(first):.2f} s, whole run folded and painted median {statistics.median(full):.2f} s"
-          f" (3 cold opens)")
+    args = python_argv("steplog", "run", f"{agents}:noop", "--run-id", run_id, "--db", str(db), "--param",
+                       f"n={steps}", "--sync", "normal", "--max-steps", str(steps * 2))
+    killed_at: float | None = None
+    for k in range(1, kills + 2):
+        proc = subprocess.Popen(args + (["--killed-at", repr(killed_at)] if killed_at else []), env=child_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        if k > kills:
+            assert proc.wait(timeout=900) == 0
+            return
+        while _committed(db, run_id) < steps * k // (kills + 1):
+            assert proc.poll() is None
+            time.sleep(0.05)
+        killed_at = kill_group(proc)  # type: ignore[arg-type]
+
+
+def _committed(db: Path, run_id: str) -> int:
+    if not db.exists():
+        return 0
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return int(conn.execute("SELECT count(*) FROM step WHERE run_id = ? AND status = 'committed'",
+                                (run_id,)).fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        conn.close()
+
+
+def open_window(qtbot, db: Path, tmp_path: Path, size: tuple[int, int] = (1920, 1080)):  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import QSettings
+
+    from steplog_gui.main_window import MainWindow
+    from steplog_gui.settings import Settings
+
+    monitor = Monitor(db)
+    settings = Settings(QSettings(str(tmp_path / f"settings-{time.monotonic_ns()}.ini"), QSettings.Format.IniFormat))
+    window = MainWindow(monitor, settings)
+    window.close_policy = "leave"
+    qtbot.addWidget(window)
+    window.resize(*size)
+    monitor.start()
+    window.show()
+    return window
+
+
+def test_open_runs_of_1k_10k_100k_steps_to_a_painted_timeline(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The whole monitor window (1920x1080) opened cold on a real log of N no-op steps with 2
+    kills: the runs list selects the run, the timeline paints every bar (level of detail),
+    then the details (step names, budget charts) fill in. Each figure is the median of 3 opens.
+    "Cold": a new window, monitor and connection; the file is in the OS cache."""
+    import psutil
+    from PySide6.QtCore import QEvent, QObject, QTimer
+
+    for steps in (1_000, 10_000, 100_000):
+        db = tmp_path / f"n{steps}.db"
+        noop_log_with_kills(db, "big", steps, kills=2)
+        painted, complete, rss, stalls = [], [], [], []
+        for _ in range(3):
+            before = psutil.Process().memory_info().rss
+            t = time.perf_counter()
+            ticks = [t]  # the GUI thread's heartbeat while the log opens: its longest gap is a stall
+            heartbeat = QTimer()
+            heartbeat.timeout.connect(lambda: ticks.append(time.perf_counter()))  # noqa: B023
+            heartbeat.start(5)
+            window = open_window(qtbot, db, tmp_path)
+            built = time.perf_counter()
+            monitor = window.monitor
+            timeline = window.timeline
+            seen: list[float] = []
+            drawn = [0]
+            redraw = timeline.refresh
+
+            def refresh_and_note(redraw=redraw, drawn=drawn, timeline=timeline) -> None:  # type: ignore[no-untyped-def]
+                redraw()
+                run = timeline.run()
+                drawn[0] = run.steps_committed if run is not None else 0
+
+            timeline.refresh = refresh_and_note  # type: ignore[method-assign]
+
+            class Painted(QObject):
+                """The first paint of the timeline after a redraw that drew the whole run (no grab:
+                a grab is a synchronous render of the whole window, it would stall the loop)."""
+
+                def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+                    if event.type() == QEvent.Type.Paint and not seen and drawn[0] == steps:  # noqa: B023
+                        seen.append(time.perf_counter())  # noqa: B023
+                    return False
+
+            watch = Painted()
+            timeline.plot.viewport().installEventFilter(watch)
+            qtbot.waitUntil(lambda: bool(seen), timeout=60_000)  # noqa: B023
+            painted.append(seen[0] - t)
+            qtbot.waitUntil(lambda: not monitor.catching_up and len(monitor.run("big").usage_series) > 0,  # noqa: B023
+                            timeout=60_000)  # type: ignore[union-attr]
+            complete.append(time.perf_counter() - t)
+            heartbeat.stop()
+            # From the window built on (its first paint included; building it is not the load).
+            ticks.insert(1, built)
+            stalls.append(max(b - a for a, b in zip(ticks[1:], ticks[2:])))
+            assert not window.grab().isNull()
+            rss.append(psutil.Process().memory_info().rss - before)
+            run = monitor.run("big")
+            assert run is not None and len(run.kills) == 2 and len(run.executions) >= steps
+            window.close()  # stops its tailer and waits for its background jobs (the verdict)
+        print(f"\nopen {steps:>7,}-step run ({db.stat().st_size / 1e6:.1f} MB log): timeline painted "
+              f"{statistics.median(painted):.2f} s (min {min(painted):.2f}, max {max(painted):.2f}); "
+              f"details and charts in {statistics.median(complete):.2f} s; longest GUI-thread stall while loading "
+              f"{statistics.median(stalls) * 1000:.0f} ms; RSS +{statistics.median(rss) / 1e6:.0f} MB")
+
+
+def test_panning_a_100k_step_run(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Frame time while panning the timeline of a 100k-step run (zoomed to a tenth of it, and
+    fully out): each frame = the level-of-detail recompute for the new range + a full repaint."""
+    db = tmp_path / "pan.db"
+    noop_log_with_kills(db, "big", 100_000, kills=2)
+    window = open_window(qtbot, db, tmp_path)
+    qtbot.waitUntil(lambda: not window.monitor.catching_up and window.timeline.run() is not None, timeout=60_000)
+    box = window.timeline.plot.getViewBox()
+    (lo, hi), _ = box.viewRange()
+    for label, span in (("a tenth of the run in view", (hi - lo) / 10), ("the whole run in view", hi - lo)):
+        frames = []
+        for i in range(60):
+            t = time.perf_counter()
+            x = lo + (hi - lo - span) * i / 60
+            box.setXRange(x, x + span, padding=0)
+            window.timeline.refresh()
+            window.timeline.plot.grab()
+            frames.append(time.perf_counter() - t)
+        med, p95 = statistics.median(frames), statistics.quantiles(frames, n=20)[-1]
+        print(f"\npanning 100k steps, {label}: frame median {med * 1000:.1f} ms ({1 / med:.0f} fps), "
+              f"p95 {p95 * 1000:.1f} ms ({1 / p95:.0f} fps)")
+    window.close()
+
+
+def test_commit_to_pixel_and_idle_cpu(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A live engine commits a few hundred steps while the window is open (Qt's loop running):
+    for each commit, the time from its event's timestamp to the first repaint of the timeline
+    that drew it. Then, the run finished and a 100k-step run open, the window's CPU when idle."""
+    import subprocess
+
+    from PySide6.QtCore import QEvent, QObject
+
+    from steplog.procs import child_env, python_argv
+
+    db = tmp_path / "live.db"
+    noop_log_with_kills(db, "old", 100, kills=0)  # the log exists; the window opens on it
+    window = open_window(qtbot, db, tmp_path)
+    view = window.timeline
+    paints: list[tuple[float, int]] = []
+    drawn = [0]  # commits the timeline's last redraw drew
+    redraw = view.refresh
+
+    def refresh_and_note() -> None:  # what the next paint will show: noted when it is drawn
+        redraw()
+        run = view.run()
+        drawn[0] = run.steps_committed if run is not None and run.run_id == "live" else 0
+
+    view.refresh = refresh_and_note  # type: ignore[method-assign]
+
+    class PaintWatch(QObject):
+        def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+            if event.type() == QEvent.Type.Paint:
+                paints.append((time.time(), drawn[0]))
+            return False
+
+    arrived: list[tuple[float, int]] = []  # (when the model got it, commits in the model)
+    window.monitor.runs_changed.connect(
+        lambda ids: arrived.append((time.time(), window.monitor.run("live").steps_committed)) if "live" in ids else None)
+    watch = PaintWatch()
+    view.plot.viewport().installEventFilter(watch)
+    agents = Path(__file__).parents[1] / "engine" / "agents_for_tests.py"
+    commits = 300
+    proc = subprocess.Popen(python_argv("steplog", "run", f"{agents}:witness", "--run-id", "live", "--db", str(db),
+                                        "--param", f"n={commits // 5}", "--param", f"witness={tmp_path / 'w.db'}",
+                                        "--param", "pause=0.03"), env=child_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    qtbot.waitUntil(lambda: window.monitor.run("live") is not None, timeout=30_000)
+    window.select_run("live")
+    qtbot.waitUntil(lambda: proc.poll() is not None and (r := window.monitor.run("live")) is not None and r.terminal,
+                    timeout=120_000)
+    assert proc.returncode == 0
+    qtbot.wait(300)
+    conn = sqlite3.connect(db)
+    commit_ts = [r[0] for r in conn.execute("SELECT ts FROM event WHERE run_id = 'live' AND kind = 'step_committed'"
+                                            " ORDER BY id")]
+    conn.close()
+    for what, seen in (("model", arrived), ("pixel", paints)):
+        latencies = []
+        for k, ts in enumerate(commit_ts, start=1):
+            shown = [t for t, n in seen if n >= k and t >= ts]
+            if shown:
+                latencies.append(min(shown) - ts)
+        q = statistics.quantiles(latencies, n=20)
+        print(f"\ncommit -> {what}, {len(latencies)} of {len(commit_ts)} commits: p50 "
+              f"{statistics.median(latencies) * 1000:.0f} ms, p95 {q[-1] * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms")
+    window.close()
+
+    import psutil
+
+    db = tmp_path / "idle.db"
+    noop_log_with_kills(db, "big", 100_000, kills=2)
+    window = open_window(qtbot, db, tmp_path)
+    qtbot.waitUntil(lambda: not window.monitor.catching_up and window.judge.verdict is not None, timeout=60_000)
+    qtbot.wait(1000)
+    me = psutil.Process()
+    cpu0, t0 = me.cpu_times(), time.monotonic()
+    qtbot.wait(10_000)
+    cpu1, t1 = me.cpu_times(), time.monotonic()
+    busy = (cpu1.user - cpu0.user + cpu1.system - cpu0.system) / (t1 - t0)
+    print(f"\nidle, a finished 100k-step run open: CPU {busy * 100:.2f} % of one core over {t1 - t0:.0f} s;"
+          f" RSS {me.memory_info().rss / 1e6:.0f} MB")
+    window.close()

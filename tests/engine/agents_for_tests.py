@@ -96,3 +96,128 @@ def not_a_number(run: steplog.Run, where: str = "step") -> Any:
     """Returns NaN from a step (``where=step``) or as the agent's result (``where=result``)."""
     value = run.step("measure", float, "nan" if where == "step" else "1")
     return float("inf") if where == "result" else value
+
+
+@steplog.agent(budget=steplog.Budget(max_steps=100_000))
+def approval(run: steplog.Run, n: int = 3, witness: str = "", pause: float = 0.0, timeout: float = -1.0) -> dict[str, Any]:
+    """``n`` items sent to the witness, then a wait for the signal ``approve`` (with a timeout when
+    ``timeout`` >= 0), then ``n`` more items, sent only when the signal's data approves them."""
+    def send(i: int) -> None:
+        value = run.step(f"compute {i}", compute, i, pause)
+        run.effect(f"apply {i}", lambda key, i=i, value=value: apply_to_witness(witness, key, i, value),
+                   target="witness", request={"i": i, "value": value})
+
+    for i in range(n):
+        send(i)
+    try:
+        decision = run.wait_for("approve", timeout=None if timeout < 0 else timeout)
+    except steplog.WaitTimeout:
+        return {"approved": None, "sent": n}
+    if not (isinstance(decision, dict) and decision.get("approved")):
+        return {"approved": False, "sent": n}
+    for i in range(n, 2 * n):
+        send(i)
+    return {"approved": True, "sent": 2 * n, "note": decision.get("note")}
+
+
+@steplog.agent
+def fixable(run: steplog.Run, n: int = 3, witness: str = "", fixed_when: str = "") -> dict[str, Any]:
+    """Sends ``n`` items, then fails for good (a ``PermanentError``) until the file ``fixed_when``
+    exists, then sends ``n`` more."""
+    import os
+
+    def check() -> str:
+        if not os.path.exists(fixed_when):
+            raise steplog.PermanentError(f"{fixed_when} is missing")
+        return "fixed"
+
+    for i in range(2 * n):
+        if i == n:
+            run.step("check", check)
+        value = run.step(f"compute {i}", compute, i, 0.0)
+        run.effect(f"apply {i}", lambda key, i=i, value=value: apply_to_witness(witness, key, i, value),
+                   target="witness", request={"i": i, "value": value})
+    return {"sent": 2 * n}
+
+
+async def _jittered(i: int, seed: int) -> int:
+    import asyncio
+    import random
+
+    await asyncio.sleep(random.Random(seed * 1000 + i).uniform(0, 0.03))
+    return i * i
+
+
+def _jittered_sync(i: int) -> int:
+    import random
+
+    time.sleep(random.uniform(0, 0.02))
+    return i + 100
+
+
+@steplog.agent
+async def gatherer(run: Any, n: int = 6, seed: int = 0) -> dict[str, Any]:
+    """Parallel steps whose durations depend on ``seed``: completion order differs run to run."""
+    import asyncio
+
+    squares = await asyncio.gather(*(run.step(f"square {i}", _jittered, i, seed) for i in range(n)))
+    replies = await asyncio.gather(*(run.chat([{"role": "user", "content": f"Item {i} is {s}."}], name=f"ask {i}",
+                                              max_tokens=40) for i, s in enumerate(squares)))
+    await asyncio.gather(*(run.write_file(f"out/{i}.txt", r.text) for i, r in enumerate(replies)))
+    mapped = await run.map("plus", _jittered_sync, range(n), concurrency=3)
+    return {"squares": squares, "mapped": mapped}
+
+
+@steplog.agent
+async def branching(run: Any) -> list[int]:
+    """Steps made by coroutines that gather started: refused (their numbering would depend on timing)."""
+    import asyncio
+
+    async def branch(i: int) -> int:
+        first = await run.step(f"first {i}", int, i)
+        return int(await run.step(f"second {i}", int, first))
+
+    return list(await asyncio.gather(*(branch(i) for i in range(2))))
+
+
+_live = 0
+_most = 0
+
+
+def _counted(i: int) -> int:
+    import threading
+
+    global _live, _most
+    with _lock:
+        _live += 1
+        _most = max(_most, _live)
+    time.sleep(0.02)
+    with _lock:
+        _live -= 1
+    return _most
+
+
+_lock = __import__("threading").Lock()
+
+
+@steplog.agent
+def mapper(run: steplog.Run, n: int = 12, concurrency: int = 3) -> dict[str, Any]:
+    """``run.map`` from a sync agent: results in item order, never more than ``concurrency`` at once."""
+    most = run.map("count", _counted, range(n), concurrency=concurrency)
+    return {"most_at_once": max(most), "keys": run.map("key", lambda _i: steplog.current_key(), range(3))}
+
+
+@steplog.agent
+async def async_approval(run: Any, witness: str = "") -> dict[str, Any]:
+    """An async agent that gathers its sends, waits for ``approve``, then gathers more."""
+    import asyncio
+
+    def send(i: int) -> Any:
+        return run.effect(f"apply {i}", lambda key, i=i: apply_to_witness(witness, key, i, i), target="witness",
+                          request={"i": i})
+
+    await asyncio.gather(*(send(i) for i in range(3)))
+    decision = await run.wait_for("approve")
+    if decision.get("approved"):
+        await asyncio.gather(*(send(i) for i in range(3, 6)))
+    return {"approved": decision.get("approved")}

@@ -21,6 +21,7 @@ import pytest
 from steplog.schema import SCHEMA_VERSION
 
 from conftest import AGENTS, TESTS, Engine
+from steplog.schema import SCHEMA_VERSION
 
 RUNS = ("a", "b", "c")
 STEPS_PER_RUN = 60

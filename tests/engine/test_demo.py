@@ -87,3 +87,19 @@ def test_the_demo_killed_again_and_again_is_byte_identical_to_an_uninterrupted_r
         if total >= KILLS:
             break
     assert total >= KILLS
+
+
+@pytest.mark.parametrize(("decision", "digests"), [('{"approved": true}', 1), ('{"approved": false}', 0)])
+def test_the_demo_with_approve_waits_for_a_person_before_the_digest(
+        engine: Engine, outbox: OutboxProcess, decision: str, digests: int) -> None:
+    args = demo_args(engine, "ask", outbox, "--param", "tickets=2", "--param", "approve=true")
+    waiting = engine.run(*args, "--exit-when-waiting")
+    assert waiting.returncode == 6, waiting.stderr
+    assert engine.status("ask")["waiting_for"] == "approve"
+    assert [d.body.get("digest") for d in outbox.ledger().deliveries] == [None, None], "no digest before approval"
+
+    assert engine.run("signal", "ask", "approve", "--db", str(engine.db), "--data", decision).returncode == 0
+    done = engine.run(*args)
+    assert done.returncode == 0, done.stderr
+    assert sum(1 for d in outbox.ledger().deliveries if d.body.get("digest")) == digests
+    assert engine.status("ask")["result"]["digest"] == ("approved" if digests else "rejected")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import shlex
+import socket
+import subprocess
 from pathlib import Path
 
 from conftest import Engine
@@ -33,20 +36,10 @@ def test_the_readme_agent_example_runs_as_written(engine: Engine, tmp_path: Path
     conn.close()
 
 
-def test_the_readme_commands_after_the_example_run_as_printed(engine: Engine, tmp_path: Path) -> None:
-    """Save the example as triage.py, run the shell block under it line by line (the outbox in the
-    background, as the ``&`` says), and each command does what the README says it does."""
-    import shlex
-    import socket
-    import subprocess
-    import time
-
-    text = README.read_text()
-    example = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "@steplog.agent" in b)
-    (tmp_path / "triage.py").write_text(example)
-    shell = re.search(r"Save it as `triage.py`, then, in that folder:\n\n```\n(.*?)```", text, re.S)
-    assert shell is not None, "the README no longer says how to run the example"
-    lines = [ln for ln in shell.group(1).splitlines() if ln.strip()]
+def run_shell_block(engine: Engine, tmp_path: Path, block: str) -> list[subprocess.CompletedProcess[str]]:
+    """Run a README shell block line by line in ``tmp_path``: its first line (``steplog outbox
+    --port 8000 &``) in the background, on a free port if 8000 is taken; the outputs of the rest."""
+    lines = [ln for ln in block.splitlines() if ln.strip()]
     port = "8000"
     with socket.socket() as probe:  # port 8000 may be taken on this machine: the same commands on a free one
         if probe.connect_ex(("127.0.0.1", 8000)) == 0:
@@ -54,6 +47,7 @@ def test_the_readme_commands_after_the_example_run_as_printed(engine: Engine, tm
                 free.bind(("127.0.0.1", 0))
                 port = str(free.getsockname()[1])
     env = {**engine.env, "STEPLOG_DB": str(engine.db)}
+    assert lines[0].startswith("steplog outbox") and lines[0].endswith("&")
     background = subprocess.Popen(engine.argv(*shlex.split(lines[0].rstrip("&").replace("8000", port))[1:]),
                                   cwd=tmp_path, env={**env, "XDG_DATA_HOME": str(tmp_path / "xdg")},
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -65,17 +59,58 @@ def test_the_readme_commands_after_the_example_run_as_printed(engine: Engine, tm
         for line in lines[1:]:
             argv = shlex.split(line.replace("8000", port))
             assert argv[0] == "steplog"
-            done = subprocess.run(engine.argv(*argv[1:]), cwd=tmp_path, env=env, capture_output=True, text=True,
-                                  timeout=120)
-            outputs.append(done)
-        run, verdict = outputs
-        assert run.returncode == 0 and 'succeeded: {"answered": 2}' in run.stdout, run.stderr
-        assert verdict.returncode == 0 and verdict.stdout.startswith("UNTESTED  first-try: not kill-tested yet"), \
-            verdict.stdout + verdict.stderr
+            outputs.append(subprocess.run(engine.argv(*argv[1:]), cwd=tmp_path, env=env, capture_output=True,
+                                          text=True, timeout=120))
+        return outputs
     finally:
         background.terminate()
         background.wait(timeout=10)
-        time.sleep(0)
         for pipe in (background.stdout, background.stderr):
             if pipe:
                 pipe.close()
+
+
+def test_the_readme_commands_after_the_example_run_as_printed(engine: Engine, tmp_path: Path) -> None:
+    """Save the example as triage.py, run the shell block under it line by line (the outbox in the
+    background, as the ``&`` says), and each command does what the README says it does."""
+    text = README.read_text()
+    example = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "@steplog.agent" in b)
+    (tmp_path / "triage.py").write_text(example)
+    shell = re.search(r"Save it as `triage.py`, then, in that folder:\n\n```\n(.*?)```", text, re.S)
+    assert shell is not None, "the README no longer says how to run the example"
+    run, verdict = run_shell_block(engine, tmp_path, shell.group(1))
+    assert run.returncode == 0 and 'succeeded: {"answered": 2}' in run.stdout, run.stderr
+    assert verdict.returncode == 0 and verdict.stdout.startswith("UNTESTED  first-try: not kill-tested yet"), \
+        verdict.stdout + verdict.stderr
+
+
+def test_the_readme_control_runs_commands_do_what_it_says(engine: Engine, tmp_path: Path) -> None:
+    text = README.read_text()
+    shell = re.search(r"The demo has such a step:\n\n```\n(.*?)```", text, re.S)
+    assert shell is not None, "the README no longer shows run control"
+    first, sent, carried_on, forked, cancelled = run_shell_block(engine, tmp_path, shell.group(1))
+    assert first.returncode == 6 and "waiting for signal 'approve'" in first.stdout, first.stderr
+    assert sent.returncode == 0 and "signal 'approve' sent to run ask" in sent.stdout, sent.stderr
+    assert carried_on.returncode == 0 and '"digest": "approved"' in carried_on.stdout, carried_on.stderr
+    assert forked.returncode == 6 and forked.stdout.startswith("ask-2\n"), forked.stderr
+    assert "5 step(s) copied" in forked.stderr
+    assert cancelled.returncode == 0 and "run ask-2 cancelled (one digest is enough)" in cancelled.stdout
+    fork = engine.status("ask-2")
+    assert fork["forked_from"] == {"run_id": "ask", "at_step": 6} and fork["status"] == "cancelled"
+    # The fork sent T-1002's reply as its own (a new key), and no digest: it was cancelled waiting.
+    assert engine.query("SELECT key FROM effect WHERE run_id = 'ask-2' AND kind = 'http_post'") == [("ask-2:8",)]
+
+
+def test_the_readme_async_example_runs_as_written(engine: Engine, tmp_path: Path) -> None:
+    text = README.read_text()
+    example = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "async def weather" in b)
+    (tmp_path / "weather.py").write_text(example)
+    line = re.search(r"Save it as `weather.py` and run `(steplog run [^`]+)`", text)
+    assert line is not None
+    argv = shlex.split(line.group(1))
+    done = subprocess.run(engine.argv(*argv[1:], "--db", str(engine.db)), cwd=tmp_path, env=engine.env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert 'succeeded: {"hottest": "Pune"}' in done.stdout
+    workdir = Path(engine.status("w1")["workdir"])
+    assert sorted(p.name for p in (workdir / "notes").iterdir()) == ["Lima.md", "Oslo.md", "Pune.md"]

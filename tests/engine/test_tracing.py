@@ -128,6 +128,26 @@ def test_a_tracing_failure_never_fails_the_run(tmp_path: Path, capsys: pytest.Ca
     assert said == ["steplog: tracing failed (RuntimeError: collector library bug); the run goes on"]
 
 
+def test_parallel_steps_are_siblings_under_the_incarnation(spans: InMemorySpanExporter, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """asyncio.gather and run.map open several steps at once: each span still has the right parent."""
+    import sys
+
+    sys.path.insert(0, str(AGENTS.parent))
+    import agents_for_tests as agents
+
+    agents.gatherer.run("g1", db=tmp_path / "log.db", n=4)
+    found = list(spans.get_finished_spans())
+    root = by_name(found, "steplog run")
+    steps = [s for s in found if s.attributes and "steplog.step.seq" in s.attributes]
+    assert len(steps) >= 16 and all(s.parent is not None and s.parent.span_id == root.context.span_id for s in steps)
+    by_id = {s.context.span_id: s for s in steps}
+    for child in (s for s in found if s.name.startswith(("chat ", "effect "))):
+        assert child.parent is not None and child.parent.span_id in by_id
+    assert "tracing failed" not in capsys.readouterr().err
+    assert trace.get_current_span() is trace.INVALID_SPAN  # every context attached was detached
+
+
 @steplog.agent(retry=steplog.RetryPolicy(max_attempts=2, initial_interval=0.0))
 def fails_once(run: steplog.Run, marker: str) -> str:
     def flaky() -> str:

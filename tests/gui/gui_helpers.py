@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,3 +74,25 @@ def synthetic_events(run_id: str, steps: int, *, kill_every: int = 0, step_secon
         t += step_seconds / 10
     add("run_finished", None, {"status": "succeeded", "usage": {"steps": steps, "executions": executions}})
     return events
+
+
+SCALARS = ("agent", "params", "model", "limits", "status", "reason", "created", "finished", "last_ts", "usage",
+           "incarnation", "pid", "host", "kills", "step_names", "_open", "_last_ts_by_inc", "forked_from",
+           "waiting_for", "waiting_since", "cancel_requested", "_copied_shift")
+
+
+def assert_same(bulk: Any, folded: Any, where: str) -> None:
+    """Two ``RunState``s hold the same run: every field, every column, NaN equal to NaN."""
+    import numpy as np
+
+    for name in SCALARS:
+        a, b = getattr(bulk, name), getattr(folded, name)
+        if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+            continue
+        assert a == b, f"{where}: {name} differs: bulk {a!r}, folded {b!r}"
+    for columns in ("executions", "usage_series"):
+        a, b = getattr(bulk, columns), getattr(folded, columns)
+        assert len(a) == len(b), f"{where}: {columns} has {len(a)} rows bulk, {len(b)} folded"
+        for field in a._names:
+            assert np.array_equal(a[field], b[field], equal_nan=a[field].dtype.kind == "f"), \
+                f"{where}: {columns}.{field}: bulk {a[field]}, folded {b[field]}"

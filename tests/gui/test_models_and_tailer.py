@@ -8,13 +8,15 @@ import sqlite3
 import time
 from pathlib import Path
 
-from gui_helpers import crashed_run, witness_args  # noqa: F401 (fixture)
+from gui_helpers import assert_same, crashed_run, witness_args  # noqa: F401 (fixture)
 
 from PySide6.QtCore import Qt
 
 from conftest import Engine, kill_group
 from steplog_gui.monitor import Monitor
 from steplog_gui.records_model import RecordsModel
+from steplog_gui.repository import LogRepository
+from steplog_gui.run_state import LogState
 from steplog_gui.runs_model import RunsModel
 
 
@@ -66,7 +68,16 @@ def test_the_tailer_delivers_a_live_run_in_order_and_quickly(qtbot, engine: Engi
     finally:
         kill_group(proc)
         monitor.stop()
-    assert seen == list(range(1, len(seen) + 1))  # every event, once, in order
+    # The history found on opening came in columns; every later event once, in order, after it.
+    assert seen == list(range(monitor.history_upto + 1, len(seen) + monitor.history_upto + 1))
+    repo = LogRepository(engine.db)
+    try:
+        from_scratch = LogState()
+        from_scratch.apply(repo.events_since(0, limit=10**9))
+    finally:
+        repo.close()
+    assert seen[-1] == from_scratch.bookmark
+    assert_same(monitor.run("live"), from_scratch.runs["live"], "history loaded, then tailed")
     assert monitor.problem == ""
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,9 @@ def test_100k_bars_are_a_handful_of_items(qtbot) -> None:  # type: ignore[no-unt
     view.show()
     view.set_run("big")
     items = len(view.plot.getPlotItem().items)
-    assert items < 10 + 20  # five bar items, selection, kill lines, kill labels: never one per step
+    # Six bar items (one per outcome), the selection, the kill lines, a fork's line and label, and
+    # the 20 kill labels: never one per step.
+    assert items <= 11 + 20
     assert not view.plot.grab().isNull()  # and it paints
 
 
@@ -186,3 +189,23 @@ def test_the_view_keeps_following_a_growing_run(qtbot) -> None:  # type: ignore[
     view.plot.getViewBox().updateAutoRange()
     assert view.plot.getViewBox().viewRange()[0][1] >= last > first_end
 
+
+
+def test_parallel_steps_are_drawn_in_sub_lanes_and_sequential_ones_use_the_whole_lane(qtbot, engine) -> None:  # type: ignore[no-untyped-def]
+    from conftest import AGENTS
+    from steplog_gui.timeline_data import BAR_HEIGHT, sublanes
+
+    for run_id, agent in (("par", "gatherer"), ("seq", "noop")):
+        done = engine.run("run", f"{AGENTS}:{agent}", "--run-id", run_id, "--db", str(engine.db), "--param", "n=6")
+        assert done.returncode == 0, done.stderr
+    monitor = Monitor(engine.db)
+    monitor.start()
+    qtbot.waitUntil(lambda: all((r := monitor.run(i)) is not None and r.terminal for i in ("par", "seq")), timeout=10_000)
+    par, seq = monitor.run("par"), monitor.run("seq")
+    offset, height = sublanes(par, time.time())
+    squares = par.executions["seq"] <= 6  # six steps gathered at once
+    assert height[squares].max() < BAR_HEIGHT and len(set(offset[squares].round(6).tolist())) > 1
+    assert all(o + h <= BAR_HEIGHT + 1e-9 for o, h in zip(offset, height))  # inside the lane
+    offset, height = sublanes(seq, time.time())
+    assert not offset.any() and (height == BAR_HEIGHT).all()
+    monitor.stop()

@@ -3,7 +3,8 @@
 For each shipped ticket, in order: the model classifies it and drafts a reply (the recorded
 decision); the reply is written to ``replies/<id>.md`` (atomic, stable name); it is POSTed to the
 outbox with the step's idempotency key; the ticket's row is merged into ``helpdesk.db``. Then
-``summary.md`` and one digest message. With the offline model every output is a deterministic
+``summary.md`` and one digest message; with ``--param approve=true`` the digest first waits for a
+person's approval (the signal ``approve`` with ``{"approved": true|false}``). With the offline model every output is a deterministic
 function of the data, so an interrupted run and an uninterrupted one are byte-identical.
 """
 
@@ -81,7 +82,7 @@ def render_summary(rows: list[dict[str, str]]) -> str:
 
 
 @steplog.agent(budget=Budget(max_steps=200, max_tokens=60_000, max_seconds=900, max_cost_usd=0.50), needs_outbox=True)
-def demo(run: steplog.Run, tickets: int = 0) -> dict[str, Any]:
+def demo(run: steplog.Run, tickets: int = 0, approve: bool = False) -> dict[str, Any]:
     """Triage the shipped support tickets: classify, reply, send, record; then summarise."""
     todo = run.step("load tickets", load_tickets, tickets)
     rows: list[dict[str, str]] = []
@@ -100,7 +101,14 @@ def demo(run: steplog.Run, tickets: int = 0) -> dict[str, Any]:
         rows.append({"id": t["id"], "subject": t["subject"], **{k: triage[k] for k in ("category", "priority")}})
     summary = render_summary(rows)
     run.write_file("summary.md", summary, name="write summary")
+    result: dict[str, Any] = {"answered": len(rows),
+                              "by_category": dict(sorted(Counter(r["category"] for r in rows).items()))}
+    if approve:
+        decision = run.wait_for("approve")  # a person reads summary.md, then: steplog signal RUN approve
+        if not (isinstance(decision, dict) and decision.get("approved") is True):
+            return {**result, "digest": "rejected"}
+        result["digest"] = "approved"
     run.http_post(f"{run.outbox}/messages", {
         "digest": True, "tickets": [r["id"] for r in rows], "text": summary,
     }, name="send digest")
-    return {"answered": len(rows), "by_category": dict(sorted(Counter(r["category"] for r in rows).items()))}
+    return result

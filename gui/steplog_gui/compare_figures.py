@@ -1,0 +1,126 @@
+"""The figures side by side: what each agent sent twice, redid, spent, and how long it took.
+
+Every number comes from a source that is named in its tooltip and defined elsewhere: duplicates
+from each run's verdict (``steplog.verdict``, read from the outbox's own ledger), the durable
+run's redone steps and tokens from its log, the naive run's from its trace (the log records none
+of its steps), times and kills from the log.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont, QPalette
+from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
+
+from . import theme
+from .compare_state import ComparedRuns
+from .run_state import RunState
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    naive: str
+    durable: str
+    tip: str
+    naive_bad: bool = False
+    """The naive value is a failure (drawn in the duplicate colour)."""
+
+
+def _extra(ledger: Any) -> int:
+    return sum(len(group) - 1 for group in ledger.duplicates()) if ledger is not None else 0
+
+
+def _duplicates(verdict: Any, ledger: Any) -> str:
+    if verdict is None or verdict.deliveries is None:
+        return "—"
+    extra = _extra(ledger)
+    return f"{len(verdict.duplicates)}" + (f" ({extra} extra copies)" if extra else "")
+
+
+def _time(run: RunState, created: float, now: float) -> str:
+    if run.finished is not None:
+        return f"{run.finished - created:.1f} s ({run.status})"
+    return f"running, {now - created:.0f} s so far" if math.isfinite(created) else "—"
+
+
+def _cost(value: float, model: str) -> str:
+    return f"${value:.4f}" + (" (offline model)" if model == "offline" and not value else "")
+
+
+def figures(result: ComparedRuns, naive_verdict: Any, durable_verdict: Any, naive_ledger: Any = None,
+            durable_ledger: Any = None, now: float | None = None) -> list[Figure]:
+    now = time.time() if now is None else now
+    n, d, trace = result.naive, result.durable, result.trace
+    durable_tokens = int(d.usage.get("tokens", 0))
+    return [
+        Figure("Messages duplicated", _duplicates(naive_verdict, naive_ledger),
+               _duplicates(durable_verdict, durable_ledger),
+               "messages the outside world received more than once: each run's verdict, from its part of the "
+               "outbox's own ledger", naive_bad=bool(naive_verdict is not None and naive_verdict.duplicates)),
+        Figure("Steps redone", f"{trace.redone}", f"{d.redone}",
+               "naive: actions it started again after a kill, counted from its trace (the log records none of "
+               "its steps); durable: step executions minus steps committed, from the log",
+               naive_bad=trace.redone > len(n.kills)),
+        Figure("Tokens spent", f"{trace.tokens:,}" + (" (est.)" if trace.estimated else ""),
+               f"{durable_tokens:,}" + (" (est.)" if d.usage.get("tokens_estimated") else ""),
+               "naive: every model call it made, in every process (its trace); durable: tokens charged in the "
+               "log, a call cut short by a kill included", naive_bad=trace.tokens > durable_tokens),
+        Figure("Cost", _cost(trace.cost_usd, n.model), _cost(float(d.usage.get("cost_usd", 0.0)), d.model),
+               "USD at the model's list price (the offline scripted model costs nothing); token counts marked "
+               "est. are estimated from text length, the model reported none"),
+        Figure("Time to finish", _time(n, result.naive_created, now), _time(d, result.durable_created, now),
+               "from the run's creation to its end, in the log"),
+        Figure("Kills", f"{len(n.kills)}", f"{len(d.kills)}", "SIGKILLs of the engine's process group, in the log"),
+    ]
+
+
+class CompareFigures(QWidget):
+    """A small table: one row per figure, a column per agent."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._grid = QGridLayout(self)
+        self._grid.setContentsMargins(8, 2, 8, 2)
+        self._grid.setHorizontalSpacing(16)
+        self._grid.setVerticalSpacing(1)
+        bold = QFont(self.font())
+        bold.setBold(True)
+        for col, text in enumerate(("", "naive agent", "steplog (durable)")):
+            head = QLabel(text)
+            head.setFont(bold)
+            self._grid.addWidget(head, 0, col)
+        self.cells: dict[tuple[str, str], QLabel] = {}
+        self._names: dict[str, QLabel] = {}
+
+    def show_figures(self, rows: list[Figure]) -> None:
+        pal = theme.current()
+        for r, fig in enumerate(rows, start=1):
+            if fig.name not in self._names:
+                name = QLabel(fig.name)
+                self._names[fig.name] = name
+                self._grid.addWidget(name, r, 0)
+                for col, side in enumerate(("naive", "durable"), start=1):
+                    cell = QLabel("")
+                    cell.setTextFormat(Qt.TextFormat.PlainText)
+                    cell.setObjectName(f"figure_{side}_{fig.name.lower().replace(' ', '_')}")
+                    self.cells[(fig.name, side)] = cell
+                    self._grid.addWidget(cell, r, col)
+            self._names[fig.name].setToolTip(fig.tip)
+            for side, value in (("naive", fig.naive), ("durable", fig.durable)):
+                cell = self.cells[(fig.name, side)]
+                cell.setText(value)
+                cell.setToolTip(fig.tip)
+                colour = pal.duplicate if side == "naive" and fig.naive_bad else None
+                p = cell.palette()
+                p.setColor(QPalette.ColorRole.WindowText,
+                           theme.qcolor(colour) if colour else self.palette().color(QPalette.ColorRole.WindowText))
+                cell.setPalette(p)
+
+    def value(self, name: str, side: str) -> str:
+        return self.cells[(name, side)].text()

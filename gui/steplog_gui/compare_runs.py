@@ -1,0 +1,135 @@
+"""Compare mode's two engines: the naive agent and the durable demo, same tickets, one kill for both.
+
+Both runs are started together on the demo outbox (``DemoLauncher.when_outbox``), each with its
+own run id, so each has its own part of the outbox's ledger (``Ledger.for_run``) and its own
+workdir beside the log. ``kill_both`` SIGKILLs both process groups back to back (microseconds
+apart) and each ``EngineProcess`` relaunches its run with the same id: the durable one resumes
+from its last checkpoint, the naive one starts over. Auto-kill does the same on a timer until
+the durable run has finished (the naive one then runs to its end: both times to finish are known).
+"""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from .demo import DemoConfig, DemoLauncher
+from .engine_process import EngineProcess, LaunchSpec
+from .monitor import Monitor
+
+
+class CompareRuns(QObject):
+    """Starts, kills and stops the two engines of one comparison."""
+
+    runs_started = Signal(str, str)
+    """(naive run id, durable run id) of a comparison that is starting."""
+    killed = Signal(float, int)
+    """(time.time() of the kill, how many engines it killed)."""
+    state_changed = Signal()
+    """An engine started, was killed or ended; auto-kill switched (buttons follow it)."""
+    problem = Signal(str)
+    """Why the comparison could not start ('' when it did)."""
+
+    def __init__(self, monitor: Monitor, demo: DemoLauncher, *, env: dict[str, str] | None = None,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._demo = demo
+        self._monitor = monitor
+        self.naive = EngineProcess(monitor, self, env=env)
+        self.durable = EngineProcess(monitor, self, env=env)
+        self.naive_id: str | None = None
+        self.durable_id: str | None = None
+        self.kills = 0
+        self._starting = False
+        self._auto = QTimer(self)
+        self._auto.timeout.connect(self._auto_kill)
+        for engine in self.engines:
+            engine.state_changed.connect(self._engine_changed)
+        demo.demo_failed.connect(self._start_failed)
+
+    @property
+    def engines(self) -> tuple[EngineProcess, EngineProcess]:
+        return self.naive, self.durable
+
+    @property
+    def running(self) -> bool:
+        return any(e.running for e in self.engines)
+
+    @property
+    def auto_kill_seconds(self) -> float:
+        return self._auto.interval() / 1000 if self._auto.isActive() else 0.0
+
+    def start(self, config: DemoConfig) -> None:
+        """A new comparison: both agents on the first ``config.params['tickets']`` tickets."""
+        if self.running or self._starting:
+            raise RuntimeError("a comparison is already running; stop it or let it finish first")
+        self._starting = True
+        self._demo.when_outbox(lambda url: self._launch(url, config))
+
+    def _launch(self, url: str, config: DemoConfig) -> None:
+        self._starting = False
+        stamp = time.strftime("compare-%Y%m%d-%H%M%S")
+        if self.durable_id and self.durable_id.startswith(stamp):  # twice in one second
+            stamp += f"-{int(time.time() * 1000) % 1000:03d}"
+        self.naive_id, self.durable_id, self.kills = f"{stamp}-naive", f"{stamp}-durable", 0
+        params = dict(config.params)
+        durable = LaunchSpec(agent="demo", run_id=self.durable_id, db=self._monitor.path, outbox=url,
+                             pace=config.pace, params=params)
+        naive = LaunchSpec(agent="naive", run_id=self.naive_id, db=self._monitor.path, outbox=url,
+                           pace=config.pace, params={**params, "trace": "true"})
+        self.runs_started.emit(self.naive_id, self.durable_id)
+        try:
+            self.durable.start(durable)
+            self.naive.start(naive)
+        except (OSError, RuntimeError) as exc:
+            self.terminate_now()
+            self.problem.emit(f"compare mode could not start its engines: {exc}")
+            return
+        self.problem.emit("")
+
+    def kill_both(self) -> int:
+        """SIGKILL every running engine of the comparison at once; each is relaunched. How many."""
+        at = time.time()
+        n = sum(1 for engine in self.engines if engine.kill_now())
+        if n:
+            self.kills += 1
+            self.killed.emit(at, n)
+        return n
+
+    def _auto_kill(self) -> None:
+        run = self._monitor.run(self.durable_id) if self.durable_id else None
+        # Done when its terminal record is in the log: its process may take a moment more to exit.
+        if not self.durable.running or (run is not None and run.terminal):
+            self._stop_auto()
+            return
+        self.kill_both()
+
+    def _stop_auto(self) -> None:
+        # The durable run is done: the comparison is decided. Killing the naive one on and on
+        # would only keep it from ever finishing (and its time to finish from being known).
+        self._auto.stop()
+        self.state_changed.emit()
+
+    def set_auto_kill(self, seconds: float) -> None:
+        """Kill both every ``seconds`` (0 turns it off)."""
+        if seconds > 0:
+            self._auto.start(int(seconds * 1000))
+        else:
+            self._auto.stop()
+        self.state_changed.emit()
+
+    def terminate_now(self, grace: float = 3.0) -> None:
+        """Stop both engines without relaunch (the window closing, a test's teardown)."""
+        self._auto.stop()
+        for engine in self.engines:
+            engine.terminate_now(grace)
+
+    def _start_failed(self, _why: str) -> None:
+        self._starting = False  # the outbox did not start: nothing was launched (the window says why)
+
+    def _engine_changed(self) -> None:
+        if not self.durable.running and self._auto.isActive():
+            self._stop_auto()
+            return
+        self.state_changed.emit()

@@ -1,0 +1,350 @@
+"""Run control in the monitor: Cancel run, Retry, Fork from this step…, Send signal…, and the
+banner of a run that waits for a person (Approve / Reject / Send data…).
+
+The monitor never writes the log: every action is a ``steplog`` command run as a subprocess off
+the GUI thread (``steplog cancel``, ``signal``, ``retry --no-start``, ``fork --no-start``); a
+retried or forked run is then started like any other run, by the window's engine host, so Kill
+now works on it. What the command printed on failure is shown as it is: one plain line.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFormLayout, QFrame, QHBoxLayout, QLabel, QLineEdit,
+                               QMessageBox, QPlainTextEdit, QPushButton, QSpinBox, QWidget)
+
+from steplog.procs import child_env, python_argv
+
+from . import jobs
+from .monitor import Monitor
+from .run_state import RunState
+
+COMMAND_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    args: tuple[str, ...]
+    code: int
+    out: str
+    err: str
+
+    @property
+    def message(self) -> str:
+        """The command's own words (stderr first: that is where refusals go), one line."""
+        text = (self.err.strip() or self.out.strip()).splitlines()
+        return text[-1].removeprefix("steplog: ") if text else f"exit {self.code}"
+
+
+def run_command(db: Path, args: tuple[str, ...], env: dict[str, str] | None = None) -> CommandResult:
+    """``steplog ARGS --db DB`` to completion (blocking: call it through ``jobs.submit``)."""
+    done = subprocess.run(python_argv("steplog", *args, "--db", str(db)), capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, env=child_env(env), timeout=COMMAND_TIMEOUT_S)
+    return CommandResult(args, done.returncode, done.stdout, done.stderr)
+
+
+def new_fork_id(parent: str) -> str:
+    return f"{parent[:80]}-fork-{time.strftime('%H%M%S')}"
+
+
+class SignalDialog(QDialog):
+    """A signal's name and its JSON data, checked before it is sent."""
+
+    def __init__(self, run_id: str, name: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(f"Send a signal to {run_id}")
+        self.name = QLineEdit(name)
+        self.data = QPlainTextEdit('{"approved": true}')
+        self.data.setFixedHeight(90)
+        self.problem = QLabel("")
+        self.problem.setTextFormat(Qt.TextFormat.PlainText)
+        self.problem.setStyleSheet("color: #d03030")
+        form = QFormLayout(self)
+        form.addRow("Signal", self.name)
+        form.addRow("Data (JSON)", self.data)
+        form.addRow(self.problem)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self._accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+    def value(self) -> tuple[str, str]:
+        return self.name.text().strip(), self.data.toPlainText().strip() or "null"
+
+    def _accept(self) -> None:
+        name, data = self.value()
+        try:
+            json.loads(data)
+        except json.JSONDecodeError as exc:
+            self.problem.setText(f"the data is not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})")
+            return
+        if not name:
+            self.problem.setText("a signal needs a name (the one the run waits for)")
+            return
+        self.accept()
+
+
+class ForkDialog(QDialog):
+    """Fork a run from one of its steps: id, step, params and budgets prefilled from the parent."""
+
+    def __init__(self, run: RunState, at_step: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(f"Fork {run.run_id}")
+        self.run_id = QLineEdit(new_fork_id(run.run_id))
+        self.at_step = QSpinBox()
+        self.at_step.setRange(1, max(1, run.steps_committed + 1))
+        self.at_step.setValue(min(max(1, at_step), run.steps_committed + 1))
+        self.at_step.setToolTip("the first step the fork runs itself; the steps before it are copied, not run again")
+        self.params: dict[str, QLineEdit] = {}
+        form = QFormLayout(self)
+        note = QLabel(f"Steps before the chosen one are copied from {run.run_id} (their effects are not sent "
+                      "again); from it on the fork runs with its own idempotency keys. Its workdir starts as a "
+                      "copy of the parent's.")
+        note.setWordWrap(True)
+        note.setTextFormat(Qt.TextFormat.PlainText)
+        form.addRow(note)
+        form.addRow("New run id", self.run_id)
+        form.addRow("Run it from step", self.at_step)
+        for key, value in sorted(run.params.items()):
+            edit = QLineEdit(value if isinstance(value, str) else json.dumps(value))
+            self.params[key] = edit
+            form.addRow(f"param {key}", edit)
+        self._original = {k: e.text() for k, e in self.params.items()}
+        self.extra = QLineEdit()
+        self.extra.setPlaceholderText("KEY=VALUE …  (params the parent left at their defaults)")
+        form.addRow("other params", self.extra)
+        self.limits: dict[str, QSpinBox] = {}
+        for name, option in (("steps", "max-steps"), ("tokens", "max-tokens"), ("seconds", "max-seconds")):
+            spin = QSpinBox()
+            spin.setRange(0, 2_000_000_000)
+            spin.setSpecialValueText("as the parent")
+            limit = run.limits.get(name)
+            spin.setValue(int(limit) if isinstance(limit, (int, float)) else 0)
+            self.limits[option] = spin
+            form.addRow(f"max {name}", spin)
+        self._original_limits = {k: s.value() for k, s in self.limits.items()}
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Fork and run")
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+    def arguments(self, parent_id: str) -> tuple[str, ...]:
+        """``steplog fork`` arguments: only what the person changed overrides the parent."""
+        args = ["fork", parent_id, "--at-step", str(self.at_step.value()), "--run-id", self.run_id.text().strip(),
+                "--no-start"]
+        for key, edit in self.params.items():
+            if edit.text() != self._original[key]:
+                args += ["--param", f"{key}={edit.text()}"]
+        for item in self.extra.text().split():
+            args += ["--param", item]
+        for option, spin in self.limits.items():
+            if spin.value() != self._original_limits[option] and spin.value():
+                args += [f"--{option}", str(spin.value())]
+        return tuple(args)
+
+
+class WaitingBanner(QFrame):
+    """Shown while the selected run waits for a signal: what for, since when, and the answers."""
+
+    answered = Signal(str, str, str, str)
+    """(run_id, signal name, data JSON, idempotency key)"""
+    custom = Signal()
+    """Send data… was clicked."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("waiting_banner")
+        self.setStyleSheet("#waiting_banner { background: #006f7a; border-radius: 4px }"
+                           " #waiting_banner QLabel { color: white; font-weight: bold }")
+        self.text = QLabel("")
+        self.text.setTextFormat(Qt.TextFormat.PlainText)
+        self.approve = QPushButton("Approve")
+        self.reject = QPushButton("Reject")
+        self.send = QPushButton("Send data…")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(8, 4, 8, 4)
+        row.addWidget(self.text, 1)
+        for b in (self.approve, self.reject, self.send):
+            row.addWidget(b)
+        self._run: RunState | None = None
+        self.approve.clicked.connect(lambda: self._answer(True))
+        self.reject.clicked.connect(lambda: self._answer(False))
+        self.send.clicked.connect(self.custom)
+        self._tick = QTimer(self)
+        self._tick.setInterval(1000)
+        self._tick.timeout.connect(self._update_text)
+        self.hide()
+
+    def show_run(self, run: RunState | None) -> None:
+        waiting = run is not None and run.status == "waiting" and run.waiting_for is not None
+        self._run = run if waiting else None
+        self.setVisible(waiting)
+        if waiting:
+            self._update_text()
+            self._tick.start()
+        else:
+            self._tick.stop()
+
+    def _update_text(self) -> None:
+        run = self._run
+        if run is None:
+            return
+        since = run.waiting_since or time.time()
+        minutes, seconds = divmod(int(time.time() - since), 60)
+        engine = "" if not run.engine_gone() else "  (no engine: Resume run after answering)"
+        self.text.setText(f"{run.run_id} waits for “{run.waiting_for}” since "
+                          f"{time.strftime('%H:%M:%S', time.localtime(since))} ({minutes} min {seconds:02d} s){engine}")
+
+    def _answer(self, approved: bool) -> None:
+        run = self._run
+        if run is None or run.waiting_for is None:
+            return
+        # One key per wait: a double click, or Approve then Reject, is one answer.
+        key = f"monitor:{run.run_id}:{run.waiting_for}:{run.waiting_since}"
+        self.answered.emit(run.run_id, run.waiting_for, json.dumps({"approved": approved}), key)
+
+
+class RunControl(QObject):
+    """The Run menu's control actions for the selected run, and what they launch."""
+
+    notice = Signal(str)
+    """One line for the status bar."""
+    problem = Signal(str)
+    """One line for the problem banner (a refused command, in its own words)."""
+    launch = Signal(str, str)
+    """(run_id, agent): start an engine on this run (after retry or fork), then show it."""
+
+    def __init__(self, monitor: Monitor, window: QWidget, *, env: dict[str, str] | None = None,
+                 engine_busy: Callable[[], bool] = lambda: False) -> None:
+        super().__init__(window)
+        self._monitor = monitor
+        self._window = window
+        self._env = env
+        self._engine_busy = engine_busy
+        self._run_id: str | None = None
+        self._step: int | None = None
+        self.act_cancel = self._action("&Cancel run…", self.cancel, "end the run as cancelled: it never runs again")
+        self.act_retry = self._action("Re&try failed run", self.retry, "run a failed run again from its failed step")
+        self.act_fork = self._action("&Fork from this step…", self.fork,
+                                     "a new run: the steps before the selected one copied, the rest run anew")
+        self.act_signal = self._action("Send &signal…", self.send_signal, "deliver a named signal to the run")
+        self.banner = WaitingBanner()
+        self.banner.answered.connect(lambda rid, name, data, key: self._signal(rid, name, data, key))
+        self.banner.custom.connect(self.send_signal)
+        self.update()
+
+    def _action(self, text: str, slot: Callable[[], None], tip: str) -> QAction:
+        action = QAction(text, self)
+        action.setToolTip(tip)
+        action.setStatusTip(tip)
+        action.triggered.connect(slot)
+        return action
+
+    @property
+    def actions(self) -> tuple[QAction, ...]:
+        return (self.act_cancel, self.act_retry, self.act_fork, self.act_signal)
+
+    def set_run(self, run_id: str | None) -> None:
+        if run_id != self._run_id:
+            self._step = None
+        self._run_id = run_id
+        self.update()
+
+    def set_step(self, run_id: str, seq: int) -> None:
+        if run_id == self._run_id:
+            self._step = seq
+
+    def run(self) -> RunState | None:
+        return self._monitor.run(self._run_id) if self._run_id else None
+
+    def update(self) -> None:
+        run = self.run()
+        active = run is not None and not run.terminal
+        self.act_cancel.setEnabled(active)
+        self.act_signal.setEnabled(active)
+        self.act_retry.setEnabled(run is not None and run.status == "failed")
+        self.act_fork.setEnabled(run is not None and run.steps_committed + 1 >= 1 and run.agent != "?")
+        self.banner.show_run(run)
+
+    # -- the actions ------------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        run = self.run()
+        if run is None:
+            return
+        answer = QMessageBox.question(
+            self._window, "Cancel run", f"Cancel {run.run_id}? It ends as cancelled and never runs again; a running "
+            "engine stops at its next step boundary.")
+        if answer == QMessageBox.StandardButton.Yes:
+            self._command(("cancel", run.run_id, "--reason", "cancelled from the monitor", "--wait", "0"),
+                          lambda r: self.notice.emit(r.message))
+
+    def send_signal(self) -> None:
+        run = self.run()
+        if run is None:
+            return
+        dialog = SignalDialog(run.run_id, run.waiting_for or "approve", self._window)
+        if dialog.exec():
+            name, data = dialog.value()
+            self._signal(run.run_id, name, data, None)
+
+    def _signal(self, run_id: str, name: str, data: str, key: str | None) -> None:
+        args = ("signal", run_id, name, "--data", data, *(("--key", key) if key else ()))
+        self._command(args, lambda r: self.notice.emit(r.out.strip() or r.message))
+
+    def retry(self, *, force: bool = False) -> None:
+        run = self.run()
+        if run is None or self._engine_busy():
+            return
+
+        def refused(r: CommandResult) -> bool:
+            if r.code == 2 and "--force" in r.err and not force:
+                answer = QMessageBox.warning(self._window, "Retry anyway?", f"{r.message}\n\nRetry anyway (--force)?",
+                                             QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No)
+                if answer == QMessageBox.StandardButton.Yes:
+                    self.retry(force=True)
+                return True
+            return False
+
+        self._command(("retry", run.run_id, "--no-start", *(("--force",) if force else ())),
+                      lambda _r: self.launch.emit(run.run_id, run.agent), refused=refused)
+
+    def fork(self) -> None:
+        run = self.run()
+        if run is None or self._engine_busy():
+            return
+        dialog = ForkDialog(run, self._step or run.steps_committed + 1, self._window)
+        if not dialog.exec():
+            return
+        args = dialog.arguments(run.run_id)
+        new_id = args[args.index("--run-id") + 1]
+        self._command(args, lambda _r: self.launch.emit(new_id, run.agent))
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _command(self, args: tuple[str, ...], on_ok: Callable[[CommandResult], None], *,
+                 refused: Callable[[CommandResult], bool] | None = None) -> None:
+        path = self._monitor.path
+        self.notice.emit(f"steplog {' '.join(args[:2])}…")
+
+        def done(r: CommandResult) -> None:
+            if r.code == 0:
+                self.problem.emit("")
+                on_ok(r)
+            elif refused is None or not refused(r):
+                self.problem.emit(f"steplog {args[0]} {args[1]}: {r.message}")
+
+        jobs.submit(lambda: run_command(path, args, self._env), done,
+                    lambda exc: self.problem.emit(f"steplog {args[0]} did not run: {exc}"), owner=self)
+
+
+__all__ = ["CommandResult", "ForkDialog", "RunControl", "SignalDialog", "WaitingBanner", "run_command"]

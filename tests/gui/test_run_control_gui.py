@@ -1,0 +1,139 @@
+"""Run control from the window: a waiting run's banner and its answers, Cancel run, Fork from this
+step, Retry. Real engines, real subprocess commands, the real window (offscreen)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from gui_helpers import gui_env, settings  # noqa: F401 (fixtures)
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication, QDialog, QMessageBox
+
+from conftest import AGENTS, Engine
+from steplog_gui.main_window import MainWindow
+from steplog_gui.monitor import Monitor
+from steplog_gui.run_state import COPIED
+
+APPROVAL = f"{AGENTS}:approval"
+
+
+@pytest.fixture
+def window(qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> Iterator[MainWindow]:  # type: ignore[no-untyped-def]
+    monitor = Monitor(engine.db)
+    win = MainWindow(monitor, settings, engine_env=gui_env)
+    win.close_policy = "stop"
+    qtbot.addWidget(win)
+    monitor.start()
+    win.show()
+    yield win
+    win.shutdown(stop_engine=True)
+
+
+def waiting_run(engine: Engine, tmp_path: Path, run_id: str) -> None:
+    done = engine.run("run", APPROVAL, "--run-id", run_id, "--db", str(engine.db),
+                      "--param", f"witness={tmp_path / 'w.db'}", "--exit-when-waiting")
+    assert done.returncode == 6, done.stderr
+
+
+def answer_next_modal(act: Callable[[QDialog], None]) -> None:
+    """Answer the modal dialog the next action opens (``exec`` blocks until it is answered); if
+    answering fails, the dialog is rejected so the test fails instead of hanging."""
+    def answer() -> None:
+        modal = QApplication.activeModalWidget()
+        if modal is None:
+            QTimer.singleShot(20, answer)
+            return
+        try:
+            act(modal)  # type: ignore[arg-type]
+        finally:
+            if modal.isVisible():
+                modal.reject()  # type: ignore[attr-defined]
+    QTimer.singleShot(20, answer)
+
+
+def shown(qtbot, window: MainWindow, run_id: str) -> None:  # type: ignore[no-untyped-def]
+    qtbot.waitUntil(lambda: window.runs_model.row_of(run_id) >= 0, timeout=10_000)
+    window.select_run(run_id)
+    qtbot.waitUntil(lambda: window._run_id == run_id, timeout=5_000)
+
+
+def test_a_waiting_run_shows_a_banner_and_approve_sends_one_signal_that_resume_consumes(
+        qtbot, window: MainWindow, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    waiting_run(engine, tmp_path, "ask")
+    shown(qtbot, window, "ask")
+    banner = window.control.banner
+    qtbot.waitUntil(banner.isVisible, timeout=5_000)
+    assert "ask waits for “approve” since" in banner.text.text()
+    assert window.runs_model.data(window.runs_model.index(0, 1)) == "waiting"
+
+    banner.approve.click()
+    banner.approve.click()  # a double click is one answer
+    qtbot.waitUntil(lambda: engine.events("signal_sent") == 1, timeout=20_000)
+    qtbot.wait(500)
+    assert engine.query("SELECT name, data FROM signal") == [("approve", '{"approved":true}')]
+
+    window.resume_selected()  # no engine held it: resuming consumes the signal and finishes
+    qtbot.waitUntil(lambda: window.monitor.run("ask").status == "succeeded", timeout=30_000)  # type: ignore[union-attr]
+    assert not banner.isVisible()
+    assert engine.status("ask")["result"]["approved"] is True
+
+
+def test_cancel_run_from_the_menu_ends_a_waiting_engine(
+        qtbot, window: MainWindow, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    waiting_run(engine, tmp_path, "c")
+    shown(qtbot, window, "c")
+    window.resume_selected()  # an engine now waits with it
+    qtbot.waitUntil(lambda: window.engine.running, timeout=10_000)
+    answer_next_modal(lambda box: box.button(QMessageBox.StandardButton.Yes).click())  # type: ignore[attr-defined]
+    window.control.act_cancel.trigger()
+    qtbot.waitUntil(lambda: window.monitor.run("c").status == "cancelled", timeout=30_000)  # type: ignore[union-attr]
+    qtbot.waitUntil(lambda: not window.engine.running, timeout=10_000)
+    assert engine.status("c")["reason"] == "cancelled from the monitor"
+    assert not window.control.act_cancel.isEnabled()
+
+
+def test_fork_from_the_selected_step_creates_the_fork_runs_it_and_draws_its_copied_prefix(
+        qtbot, window: MainWindow, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    waiting_run(engine, tmp_path, "parent")
+    shown(qtbot, window, "parent")
+    window.control.set_step("parent", 5)  # as a click on step 5's bar does
+    captured: dict[str, str] = {}
+
+    def fill(dialog: QDialog) -> None:
+        dialog.run_id.setText("child")  # type: ignore[attr-defined]
+        dialog.extra.setText("timeout=0")  # type: ignore[attr-defined]
+        captured["step"] = str(dialog.at_step.value())  # type: ignore[attr-defined]
+        dialog.accept()
+
+    answer_next_modal(fill)
+    window.control.act_fork.trigger()
+    assert captured["step"] == "5"
+    qtbot.waitUntil(lambda: (r := window.monitor.run("child")) is not None and r.status == "succeeded", timeout=30_000)
+    child = window.monitor.run("child")
+    assert child is not None and child.forked_from == ("parent", 5)
+    ex = child.executions
+    assert sorted(ex["seq"][ex["outcome"] == COPIED].tolist()) == [1, 2, 3, 4]
+    assert window._run_id == "child", "the new run is shown"
+    assert window.timeline._fork_label.isVisible()
+    assert "forked from parent at step 5" in window.timeline._fork_label.textItem.toPlainText()
+    assert "↳ child" in [window.runs_model.data(window.runs_model.index(r, 0))
+                         for r in range(window.runs_model.rowCount())]
+    assert engine.status("child")["result"] == {"approved": None, "sent": 3}
+
+
+def test_retry_a_failed_run_from_the_menu(qtbot, window: MainWindow, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    fixed = tmp_path / "fixed"
+    args = ("run", f"{AGENTS}:fixable", "--run-id", "f", "--db", str(engine.db), "--param", f"witness={tmp_path / 'w.db'}",
+            "--param", f"fixed_when={fixed}")
+    assert engine.run(*args).returncode == 4
+    shown(qtbot, window, "f")
+    qtbot.waitUntil(window.control.act_retry.isEnabled, timeout=5_000)
+    fixed.touch()
+    window.control.act_retry.trigger()
+    qtbot.waitUntil(lambda: window.monitor.run("f").status == "succeeded", timeout=30_000)  # type: ignore[union-attr]
+    conn = sqlite3.connect(tmp_path / "w.db")
+    assert conn.execute("SELECT count(*) FROM applied").fetchone() == (6,)
+    conn.close()
