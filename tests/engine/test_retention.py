@@ -286,3 +286,32 @@ def test_export_of_an_unknown_run_is_refused(engine: Engine) -> None:
     done = engine.run("export", "nope", "--db", str(engine.db))
     assert done.returncode == 2 and done.stdout == ""
     assert "no run 'nope'" in done.stderr
+
+
+def test_a_cancelled_run_and_a_run_with_a_signal_leave_and_come_back_whole(engine: Engine, tmp_path: Path) -> None:
+    """Every per-run table goes and comes back: the signal a run consumed too; ``cancelled`` is finished."""
+    approval, db = f"{AGENTS}:approval", str(engine.db)
+    witness = tmp_path / "witness.db"
+    signalled = engine.start("run", approval, "--run-id", "s", "--db", db, "--param", f"witness={witness}",
+                             "--param", "pause=0.3")
+    cancelled = engine.start("run", approval, "--run-id", "c", "--db", db, "--param", f"witness={witness}")
+    deadline = time.monotonic() + 60
+    while engine.events("step_committed") < 1 or engine.events("waiting") < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert engine.run("signal", "s", "approve", "--db", db, "--data", '{"approved": false}').returncode == 0
+    assert engine.run("cancel", "c", "--db", db, "--reason", "not needed").returncode in (0, 5)
+    assert signalled.wait(timeout=60) == 0 and cancelled.wait(timeout=60) == 5
+    for proc in (signalled, cancelled):
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe:
+                pipe.close()
+    before = {r: engine.status(r) for r in ("s", "c")}
+    assert before["c"]["status"] == "cancelled" and rows_of(engine, "s")["signal"] == 1
+    archive = tmp_path / "a.jsonl.gz"
+
+    assert sorted(prune(engine, "--archive", str(archive), "--status", "succeeded,cancelled")["runs"]) == ["c", "s"]  # type: ignore[arg-type]
+    assert rows_of(engine, "s") == dict.fromkeys(rows_of(engine, "s"), 0)
+    assert engine.run("import", str(archive), "--db", db).returncode == 0
+    assert {r: engine.status(r) for r in ("s", "c")} == before
+    assert rows_of(engine, "s")["signal"] == 1
