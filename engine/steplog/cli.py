@@ -88,12 +88,14 @@ def gui(db: Path | None) -> None:
 @db_option
 @click.option("--compare", is_flag=True,
               help="Compare mode: the naive agent and the durable demo side by side, one Kill now for both.")
-def demo(db: Path | None, compare: bool) -> None:
+@click.option("--approve", is_flag=True,
+              help="The digest waits for a person's approval (the monitor's Approve); the naive agent asks again after every kill.")
+def demo(db: Path | None, compare: bool, approve: bool) -> None:
     """Open the monitor with the demo agent running, ready for "Kill now"."""
-    _exec_gui(db, demo=True, compare=compare)
+    _exec_gui(db, demo=True, compare=compare, approve=approve)
 
 
-def _exec_gui(db: Path | None, *, demo: bool, compare: bool = False) -> NoReturn:
+def _exec_gui(db: Path | None, *, demo: bool, compare: bool = False, approve: bool = False) -> NoReturn:
     """Replace this process with the monitor (package ``steplog_gui``).
 
     An exec, not an import: the engine package stays free of Qt, and the import-linter
@@ -104,7 +106,7 @@ def _exec_gui(db: Path | None, *, demo: bool, compare: bool = False) -> NoReturn
     from .procs import child_env, python_argv
 
     argv = python_argv("steplog_gui", *(["--db", str(db)] if db else []), *(["--demo"] if demo else []),
-                       *(["--compare"] if compare else []))
+                       *(["--compare"] if compare else []), *(["--demo-approve"] if approve else []))
     os.execve(sys.executable, argv, child_env())
 
 

@@ -23,6 +23,7 @@ mistakes it for a failure to retry.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -121,7 +122,10 @@ def request_from_thread(reason: str) -> bool:
         _state.reason = reason
     # A real signal to the main thread, not ``_thread.interrupt_main``: only a signal wakes a main
     # thread blocked in a system call (a sleeping or waiting step) to run the handler.
-    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+    if sys.platform == "win32":
+        signal.raise_signal(signal.SIGTERM)  # handled on the main thread; no pthread_kill there
+    else:
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
     return True
 
 

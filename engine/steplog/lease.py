@@ -28,11 +28,15 @@ class Holder:
     proc_start: float
 
 
+BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+
+
 @cache
-def boot_id() -> str:
-    """Identifies this boot of this machine, so a pid from before a reboot is never trusted."""
+def boot_id(source: Path = BOOT_ID_FILE) -> str:
+    """Identifies this boot of this machine, so a pid from before a reboot is never trusted:
+    Linux's boot id, else (macOS, Windows) the boot time as psutil reads it."""
     try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return source.read_text().strip()
     except OSError:
         return f"boot@{psutil.boot_time():.0f}"
 

@@ -9,6 +9,11 @@ Why each part:
   project paths this process has (an agent importable here is importable there).
 - a new session (process group): ``kill_group`` is ``killpg(SIGKILL)``, which takes the engine
   and anything it started and nothing else; a Ctrl-C in the terminal reaches the parent only.
+
+On Windows (checked with ``mypy --platform win32``; not run here): a ``CREATE_NEW_PROCESS_GROUP``
+child, stopped by ``CTRL_BREAK_EVENT`` (the engine's stop signal there, like SIGTERM) and killed
+with its whole tree of descendants through psutil (``TerminateProcess`` on each), the nearest
+thing to a group SIGKILL without a Job Object.
 """
 
 from __future__ import annotations
@@ -62,16 +67,58 @@ def child_env(base: Mapping[str, str] | None = None, *, drop: Sequence[str] = ()
 def spawn(argv: Sequence[str], *, env: Mapping[str, str] | None = None, stdout: IO[Any] | int | None = None,
           stderr: IO[Any] | int | None = None, cwd: Path | None = None) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a process group of its own, stdin closed."""
+    if sys.platform == "win32":
+        return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                env=dict(env) if env is not None else None, cwd=cwd,
+                                creationflags=subprocess.CREATE_NEW_PROCESS_GROUP)
     return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                             env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True)
 
 
-def signal_group(proc: subprocess.Popen[Any], sig: int) -> bool:
-    """Send ``sig`` to ``proc``'s whole group; False if it is gone already."""
+def hard_kill(proc: subprocess.Popen[Any]) -> bool:
+    """Kill ``proc`` and everything it started, without warning (SIGKILL to the group); do not
+    wait. False if it was gone already."""
+    if sys.platform == "win32":
+        return _kill_tree(proc.pid)
+    return _signal_group(proc.pid, signal.SIGKILL)
+
+
+def request_stop(proc: subprocess.Popen[Any]) -> bool:
+    """Ask ``proc``'s group to stop (SIGTERM; CTRL_BREAK_EVENT on Windows): a steplog engine
+    stops at a safe point and releases its lease. False if it was gone already."""
+    if sys.platform == "win32":
+        try:
+            proc.send_signal(signal.CTRL_BREAK_EVENT)
+        except (OSError, ValueError):
+            return False
+        return True
+    return _signal_group(proc.pid, signal.SIGTERM)
+
+
+def _signal_group(group: int, sig: int) -> bool:
+    if sys.platform == "win32":
+        raise NotImplementedError("process groups are signalled on POSIX only")
     try:
-        os.killpg(proc.pid, sig)
+        os.killpg(group, sig)
     except (ProcessLookupError, PermissionError):
         return False
+    return True
+
+
+def _kill_tree(pid: int) -> bool:
+    """Kill ``pid`` and all its descendants (children first listed, then killed all at once)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return False
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
     return True
 
 
@@ -79,7 +126,7 @@ def kill_group(proc: subprocess.Popen[Any]) -> float:
     """SIGKILL ``proc``'s whole group without warning; returns the time of the kill once the
     leader is reaped."""
     at = time.time()
-    signal_group(proc, signal.SIGKILL)
+    hard_kill(proc)
     proc.wait()
     return at
 
@@ -88,13 +135,14 @@ def stop_group(proc: subprocess.Popen[Any], grace: float) -> int:
     """SIGTERM the group (a steplog engine stops at a safe point and releases its lease), SIGKILL
     it after ``grace`` seconds, and SIGKILL whatever is left of the group; returns the exit code."""
     if proc.poll() is None:
-        signal_group(proc, signal.SIGTERM)
+        request_stop(proc)
         try:
             proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            signal_group(proc, signal.SIGKILL)
+            hard_kill(proc)
             proc.wait()
-    signal_group(proc, signal.SIGKILL)  # grandchildren may outlive the leader
+    if sys.platform != "win32":
+        _signal_group(proc.pid, signal.SIGKILL)  # grandchildren may outlive the leader
     return int(proc.returncode)
 
 
@@ -105,10 +153,11 @@ def stop_after(leader: int, group: int, *, poll: float = 0.5) -> None:
     running. Run detached as ``python -P -m steplog.procs stop-after LEADER GROUP``."""
     while _alive(leader):
         time.sleep(poll)
+    if sys.platform == "win32":
+        _kill_tree(group)  # no SIGTERM to a group there: the helper (the outbox) keeps no state to save
+        return
     for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
-        try:
-            os.killpg(group, sig)
-        except (ProcessLookupError, PermissionError):
+        if not _signal_group(group, sig):
             return
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and _alive(group):
@@ -118,6 +167,10 @@ def stop_after(leader: int, group: int, *, poll: float = 0.5) -> None:
 
 
 def _alive(pid: int) -> bool:
+    if sys.platform == "win32":
+        import psutil
+
+        return bool(psutil.pid_exists(pid))
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -167,6 +167,8 @@ class StepContext:
         if crashpoints.broken("record_before_act"):  # TEST-ONLY broken engine (see crashpoints.BREAKS)
             run._journal.effect_completed(key, self.seq, "null")
         crashpoints.reached("after_effect_started", self.seq)
+        if run._journal.cancel_requested is not None:  # cancelled: nothing is sent once that is known
+            raise run._stop(Cancelled(run._journal.cancel_requested, run_id=run.id))
         return key, None
 
     def effect_end(self, key: str, response: Any) -> Any:
@@ -552,6 +554,8 @@ class Run:
                             reserve_tokens=reserve.tokens if reserve else 0,
                             reserve_cost=reserve.cost_usd if reserve else 0.0)
             fresh = False
+            if j.cancel_requested is not None:  # seen by this very write: the step is abandoned unrun
+                raise self._stop(Cancelled(j.cancel_requested, run_id=self.id))
             ctx = StepContext(self, seq, name)
             started = time.monotonic()
             ok, value = yield ctx

@@ -16,6 +16,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--db", type=Path, default=None, help="the log to monitor (default: steplog's default log)")
     parser.add_argument("--demo", action="store_true", help="start the demo agent and its outbox, ready for Kill now")
     parser.add_argument("--demo-tickets", type=int, default=0, help="limit the demo to the first N tickets")
+    parser.add_argument("--demo-approve", action="store_true",
+                        help="the demo's digest waits for a person's approval (Approve in the monitor)")
     parser.add_argument("--compare", action="store_true",
                         help="compare mode: the naive agent and the durable demo side by side, one Kill now")
     return parser.parse_args(list(argv))
@@ -52,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     window = MainWindow(monitor, Settings())
     monitor.start()
     params = {"tickets": str(args.demo_tickets)} if args.demo_tickets else {}
+    if args.demo_approve:
+        params["approve"] = "true"
     if args.demo and not args.compare:
         window.start_demo(DemoConfig(params=params))
     window.show()
@@ -61,7 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # it" does: the engine is stopped at a step boundary and the demo's outbox with it, no dialog,
     # nothing left running behind a window that is gone. The handler only schedules the close:
     # Python runs it between any two bytecodes, possibly in the middle of a paint event.
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    stops = [signal.SIGINT, signal.SIGTERM]
+    if sys.platform != "win32":
+        stops.append(signal.SIGHUP)
+    for signum in stops:
         signal.signal(signum, lambda *_: QTimer.singleShot(0, lambda: _stop_and_close(window)))
     keepalive = QTimer()  # lets Python see the signal while Qt's loop runs
     keepalive.start(250)

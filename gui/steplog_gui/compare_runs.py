@@ -36,6 +36,8 @@ class CompareRuns(QObject):
         super().__init__(parent)
         self._demo = demo
         self._monitor = monitor
+        self._env = env
+        self.approvals = 0
         self.naive = EngineProcess(monitor, self, env=env)
         self.durable = EngineProcess(monitor, self, env=env)
         self.naive_id: str | None = None
@@ -87,6 +89,30 @@ class CompareRuns(QObject):
             self.problem.emit(f"compare mode could not start its engines: {exc}")
             return
         self.problem.emit("")
+
+    def approve_both(self, approved: bool = True) -> None:
+        """A person's answer to both agents' approval step: the durable run gets the signal
+        ``approve`` (``steplog signal``, kept until its wait consumes it, once); the naive one the
+        file it polls for, which it consumes, so after a kill it asks again and needs another."""
+        import json
+        import os
+
+        from . import jobs
+        from .run_control import run_command
+
+        if not (self.naive_id and self.durable_id):
+            return
+        self.approvals += 1
+        data = json.dumps({"approved": approved})
+        args = ("signal", self.durable_id, "approve", "--data", data, "--key", f"compare-approval-{self.approvals}")
+        path = self._monitor.path
+        jobs.submit(lambda: run_command(path, args, self._env), lambda r: None if r.code == 0 else self.problem.emit(
+            f"the durable run's approval was refused: {r.message}"), lambda exc: self.problem.emit(str(exc)), owner=self)
+        workdir = path.parent / "runs" / self.naive_id
+        workdir.mkdir(parents=True, exist_ok=True)
+        tmp = workdir / ".approval.json.tmp"
+        tmp.write_text(data, encoding="utf-8")
+        os.replace(tmp, workdir / "approval.json")  # atomic: the agent never reads half of it
 
     def kill_both(self) -> int:
         """SIGKILL every running engine of the comparison at once; each is relaunched. How many."""

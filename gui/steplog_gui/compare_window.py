@@ -152,6 +152,9 @@ class CompareWindow(QMainWindow):
         self.act_kill = action("Kill both now", self.kill_both, "Ctrl+K",
                                "SIGKILL both engines' process groups at the same moment, then relaunch both")
         self.act_follow = action("Follow", self.follow, "Ctrl+F", "show the whole comparison and keep up with it")
+        self.act_approve = action("Approve both", lambda: self.runs.approve_both(True), "Ctrl+Shift+A",
+                                  "answer both agents' approval step (started with steplog demo --compare --approve): "
+                                  "the durable one is asked once, the naive one again after every kill")
         self.auto_kill = QCheckBox("Auto-kill both every")
         self.auto_seconds = QDoubleSpinBox()
         self.auto_seconds.setRange(0.5, 600)
@@ -167,6 +170,7 @@ class CompareWindow(QMainWindow):
         bar.addWidget(self.auto_kill)
         bar.addWidget(self.auto_seconds)
         bar.addSeparator()
+        bar.addAction(self.act_approve)
         bar.addAction(self.act_follow)
         self.addToolBar(bar)
         kill_button = bar.widgetForAction(self.act_kill)
@@ -270,6 +274,7 @@ class CompareWindow(QMainWindow):
     def _update_actions(self) -> None:
         running = self.runs.running
         self.act_kill.setEnabled(running)
+        self.act_approve.setEnabled(running)
         self.act_start.setEnabled(not running)
         if self.auto_kill.isChecked() and not self.runs.auto_kill_seconds:  # stopped: the durable run is done
             self.auto_kill.setChecked(False)

@@ -11,7 +11,6 @@ blocks the GUI thread on the process.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from steplog.procs import child_env, python_argv, signal_group, spawn, stop_group
+from steplog.procs import child_env, hard_kill, python_argv, request_stop, spawn, stop_group
 
 from .monitor import Monitor
 
@@ -138,7 +137,7 @@ class EngineProcess(QObject):
         if not self.running or self._proc is None or self.spec is None or self._killed_by_us:
             return False  # nothing to kill, or the last kill is not reaped and relaunched yet
         ts = time.time()
-        if not signal_group(self._proc, signal.SIGKILL):
+        if not hard_kill(self._proc):
             return False
         self._last_kill = ts  # handed to the relaunched engine, which records it in the log
         self._killed_by_us = True
@@ -167,7 +166,7 @@ class EngineProcess(QObject):
         self.window_armed = False
         self._stopping = True
         if self.running and self._proc is not None:
-            signal_group(self._proc, signal.SIGTERM)
+            request_stop(self._proc)
             self._stop_deadline = time.monotonic() + STOP_GRACE_S
         self.state_changed.emit()
 
@@ -204,7 +203,7 @@ class EngineProcess(QObject):
         code = proc.poll()
         if code is None:
             if self._stopping and self._stop_deadline and time.monotonic() > self._stop_deadline:
-                signal_group(proc, signal.SIGKILL)
+                hard_kill(proc)
             return
         assert self.spec is not None
         if self._killed_by_us and not self._stopping:

@@ -221,3 +221,38 @@ async def async_approval(run: Any, witness: str = "") -> dict[str, Any]:
     if decision.get("approved"):
         await asyncio.gather(*(send(i) for i in range(3, 6)))
     return {"approved": decision.get("approved")}
+
+
+@steplog.agent(budget=steplog.Budget(max_steps=10_000, max_recoveries=1_000))
+def program(run: steplog.Run, ops: str = "[]", witness: str = "") -> dict[str, Any]:
+    """Runs a generated program (JSON ``[[op, i], ...]``): the property-based simulation's agent.
+
+    ``call`` a pure step, ``chat`` a model call, ``write`` a file, ``merge`` a row, ``apply`` an
+    idempotent effect at the witness, ``once`` a non-idempotent one (an append that cannot
+    deduplicate). The result sums what the steps returned, so a replay that reused a wrong
+    result would show."""
+    import json as _json
+
+    total = 0
+    for op, i in _json.loads(ops):
+        if op == "call":
+            total += run.step(f"call {i}", compute, i, 0.0)
+        elif op == "chat":
+            total += len(run.chat([{"role": "user", "content": f"item {i}"}], name=f"chat {i}", max_tokens=32).text)
+        elif op == "write":
+            run.write_file(f"files/{i}.txt", f"item {i}\n")
+        elif op == "merge":
+            run.merge("rows.db", "items", key={"i": i}, values={"v": i * 3})
+        elif op == "apply":
+            run.effect(f"apply {i}", lambda key, i=i: apply_to_witness(witness, key, i, i), target="witness",
+                       request={"i": i})
+        elif op == "once":
+            run.effect(f"once {i}", lambda key, i=i: _append_once(witness + ".appended", key), target="append",
+                       request={"i": i}, idempotent=False)
+    return {"total": total}
+
+
+def _append_once(path: str, key: str) -> dict[str, Any]:
+    with open(path, "a") as f:
+        f.write(f"{key}\n")
+    return {"appended": key}

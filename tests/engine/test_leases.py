@@ -128,3 +128,18 @@ def test_sigterm_at_random_moments_always_stops_cleanly(engine: Engine, tmp_path
     applied = conn.execute("SELECT i FROM applied ORDER BY i").fetchall()
     conn.close()
     assert [i for (i,) in applied] == list(range(150))
+
+
+def test_without_proc_the_boot_identity_and_process_start_times_come_from_psutil(tmp_path: Path) -> None:
+    """The path macOS and Windows take (no /proc), run here: the boot identity is the boot time,
+    the same on every call, and a live process's start time is read through psutil."""
+    import os
+
+    import psutil
+
+    from steplog.lease import _proc_start, boot_id, process_alive
+
+    fallback = boot_id(tmp_path / "no-such-proc" / "boot_id")
+    assert fallback == f"boot@{psutil.boot_time():.0f}" == boot_id(tmp_path / "elsewhere")
+    assert _proc_start(os.getpid()) == psutil.Process(os.getpid()).create_time()
+    assert process_alive(os.getpid()) and not process_alive(2 ** 22 + 7)

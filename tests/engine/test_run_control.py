@@ -90,7 +90,7 @@ def test_a_signal_sent_before_the_wait_is_kept_and_consumed_by_it(engine: Engine
     witness = tmp_path / "witness.db"
     db = str(engine.db)
     proc = engine.start("run", APPROVAL, "--run-id", "early", "--db", db, "--param", f"witness={witness}",
-                        "--param", "pause=0.3")
+                        "--param", "pause=1.0")  # ~3 s of work before the wait: room for a slow signal command
     wait_until(lambda: engine.events("step_committed") >= 1)
     assert engine.run("signal", "early", "approve", "--db", db, "--data", '{"approved": false}').returncode == 0
     code, out, err = finish(proc)
@@ -134,14 +134,14 @@ def test_a_signal_with_the_same_key_is_one_signal(engine: Engine, tmp_path: Path
 def test_waiting_does_not_use_the_seconds_budget(engine: Engine, tmp_path: Path) -> None:
     db = str(engine.db)
     proc = engine.start("run", APPROVAL, "--run-id", "patient", "--db", db, "--param", f"witness={tmp_path / 'w.db'}",
-                        "--max-seconds", "1")
+                        "--max-seconds", "2")
     wait_until(is_waiting(engine, "patient"))
-    time.sleep(1.5)  # longer than the whole budget
+    time.sleep(2.5)  # longer than the whole budget
     assert engine.status("patient")["status"] == "waiting"
     engine.run("signal", "patient", "approve", "--db", db, "--data", '{"approved": true}')
     code, _, err = finish(proc)
     assert code == 0, err
-    assert engine.status("patient")["budget"]["seconds"]["used"] < 1
+    assert engine.status("patient")["budget"]["seconds"]["used"] < 2
 
 
 def test_a_wait_that_times_out_raises_wait_timeout_and_replays_the_same(engine: Engine, tmp_path: Path) -> None:
@@ -245,8 +245,8 @@ def test_a_live_engine_stops_at_its_next_step_boundary_and_sends_nothing_after(e
     assert code == 5
     assert "was cancelled: enough" in out
     (asked,) = engine.query("SELECT id FROM event WHERE kind = 'cancel_requested'")[0]
-    later = engine.query("SELECT count(*) FROM event WHERE kind IN ('effect_started', 'step_started') AND id > ?", asked)
-    assert later[0][0] <= 1, "at most the step in flight went on after the cancel"
+    later = engine.query("SELECT DISTINCT seq FROM event WHERE seq IS NOT NULL AND id > ?", asked)
+    assert len(later) <= 1, f"only the step in flight may go on (finish or be abandoned), not {later}"
     assert engine.status("c2")["status"] == "cancelled"
     assert len(items_of(witness, "c2")) < 400
 

@@ -163,3 +163,31 @@ def test_auto_kill_kills_both_together_until_the_durable_run_is_done_then_the_na
                     timeout=20_000)
     assert compare.view.naive_id == compare.judges["naive"].run_id == compare.runs.naive_id
     assert compare.outboxes["durable"].run_id == compare.runs.durable_id
+
+
+def test_with_approval_the_durable_agent_asks_once_and_the_naive_one_again_after_a_kill(  # type: ignore[no-untyped-def]
+        qtbot, window: MainWindow, engine: Engine) -> None:
+    compare = window.open_compare(DemoConfig(params={"tickets": "2", "approve": "true"}, pace=0.1))
+    qtbot.waitUntil(lambda: compare.runs.naive.running and compare.runs.durable.running, timeout=20_000)
+    naive_id, durable_id = compare.runs.naive_id, compare.runs.durable_id
+    assert naive_id and durable_id
+    asked = engine.db.parent / "runs" / naive_id / "approval-request.json"
+
+    def both_wait() -> bool:
+        durable = compare.view.run(durable_id)
+        return durable is not None and durable.status == "waiting" and asked.exists() and \
+            len(asked.read_text().splitlines()) == compare.runs.kills + 1
+
+    qtbot.waitUntil(both_wait, timeout=30_000)
+    compare.kill_both()  # while both wait for a person
+    qtbot.waitUntil(lambda: compare.runs.naive.running and compare.runs.durable.running, timeout=10_000)
+    qtbot.waitUntil(both_wait, timeout=30_000)  # the naive agent did everything again, and asks again
+    compare.act_approve.trigger()
+    qtbot.waitUntil(lambda: all(r is not None and r.terminal for r in (compare.view.run(naive_id),
+                                                                         compare.view.run(durable_id))),
+                    timeout=30_000)
+    assert engine.status(durable_id)["result"]["digest"] == "approved"
+    assert engine.status(naive_id)["result"]["digest"] == "approved"
+    assert len(asked.read_text().splitlines()) == 2, "the naive agent asked the person twice"
+    assert engine.query("SELECT count(*), count(consumed_seq) FROM signal WHERE run_id = ?", durable_id) == [(1, 1)]
+    assert engine.events("waiting") >= 1

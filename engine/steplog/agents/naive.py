@@ -20,6 +20,7 @@ import sqlite3
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import steplog
@@ -40,7 +41,7 @@ def _post(url: str, body: dict[str, Any], run_id: str) -> None:
 
 
 @steplog.agent(budget=Budget(max_steps=200, max_tokens=60_000, max_seconds=900, max_cost_usd=0.50), needs_outbox=True)
-def naive(run: steplog.Run, tickets: int = 0, trace: bool = False) -> dict[str, Any]:
+def naive(run: steplog.Run, tickets: int = 0, trace: bool = False, approve: bool = False) -> dict[str, Any]:
     """Triage the shipped tickets with no checkpoints and no idempotency (do not copy this)."""
     model = OfflineModel()  # asked directly: no recorded decision to reuse after a crash
     workdir, outbox = run.workdir, str(run.outbox).rstrip("/")
@@ -80,9 +81,36 @@ def naive(run: steplog.Run, tickets: int = 0, trace: bool = False) -> dict[str, 
         summary = render_summary(rows)
         with steps.step("write summary", "write_file"):
             (workdir / "summary.md").write_text(summary, encoding="utf-8")
+        result = {"answered": len(rows), "by_category": dict(sorted(Counter(r["category"] for r in rows).items()))}
+        if approve:
+            with steps.step("wait approve", "wait"):
+                approved = ask_for_approval(workdir)
+            if not approved:
+                return {**result, "digest": "rejected"}
+            result["digest"] = "approved"
         with steps.step("send digest", "http_post"):
             _post(outbox, {"digest": True, "tickets": [r["id"] for r in rows], "text": summary}, run.id)
     finally:
         db.close()
         steps.close()
-    return {"answered": len(rows), "by_category": dict(sorted(Counter(r["category"] for r in rows).items()))}
+    return result
+
+
+APPROVAL_REQUEST = "approval-request.json"
+APPROVAL = "approval.json"
+
+
+def ask_for_approval(workdir: Path) -> bool:
+    """The naive way to wait for a person: ask (``approval-request.json``, one line per time it
+    asked), then poll for ``approval.json`` and consume it. Nothing remembers the answer: killed
+    and restarted, the agent asks again, and the person must answer again."""
+    import json
+
+    with open(workdir / APPROVAL_REQUEST, "a", encoding="utf-8") as asked:
+        asked.write(json.dumps({"asked_at": time.time()}) + "\n")
+    answer = workdir / APPROVAL
+    while not answer.exists():
+        time.sleep(0.05)
+    decision = json.loads(answer.read_text(encoding="utf-8") or "null")
+    answer.unlink()
+    return isinstance(decision, dict) and decision.get("approved") is True
