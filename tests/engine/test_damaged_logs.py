@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from steplog.schema import SCHEMA_VERSION
-
 from conftest import AGENTS, TESTS, Engine
 from steplog.schema import SCHEMA_VERSION
 
