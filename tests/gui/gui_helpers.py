@@ -42,6 +42,23 @@ def settings(tmp_path: Path) -> Iterator[object]:
 
 
 @pytest.fixture
+def window(qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> Iterator[object]:  # type: ignore[no-untyped-def]
+    """The real main window on this test's log, shown offscreen; closed with its engines (and
+    any compare engines and the demo outbox) stopped: nothing left running after the test."""
+    from steplog_gui.main_window import MainWindow
+    from steplog_gui.monitor import Monitor
+
+    monitor = Monitor(engine.db)
+    win = MainWindow(monitor, settings, engine_env=gui_env)
+    win.close_policy = "stop"
+    qtbot.addWidget(win)
+    monitor.start()
+    win.show()
+    yield win
+    win.shutdown(stop_engine=True)
+
+
+@pytest.fixture
 def gui_env(engine: Engine) -> dict[str, str]:
     """The environment for engines the GUI launches (no STEPLOG_* from the developer's shell)."""
     return {**engine.env, "PATH": os.environ.get("PATH", "")}

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gui_helpers import gui_env, settings  # noqa: F401 (fixtures)
+from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
 from PySide6.QtCore import Qt
 
 from conftest import Engine
@@ -21,17 +21,6 @@ from steplog_gui.demo import DemoConfig
 from steplog_gui.main_window import MainWindow
 from steplog_gui.monitor import Monitor
 
-
-@pytest.fixture
-def window(qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> Iterator[MainWindow]:  # type: ignore[no-untyped-def]
-    monitor = Monitor(engine.db)
-    win = MainWindow(monitor, settings, engine_env=gui_env)
-    win.close_policy = "stop"
-    qtbot.addWidget(win)
-    monitor.start()
-    win.show()
-    yield win
-    win.shutdown(stop_engine=True)  # both compare engines and the outbox: nothing left over
 
 
 def deliveries(compare: CompareWindow, side: str) -> int:

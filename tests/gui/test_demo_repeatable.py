@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gui_helpers import gui_env, settings  # noqa: F401 (fixtures)
+from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
 from PySide6.QtCore import Qt
 
 from conftest import Engine
@@ -22,17 +22,6 @@ from steplog_gui.monitor import Monitor
 pytestmark = pytest.mark.slow
 CONFIG = DemoConfig(params={"tickets": "4"}, pace=0.6)
 
-
-@pytest.fixture
-def window(qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> Iterator[MainWindow]:  # type: ignore[no-untyped-def]
-    monitor = Monitor(engine.db)
-    win = MainWindow(monitor, settings, engine_env=gui_env)
-    win.close_policy = "stop"
-    qtbot.addWidget(win)
-    monitor.start()
-    win.show()
-    yield win
-    win.shutdown(stop_engine=True)
 
 
 def steplog_cli(engine: Engine, *args: str) -> subprocess.CompletedProcess[str]:

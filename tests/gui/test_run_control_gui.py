@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from gui_helpers import gui_env, settings  # noqa: F401 (fixtures)
+from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QDialog, QMessageBox
 
@@ -19,17 +19,6 @@ from steplog_gui.run_state import COPIED
 
 APPROVAL = f"{AGENTS}:approval"
 
-
-@pytest.fixture
-def window(qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> Iterator[MainWindow]:  # type: ignore[no-untyped-def]
-    monitor = Monitor(engine.db)
-    win = MainWindow(monitor, settings, engine_env=gui_env)
-    win.close_policy = "stop"
-    qtbot.addWidget(win)
-    monitor.start()
-    win.show()
-    yield win
-    win.shutdown(stop_engine=True)
 
 
 def waiting_run(engine: Engine, tmp_path: Path, run_id: str) -> None:
