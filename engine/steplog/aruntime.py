@@ -114,12 +114,11 @@ class AsyncRun:
         """``await run.wait_for(name)``: as ``Run.wait_for``; other steps go on while it waits."""
         run = self._run
         self._own_task(f"wait {name}")
-        entered = run._enter_wait(name, timeout)
-        seq = run._last_wait
+        seq, entered = run._enter_wait(name, timeout)
 
         async def wait() -> Any:
             if entered is not None:
-                for pause in run._waiting(*entered, name, timeout):
+                for pause in run._waiting(seq, *entered, name, timeout):
                     await asyncio.sleep(pause)
             return run._waited(name, seq)
 

@@ -171,16 +171,17 @@ def _take_lease(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, now: f
     return incarnation
 
 
-def _finish_cancelled(conn: sqlite3.Connection, row: sqlite3.Row, now: float) -> None:
-    """End a run ``cancelled`` from outside its engine (none holds it): the terminal record."""
+def finish_cancelled(conn: sqlite3.Connection, row: sqlite3.Row, reason: str, now: float) -> None:
+    """End a run ``cancelled`` from outside its engine (none holds it): the terminal record.
+    Reservations of a dead engine stay charged, as at a takeover. Inside the caller's transaction."""
     conn.execute(
         "UPDATE run SET status = 'cancelled', reason = ?, finished_at = ?, updated_at = ?, lease_pid = NULL,"
         " lease_expires = NULL, waiting_for = NULL, waiting_since = NULL, reserved_tokens = 0,"
         " used_tokens = used_tokens + reserved_tokens, tokens_estimated = tokens_estimated + reserved_tokens,"
         " used_cost_usd = used_cost_usd + reserved_cost_usd, reserved_cost_usd = 0 WHERE id = ?",
-        (row["cancel_requested"], now, now, row["id"]))
+        (reason, now, now, row["id"]))
     _event(conn, row["id"], now, row["incarnation"], EventKind.RUN_FINISHED,
-           {"status": "cancelled", "reason": row["cancel_requested"], "engine": None})
+           {"status": "cancelled", "reason": reason, "engine": None})
 
 
 def claim(conn: sqlite3.Connection, req: Request) -> Claimed | Finished:
@@ -197,7 +198,7 @@ def claim(conn: sqlite3.Connection, req: Request) -> Claimed | Finished:
             raised = budget_of(row).merged(**req.limits) if any(v is not None for v in req.limits.values()) else None
             if row["status"] not in TERMINAL and row["cancel_requested"] is not None:
                 # Cancelled while its engine held it, and that engine died before a step boundary.
-                _finish_cancelled(conn, row, now)
+                finish_cancelled(conn, row, row["cancel_requested"], now)
                 done = _select(conn, req.run_id)
                 assert done is not None
                 return Finished(done)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .claim import budget_of, finish_cancelled
 from .db import default_db_path, immediate, open_log, private_dir
 from .errors import ControlRefused, UnknownRun, UsageError
 from .events import EventKind
@@ -101,13 +102,8 @@ def cancel(run_id: str, reason: str | None = None, *, db: Path | None = None) ->
             conn.execute("UPDATE run SET cancel_requested = ?, updated_at = ? WHERE id = ?", (why, now, run_id))
             _event(conn, row, now, EventKind.CANCEL_REQUESTED, {"reason": why, "engine_pid": row["lease_pid"]})
             return CancelResult(run_id, False, why)
-        conn.execute(
-            "UPDATE run SET status = 'cancelled', reason = ?, cancel_requested = ?, finished_at = ?, updated_at = ?,"
-            " lease_pid = NULL, lease_expires = NULL, waiting_for = NULL, waiting_since = NULL,"
-            " used_tokens = used_tokens + reserved_tokens, tokens_estimated = tokens_estimated + reserved_tokens,"
-            " reserved_tokens = 0, used_cost_usd = used_cost_usd + reserved_cost_usd, reserved_cost_usd = 0"
-            " WHERE id = ?", (why, why, now, now, run_id))
-        _event(conn, row, now, EventKind.RUN_FINISHED, {"status": "cancelled", "reason": why, "engine": None})
+        conn.execute("UPDATE run SET cancel_requested = ? WHERE id = ?", (why, run_id))
+        finish_cancelled(conn, row, why, now)
         return CancelResult(run_id, True, why)
 
 
@@ -331,7 +327,7 @@ def prepare_fork(parent_id: str, at_step: int, *, agent: Agent[..., Any], new_ru
         if parent["agent"] != agent.default_spec():
             raise UsageError(f"run {parent_id} belongs to agent {parent['agent']}, not {agent.default_spec()}")
         bound = bind_params(agent, {**json.loads(parent["params"]), **(params or {})})
-        budget = _parent_budget(parent).merged(**(limits or {}))
+        budget = budget_of(parent).merged(**(limits or {}))
         target = (workdir or path.parent / "runs" / new_run_id).expanduser().resolve()
         if target.exists() and any(target.iterdir()):
             raise UsageError(f"workdir {target} for the fork is not empty; pass --workdir with a new folder")
@@ -346,12 +342,6 @@ def prepare_fork(parent_id: str, at_step: int, *, agent: Agent[..., Any], new_ru
             raise
     private_dir(target)
     return ForkPrepared(new_run_id, parent_id, at_step, copied, target)
-
-
-def _parent_budget(row: sqlite3.Row) -> Any:
-    from .claim import budget_of
-
-    return budget_of(row)
 
 
 def _stage_workdir(source: Path | None, target: Path) -> Path:

@@ -204,7 +204,6 @@ class Run:
         self._thread = threading.get_ident()
         self._exit_when_waiting = exit_when_waiting
         self._parked: RunWaiting | None = None  # the engine exits waiting; agent code cannot swallow it
-        self._last_wait = 0
 
     @property
     def incarnation(self) -> int:
@@ -342,29 +341,28 @@ class Run:
         the engine keeps its lease (or exits, with ``exit_when_waiting``); the deadline is
         recorded, so a resumed engine keeps the same one.
         """
-        entered = self._enter_wait(name, timeout)
+        seq, entered = self._enter_wait(name, timeout)
         if entered is not None:
-            for pause in self._waiting(*entered, name, timeout):
+            for pause in self._waiting(seq, *entered, name, timeout):
                 self._sleep(pause)
-        return self._waited(name)
+        return self._waited(name, seq)
 
-    def _enter_wait(self, name: str, timeout: float | None) -> tuple[int, str, StepRecord | None] | None:
-        """Number the wait step (at call time); ``None`` when the log has it recorded already."""
+    def _enter_wait(self, name: str, timeout: float | None) -> tuple[int, tuple[str, StepRecord | None] | None]:
+        """Number the wait step (at call time): its number, and ``(step name, prior record)`` when
+        it has to wait (``None`` when the log has it recorded already)."""
         if not isinstance(name, str) or not name.strip() or len(name) > 200:
             raise UsageError(f"run.wait_for needs a signal name of 1 to 200 characters (got {name!r})")
         if timeout is not None and not (isinstance(timeout, (int, float)) and 0 <= timeout < float("inf")):
             raise UsageError(f"run.wait_for(timeout=...) must be a finite number of seconds >= 0 (got {timeout!r})")
         step_name = f"wait {name}"
         seq, prior = self._enter(step_name, "wait")
-        self._last_wait = seq
         if isinstance(prior, Committed):
-            return None
+            return seq, None
         self._check_budgets(seq, step_name, None)
-        return seq, step_name, prior
+        return seq, (step_name, prior)
 
-    def _waited(self, name: str, seq: int | None = None) -> Any:
+    def _waited(self, name: str, seq: int) -> Any:
         """The recorded outcome of the wait step: the signal's data, or ``WaitTimeout`` raised."""
-        seq = self._last_wait if seq is None else seq
         recorded = json.loads(self._steps[seq].result or "null")
         if recorded.get("timeout"):
             raise WaitTimeout(f"run {self.id} waited {recorded.get('waited')} s for signal {name!r} at step {seq}"
