@@ -514,6 +514,96 @@ def killtest(agent: str, kills: int, seed: int, sweep: bool, as_json: bool, juni
                          params=_parse_params(params), jobs=jobs, time_limit=time_limit, keep=keep))
 
 
+def _status_list(value: str | None) -> frozenset[str] | None:
+    return None if value is None else frozenset(s.strip() for s in value.split(",") if s.strip())
+
+
+@cli.command()
+@click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
+@db_option
+@click.option("--older-than", type=float, default=None, metavar="DAYS", help="Runs finished more than DAYS ago.")
+@click.option("--status", "statuses", default=None, metavar="S,...",
+              help="Only runs in these finished statuses (default: succeeded,gave_up,failed,cancelled).")
+@click.option("--keep-last", type=int, default=None, metavar="N", help="Of the runs selected, keep the newest N.")
+@click.option("--archive", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE.jsonl.gz",
+              help="First write the runs to this new file (what `steplog import` loads), fsynced.")
+@click.option("--dry-run", is_flag=True, help="Say what would be pruned and the space it frees; write nothing.")
+@click.option("--reclaim", type=click.Choice(["auto", "vacuum", "incremental", "none"]), default="auto",
+              show_default=True, help="How the space is given back: vacuum rewrites the log (fast; holds the write "
+              "lock), incremental frees it in short transactions, none leaves it for new rows; auto rewrites "
+              "logs keeping up to 128 MiB, else incremental.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: runs, rows, bytes before/after.")
+@_guard
+def prune(run_ids: tuple[str, ...], db: Path | None, older_than: float | None, statuses: str | None,
+          keep_last: int | None, archive: Path | None, dry_run: bool, reclaim: str, as_json: bool) -> None:
+    """Remove whole finished runs (never a queued, running or waiting one), then reclaim the space.
+
+    Select runs by RUN_ID and/or the options (all given criteria must hold); at least one is needed.
+    """
+    from .db import default_db_path
+    from .prune import FINISHED, Selection, describe
+    from .prune import prune as prune_log
+
+    chosen = _status_list(statuses)
+    only_reclaim = reclaim != "auto"
+    if not (run_ids or older_than is not None or chosen is not None or keep_last is not None or only_reclaim):
+        raise UsageError("say which runs to prune: RUN_ID..., --older-than DAYS, --status S,... or --keep-last N "
+                         "(`--status succeeded` prunes every succeeded run)")
+    selection = Selection(run_ids=run_ids, statuses=FINISHED if chosen is None else chosen,
+                          older_than_days=older_than, keep_last=keep_last)
+    if only_reclaim and not (run_ids or older_than is not None or chosen is not None or keep_last is not None):
+        selection = Selection(statuses=frozenset())  # --reclaim alone: give space back, prune nothing
+    report = prune_log(db or default_db_path(), selection, archive=archive, dry_run=dry_run, reclaim=reclaim)
+    click.echo(json.dumps(report.as_json()) if as_json else describe(report))
+
+
+@cli.command(name="export")
+@click.argument("run_id")
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["jsonl"]), default="jsonl", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write to this new file (gzip if it ends in .gz) instead of stdout.")
+@_guard
+def export_run(run_id: str, db: Path | None, fmt: str, output: Path | None) -> None:
+    """Print one run's whole history (run row, steps, effects, events) as JSON lines: what `import` loads."""
+    from .archive import durable_output, run_lines
+    from .integrity import refusing_damage
+
+    path, conn = _open_for_reading(db)
+    try:
+        with refusing_damage(path):
+            lines = run_lines(conn, run_id)
+            first = next(lines)  # an unknown run id is refused before anything is written
+            if output is None:
+                sys.stdout.write(first)
+                sys.stdout.writelines(lines)
+            else:
+                with durable_output(output, compress=output.suffix == ".gz") as out:
+                    out.write(first)
+                    out.writelines(lines)
+    finally:
+        conn.close()
+
+
+@cli.command(name="import")
+@click.argument("file", metavar="FILE")
+@db_option
+@_guard
+def import_file(file: str, db: Path | None) -> None:
+    """Load the runs of FILE (from `export` or `prune --archive`; plain or .gz; - for stdin) into the log.
+
+    A run id the log already has is refused, and then nothing is imported.
+    """
+    from .archive import import_runs
+    from .db import default_db_path
+
+    path = db or default_db_path()
+    loaded = import_runs(file, path)
+    n = len(loaded)
+    click.echo(f"imported {n} run{'s' if n != 1 else ''} into {path}: "
+               + ", ".join(r.run_id for r in loaded[:5]) + (f" and {n - 5} more" if n > 5 else ""))
+
+
 def main() -> None:
     try:
         cli.main(prog_name="steplog", standalone_mode=False)

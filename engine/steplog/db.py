@@ -48,6 +48,11 @@ def _apply_pragmas(conn: sqlite3.Connection, *, readonly: bool, synchronous: Syn
     # per no-op step, durable steps/s +16-30 %. Only a new, empty file takes it; an existing log
     # keeps the page size it was made with (a page size is fixed once WAL is on).
     conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
+    # A new log frees the pages of pruned runs back to the file system (``PRAGMA incremental_vacuum``
+    # after ``steplog prune``). It must be chosen before the first table, and before WAL; an older
+    # log keeps auto_vacuum NONE until a ``steplog prune --vacuum`` rewrites it.
+    if conn.execute("PRAGMA page_count").fetchone()[0] == 0:
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     # WAL: readers (status, the monitor) never block the engine's writes, and a commit is one
     # sequential append. Persistent in the file once set.
     _use_wal(conn)

@@ -26,6 +26,7 @@ from .effects import HttpClient
 from .errors import Fenced, LogWriteError, RunStopped, RunWaiting, UsageError
 from .journal import Journal, Usage, dumps, load_steps, why_not_json
 from .lease import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
+from .observe import RunObserver, from_environment, incarnation_of
 from .policies import check_seconds
 from .redact import redact
 from .runtime import Run
@@ -194,7 +195,7 @@ def _execute(agent: Agent[..., Any], spec: str, bound: dict[str, Any], *, run_id
                           cost_usd=row["used_cost_usd"], retries=row["used_retries"],
                           executions=row["step_executions"], seconds_base=row["used_seconds"])
             journal = Journal(conn, row["id"], claimed.incarnation, usage, lease_seconds=lease_seconds,
-                              synchronous=synchronous)
+                              synchronous=synchronous, observer=_observer(conn, row, claimed.incarnation, resumed))
         return _work(agent, journal, row, resumed, db_path=db_path, base_url=base_url, pace=pace,
                      lease_seconds=lease_seconds, on_start=on_start, exit_when_waiting=exit_when_waiting)
     except Fenced:
@@ -207,7 +208,17 @@ def _execute(agent: Agent[..., Any], spec: str, bound: dict[str, Any], *, run_id
         raise
     finally:
         with interrupts.shielded():  # closed once, whatever signal arrives now
+            if journal is not None and journal.observer is not None:
+                journal.observer.close()
             conn.close()
+
+
+def _observer(conn: sqlite3.Connection, row: sqlite3.Row, incarnation: int, resumed: bool) -> RunObserver | None:
+    """Tracing, if the environment asks for it (``steplog.observe``), told this incarnation began."""
+    observer = from_environment()
+    if observer is not None:
+        observer.incarnation_started(incarnation_of(conn, row, incarnation, resumed))
+    return observer
 
 
 def _work(agent: Agent[..., Any], journal: Journal, row: sqlite3.Row, resumed: bool, *, db_path: Path,

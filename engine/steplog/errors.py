@@ -6,7 +6,10 @@ what to do next, on one line, because the CLI prints them as they are.
 ```
 SteplogError
 ├── UsageError               bad input: unknown agent, malformed option or param   (exit 2)
-│   └── AgentSpecError       an AGENT argument that cannot be resolved             (exit 2)
+│   ├── AgentSpecError       an AGENT argument that cannot be resolved             (exit 2)
+│   ├── RunNotFinished       prune asked for a run that is not finished or is live (exit 2)
+│   ├── RunExists            import would overwrite a run already in the log        (exit 2)
+│   └── ArchiveError         an export/archive file import cannot read             (exit 2)
 ├── LogError                 the log file itself is unusable                        (exit 2)
 │   ├── ForeignDatabase      not a steplog file (application_id differs)
 │   ├── CorruptDatabase      not SQLite at all, truncated, or failing integrity checks
@@ -76,6 +79,20 @@ class UsageError(SteplogError):
 
 class AgentSpecError(UsageError):
     """An agent spec (``name``, ``pkg.mod:fn`` or ``file.py:fn``) that cannot be resolved."""
+
+
+class RunNotFinished(UsageError):
+    """``steplog prune`` was asked for a run that is queued, running or waiting, or whose engine
+    still holds its lease: only whole finished runs are ever pruned."""
+
+
+class RunExists(UsageError):
+    """``steplog import`` found a run id the log already has; nothing was imported."""
+
+
+class ArchiveError(UsageError):
+    """A file ``steplog import`` cannot load: not a steplog export, truncated, or written by a
+    newer steplog. Nothing was imported."""
 
 
 class LogError(SteplogError):

@@ -44,4 +44,6 @@ class EventKind(StrEnum):
     """A ``failed`` run was set going again from its failed step (``steplog retry``)."""
     STEP_COPIED = "step_copied"
     """A fork's step taken over from its parent's committed history (never run, no effects sent)."""
-
+    RUNS_PRUNED = "runs_pruned"
+    """``steplog prune`` removed these finished runs (``runs``; ``archive`` if they were archived
+    first). Its ``run_id`` is ``""``: it belongs to no run, and it stays when they are gone."""

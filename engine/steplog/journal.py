@@ -18,12 +18,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import interrupts
 from .db import rollback
 from .errors import Fenced, LogWriteError
 from .events import EventKind
+
+if TYPE_CHECKING:
+    from .observe import RunObserver
 
 Clock = Callable[[], float]
 
@@ -126,8 +129,10 @@ class Journal:
 
     def __init__(self, conn: sqlite3.Connection, run_id: str, incarnation: int, usage: Usage,
                  *, clock: Clock = time.time, monotonic: Clock = time.monotonic,
-                 lease_seconds: float, synchronous: str = "FULL") -> None:
+                 lease_seconds: float, synchronous: str = "FULL", observer: RunObserver | None = None) -> None:
         self.conn = conn
+        self.observer = observer
+        """Told of each change once it is committed (tracing); ``None`` costs one test per write."""
         self.run_id = run_id
         self.incarnation = incarnation
         self.usage = usage
@@ -247,6 +252,8 @@ class Journal:
             if reserve_tokens:
                 data["reserved_tokens"] = reserve_tokens
             self._event(EventKind.STEP_STARTED, seq, data)
+        if self.observer is not None:
+            self.observer.attempt_started(seq, name, kind, attempt=attempt, recoveries=recoveries)
 
     def count_retry(self) -> None:
         self.usage.retries += 1
@@ -273,6 +280,9 @@ class Journal:
                 "tokens_in": tokens_in, "tokens_out": tokens_out, "estimated": estimated,
                 "cost_usd": cost, "usage": u.snapshot(self.seconds_used()),
             })
+        if self.observer is not None:
+            self.observer.decision_recorded(seq, decision, tokens_in=tokens_in, tokens_out=tokens_out,
+                                            tokens_cached=tokens_cached, estimated=estimated, cost=cost)
 
     def fail_attempt(self, seq: int, error: str, *, will_retry: bool,
                      release_tokens: int = 0, release_cost: float = 0.0) -> None:
@@ -287,6 +297,8 @@ class Journal:
             )
             self._event(EventKind.STEP_ATTEMPT_FAILED, seq, {"error": error, "will_retry": will_retry,
                                                      "usage": u.snapshot(self.seconds_used())})
+        if self.observer is not None:
+            self.observer.attempt_failed(seq, error, will_retry=will_retry)
 
     def commit_step(self, seq: int, name: str, kind: str, result_json: str, *, duration: float) -> None:
         """The checkpoint: the step's result is recorded; it will never run again."""
@@ -302,6 +314,8 @@ class Journal:
             self._event(EventKind.STEP_COMMITTED, seq, {
                 "duration": round(duration, 6), "usage": u.snapshot(self.seconds_used(), compact=True),
             })
+        if self.observer is not None:
+            self.observer.step_committed(seq)
 
     # -- waiting for a signal ---------------------------------------------------------------
 
@@ -328,6 +342,8 @@ class Journal:
         except _SignalTaken:
             u.steps -= 1
             return False
+        if self.observer is not None:
+            self.observer.step_committed(seq)
         return True
 
     def _commit_wait(self, seq: int, name: str, kind: str, result_json: str, *, signal_id: int | None,
@@ -366,6 +382,8 @@ class Journal:
                 )
             self.conn.execute("UPDATE step SET phase = 'acting' WHERE run_id = ? AND seq = ?", (self.run_id, seq))
             self._event(EventKind.EFFECT_STARTED, seq, {"key": key, "kind": kind, "target": target, "again": again})
+        if self.observer is not None:
+            self.observer.effect_started(seq, key, kind, target, again=again)
 
     def effect_completed(self, key: str, seq: int, response_json: str) -> None:
         with self._tx():
@@ -374,6 +392,8 @@ class Journal:
                 (response_json, self._clock(), key),
             )
             self._event(EventKind.EFFECT_COMPLETED, seq, {"key": key})
+        if self.observer is not None:
+            self.observer.effect_completed(seq, key)
 
     # -- the run ----------------------------------------------------------------------------
 
@@ -389,6 +409,8 @@ class Journal:
                 "status": status, "reason": reason, **(details or {}),
                 "usage": self.usage.snapshot(self.seconds_used()),
             })
+        if self.observer is not None:
+            self.observer.incarnation_ended(status, reason)
 
     def release(self) -> None:
         """Let go of the lease without finishing (the process is stopping for another reason)."""
@@ -396,6 +418,8 @@ class Journal:
             with interrupts.shielded():  # the process is stopping already
                 with self._tx(run_sets="lease_pid = NULL, lease_expires = NULL"):
                     self._event(EventKind.LEASE_RELEASED, None, {"usage": self.usage.snapshot(self.seconds_used())})
+            if self.observer is not None:
+                self.observer.incarnation_ended(None, "released: the engine was stopped")
         except (Fenced, LogWriteError, sqlite3.Error):
             pass  # the next engine takes a dead holder's lease over anyway
 

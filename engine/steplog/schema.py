@@ -187,7 +187,58 @@ CREATE TABLE signal (
 CREATE INDEX signal_pending ON signal (run_id, name, id) WHERE consumed_seq IS NULL;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# Pruning (``steplog prune``, ``steplog.prune``): the one way rows of a run leave the log. A
+# ``pruned`` row is the audit record of one pruned run; while it is 'pruning' (inside the pruning
+# transaction only) it is also the permit that lets that one run's events and run row be deleted.
+# The trigger refuses a permit for a run that is not finished, so a live run can never lose a row.
+_V3 = """
+CREATE TABLE pruned (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id      TEXT NOT NULL,
+    agent       TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    created_at  REAL NOT NULL,
+    finished_at REAL,
+    pruned_at   REAL NOT NULL,
+    rows        TEXT NOT NULL DEFAULT '{}',
+    archive     TEXT,
+    state       TEXT NOT NULL DEFAULT 'pruning' CHECK (state IN ('pruning', 'done'))
+);
+CREATE INDEX pruned_by_run ON pruned (run_id, state);
+
+CREATE TRIGGER pruned_only_finished_runs BEFORE INSERT ON pruned
+WHEN NEW.state <> 'pruning'
+  OR coalesce((SELECT status FROM run WHERE id = NEW.run_id), '') NOT IN ('succeeded', 'gave_up', 'failed', 'cancelled')
+BEGIN SELECT RAISE(ABORT, 'only a finished run can be pruned'); END;
+CREATE TRIGGER pruned_is_a_record BEFORE UPDATE ON pruned
+WHEN NOT (OLD.state = 'pruning' AND NEW.state = 'done' AND NEW.run_id = OLD.run_id)
+BEGIN SELECT RAISE(ABORT, 'a pruned record is never changed'); END;
+CREATE TRIGGER pruned_is_kept BEFORE DELETE ON pruned
+BEGIN SELECT RAISE(ABORT, 'a pruned record is never deleted'); END;
+
+DROP TRIGGER event_is_append_only_delete;
+CREATE TRIGGER event_is_append_only_delete BEFORE DELETE ON event
+WHEN NOT EXISTS (SELECT 1 FROM pruned WHERE run_id = OLD.run_id AND state = 'pruning')
+BEGIN SELECT RAISE(ABORT, 'the event table is append-only (only steplog prune removes a finished run''s events)'); END;
+CREATE TRIGGER run_leaves_only_by_prune BEFORE DELETE ON run
+WHEN NOT EXISTS (SELECT 1 FROM pruned WHERE run_id = OLD.id AND state = 'pruning')
+BEGIN SELECT RAISE(ABORT, 'a run is removed only by steplog prune'); END;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 """``MIGRATIONS[i]`` takes a log from ``user_version`` i to i + 1. Append only; never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+RUN_TABLES: tuple[tuple[str, str], ...] = (
+    ("run", "id"),
+    ("step", "run_id"),
+    ("effect", "run_id"),
+    ("event", "run_id"),
+    ("signal", "run_id"),
+)
+"""Every table holding rows of one run, as (table, column naming the run), the run row first.
+
+The one list that ``steplog prune`` (deletes all of a run's rows, in reverse), ``export`` and
+``import`` (copy them, in this order) go by: a new per-run table is added here and nowhere else.
+``pruned`` is not in it: it is the log's memory of runs that are gone."""

@@ -95,8 +95,24 @@ def run_status(conn: sqlite3.Connection, run_id: str, *, db: Path | None = None)
     row = conn.execute(_select_sql(conn) + " WHERE id = ?", (run_id,)).fetchone()
     if row is None:
         where = f" in {db}" if db else ""
-        raise UnknownRun(f"no run {run_id!r}{where}; `steplog runs` lists the runs there")
+        raise UnknownRun(f"no run {run_id!r}{where}{_pruned(conn, run_id)}; `steplog runs` lists the runs there")
     return _as_status(row)
+
+
+def _pruned(conn: sqlite3.Connection, run_id: str) -> str:
+    """", pruned at T (archived to F: `steplog import F` brings it back)" when ``steplog prune`` removed it."""
+    try:
+        row = conn.execute("SELECT pruned_at, archive FROM pruned WHERE run_id = ? AND state = 'done'"
+                           " ORDER BY id DESC LIMIT 1", (run_id,)).fetchone()
+    except sqlite3.OperationalError:
+        return ""  # a log from before pruning existed
+    if row is None:
+        return ""
+    import time
+
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row[0]))
+    kept = f" (archived to {row[1]}: `steplog import {row[1]}` brings it back)" if row[1] else ""
+    return f": it was pruned at {when}{kept}"
 
 
 def all_runs(conn: sqlite3.Connection) -> list[dict[str, Any]]:

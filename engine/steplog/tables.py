@@ -124,6 +124,24 @@ class EventRow(SQLModel, table=True):
     data: str = "{}"
 
 
+class PrunedRow(SQLModel, table=True):
+    """The audit record of one run ``steplog prune`` removed (``state`` 'done'; 'pruning' only
+    ever exists inside the pruning transaction)."""
+
+    __tablename__ = "pruned"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: str
+    agent: str
+    status: str
+    created_at: float
+    finished_at: Optional[float] = None
+    pruned_at: float
+    rows: str = "{}"
+    archive: Optional[str] = None
+    state: str = "pruning"
+
+
 def read_engine(path: Path) -> Engine:
     """A SQLAlchemy engine on the log that can only read (``mode=ro``), with a busy timeout."""
     engine = create_engine(f"sqlite:///{Path(path).resolve().as_uri()}?mode=ro&uri=true")

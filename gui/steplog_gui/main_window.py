@@ -20,6 +20,7 @@ from .monitor import Monitor
 from .new_run_dialog import NewRunDialog
 from .outbox_panel import OutboxPanel
 from .outbox_watcher import OutboxWatcher
+from .prune_action import Pruner, ask_and_prune
 from .repository import LogRepository
 from .run_control import RunControl
 from .runs_model import RUN_ID_ROLE, RunsModel
@@ -94,6 +95,10 @@ class MainWindow(QMainWindow):
         self._runs_dock = self._dock("Runs", "runs", self.runs_view, Qt.DockWidgetArea.LeftDockWidgetArea)
         self._detail_dock = self._dock("Step detail", "detail", self.detail, Qt.DockWidgetArea.RightDockWidgetArea)
         self._outbox_dock = self._dock("Outbox", "outbox", self.outbox_panel, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.pruner = Pruner(lambda: self.monitor.path, self, env=engine_env)
+        self.pruner.estimated.connect(lambda found: ask_and_prune(self, self.pruner, [c.run_id for c in found], found))
+        self.pruner.refused.connect(lambda why: self.statusBar().showMessage(f"cannot prune: {why}"))
+        self.pruner.finished.connect(lambda _code, text: self.statusBar().showMessage(text))
         self._build_actions()
         self.statusBar().showMessage("ready")
 
@@ -184,6 +189,8 @@ class MainWindow(QMainWindow):
         self.act_demo = self._action("Run the &demo again", lambda: self.start_demo(), "Ctrl+D",
                                      "a new demo run on the same outbox: about a minute, ready for Kill now")
         self.act_about = self._action("&About steplog", self.about)
+        self.act_prune = self._action("&Prune selected runs…", self.prune_selected, None,
+                                      "remove the selected finished runs from the log (steplog prune), archived first if you like")
         self.act_compare = self._action("&Compare naive vs durable", self._compare_toggled, "Ctrl+Shift+D",
                                         "the naive agent and the durable demo side by side, one Kill now for both")
         self.act_compare.setCheckable(True)
@@ -223,6 +230,8 @@ class MainWindow(QMainWindow):
         run_menu.addSeparator()
         for a in self.control.actions:
             run_menu.addAction(a)
+        run_menu.addSeparator()
+        run_menu.addAction(self.act_prune)
         kill_menu = menu.addMenu("&Kill")
         kill_menu.addAction(self.act_kill)
         kill_menu.addAction(self.act_kill_window)
@@ -382,6 +391,12 @@ class MainWindow(QMainWindow):
                                "(steplog outbox --port N), then Resume run again. Nothing was launched.")
 
         jobs.submit(probe, lambda _ok: self.start_run(spec), refused, owner=self)
+
+    def prune_selected(self) -> None:
+        """Offer to prune the selected runs, saying first what it frees (``prune_action``)."""
+        run_ids = [i.data(RUN_ID_ROLE) for i in self.runs_view.selectionModel().selectedRows()]
+        if run_ids and not self.pruner.busy:
+            self.pruner.estimate(run_ids)
 
     def open_compare(self, config: DemoConfig | None = None) -> CompareWindow:
         """Compare mode (its own window): start a comparison unless one is shown already."""

@@ -25,6 +25,8 @@ class Monitor(QObject):
     """Run ids whose state changed in the last batch of events."""
     events_applied = Signal(list)
     """The batch of ``Event`` just folded (for controllers that react to kinds, e.g. kill-at-window)."""
+    runs_removed = Signal(list)
+    """Run ids ``steplog prune`` removed from the log (they may come back with ``steplog import``)."""
     state_reset = Signal()
     """Everything was dropped (the log file was replaced or another one opened)."""
     problem_changed = Signal(str)
@@ -75,6 +77,11 @@ class Monitor(QObject):
         self.catching_up = more
         known = set(self.state.runs)
         touched = self.state.apply(events)
+        if self.state.removed:  # before the additions: a pruned run may be imported back in the same batch
+            gone = set(self.state.removed)
+            self.order = [r for r in self.order if r not in gone]
+            known -= gone
+            self.runs_removed.emit(list(self.state.removed))
         new = [rid for rid in dict.fromkeys(e.run_id for e in events) if rid not in known and rid in touched]
         if new:
             self.order.extend(new)

@@ -319,12 +319,21 @@ class LogState:
     def __init__(self) -> None:
         self.runs: dict[str, RunState] = {}
         self.bookmark = 0
+        self.removed: list[str] = []
+        """Runs the last ``apply`` dropped because ``steplog prune`` removed them from the log."""
 
     def apply(self, events: Iterable[Event]) -> set[str]:
         """Fold a batch (ids ascending, all above the bookmark); returns the run ids it touched."""
         touched: set[str] = set()
+        self.removed = []
         for ev in events:
             if ev.id <= self.bookmark:
+                continue
+            if ev.kind == EventKind.RUNS_PRUNED:  # belongs to no run: it names the runs now gone
+                gone = [r for r in ev.data.get("runs", []) if self.runs.pop(r, None) is not None]
+                self.removed.extend(gone)
+                touched.difference_update(gone)
+                self.bookmark = ev.id
                 continue
             run = self.runs.get(ev.run_id)
             if run is None:

@@ -78,6 +78,7 @@ class RunsModel(QAbstractTableModel):
         monitor.runs_added.connect(self._on_added)
         monitor.runs_changed.connect(self._on_changed)
         monitor.state_reset.connect(self._on_reset)
+        monitor.runs_removed.connect(self._on_removed)
         self._clock = QTimer(self)  # durations of running runs tick
         self._clock.setInterval(1000)
         self._clock.timeout.connect(self._tick)
@@ -156,6 +157,13 @@ class RunsModel(QAbstractTableModel):
         self._ids[0:0] = list(reversed(fresh))
         self._reindex()
         self.endInsertRows()
+
+    def _on_removed(self, run_ids: list[str]) -> None:
+        for row in sorted((self._row[r] for r in run_ids if r in self._row), reverse=True):
+            self.beginRemoveRows(QModelIndex(), row, row)
+            del self._ids[row]
+            self._reindex()
+            self.endRemoveRows()
 
     def _on_changed(self, run_ids: set[str]) -> None:
         rows = [self._row[r] for r in run_ids if r in self._row]

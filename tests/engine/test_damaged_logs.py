@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from steplog.schema import SCHEMA_VERSION
+
 from conftest import AGENTS, TESTS, Engine
 from steplog.schema import SCHEMA_VERSION
 

@@ -120,11 +120,11 @@ def test_an_empty_file_becomes_a_log(tmp_path: Path) -> None:
 
 
 def test_sqlmodel_tables_mirror_the_migrated_schema(db: Path) -> None:
-    from steplog.tables import EffectRow, EventRow, RunRow, StepRow
+    from steplog.tables import EffectRow, EventRow, PrunedRow, RunRow, StepRow
 
     conn = open_log(db)
     try:
-        for model in (RunRow, StepRow, EffectRow, EventRow):
+        for model in (RunRow, StepRow, EffectRow, EventRow, PrunedRow):
             table = model.__table__  # type: ignore[attr-defined]
             actual = [r[1] for r in conn.execute(f"PRAGMA table_info({table.name})")]
             assert [c.name for c in table.columns] == actual, table.name
