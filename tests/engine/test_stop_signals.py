@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import steplog
-from steplog import interrupts
+from steplog import interrupts, openfiles
 from steplog.interrupts import StopRequested
 
 ENGINE_DIR = str(Path(steplog.__file__).parent)
@@ -120,6 +120,8 @@ def test_a_stop_at_any_line_of_the_engine_stops_cleanly_and_the_run_resumes_exac
         gc.collect()  # a suspended transaction generator would write its closed log now
         assert unraisable == [], (stopper.where, unraisable)
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler was put back
+        # Not left holding the open-files lock: every other thread (the monitor's) would hang on it.
+        assert openfiles.lock_is_free(), stopper.where
 
         if db.exists() and stopped:
             conn = sqlite3.connect(db)
