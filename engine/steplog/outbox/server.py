@@ -155,6 +155,18 @@ class OutboxHandler(BaseHTTPRequestHandler):
 
     do_PATCH = do_DELETE = do_PUT
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The stdlib's own refusals (an unknown method, a malformed request line, a URI or header
+        too long) in the same JSON shape as every other answer, not its HTML page. An unknown
+        method is "anything else": a 404, as for a wrong path."""
+        self.close_connection = True
+        if code == 501:
+            self._not_found()
+            return
+        codes = {400: "bad_request", 408: "request_timeout", 414: "uri_too_long", 431: "headers_too_large",
+                 505: "http_version_not_supported"}
+        self._error(code, codes.get(code, "bad_request"), message or explain or "the request could not be read")
+
     def _read_body(self) -> bytes | None:
         """The request body, ``b""`` without a Content-Length, ``None`` when too large."""
         try:
@@ -179,7 +191,8 @@ class OutboxHandler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":  # a HEAD answer is the headers alone
+            self.wfile.write(data)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib's name)
         log.debug("%s " + format, self.address_string(), *args)
@@ -199,7 +212,13 @@ def _parse_object(raw: bytes) -> JSONObject | str:
         return too_deep
     if not isinstance(value, dict):
         return "the body must be a JSON object"
-    return value if _depth(value) <= MAX_DEPTH else too_deep
+    if _depth(value) > MAX_DEPTH:
+        return too_deep
+    try:  # what json.loads lets through but no ledger can hold: 1e999 (infinite), "\ud800" (no UTF-8)
+        canonical_json(value).encode("utf-8")
+    except ValueError:
+        return "the body must be a JSON object of finite numbers and valid Unicode text"
+    return value
 
 
 def _depth(value: Any) -> int:
