@@ -39,9 +39,12 @@ FROZEN_RUN_MODULE = "__module__"
 MODULE ARGS...`` runs ``MODULE`` as ``__main__`` with ``ARGS`` (see ``run_module_as_main``)."""
 
 
-def python_argv(module: str, *args: str) -> list[str]:
+def python_argv(module: str, *args: str, python: str | None = None) -> list[str]:
     """``[python, -P, -m, module, *args]`` with this interpreter; in a frozen bundle, which has
-    no interpreter to give ``-m`` to, ``[the bundle's executable, __module__, module, *args]``."""
+    no interpreter to give ``-m`` to, ``[the bundle's executable, __module__, module, *args]``.
+    ``python``: another interpreter (a person's own environment, for their own agent)."""
+    if python is not None:
+        return [python, "-P", "-m", module, *args]
     if getattr(sys, "frozen", False):
         return [sys.executable, FROZEN_RUN_MODULE, module, *args]
     return [sys.executable, "-P", "-m", module, *args]

@@ -41,10 +41,13 @@ class LaunchSpec:
     params: dict[str, str] = field(default_factory=dict)
     limits: dict[str, float] = field(default_factory=dict)
     """CLI limit options without the leading dashes, e.g. {"max-steps": 100}."""
+    python: str | None = None
+    """The interpreter for a person's own agent (``steplog_gui.interpreter``); ``None``: the monitor's."""
 
     def argv(self, killed_at: float | None = None) -> list[str]:
         """The command; ``killed_at`` (a relaunch after Kill now) is recorded with the takeover."""
-        args = python_argv("steplog", "run", self.agent, "--run-id", self.run_id, "--db", str(self.db))
+        args = python_argv("steplog", "run", self.agent, "--run-id", self.run_id, "--db", str(self.db),
+                           python=self.python)
         if killed_at is not None:
             args += ["--killed-at", repr(killed_at)]
         if self.outbox:
@@ -123,8 +126,9 @@ class EngineProcess(QObject):
         self._stderr_path = Path(name)
         killed_at, self._last_kill = self._last_kill, None
         try:
-            self._proc = spawn(self.spec.argv(killed_at), stdout=subprocess.DEVNULL, stderr=fd,
-                               env=child_env(self._env))
+            # Another interpreter gets the environment as it is, none of the monitor's paths.
+            env = child_env(self._env) if self.spec.python is None else dict(self._env or os.environ)
+            self._proc = spawn(self.spec.argv(killed_at), stdout=subprocess.DEVNULL, stderr=fd, env=env)
         finally:
             os.close(fd)
         self._killed_by_us = False
@@ -230,4 +234,6 @@ class EngineProcess(QObject):
                 pass
         if meaning is None:
             meaning = f"died (exit code {code})" if code >= 0 else f"was killed by signal {-code}"
+        if code == 2 and "import" in detail and self.spec is not None and self.spec.python is None:
+            detail += "; if it lives in another Python environment, choose that Python in Run → New run"
         return f"engine {meaning}" + (f": {detail}" if detail and code not in (0,) else "")

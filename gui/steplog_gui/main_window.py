@@ -340,7 +340,7 @@ class MainWindow(QMainWindow):
 
     def new_run(self) -> None:
         outbox = self.demo.outbox.url if self.demo is not None and self.demo.outbox is not None else None
-        dialog = NewRunDialog(self, outbox=outbox)
+        dialog = NewRunDialog(self, outbox=outbox, settings=self.settings)
         if dialog.exec():
             self.start_spec(dialog.spec(self.monitor.path))
 
@@ -368,7 +368,8 @@ class MainWindow(QMainWindow):
             row = _read_run_row(self.monitor.path, run_id)
             recorded = row.get("outbox") if row else None
         spec = LaunchSpec(agent=agent, run_id=run_id, db=self.monitor.path, outbox=recorded,
-                          pace=DEMO_PACE if agent in DEMO_AGENTS else 0.0)
+                          pace=DEMO_PACE if agent in DEMO_AGENTS else 0.0,
+                          python=self.settings.interpreter_for(agent))  # the one its agent was started with
         if agent in DEMO_AGENTS:
             # The demo's own helper: bring its outbox back rather than let the run fail on a dead URL.
             self.statusBar().showMessage(f"resuming {run_id}: starting the demo outbox if it is not running…")

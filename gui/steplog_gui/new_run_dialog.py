@@ -1,14 +1,21 @@
-"""The "New run" dialog: an agent (built-in, ``pkg.mod:fn`` or ``file.py:fn``), params and budgets."""
+"""The "New run" dialog: an agent (built-in, ``pkg.mod:fn`` or ``file.py:fn``), the Python that
+runs it, params and budgets."""
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
-                               QHBoxLayout, QLineEdit, QPushButton, QSpinBox, QWidget)
+                               QHBoxLayout, QLabel, QLineEdit, QMessageBox, QPushButton, QSpinBox, QWidget)
 
+from . import interpreter
 from .demo import DEMO_AGENTS, DEMO_PACE
 from .engine_process import LaunchSpec
+from .settings import Settings
 
 BUILTIN_AGENTS = ("demo", "naive", "flaky")
 
@@ -21,10 +28,15 @@ def _optional_spin(maximum: float, decimals: int = 0) -> QDoubleSpinBox:
     return spin
 
 
+OWN_PYTHON = "the monitor's own"
+
+
 class NewRunDialog(QDialog):
-    def __init__(self, parent: QWidget | None = None, *, outbox: str | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, *, outbox: str | None = None,
+                 settings: Settings | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Start a new run")
+        self._settings = settings
         self.agent = QComboBox()
         self.agent.setEditable(True)
         self.agent.addItems(BUILTIN_AGENTS)
@@ -34,6 +46,22 @@ class NewRunDialog(QDialog):
         agent_row = QHBoxLayout()
         agent_row.addWidget(self.agent, 1)
         agent_row.addWidget(browse)
+        self.python = QComboBox()
+        self.python.setEditable(True)
+        self.python.addItem(OWN_PYTHON)
+        self.python.addItems(settings.interpreters if settings is not None else [])
+        self.python.setToolTip("the Python environment your agent's packages are installed in (it needs steplog "
+                               "too); built-in agents always run on the monitor's own")
+        pick_python = QPushButton("Choose…")
+        pick_python.clicked.connect(self._browse_python)
+        python_row = QHBoxLayout()
+        python_row.addWidget(self.python, 1)
+        python_row.addWidget(pick_python)
+        self._python_widgets = (self.python, pick_python)
+        self.python_note = QLabel()
+        self.python_note.setTextFormat(Qt.TextFormat.PlainText)  # paths and tracebacks, never markup
+        self.python_note.setWordWrap(True)
+        self.agent.currentTextChanged.connect(self._agent_changed)
         self.run_id = QLineEdit(time.strftime("run-%Y%m%d-%H%M%S"))
         self.params = QLineEdit()
         self.params.setPlaceholderText("KEY=VALUE KEY=VALUE …  (e.g. tickets=4)")
@@ -55,6 +83,8 @@ class NewRunDialog(QDialog):
         self.outbox.setPlaceholderText("empty for demo/naive: the demo outbox; else http://127.0.0.1:PORT")
         form = QFormLayout(self)
         form.addRow("Agent", agent_row)
+        form.addRow("Python", python_row)
+        form.addRow("", self.python_note)
         form.addRow("Run id", self.run_id)
         form.addRow("Params", self.params)
         form.addRow("Pace (s per model call)", self.pace)
@@ -67,6 +97,54 @@ class NewRunDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
+        self._agent_changed(self.agent.currentText())
+
+    # -- the interpreter ----------------------------------------------------------------------
+
+    def _agent_changed(self, text: str) -> None:
+        """Built-in agents run on the monitor's own Python; an own agent on the one last chosen for it."""
+        builtin = text.strip() in BUILTIN_AGENTS
+        for widget in self._python_widgets:
+            widget.setEnabled(not builtin)
+        remembered = None if builtin or self._settings is None else \
+            self._settings.interpreter_for(interpreter.canonical_agent(text))
+        self.python.setEditText(remembered or OWN_PYTHON)
+        self._note("")
+
+    def _note(self, text: str) -> None:
+        """What the last check found, under the Python row; no empty row while there is nothing."""
+        self.python_note.setText(text)
+        self.python_note.setVisible(bool(text))
+
+    def _browse_python(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Python interpreter", str(Path(sys.executable).parent))
+        if path:
+            self.python.setEditText(path)
+
+    def chosen_python(self) -> str | None:
+        """The interpreter chosen for this run; ``None``: the monitor's own."""
+        text = self.python.currentText().strip()
+        if not self.python.isEnabled() or text in ("", OWN_PYTHON):
+            return None
+        return str(Path(text).expanduser())
+
+    def accept(self) -> None:
+        """Check the chosen interpreter (and that the agent loads there) before the run starts."""
+        python = self.chosen_python()
+        agent = self.agent.currentText().strip()
+        if python is not None:
+            QGuiApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
+            try:
+                found = interpreter.check(python, agent)
+            finally:
+                QGuiApplication.restoreOverrideCursor()
+            self._note(found.message)
+            if not found.ok:
+                QMessageBox.warning(self, "This agent cannot run there", found.message)
+                return
+        if self._settings is not None and agent not in BUILTIN_AGENTS:
+            self._settings.remember_interpreter(interpreter.canonical_agent(agent), python)
+        super().accept()
 
     def _browse(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Agent file", "", "Python (*.py)")
@@ -84,8 +162,6 @@ class NewRunDialog(QDialog):
             limits["max-seconds"] = self.max_seconds.value()
         if self.max_cost.value():
             limits["max-cost"] = self.max_cost.value()
-        from pathlib import Path
-
         return LaunchSpec(agent=self.agent.currentText().strip(), run_id=self.run_id.text().strip(), db=Path(str(db)),
                           outbox=self.outbox.text().strip() or None, pace=self.pace.value(), params=params,
-                          limits=limits)
+                          limits=limits, python=self.chosen_python())

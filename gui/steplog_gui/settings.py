@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from PySide6.QtCore import QByteArray, QSettings
 
 MAX_RECENT = 8
@@ -65,6 +68,35 @@ class Settings:
     @theme.setter
     def theme(self, value: str) -> None:
         self._s.setValue("view/theme", value)
+
+    @property
+    def interpreters(self) -> list[str]:
+        """Python interpreters chosen for own agents, most recent first."""
+        return [p for p in self._json("run/interpreters", []) if isinstance(p, str)]
+
+    def interpreter_for(self, agent: str) -> str | None:
+        """The interpreter last used for ``agent`` (a canonical spec), if one was chosen."""
+        found = self._json("run/interpreter_by_agent", {}).get(agent)
+        return found if isinstance(found, str) else None
+
+    def remember_interpreter(self, agent: str, python: str | None) -> None:
+        """``python`` runs ``agent`` from now on (``None``: the monitor's own again)."""
+        by_agent = self._json("run/interpreter_by_agent", {})
+        if python is None:
+            by_agent.pop(agent, None)
+        else:
+            by_agent[agent] = python
+            recent = [python] + [p for p in self.interpreters if p != python]
+            self._s.setValue("run/interpreters", json.dumps(recent[:MAX_RECENT]))
+        self._s.setValue("run/interpreter_by_agent", json.dumps(by_agent))
+
+    def _json(self, key: str, default: Any) -> Any:
+        """A JSON value (agent specs hold '/' and ':', which QSettings keys cannot)."""
+        try:
+            value = json.loads(str(self._s.value(key, "")))
+        except ValueError:
+            return default
+        return value if isinstance(value, type(default)) else default
 
     def sync(self) -> None:
         self._s.sync()

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QDialog
 
 from conftest import AGENTS, Engine
 
@@ -113,3 +116,22 @@ def assert_same(bulk: Any, folded: Any, where: str) -> None:
         for field in a._names:
             assert np.array_equal(a[field], b[field], equal_nan=a[field].dtype.kind == "f"), \
                 f"{where}: {columns}.{field}: bulk {a[field]}, folded {b[field]}"
+
+
+def answer_next_modal(act: Callable[[QDialog], None]) -> None:
+    """Answer the modal dialog the next action opens (``exec`` blocks until it is answered); if
+    answering fails, the dialog is rejected so the test fails instead of hanging."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    def answer() -> None:
+        modal = QApplication.activeModalWidget()
+        if modal is None:
+            QTimer.singleShot(20, answer)
+            return
+        try:
+            act(modal)  # type: ignore[arg-type]
+        finally:
+            if modal.isVisible():
+                modal.reject()  # type: ignore[attr-defined]
+    QTimer.singleShot(20, answer)

@@ -4,13 +4,12 @@ step, Retry. Real engines, real subprocess commands, the real window (offscreen)
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
-from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QApplication, QDialog, QMessageBox
+from gui_helpers import answer_next_modal, gui_env, settings, window  # noqa: F401 (fixtures)
+from PySide6.QtWidgets import QDialog, QMessageBox
 
 from conftest import AGENTS, Engine
 from steplog_gui.main_window import MainWindow
@@ -25,22 +24,6 @@ def waiting_run(engine: Engine, tmp_path: Path, run_id: str) -> None:
     done = engine.run("run", APPROVAL, "--run-id", run_id, "--db", str(engine.db),
                       "--param", f"witness={tmp_path / 'w.db'}", "--exit-when-waiting")
     assert done.returncode == 6, done.stderr
-
-
-def answer_next_modal(act: Callable[[QDialog], None]) -> None:
-    """Answer the modal dialog the next action opens (``exec`` blocks until it is answered); if
-    answering fails, the dialog is rejected so the test fails instead of hanging."""
-    def answer() -> None:
-        modal = QApplication.activeModalWidget()
-        if modal is None:
-            QTimer.singleShot(20, answer)
-            return
-        try:
-            act(modal)  # type: ignore[arg-type]
-        finally:
-            if modal.isVisible():
-                modal.reject()  # type: ignore[attr-defined]
-    QTimer.singleShot(20, answer)
 
 
 def shown(qtbot, window: MainWindow, run_id: str) -> None:  # type: ignore[no-untyped-def]
