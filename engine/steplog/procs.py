@@ -89,6 +89,21 @@ def child_env(base: Mapping[str, str] | None = None, *, drop: Sequence[str] = ()
     return env
 
 
+def outside_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this environment) for a program from *outside* this app: in a frozen
+    bundle on Linux the bootloader prepends the bundle's library folder to ``LD_LIBRARY_PATH``
+    (keeping the original in ``LD_LIBRARY_PATH_ORIG``), and another Python would load the
+    bundle's libssl, libsqlite3 or libpython instead of its own."""
+    env = dict(os.environ if base is None else base)
+    if getattr(sys, "frozen", False) and sys.platform.startswith("linux"):
+        original = env.pop("LD_LIBRARY_PATH_ORIG", None)
+        if original:
+            env["LD_LIBRARY_PATH"] = original
+        else:
+            env.pop("LD_LIBRARY_PATH", None)
+    return env
+
+
 def spawn(argv: Sequence[str], *, env: Mapping[str, str] | None = None, stdout: IO[Any] | int | None = None,
           stderr: IO[Any] | int | None = None, cwd: Path | None = None) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a process group of its own, stdin closed."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from steplog.procs import child_env, hard_kill, python_argv, request_stop, spawn, stop_group
+from steplog.procs import child_env, hard_kill, outside_env, python_argv, request_stop, spawn, stop_group
 
 from .monitor import Monitor
 
@@ -127,7 +127,7 @@ class EngineProcess(QObject):
         killed_at, self._last_kill = self._last_kill, None
         try:
             # Another interpreter gets the environment as it is, none of the monitor's paths.
-            env = child_env(self._env) if self.spec.python is None else dict(self._env or os.environ)
+            env = child_env(self._env) if self.spec.python is None else outside_env(self._env)
             self._proc = spawn(self.spec.argv(killed_at), stdout=subprocess.DEVNULL, stderr=fd, env=env)
         finally:
             os.close(fd)

@@ -19,6 +19,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from steplog.procs import outside_env
+
 PROBE_TIMEOUT_S = 30.0
 
 # Runs in the chosen interpreter: any Python 3, so that an old one is told so, not a SyntaxError.
@@ -77,7 +79,7 @@ def check(python: str, agent: str | None = None, *, timeout: float = PROBE_TIMEO
         return Check(False, f"{python} is not executable; choose a Python interpreter, not a script or folder")
     try:
         done = subprocess.run([str(exe), "-c", _PROBE, agent or ""], stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=timeout)
+                              capture_output=True, text=True, timeout=timeout, env=outside_env())
     except subprocess.TimeoutExpired:
         return Check(False, f"{python} did not answer within {timeout:.0f} s (importing the agent hung?)")
     except OSError as exc:

@@ -155,3 +155,17 @@ def test_an_own_agent_runs_with_the_chosen_python_which_is_remembered_and_used_a
     assert settings.interpreter_for(interpreter.canonical_agent(spec)) == str(launcher)
     window.launch_run("own-1", interpreter.canonical_agent(spec))
     assert window.engine.spec is not None and window.engine.spec.python == str(launcher)
+
+
+def test_from_the_desktop_app_another_python_gets_the_library_path_the_person_had(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyInstaller's bootloader puts the bundle's libraries first on LD_LIBRARY_PATH; a person's
+    Python must load its own libssl and libsqlite3, not the bundle's."""
+    from steplog.procs import outside_env
+
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    bundle = {"LD_LIBRARY_PATH": "/opt/steplog/_internal:/usr/local/lib", "LD_LIBRARY_PATH_ORIG": "/usr/local/lib", "HOME": "/h"}
+    assert outside_env(bundle) == {"LD_LIBRARY_PATH": "/usr/local/lib", "HOME": "/h"}
+    assert outside_env({"LD_LIBRARY_PATH": "/opt/steplog/_internal", "HOME": "/h"}) == {"HOME": "/h"}
+    monkeypatch.setattr(sys, "frozen", False)
+    assert outside_env(bundle) == bundle  # not frozen: nothing of the person's is touched
