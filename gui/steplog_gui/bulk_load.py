@@ -22,8 +22,9 @@ import numpy as np
 import numpy.typing as npt
 
 from steplog.events import EventKind
+from steplog.logread import Event
 
-from .repository import KIND_CODES, NULL_SEQ, Event, LogRepository
+from .repository import KIND_CODES, NULL_SEQ, LogRepository
 from .run_state import (COMMITTED, COPIED, EXECUTION_FIELDS, FAILED, GAVE_UP, REDONE, RUNNING, Columns, Kill,
                         RunState)
 

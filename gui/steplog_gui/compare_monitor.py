@@ -15,11 +15,12 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from steplog.agents.trace import TRACE_FILE, read_trace
+from steplog.logread import Event
 
 from . import jobs
 from .compare_state import ComparedRuns, compare
 from .monitor import Monitor
-from .repository import Event, LogNotReady, LogRepository
+from .repository import LogNotReady, LogRepository
 
 POLL_MS = 200
 """How often the trace file's size is looked at (a ``stat``), and the longest a change waits."""

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from steplog.logread import Event
+
 from .bulk_load import RunDetails, add_details
-from .repository import Event
 from .run_state import LogState, RunState
 from .tailer import Tailer
 

@@ -10,11 +10,10 @@ for the window; nothing here ever modifies the file.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +21,7 @@ import numpy.typing as npt
 from steplog.db import inspect, open_readonly
 from steplog.errors import LogError
 from steplog.events import EventKind
+from steplog.logread import EVENT_COLUMNS, Event, events_since, payload
 from steplog.openfiles import identity
 
 KIND_CODES: tuple[EventKind, ...] = (
@@ -32,7 +32,7 @@ KIND_CODES: tuple[EventKind, ...] = (
 """The kinds a columnar read codes as small integers: ``KIND_CODES[code - 1]``; 0 is any other kind."""
 NULL_SEQ = -(2 ** 62)
 """``seq`` of an event that has none, in columns (-1 is taken: the timeline's gave-up marker)."""
-EVENT_COLUMNS = np.dtype([("id", "i8"), ("ts", "f8"), ("incarnation", "i8"), ("code", "i1"), ("seq", "i8")])
+EVENT_ARRAY = np.dtype([("id", "i8"), ("ts", "f8"), ("incarnation", "i8"), ("code", "i1"), ("seq", "i8")])
 USAGE_KEYS = ("steps", "tokens", "tokens_estimated", "cost_usd", "seconds")
 """The usage figures the budget charts draw, as the events' ``usage`` objects name them."""
 USAGE_COLUMNS = np.dtype([("ts", "f8"), *((key, "f8") for key in USAGE_KEYS)])
@@ -48,22 +48,6 @@ class LogUnavailable(Exception):
 
 class LogNotReady(LogUnavailable):
     """The file exists but no engine has created the schema yet (a run is starting)."""
-
-
-class Event(NamedTuple):
-    """One row of the append-only ``event`` table, with ``data`` parsed.
-
-    A ``NamedTuple`` rather than a frozen dataclass: opening a 100k-step run builds 200k of
-    these, and a frozen dataclass's ``__init__`` cost 2.6x as much (measured).
-    """
-
-    id: int
-    run_id: str
-    ts: float
-    incarnation: int
-    kind: str
-    seq: int | None
-    data: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -153,16 +137,12 @@ class LogRepository:
     # -- reads ------------------------------------------------------------------------------
 
     def events_since(self, bookmark: int, *, limit: int = 5000, run_id: str | None = None) -> list[Event]:
-        """Events with ``id > bookmark``, oldest first, at most ``limit`` of them."""
-        if run_id is None:
-            rows = self._query(
-                "SELECT id, run_id, ts, incarnation, kind, seq, data FROM event WHERE id > ? ORDER BY id LIMIT ?",
-                (bookmark, limit))
-        else:
-            rows = self._query(
-                "SELECT id, run_id, ts, incarnation, kind, seq, data FROM event WHERE run_id = ? AND id > ?"
-                " ORDER BY id LIMIT ?", (run_id, bookmark, limit))
-        return [Event(r[0], r[1], r[2], r[3], r[4], r[5], _loads(r[6])) for r in rows]
+        """Events with ``id > bookmark``, oldest first, at most ``limit`` of them (``steplog.logread``)."""
+        conn = self._c()
+        try:
+            return events_since(conn, bookmark, run_id=run_id, limit=limit)
+        except sqlite3.DatabaseError as exc:
+            raise self._unavailable(exc) from exc
 
     # -- columnar reads (opening a run: one pass over its events, no JSON parsed per row) ----
 
@@ -176,13 +156,13 @@ class LogRepository:
         return [r[0] for r in rows]
 
     def event_columns(self, run_id: str, upto: int) -> npt.NDArray[Any]:
-        """The run's events up to ``upto`` as one ``EVENT_COLUMNS`` array, ids ascending (not
+        """The run's events up to ``upto`` as one ``EVENT_ARRAY`` array, ids ascending (not
         necessarily dense: pruning may delete rows). The kind is coded in SQL (``KIND_CODES``)
         and the payload is not read at all: 200k events in ~0.17 s here."""
         sql = (f"SELECT id, ts, incarnation, {_CODE_SQL}, coalesce(seq, {NULL_SEQ}) FROM event"
                " WHERE run_id = ? AND id <= ? ORDER BY id")
         try:
-            return np.fromiter(self._c().execute(sql, (run_id, upto)), dtype=EVENT_COLUMNS)
+            return np.fromiter(self._c().execute(sql, (run_id, upto)), dtype=EVENT_ARRAY)
         except sqlite3.DatabaseError as exc:
             raise self._unavailable(exc) from exc
 
@@ -192,9 +172,9 @@ class LogRepository:
         wanted = [int(i) for i in ids]
         for start in range(0, len(wanted), _IDS_PER_QUERY):
             chunk = wanted[start:start + _IDS_PER_QUERY]
-            rows = self._query("SELECT id, run_id, ts, incarnation, kind, seq, data FROM event WHERE id IN"
+            rows = self._query(f"SELECT {EVENT_COLUMNS} FROM event WHERE id IN"
                                f" ({','.join('?' * len(chunk))}) ORDER BY id", tuple(chunk))
-            out.extend(Event(r[0], r[1], r[2], r[3], r[4], r[5], _loads(r[6])) for r in rows)
+            out.extend(Event.from_row(r) for r in rows)
         return out
 
     def decision_tokens(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
@@ -217,7 +197,7 @@ class LogRepository:
         """The usage object of the run's newest event that carries one (up to ``upto``)."""
         rows = self._query("SELECT json_extract(data, '$.usage') FROM event WHERE run_id = ? AND id <= ?"
                            " AND json_valid(data) AND json_type(data, '$.usage') = 'object' ORDER BY id DESC LIMIT 1", (run_id, upto))
-        return _loads(rows[0][0]) if rows else None
+        return payload(rows[0][0]) if rows else None
 
     def usage_columns(self, run_id: str, upto: int) -> npt.NDArray[Any]:
         """The budget charts' points (``USAGE_COLUMNS``): every event up to ``upto`` that carries
@@ -288,16 +268,6 @@ class LogRepository:
          estimated, cost, started, finished, incarnation) = r
         return StepDetail(rid, seq_, name, kind, status, phase, decision, result, error, attempts, recoveries,
                           tokens_in, tokens_out, bool(estimated), cost, started, finished, incarnation, effects)
-
-
-def _loads(text: str | None) -> dict[str, Any]:
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {"unparsed": text}
-    return value if isinstance(value, dict) else {"value": value}
 
 
 def describe_problem(path: Path) -> str | None:

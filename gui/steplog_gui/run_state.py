@@ -25,9 +25,10 @@ import numpy.typing as npt
 
 from steplog.events import EventKind
 from steplog.lease import process_alive
+from steplog.logread import Event
 from steplog.status import TERMINAL
 
-from .repository import USAGE_KEYS, Event
+from .repository import USAGE_KEYS
 
 ALIVE_CHECK_S = 0.5
 """How long an answer to "is the engine's process alive" is kept (see ``RunState.engine_gone``)."""

@@ -69,7 +69,8 @@ def gui_env(engine: Engine) -> dict[str, str]:
 
 def synthetic_events(run_id: str, steps: int, *, kill_every: int = 0, step_seconds: float = 0.01) -> list[object]:
     """Events of a run with ``steps`` committed steps (a kill every ``kill_every``), for scale tests."""
-    from steplog_gui.repository import Event
+    from steplog.logread import Event
+
 
     events: list[Event] = []
     t, inc = 1_000.0, 1
