@@ -44,4 +44,8 @@ class EventKind(StrEnum):
     """A ``failed`` run was set going again from its failed step (``steplog retry``)."""
     STEP_COPIED = "step_copied"
     """A fork's step taken over from its parent's committed history (never run, no effects sent)."""
+    WORKER_CLAIMED = "worker_claimed"
+    """A worker (``steplog worker``: host, pid) took the run off the queue; its engine starts next."""
+    WORKER_RELEASED = "worker_released"
+    """That worker handed the run back (its engine stopped, exit code said) or saw it end."""
 

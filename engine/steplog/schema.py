@@ -187,7 +187,22 @@ CREATE TABLE signal (
 CREATE INDEX signal_pending ON signal (run_id, name, id) WHERE consumed_seq IS NULL;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# The queue (``steplog submit`` / ``steplog worker``). ``launch``: the engine options a worker
+# starts the run with that the row does not already hold (JSON: pace, base_url, sync,
+# lease_seconds). ``worker_*``: the worker that has the run (host and pid, with boot id and
+# process start time so a dead or reused pid is recognised, as for the lease), from its claim
+# until its engine hands the run back; kept on a run that ended, as who ran it last.
+_V3 = """
+ALTER TABLE run ADD COLUMN launch TEXT;
+ALTER TABLE run ADD COLUMN worker_host TEXT;
+ALTER TABLE run ADD COLUMN worker_pid INTEGER;
+ALTER TABLE run ADD COLUMN worker_boot TEXT;
+ALTER TABLE run ADD COLUMN worker_proc_start REAL;
+ALTER TABLE run ADD COLUMN worker_claimed_at REAL;
+CREATE INDEX run_by_status ON run (status, created_at);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 """``MIGRATIONS[i]`` takes a log from ``user_version`` i to i + 1. Append only; never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
