@@ -25,6 +25,7 @@ is in; one that ended (exit 0, 3, 4, 5) is finished; one whose engine keeps exit
 from __future__ import annotations
 
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -36,8 +37,9 @@ from typing import Any
 
 from .db import open_log
 from .errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_GAVE_UP, EXIT_LEASE_HELD, EXIT_OK, EXIT_WAITING
-from .lease import DEFAULT_LEASE_SECONDS, me
+from .interrupts import STOP_SIGNALS
 from .launch import DIE_WITH_PARENT_ENV
+from .lease import DEFAULT_LEASE_SECONDS, me
 from .procs import child_env, hard_kill, python_argv, request_stop, spawn
 from .queue import Job, claim_next_run, hand_back
 
@@ -82,6 +84,7 @@ class Worker:
         self._not_before: dict[str, float] = {}
         self._parked: set[str] = set()
         self._stopping: str | None = None
+        self._deadline = float("inf")
         self.stats = WorkerStats()
         self.name = f"{me().host}:{me().pid}"
 
@@ -89,7 +92,7 @@ class Worker:
 
     def run(self) -> int:
         """Work until stopped by a signal (or, with ``drain``, until nothing is left); exit 0."""
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in _stop_signals()}
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
         conn = open_log(self.db)
         try:
             self._say(f"steplog worker {self.name}: working on {self.db} ({self.concurrency} at a time"
@@ -101,8 +104,9 @@ class Worker:
                     self._stopping = "drained"
                     break
                 time.sleep(self.poll)
-            self._stop_engines(conn)
         finally:
+            # Also when the loop failed (the log became unwritable): no engine is left behind.
+            self._stop_engines(conn)
             conn.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -114,8 +118,10 @@ class Worker:
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self._stopping is None:
             self._stopping = f"stopped by {signal.Signals(signum).name}"
+        else:  # a second signal: do not wait for the engines' safe points
+            self._deadline = 0.0
 
-    def _fill(self, conn: Any) -> bool:
+    def _fill(self, conn: sqlite3.Connection) -> bool:
         claimed = False
         now = time.monotonic()
         while len(self._engines) < self.concurrency and self._stopping is None:
@@ -139,7 +145,7 @@ class Worker:
         how = f"{job.status}" + (f"; {job.takeover}" if job.takeover else "")
         self._say(f"steplog worker {self.name}: run {job.run_id} ({job.agent}, {how}) -> engine pid {proc.pid}")
 
-    def _reap(self, conn: Any) -> None:
+    def _reap(self, conn: sqlite3.Connection) -> None:
         for rid, engine in list(self._engines.items()):
             code = engine.proc.poll()
             if code is None:
@@ -147,9 +153,13 @@ class Worker:
             del self._engines[rid]
             self._ended(conn, engine, code)
 
-    def _ended(self, conn: Any, engine: _Engine, code: int) -> None:
+    def _ended(self, conn: sqlite3.Connection, engine: _Engine, code: int) -> None:
         rid = engine.job.run_id
-        status = hand_back(conn, rid, exit_code=code)
+        try:
+            status = hand_back(conn, rid, exit_code=code)
+        except sqlite3.Error as exc:  # the claim stays on the row; it lapses with this worker
+            status = None
+            self._say(f"steplog worker {self.name}: could not hand run {rid} back ({exc})")
         what = _ENDED.get(code) or _HANDED_BACK.get(code)
         if what is not None:
             self._abnormal.pop(rid, None)
@@ -173,24 +183,18 @@ class Worker:
         now = time.monotonic()
         return any(t > now for rid, t in self._not_before.items() if rid not in self._parked)
 
-    def _stop_engines(self, conn: Any) -> None:
+    def _stop_engines(self, conn: sqlite3.Connection) -> None:
         """Ask every engine to stop at a safe point; kill what is left after ``grace`` seconds."""
         for engine in self._engines.values():
             request_stop(engine.proc)
-        deadline = time.monotonic() + self.grace
-        while self._engines and time.monotonic() < deadline:
+        self._deadline = min(self._deadline, time.monotonic() + self.grace)
+        while self._engines and time.monotonic() < self._deadline:
             self._reap(conn)
             time.sleep(0.02)
         for engine in self._engines.values():
             hard_kill(engine.proc)
             engine.proc.wait()
         self._reap(conn)
-
-
-def _stop_signals() -> tuple[signal.Signals, ...]:
-    if sys.platform == "win32":
-        return (signal.SIGINT, signal.SIGBREAK)
-    return (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 __all__ = ["MAX_ABNORMAL", "Worker", "WorkerStats"]
