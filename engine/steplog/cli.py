@@ -577,15 +577,27 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
               help="Seconds allowed for each of the reference, the storm and the sweep.")
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep every run's log, workdir and outbox in this folder (default: a temp folder, removed).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="The worker storm instead: --runs queued runs, this many `steplog worker`s sharing them, "
+                   "--kills of whole workers (SIGKILL, then a new worker).")
+@click.option("--runs", type=click.IntRange(min=1), default=30, show_default=True,
+              help="Runs queued for the worker storm (with --workers).")
 @_guard
 def killtest(agent: str, kills: int, seed: int, sweep: bool, as_json: bool, junit: Path | None,
-             params: tuple[str, ...], jobs: int, time_limit: float, keep: Path | None) -> None:
+             params: tuple[str, ...], jobs: int, time_limit: float, keep: Path | None, workers: int | None,
+             runs: int) -> None:
     """Kill AGENT's engine again and again; PASS if nothing was duplicated, lost or redone twice.
 
-    Exit 0 on PASS, 1 on FAIL, 2 on bad usage.
+    With --workers N: kill whole workers that share a queue of --runs runs instead; PASS if every
+    run succeeded and the outbox holds every message once. Exit 0 on PASS, 1 on FAIL, 2 on bad usage.
     """
-    from .killtest.command import run_command
+    from .killtest.command import run_command, run_worker_storm_command
 
+    if workers is not None:
+        if sweep or junit is not None:
+            raise UsageError("--workers runs the worker storm, which has no --sweep or --junit; drop those")
+        sys.exit(run_worker_storm_command(agent, workers=workers, runs=runs, kills=kills, seed=seed, as_json=as_json,
+                                          params=_parse_params(params), time_limit=time_limit, keep=keep))
     sys.exit(run_command(agent, kills=kills, seed=seed, sweep=sweep, as_json=as_json, junit=junit,
                          params=_parse_params(params), jobs=jobs, time_limit=time_limit, keep=keep))
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .agent import Agent
 
 CLAIM_BATCH = 32
-"""Candidates looked at per claim: the oldest few, most of them claimable."""
+"""Candidates read at a time while looking for a claimable one."""
 
 
 def submit(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | None = None,
@@ -92,7 +92,7 @@ _CANDIDATES = (
     " AND (lease_pid IS NULL OR lease_expires IS NULL OR lease_expires <= ? OR lease_host = ?)"
     " AND (status <> 'waiting' OR EXISTS (SELECT 1 FROM signal WHERE signal.run_id = run.id"
     " AND signal.name = run.waiting_for AND signal.consumed_seq IS NULL))"
-    "{agents} ORDER BY created_at, id LIMIT ?"
+    "{agents} ORDER BY created_at, id LIMIT ? OFFSET ?"
 )
 
 
@@ -121,31 +121,41 @@ def claim_next_run(conn: sqlite3.Connection, *, worker: Holder | None = None, ag
     """
     holder = worker or me()
     now = time.time()
-    agent_filter = f" AND agent IN ({', '.join('?' for _ in agents)})" if agents else ""
-    sql = _CANDIDATES.format(agents=agent_filter)
-    args: tuple[Any, ...] = (now, holder.host, *agents, CLAIM_BATCH + len(skip))
+    sql = _CANDIDATES.format(agents=f" AND agent IN ({', '.join('?' for _ in agents)})" if agents else "")
+
+    def first_vacant() -> tuple[sqlite3.Row, str] | None:
+        """Page through the candidates (many may be held by live engines) to the first free one."""
+        offset = 0
+        while True:
+            rows = conn.execute(sql, (now, holder.host, *agents, CLAIM_BATCH, offset)).fetchall()
+            for row in rows:
+                why = _vacant(row, holder, lease_seconds, now) if row["id"] not in skip else None
+                if why is not None:
+                    return row, why
+            if len(rows) < CLAIM_BATCH:
+                return None
+            offset += CLAIM_BATCH
+
     prior = conn.row_factory
     conn.row_factory = sqlite3.Row
     try:
         # Looked at first without the write lock: an idle worker polls without blocking engines.
-        candidates = conn.execute(sql, args).fetchall()
-        if not any(r["id"] not in skip and _vacant(r, holder, lease_seconds, now) for r in candidates):
+        if first_vacant() is None:
             return None
         with immediate(conn):
-            for row in conn.execute(sql, args).fetchall():
-                why = _vacant(row, holder, lease_seconds, now) if row["id"] not in skip else None
-                if why is None:
-                    continue
-                conn.execute(
-                    "UPDATE run SET worker_host = ?, worker_pid = ?, worker_boot = ?, worker_proc_start = ?,"
-                    " worker_claimed_at = ?, updated_at = ? WHERE id = ?",
-                    (holder.host, holder.pid, holder.boot, holder.proc_start, now, now, row["id"]))
-                takeover = why if row["lease_pid"] is not None else None
-                _event(conn, row["id"], now, EventKind.WORKER_CLAIMED, {
-                    "worker": {"host": holder.host, "pid": holder.pid}, "status": row["status"],
-                    **({"takeover": takeover} if takeover else {})})
-                return Job(row["id"], row["agent"], Launch.from_json(row["launch"]), row["status"], takeover)
-        return None
+            found = first_vacant()
+            if found is None:
+                return None  # another worker was quicker
+            row, why = found
+            conn.execute(
+                "UPDATE run SET worker_host = ?, worker_pid = ?, worker_boot = ?, worker_proc_start = ?,"
+                " worker_claimed_at = ?, updated_at = ? WHERE id = ?",
+                (holder.host, holder.pid, holder.boot, holder.proc_start, now, now, row["id"]))
+            takeover = why if row["lease_pid"] is not None else None
+            _event(conn, row["id"], now, EventKind.WORKER_CLAIMED, {
+                "worker": {"host": holder.host, "pid": holder.pid}, "status": row["status"],
+                **({"takeover": takeover} if takeover else {})})
+            return Job(row["id"], row["agent"], Launch.from_json(row["launch"]), row["status"], takeover)
     finally:
         conn.row_factory = prior
 

@@ -260,3 +260,45 @@ def test_worker_storm_three_workers_thirty_demo_runs_every_message_once(tmp_path
     assert result.deliveries == 30 * 4  # three replies and a digest per run
     assert result.worker_kills == 12 and result.kills_landed >= 6 and result.engines_killed >= 6
     assert result.takeovers >= 1 and not result.orphans
+
+
+def test_the_readme_scale_out_commands_do_what_it_says(engine: Engine, tmp_path: Path) -> None:
+    import re
+
+    from test_readme import README, run_shell_block
+
+    shell = re.search(r"### A queue and workers\n.*?```\n(.*?)```", README.read_text(), re.S)
+    assert shell is not None, "the README no longer shows submit and worker"
+    *submitted, worked, listed = run_shell_block(engine, tmp_path, shell.group(1))
+    assert [s.stdout for s in submitted] == ["job-1\n", "job-2\n"], [s.stderr for s in submitted]
+    assert worked.returncode == 0 and "drained; 2 claimed, 2 succeeded" in worked.stderr, worked.stderr
+    assert listed.stdout.count("succeeded") == 2 and listed.stdout.count(" worker ") == 2, listed.stdout
+
+
+def test_claims_page_past_runs_others_hold_and_a_live_workers_claim_is_respected(db: Path) -> None:
+    """In-process: the claim query itself (``queue.claim_next_run``)."""
+    from steplog.agent import resolve
+    from steplog.db import open_log
+    from steplog.lease import Holder, me
+    from steplog.queue import claim_next_run, submit as submit_run
+
+    noop = resolve(f"{AGENTS}:noop")
+    ids = [submit_run(noop, run_id=f"r{i:02d}", db=db, params={"n": 1}) for i in range(40)]
+    conn = open_log(db)
+    try:
+        job = claim_next_run(conn, skip=set(ids[:35]))
+        assert job is not None and (job.run_id, job.status, job.takeover) == ("r35", "queued", None)
+        # Another live worker (our parent process, on this host) claims the oldest one...
+        parent = os.getppid()
+        from steplog.lease import _proc_start
+
+        other = Holder(pid=parent, host=me().host, boot=me().boot, proc_start=_proc_start(parent) or 0.0)
+        taken = claim_next_run(conn, worker=other)
+        assert taken is not None and taken.run_id == "r00"
+        # ...so this worker gets the next one, and a dead worker's claim is free at once.
+        assert (mine := claim_next_run(conn)) is not None and mine.run_id == "r01"
+        dead = Holder(pid=2 ** 22 + 7, host=me().host, boot=me().boot, proc_start=1.0)
+        assert (gone := claim_next_run(conn, worker=dead)) is not None and gone.run_id == "r02"
+        assert (again := claim_next_run(conn, skip={"r01", "r35"})) is not None and again.run_id == "r02"
+    finally:
+        conn.close()

@@ -41,6 +41,8 @@ class WorkerStormResult:
     statuses: dict[str, int]
     """Runs by final status."""
     worker_kills: int
+    kills_asked: int
+    """Kills asked for; fewer land when the runs are all done first."""
     kills_landed: int
     """Worker kills that took at least one live engine down with them."""
     engines_killed: int
@@ -71,7 +73,7 @@ class WorkerStormResult:
 
     def summary(self) -> str:
         return (f"{'PASS' if self.passed else 'FAIL'}: {self.runs} runs {self.statuses}, {self.worker_kills} worker "
-                f"kills ({self.kills_landed} landed, {self.engines_killed} engines with them, "
+                f"kills (of {self.kills_asked} asked; {self.kills_landed} landed, {self.engines_killed} engines with them, "
                 f"{len(self.orphans)} orphans), {self.takeovers} takeovers, {self.deliveries} deliveries, "
                 f"{len(self.duplicate_keys)} duplicate keys, {len(self.stray_deliveries)} stray, "
                 f"{self.duplicate_bodies} duplicate bodies, {self.clean_exits}/{self.workers_stopped} clean "
@@ -135,11 +137,11 @@ def worker_storm(root: Path, *, agent: str = "demo", runs: int = 30, workers: in
         time.sleep(0.5)  # an engine SIGKILLed by its parent's death is reaped by init meanwhile
         orphans = [pid for w in killed for pid in engines_of.get(w.proc.pid, []) if process_alive(pid)]
         ledger = outbox.ledger()
-    return _judge(db, ids, ledger, worker_kills=worker_kills, landed=landed, engines_killed=engines_killed,
+    return _judge(db, ids, ledger, worker_kills=worker_kills, kills_asked=kills, landed=landed, engines_killed=engines_killed,
                   orphans=orphans, codes=codes, seconds=time.monotonic() - started)
 
 
-def _judge(db: Path, ids: list[str], ledger: Any, *, worker_kills: int, landed: int, engines_killed: int,
+def _judge(db: Path, ids: list[str], ledger: Any, *, worker_kills: int, kills_asked: int, landed: int, engines_killed: int,
            orphans: list[int], codes: list[int], seconds: float) -> WorkerStormResult:
     conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
     try:
@@ -155,7 +157,7 @@ def _judge(db: Path, ids: list[str], ledger: Any, *, worker_kills: int, landed: 
     for d in ledger.deliveries:
         delivered[d.key] = delivered.get(d.key, 0) + 1
     return WorkerStormResult(
-        runs=len(ids), statuses=statuses, worker_kills=worker_kills, kills_landed=landed,
+        runs=len(ids), statuses=statuses, worker_kills=worker_kills, kills_asked=kills_asked, kills_landed=landed,
         engines_killed=engines_killed, orphans=orphans, takeovers=int(takeovers), deliveries=len(ledger.deliveries),
         duplicate_keys=sorted(k for k in completed if delivered.get(k, 0) != 1),
         stray_deliveries=sorted(k for k in delivered if k not in completed),
