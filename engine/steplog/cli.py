@@ -395,7 +395,9 @@ def _drive_engine(go: Callable[[], Any]) -> Any:
     except KeyboardInterrupt:
         # SIGTERM, SIGINT and SIGHUP stop the engine at a safe point (``steplog.interrupts``); the
         # lease is released, so the same command resumes at once.
-        _fail("stopped by a signal; run the same command to resume from the last checkpoint", 130)
+        from .errors import EXIT_STOPPED
+
+        _fail("stopped by a signal; run the same command to resume from the last checkpoint", EXIT_STOPPED)
 
 
 def _report(outcome: Any, db: Path | None) -> None:

@@ -36,7 +36,8 @@ from types import FrameType
 from typing import Any
 
 from .db import open_log
-from .errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_GAVE_UP, EXIT_LEASE_HELD, EXIT_OK, EXIT_WAITING
+from .errors import (EXIT_CANCELLED, EXIT_FAILED, EXIT_GAVE_UP, EXIT_LEASE_HELD, EXIT_OK, EXIT_STOPPED,
+                     EXIT_WAITING)
 from .interrupts import STOP_SIGNALS
 from .launch import DIE_WITH_PARENT_ENV
 from .lease import DEFAULT_LEASE_SECONDS, me
@@ -47,8 +48,6 @@ MAX_ABNORMAL = 3
 """Abnormal engine exits in a row after which this worker leaves a run alone."""
 MAX_BACKOFF_SECONDS = 60.0
 STOP_GRACE_SECONDS = 30.0
-EXIT_STOPPED = 130
-"""An engine stopped by a signal (``cli._drive_engine``): the run is resumable, nothing is wrong."""
 
 _ENDED = {EXIT_OK: "succeeded", EXIT_GAVE_UP: "gave up", EXIT_FAILED: "failed", EXIT_CANCELLED: "was cancelled"}
 _HANDED_BACK = {EXIT_WAITING: "waits for a signal", EXIT_LEASE_HELD: "is held by another engine",
