@@ -304,3 +304,14 @@ def test_claims_page_past_runs_others_hold_and_a_live_workers_claim_is_respected
         assert (again := claim_next_run(conn, skip={"r01", "r35"})) is not None and again.run_id == "r02"
     finally:
         conn.close()
+
+
+def test_killtest_workers_runs_the_worker_storm_from_the_command_line(engine: Engine, tmp_path: Path) -> None:
+    done = engine.run("killtest", "demo", "--workers", "2", "--runs", "4", "--kills", "2", "--seed", "3",
+                      "--param", "tickets=1", "--json", "--keep", str(tmp_path / "kept"), timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["passed"] and report["statuses"] == {"succeeded": 4} and report["deliveries"] == 4 * 2
+    assert (tmp_path / "kept" / "steplog.db").exists()
+    refused = engine.run("killtest", "demo", "--workers", "2", "--sweep")
+    assert refused.returncode == 2 and "--workers" in refused.stderr
