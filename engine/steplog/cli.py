@@ -6,11 +6,14 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 from .errors import EXIT_USAGE, SteplogError, UsageError
+
+if TYPE_CHECKING:
+    from .launch import Launch
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -279,9 +282,8 @@ def retry(run_id: str, db: Path | None, force: bool, no_start: bool, **engine: A
     """Run a `failed` run again from its failed step, with fresh attempt counters."""
     from .agent import resolve
     from .control import prepare_retry
-    from .launch import Launch
 
-    prepared = prepare_retry(run_id, db=db, force=force, launch=Launch.from_options(engine))
+    prepared = prepare_retry(run_id, db=db, force=force, launch=_launch_given(engine))
     for warning in prepared.warnings:
         click.echo(f"steplog: {warning}", err=True)
     if no_start:
@@ -309,12 +311,11 @@ def fork(run_id: str, at_step: int, new_run_id: str | None, db: Path | None, wor
     """Start a new run from RUN_ID's steps before --at-step (copied, not run again), then run it."""
     from .control import fork as fork_run
     from .db import default_db_path
-    from .launch import Launch
 
     path = db or default_db_path()
     agent, prepared = fork_run(run_id, at_step, new_run_id=new_run_id, db=path, params=_parse_params(params),
                                limits=_limits(engine), workdir=workdir, outbox=outbox, model=engine["model"],
-                               launch=Launch.from_options(engine))
+                               launch=_launch_given(engine))
     click.echo(prepared.run_id)
     click.echo(f"steplog: run {prepared.run_id} forked from {run_id} at step {at_step} ({prepared.copied} step(s) "
                f"copied, workdir {prepared.workdir})", err=True)
@@ -325,6 +326,15 @@ def fork(run_id: str, at_step: int, new_run_id: str | None, db: Path | None, wor
 
 
 _LIMIT_OPTIONS = ("max_steps", "max_tokens", "max_seconds", "max_cost", "max_retries")
+
+
+def _launch_given(o: dict[str, Any]) -> Launch | None:
+    """The engine options given for ``retry``/``fork`` as a ``Launch``, or ``None`` when all are
+    defaults: the run keeps how it was queued (a fork: its parent's)."""
+    from .launch import Launch
+
+    launch = Launch.from_options(o)
+    return None if launch == Launch() else launch
 
 
 @cli.command()

@@ -174,6 +174,8 @@ def test_retry_and_fork_no_start_leave_runs_queued_for_workers(engine: Engine, t
     assert made.returncode == 0, made.stderr
     assert engine.status("f")["status"] == "queued" and engine.status("f2")["status"] == "queued"
     assert json.loads(engine.query("SELECT launch FROM run WHERE id = 'f'")[0][0])["pace"] == 0.01
+    # A fork given no engine options is started as its parent would be.
+    assert json.loads(engine.query("SELECT launch FROM run WHERE id = 'f2'")[0][0])["pace"] == 0.01
     done = drain(engine)
     assert "2 claimed, 2 succeeded" in done.stderr
     assert engine.status("f")["status"] == engine.status("f2")["status"] == "succeeded"
