@@ -91,8 +91,8 @@ class Worker:
 
     def run(self) -> int:
         """Work until stopped by a signal (or, with ``drain``, until nothing is left); exit 0."""
+        conn = open_log(self.db)  # a foreign or damaged log is refused before anything starts
         previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
-        conn = open_log(self.db)
         try:
             self._say(f"steplog worker {self.name}: working on {self.db} ({self.concurrency} at a time"
                       + (f", agents {', '.join(self.agents)}" if self.agents else "") + ")")
