@@ -316,7 +316,8 @@ class Journal:
         """The run now waits for signal ``name``: status ``waiting``, the wait's deadline kept in
         the step's decision (so a resumed engine keeps the same deadline)."""
         now = self._clock()
-        with self._tx(run_sets="status = 'waiting', waiting_for = ?, waiting_since = ?", run_args=(name, now)):
+        with self._tx(run_sets="status = 'waiting', waiting_for = ?, waiting_since = ?, waiting_until = ?",
+                      run_args=(name, now, decision.get("deadline"))):
             self.conn.execute("UPDATE step SET phase = 'waiting', decision = ? WHERE run_id = ? AND seq = ?",
                               (dumps(decision), self.run_id, seq))
             self._event(EventKind.WAITING, seq, {"signal": name, "deadline": decision.get("deadline"),

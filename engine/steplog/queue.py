@@ -4,9 +4,10 @@
   run`` does, then records the run as ``queued`` with how to start it (``launch``). Nothing runs.
 - **claim** (``claim_next_run``, a worker's): the oldest run that nobody works on: ``queued`` ones,
   ``running`` ones whose engine is gone (same host: dead now; elsewhere: lease expired; the rules
-  of ``lease.vacancy``), and ``waiting`` ones whose signal has arrived. The worker writes its
-  identity on the row (``worker_*``) and an event, then starts an engine, which takes the lease
-  as any engine does (a kill before that is a dead claim: taken over like a dead lease).
+  of ``lease.vacancy``), and ``waiting`` ones whose signal has arrived or whose wait timed out.
+  The worker writes its identity on the row (``worker_*``) and an event, then starts an engine,
+  which takes the lease as any engine does (a kill before that is a dead claim: taken over like
+  a dead lease).
 - **hand back** (``hand_back``): the worker's engine exited; the run carries the worker's name
   no longer (unless it ended, then it says who ran it last).
 
@@ -77,7 +78,8 @@ class Job:
     agent: str
     launch: Launch
     status: str
-    """Its status when claimed (``queued``, ``running`` after a dead engine, ``waiting`` with its signal in)."""
+    """Its status when claimed (``queued``, ``running`` after a dead engine, ``waiting`` with its
+    signal in or its wait timed out)."""
     takeover: str | None
     """Why the previous engine's lease was free (``None``: no engine had it)."""
 
@@ -90,8 +92,8 @@ _CANDIDATES = (
     " worker_pid, worker_host, worker_boot, worker_proc_start, worker_claimed_at FROM run"
     " WHERE status IN ('queued', 'running', 'waiting')"
     " AND (lease_pid IS NULL OR lease_expires IS NULL OR lease_expires <= ? OR lease_host = ?)"
-    " AND (status <> 'waiting' OR EXISTS (SELECT 1 FROM signal WHERE signal.run_id = run.id"
-    " AND signal.name = run.waiting_for AND signal.consumed_seq IS NULL))"
+    " AND (status <> 'waiting' OR waiting_until <= ? OR EXISTS (SELECT 1 FROM signal"
+    " WHERE signal.run_id = run.id AND signal.name = run.waiting_for AND signal.consumed_seq IS NULL))"
     "{agents} ORDER BY created_at, id LIMIT ? OFFSET ?"
 )
 
@@ -127,7 +129,7 @@ def claim_next_run(conn: sqlite3.Connection, *, worker: Holder | None = None, ag
         """Page through the candidates (many may be held by live engines) to the first free one."""
         offset = 0
         while True:
-            rows = conn.execute(sql, (now, holder.host, *agents, CLAIM_BATCH, offset)).fetchall()
+            rows = conn.execute(sql, (now, holder.host, now, *agents, CLAIM_BATCH, offset)).fetchall()
             for row in rows:
                 why = _vacant(row, holder, lease_seconds, now) if row["id"] not in skip else None
                 if why is not None:

@@ -192,8 +192,11 @@ CREATE INDEX signal_pending ON signal (run_id, name, id) WHERE consumed_seq IS N
 # lease_seconds). ``worker_*``: the worker that has the run (host and pid, with boot id and
 # process start time so a dead or reused pid is recognised, as for the lease), from its claim
 # until its engine hands the run back; kept on a run that ended, as who ran it last.
+# ``waiting_until``: the deadline of the wait a ``waiting`` run is in (NULL: none), so a worker
+# takes up a run whose wait timed out with no engine, as it does one whose signal came.
 _V3 = """
 ALTER TABLE run ADD COLUMN launch TEXT;
+ALTER TABLE run ADD COLUMN waiting_until REAL;
 ALTER TABLE run ADD COLUMN worker_host TEXT;
 ALTER TABLE run ADD COLUMN worker_pid INTEGER;
 ALTER TABLE run ADD COLUMN worker_boot TEXT;

@@ -56,6 +56,7 @@ class RunRow(SQLModel, table=True):
     waiting_since: Optional[float] = None
     cancel_requested: Optional[str] = None
     launch: Optional[str] = None
+    waiting_until: Optional[float] = None
     worker_host: Optional[str] = None
     worker_pid: Optional[int] = None
     worker_boot: Optional[str] = None

@@ -17,7 +17,7 @@ engines with it (``procs.die_with_parent``), so a worker on the same host takes 
 at once and one elsewhere when the leases expire.
 
 Not spun on: a run whose engine exited waiting (exit 6) is claimable again only once its signal
-is in; one that ended (exit 0, 3, 4, 5) is finished; one whose engine keeps exiting abnormally
+is in or its wait timed out; one that ended (exit 0, 3, 4, 5) is finished; one whose engine keeps exiting abnormally
 (a crash, exit 1 or 2: an agent that no longer imports, a full disk) is tried again after 1, 2,
 4... s and left alone by this worker after ``MAX_ABNORMAL`` exits in a row.
 """

@@ -317,3 +317,17 @@ def test_killtest_workers_runs_the_worker_storm_from_the_command_line(engine: En
     assert (tmp_path / "kept" / "steplog.db").exists()
     refused = engine.run("killtest", "demo", "--workers", "2", "--sweep")
     assert refused.returncode == 2 and "--workers" in refused.stderr
+
+
+def test_a_waiting_run_whose_wait_times_out_is_taken_up_without_a_signal(engine: Engine, tmp_path: Path) -> None:
+    rid = submit(engine, APPROVAL, "--param", "n=1", "--param", "timeout=1.5", "--param", f"witness={tmp_path / 'w.db'}")
+    worker = engine.start("worker", "--db", str(engine.db), "--poll", "0.05")
+    try:
+        wait_until(lambda: status_of(engine, rid) == "succeeded", timeout=60)
+        os.kill(worker.pid, signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+    finally:
+        if worker.poll() is None:
+            kill_group(worker)
+    assert engine.status(rid)["result"] == {"approved": None, "sent": 1}
+    assert claims(engine, rid) == 2  # once queued, once when the wait had timed out
