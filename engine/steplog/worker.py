@@ -33,7 +33,6 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from .db import open_log
 from .errors import (EXIT_CANCELLED, EXIT_FAILED, EXIT_GAVE_UP, EXIT_LEASE_HELD, EXIT_OK, EXIT_STOPPED,
@@ -160,6 +159,7 @@ class Worker:
             status = None
             self._say(f"steplog worker {self.name}: could not hand run {rid} back ({exc})")
         what = _ENDED.get(code) or _HANDED_BACK.get(code)
+        more = ""
         if what is not None:
             self._abnormal.pop(rid, None)
             self._not_before.pop(rid, None)
@@ -169,13 +169,13 @@ class Worker:
             if n >= MAX_ABNORMAL:
                 self._parked.add(rid)
                 self.stats.parked.append(rid)
-                what += f"; left alone after {n} such exits (run it by hand to see why: steplog run " \
-                        f"{engine.job.agent} --run-id {rid} --db {self.db})"
+                more = (f"; left alone after {n} such exits (run it by hand to see why: steplog run "
+                        f"{engine.job.agent} --run-id {rid} --db {self.db})")
             else:
                 self._not_before[rid] = time.monotonic() + min(MAX_BACKOFF_SECONDS, 2.0 ** (n - 1))
-        self.stats.finished[what.split(";")[0]] = self.stats.finished.get(what.split(";")[0], 0) + 1
+        self.stats.finished[what] = self.stats.finished.get(what, 0) + 1
         seconds = time.monotonic() - engine.started
-        self._say(f"steplog worker {self.name}: run {rid} {what} (exit {code}, status {status or '?'}, "
+        self._say(f"steplog worker {self.name}: run {rid} {what}{more} (exit {code}, status {status or '?'}, "
                   f"{seconds:.1f} s)")
 
     def _backing_off(self) -> bool:
