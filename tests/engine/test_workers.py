@@ -264,6 +264,8 @@ def test_worker_storm_three_workers_thirty_demo_runs_every_message_once(tmp_path
     assert result.deliveries == 30 * 4  # three replies and a digest per run
     assert result.worker_kills == 12 and result.kills_landed >= 6 and result.engines_killed >= 6
     assert result.takeovers >= 1 and not result.orphans
+    # Taken over at once (a free slot away), never after the 15 s lease of a dead engine.
+    assert result.takeover_seconds and max(result.takeover_seconds) < 12, result.takeover_seconds
 
 
 def test_the_readme_scale_out_commands_do_what_it_says(engine: Engine, tmp_path: Path) -> None:

@@ -51,6 +51,9 @@ class WorkerStormResult:
     """Engines of killed workers still alive afterwards (must be none)."""
     takeovers: int
     """Claims of a run whose previous engine was gone (``worker_claimed`` with a takeover)."""
+    takeover_seconds: list[float]
+    """For each engine killed with its worker while holding a run: from the worker's kill to the
+    next engine's ``lease_acquired`` on that run (another worker's, or the restarted one's)."""
     deliveries: int
     duplicate_keys: list[str]
     """Keys a log says were completed but the outbox delivered a different number of times than once."""
@@ -65,6 +68,12 @@ class WorkerStormResult:
     seconds: float
     details: list[str] = field(default_factory=list)
 
+    def _latency(self) -> str:
+        if not self.takeover_seconds:
+            return ""
+        ordered = sorted(self.takeover_seconds)
+        return f" (kill -> next engine on the run: median {ordered[len(ordered) // 2]:.2f} s, max {ordered[-1]:.2f} s)"
+
     @property
     def passed(self) -> bool:
         return (self.statuses == {"succeeded": self.runs} and not self.orphans and not self.duplicate_keys
@@ -74,7 +83,7 @@ class WorkerStormResult:
     def summary(self) -> str:
         return (f"{'PASS' if self.passed else 'FAIL'}: {self.runs} runs {self.statuses}, {self.worker_kills} worker "
                 f"kills (of {self.kills_asked} asked; {self.kills_landed} landed, {self.engines_killed} engines with them, "
-                f"{len(self.orphans)} orphans), {self.takeovers} takeovers, {self.deliveries} deliveries, "
+                f"{len(self.orphans)} orphans), {self.takeovers} takeovers{self._latency()}, {self.deliveries} deliveries, "
                 f"{len(self.duplicate_keys)} duplicate keys, {len(self.stray_deliveries)} stray, "
                 f"{self.duplicate_bodies} duplicate bodies, {self.clean_exits}/{self.workers_stopped} clean "
                 f"stops, {self.seconds:.1f} s")
@@ -113,6 +122,7 @@ def worker_storm(root: Path, *, agent: str = "demo", runs: int = 30, workers: in
             start()
         worker_kills = landed = engines_killed = 0
         killed: list[_WorkerProc] = []
+        killed_at: dict[int, float] = {}
         deadline = time.monotonic() + time_limit
         next_kill = time.monotonic() + rng.uniform(*gap)
         try:
@@ -123,6 +133,8 @@ def worker_storm(root: Path, *, agent: str = "demo", runs: int = 30, workers: in
                 if worker_kills < kills and time.monotonic() >= next_kill:
                     victim = procs.pop(rng.randrange(len(procs)))
                     live = [pid for pid in _engine_pids(victim.log) if process_alive(pid)]
+                    for pid in live:
+                        killed_at[pid] = time.time()
                     kill_group(victim.proc)
                     worker_kills += 1
                     landed += bool(live)
@@ -137,11 +149,12 @@ def worker_storm(root: Path, *, agent: str = "demo", runs: int = 30, workers: in
         time.sleep(0.5)  # an engine SIGKILLed by its parent's death is reaped by init meanwhile
         orphans = [pid for w in killed for pid in engines_of.get(w.proc.pid, []) if process_alive(pid)]
         ledger = outbox.ledger()
-    return _judge(db, ids, ledger, worker_kills=worker_kills, kills_asked=kills, landed=landed, engines_killed=engines_killed,
+    return _judge(db, ids, ledger, killed_at, worker_kills=worker_kills, kills_asked=kills, landed=landed,
+                  engines_killed=engines_killed,
                   orphans=orphans, codes=codes, seconds=time.monotonic() - started)
 
 
-def _judge(db: Path, ids: list[str], ledger: Any, *, worker_kills: int, kills_asked: int, landed: int, engines_killed: int,
+def _judge(db: Path, ids: list[str], ledger: Any, killed_at: dict[int, float], *, worker_kills: int, kills_asked: int, landed: int, engines_killed: int,
            orphans: list[int], codes: list[int], seconds: float) -> WorkerStormResult:
     conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
     try:
@@ -151,6 +164,9 @@ def _judge(db: Path, ids: list[str], ledger: Any, *, worker_kills: int, kills_as
         completed = {key for rid in ids for key in completed_post_keys(conn, rid)}
         takeovers = conn.execute("SELECT count(*) FROM event WHERE kind = 'worker_claimed'"
                                  " AND json_extract(data, '$.takeover') IS NOT NULL").fetchone()[0]
+        latencies = [ts - killed_at[int(pid)] for ts, pid in conn.execute(
+            "SELECT ts, json_extract(data, '$.previous_pid') FROM event WHERE kind = 'lease_acquired'"
+            " AND json_extract(data, '$.previous_pid') IS NOT NULL") if int(pid) in killed_at]
     finally:
         conn.close()
     delivered: dict[str, int] = {}
@@ -158,7 +174,8 @@ def _judge(db: Path, ids: list[str], ledger: Any, *, worker_kills: int, kills_as
         delivered[d.key] = delivered.get(d.key, 0) + 1
     return WorkerStormResult(
         runs=len(ids), statuses=statuses, worker_kills=worker_kills, kills_asked=kills_asked, kills_landed=landed,
-        engines_killed=engines_killed, orphans=orphans, takeovers=int(takeovers), deliveries=len(ledger.deliveries),
+        engines_killed=engines_killed, orphans=orphans, takeovers=int(takeovers),
+        takeover_seconds=[round(x, 3) for x in latencies], deliveries=len(ledger.deliveries),
         duplicate_keys=sorted(k for k in completed if delivered.get(k, 0) != 1),
         stray_deliveries=sorted(k for k in delivered if k not in completed),
         duplicate_bodies=sum(len(ledger.for_run(rid).duplicates()) for rid in ids), clean_exits=sum(1 for c in codes if c == 0),
