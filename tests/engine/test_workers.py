@@ -9,38 +9,17 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from conftest import AGENTS, Engine, kill_group
 from steplog.lease import process_alive
+from test_run_control import applied, wait_until
 
 WITNESS = f"{AGENTS}:witness"
 APPROVAL = f"{AGENTS}:approval"
 FIXABLE = f"{AGENTS}:fixable"
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
-def applied(witness: Path) -> list[tuple[str, int]]:
-    import sqlite3
-
-    if not witness.exists():
-        return []
-    conn = sqlite3.connect(witness)
-    try:
-        return [(k, i) for k, i in conn.execute("SELECT key, i FROM applied ORDER BY rowid")]
-    except sqlite3.OperationalError:  # the first engine is creating the table right now
-        return []
-    finally:
-        conn.close()
 
 
 def submit(engine: Engine, *args: str) -> str:
