@@ -19,6 +19,7 @@ from .errors import LeaseHeld, UsageError
 from .events import EventKind
 from .integrity import probe
 from .journal import dumps
+from .launch import Launch
 from .lease import me, vacancy
 from .policies import Budget
 from .status import TERMINAL
@@ -100,18 +101,22 @@ def _select(conn: sqlite3.Connection, run_id: str) -> sqlite3.Row | None:
     return row
 
 
-def _create(conn: sqlite3.Connection, req: Request, now: float) -> sqlite3.Row:
+def create_run(conn: sqlite3.Connection, req: Request, now: float, *, launch: Launch | None = None) -> sqlite3.Row:
+    """Insert the run row and its ``run_created`` event (inside the caller's transaction).
+    With ``launch`` the run is ``queued`` (``steplog submit``): a worker starts it later that way."""
     req.agent.require_outbox(req.outbox)
     b = req.agent.budget.merged(**req.limits)
     workdir = (req.workdir or req.db_path.parent / "runs" / req.run_id).expanduser().resolve()
     conn.execute(
         "INSERT INTO run (id, agent, model, params, workdir, outbox, limit_steps, limit_tokens, limit_seconds,"
-        " limit_cost_usd, limit_retries, limit_recoveries, created_at, updated_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " limit_cost_usd, limit_retries, limit_recoveries, created_at, updated_at, status, launch)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (req.run_id, req.spec, req.model, dumps(req.params), str(workdir), req.outbox, b.max_steps, b.max_tokens,
-         b.max_seconds, b.max_cost_usd, b.max_retries, b.max_recoveries, now, now))
+         b.max_seconds, b.max_cost_usd, b.max_retries, b.max_recoveries, now, now,
+         "running" if launch is None else "queued", None if launch is None else launch.to_json()))
     _event(conn, req.run_id, now, 0, EventKind.RUN_CREATED, {
-        "agent": req.spec, "params": req.params, "model": req.model or "offline", "budget": _limits_json(b)})
+        "agent": req.spec, "params": req.params, "model": req.model or "offline", "budget": _limits_json(b),
+        **({"queued": True, "launch": json.loads(launch.to_json())} if launch is not None else {})})
     created = _select(conn, req.run_id)
     assert created is not None
     return created
@@ -157,6 +162,8 @@ def _take_lease(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, now: f
     conn.execute(
         "UPDATE run SET incarnation = ?, lease_pid = ?, lease_host = ?, lease_boot = ?, lease_proc_start = ?,"
         " lease_expires = ?, updated_at = ?,"
+        # A queued run (submitted, or retried or forked with --no-start) is running once an engine has it.
+        " status = CASE WHEN status = 'queued' THEN 'running' ELSE status END,"
         # Reservations of a dead engine stay charged: its model call may have been billed. The
         # amount is an upper bound, not a reported usage, so it counts as estimated.
         " used_tokens = used_tokens + reserved_tokens, tokens_estimated = tokens_estimated + reserved_tokens,"
@@ -192,7 +199,7 @@ def claim(conn: sqlite3.Connection, req: Request) -> Claimed | Finished:
         row = _select(conn, req.run_id)
         resumed = row is not None and row["incarnation"] > 0  # a fork's first engine starts it
         if row is None:
-            row = _create(conn, req, now)
+            row = create_run(conn, req, now)
         else:
             _check_resume(row, req)
             raised = budget_of(row).merged(**req.limits) if any(v is not None for v in req.limits.values()) else None

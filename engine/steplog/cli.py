@@ -6,11 +6,14 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 from .errors import EXIT_USAGE, SteplogError, UsageError
+
+if TYPE_CHECKING:
+    from .launch import Launch
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -199,7 +202,15 @@ def _execute_with(agent: Any, o: dict[str, Any], *, run_id: str | None, db: Path
 def run(agent: str, run_id: str | None, db: Path | None, workdir: Path | None, outbox: str | None,
         params: tuple[str, ...], killed_at: float | None, **engine: Any) -> None:
     """Start or resume a run of AGENT (a built-in name, pkg.mod:fn or file.py:fn)."""
+    import os
+
     from .agent import resolve
+    from .launch import DIE_WITH_PARENT_ENV
+
+    if DIE_WITH_PARENT_ENV in os.environ:  # a worker's engine: it dies with its worker
+        from .procs import die_with_parent
+
+        die_with_parent()
 
     _execute_with(resolve(agent), engine, run_id=run_id, db=db, workdir=workdir, outbox=outbox,
                   params=_parse_params(params), killed_at=killed_at)
@@ -272,12 +283,12 @@ def retry(run_id: str, db: Path | None, force: bool, no_start: bool, **engine: A
     from .agent import resolve
     from .control import prepare_retry
 
-    prepared = prepare_retry(run_id, db=db, force=force)
+    prepared = prepare_retry(run_id, db=db, force=force, launch=_launch_given(engine))
     for warning in prepared.warnings:
         click.echo(f"steplog: {warning}", err=True)
     if no_start:
         click.echo(f"run {run_id} is set to run again from its failed step; run it: "
-                   f"steplog run {prepared.agent} --run-id {run_id}")
+                   f"steplog run {prepared.agent} --run-id {run_id} (or leave it to `steplog worker`)")
         return
     _execute_with(resolve(prepared.agent), engine, run_id=run_id, db=db)
 
@@ -303,7 +314,8 @@ def fork(run_id: str, at_step: int, new_run_id: str | None, db: Path | None, wor
 
     path = db or default_db_path()
     agent, prepared = fork_run(run_id, at_step, new_run_id=new_run_id, db=path, params=_parse_params(params),
-                               limits=_limits(engine), workdir=workdir, outbox=outbox, model=engine["model"])
+                               limits=_limits(engine), workdir=workdir, outbox=outbox, model=engine["model"],
+                               launch=_launch_given(engine))
     click.echo(prepared.run_id)
     click.echo(f"steplog: run {prepared.run_id} forked from {run_id} at step {at_step} ({prepared.copied} step(s) "
                f"copied, workdir {prepared.workdir})", err=True)
@@ -316,13 +328,86 @@ def fork(run_id: str, at_step: int, new_run_id: str | None, db: Path | None, wor
 _LIMIT_OPTIONS = ("max_steps", "max_tokens", "max_seconds", "max_cost", "max_retries")
 
 
+def _launch_given(o: dict[str, Any]) -> Launch | None:
+    """The engine options given for ``retry``/``fork`` as a ``Launch``, or ``None`` when all are
+    defaults: the run keeps how it was queued (a fork: its parent's)."""
+    from .launch import Launch
+
+    launch = Launch.from_options(o)
+    return None if launch == Launch() else launch
+
+
+@cli.command()
+@click.argument("agent")
+@click.option("--run-id", default=None, help="The new run's id (default: a new one, printed).")
+@db_option
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the agent's file effects go (default: runs/RUN_ID beside the log).")
+@click.option("--outbox", default=None, help="Base URL of the messages service built-in agents post to.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="An agent parameter (repeatable).")
+@_engine_options
+@_guard
+def submit(agent: str, run_id: str | None, db: Path | None, workdir: Path | None, outbox: str | None,
+           params: tuple[str, ...], **engine: Any) -> None:
+    """Record a run of AGENT as `queued` for `steplog worker`; print its id. Nothing runs here.
+
+    Takes the options of `steplog run` and refuses what it refuses (exit 2, nothing written).
+    """
+    from .agent import resolve
+    from .launch import Launch
+    from .queue import submit as submit_run
+
+    rid = submit_run(resolve(agent), run_id=run_id, db=db, workdir=workdir, outbox=outbox,
+                     params=_parse_params(params), limits=_limits(engine), model=engine["model"],
+                     launch=Launch.from_options(engine))
+    click.echo(rid)
+
+
+@cli.command()
+@db_option
+@click.option("--concurrency", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Runs worked on at once, each in an engine process of its own.")
+@click.option("--lease-seconds", type=float, default=None,
+              help="Lease of this worker's claims and engines (default 15): how long another host waits "
+                   "for a silent one before taking its runs over.")
+@click.option("--agents", default=None, metavar="SPEC,...", help="Claim runs of these agents only.")
+@click.option("--drain", is_flag=True, help="Exit 0 once no run is left to claim and its engines are done.")
+@click.option("--poll", type=click.FloatRange(0.01, 60), default=0.2, show_default=True,
+              help="Seconds between looks at the queue when idle.")
+@click.option("--grace", type=click.FloatRange(0, 3600), default=30.0, show_default=True,
+              help="On SIGTERM: seconds the engines get to stop at a safe point before they are killed.")
+@_guard
+def worker(db: Path | None, concurrency: int, lease_seconds: float | None, agents: str | None, drain: bool,
+           poll: float, grace: float) -> None:
+    """Run queued runs, and runs whose engine is gone, until stopped (SIGTERM: exit 0).
+
+    Many workers, on one host or many, may share one log. Exit 0 when stopped by a signal (or
+    drained), 2 on bad usage, 1 when the log cannot be written.
+    """
+    from .agent import resolve
+    from .db import default_db_path
+    from .lease import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
+    from .policies import check_seconds
+    from .worker import Worker
+
+    lease = DEFAULT_LEASE_SECONDS if lease_seconds is None else lease_seconds
+    check_seconds("--lease-seconds", lease, zero_ok=False, most=MAX_LEASE_SECONDS)
+    specs = [resolve(a.strip()).default_spec() for a in (agents or "").split(",") if a.strip()]
+    if agents is not None and not specs:
+        raise UsageError("--agents needs at least one agent spec, e.g. --agents demo,my_pkg.agent:main")
+    sys.exit(Worker(db or default_db_path(), concurrency=concurrency, lease_seconds=lease, agents=specs,
+                    drain=drain, poll=poll, grace=grace).run())
+
+
 def _drive_engine(go: Callable[[], Any]) -> Any:
     try:
         return go()
     except KeyboardInterrupt:
         # SIGTERM, SIGINT and SIGHUP stop the engine at a safe point (``steplog.interrupts``); the
         # lease is released, so the same command resumes at once.
-        _fail("stopped by a signal; run the same command to resume from the last checkpoint", 130)
+        from .errors import EXIT_STOPPED
+
+        _fail("stopped by a signal; run the same command to resume from the last checkpoint", EXIT_STOPPED)
 
 
 def _report(outcome: Any, db: Path | None) -> None:
@@ -384,6 +469,8 @@ def _describe(s: dict[str, Any]) -> str:
     state += engine.get(s["engine"], "") if s["status"] in ("running", "waiting") else ""
     if "forked_from" in s:
         state += f"  (forked from {s['forked_from']['run_id']} at step {s['forked_from']['at_step']})"
+    if s.get("worker"):
+        state += f"  (worker {s['worker']['host']}:{s['worker']['pid']})"
     return (f"{s['run_id']}  {s['agent']}  {state}"
             + (f" ({s['reason']})" if s["reason"] else "")
             + f"\n  steps {fmt(budget['steps'])}  executions {s['step_executions']} (redone/retried {redone})"
@@ -414,8 +501,9 @@ def runs(db: Path | None, as_json: bool) -> None:
         click.echo("no runs yet")
     for s in rows:
         state = "stopped" if s["status"] == "running" and s["engine"] in ("gone", "none") else s["status"]
+        worker = f"  worker {s['worker']['host']}:{s['worker']['pid']}" if s.get("worker") else ""
         click.echo(f"{s['run_id']:<28} {s['agent']:<20} {state:<10} steps {s['steps_committed']:>5}"
-                   f"  incarnations {s['incarnations']}")
+                   f"  incarnations {s['incarnations']}{worker}")
 
 
 @cli.command()
@@ -501,15 +589,27 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
               help="Seconds allowed for each of the reference, the storm and the sweep.")
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep every run's log, workdir and outbox in this folder (default: a temp folder, removed).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="The worker storm instead: --runs queued runs, this many `steplog worker`s sharing them, "
+                   "--kills of whole workers (SIGKILL, then a new worker).")
+@click.option("--runs", type=click.IntRange(min=1), default=30, show_default=True,
+              help="Runs queued for the worker storm (with --workers).")
 @_guard
 def killtest(agent: str, kills: int, seed: int, sweep: bool, as_json: bool, junit: Path | None,
-             params: tuple[str, ...], jobs: int, time_limit: float, keep: Path | None) -> None:
+             params: tuple[str, ...], jobs: int, time_limit: float, keep: Path | None, workers: int | None,
+             runs: int) -> None:
     """Kill AGENT's engine again and again; PASS if nothing was duplicated, lost or redone twice.
 
-    Exit 0 on PASS, 1 on FAIL, 2 on bad usage.
+    With --workers N: kill whole workers that share a queue of --runs runs instead; PASS if every
+    run succeeded and the outbox holds every message once. Exit 0 on PASS, 1 on FAIL, 2 on bad usage.
     """
-    from .killtest.command import run_command
+    from .killtest.command import run_command, run_worker_storm_command
 
+    if workers is not None:
+        if sweep or junit is not None:
+            raise UsageError("--workers runs the worker storm, which has no --sweep or --junit; drop those")
+        sys.exit(run_worker_storm_command(agent, workers=workers, runs=runs, kills=kills, seed=seed, as_json=as_json,
+                                          params=_parse_params(params), time_limit=time_limit, keep=keep))
     sys.exit(run_command(agent, kills=kills, seed=seed, sweep=sweep, as_json=as_json, junit=junit,
                          params=_parse_params(params), jobs=jobs, time_limit=time_limit, keep=keep))
 

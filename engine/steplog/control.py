@@ -36,7 +36,9 @@ from .errors import ControlRefused, UnknownRun, UsageError
 from .events import EventKind
 from .integrity import probe
 from .journal import dumps
+from .launch import Launch
 from .lease import vacancy
+from .queue import enqueue
 from .status import TERMINAL
 
 if TYPE_CHECKING:
@@ -198,8 +200,10 @@ def _failure_kind(conn: sqlite3.Connection, run_id: str, reason: str) -> str:
     return "step"
 
 
-def prepare_retry(run_id: str, *, db: Path | None = None, force: bool = False) -> RetryPrepared:
-    """Set a ``failed`` run going again from its failed step, with fresh attempt counters.
+def prepare_retry(run_id: str, *, db: Path | None = None, force: bool = False,
+                  launch: Launch | None = None) -> RetryPrepared:
+    """Set a ``failed`` run going again from its failed step, with fresh attempt counters: it is
+    ``queued`` until an engine takes it (``launch``: how a worker starts it; default: as before).
 
     Refused without ``force`` for non-determinism (the code no longer matches the log: fork
     instead) and for an effect that needs reconciliation (sending it again may duplicate it).
@@ -237,10 +241,11 @@ def prepare_retry(run_id: str, *, db: Path | None = None, force: bool = False) -
         # The failed step starts afresh (attempts and recoveries from zero); its history stays in the events.
         conn.execute("DELETE FROM step WHERE run_id = ? AND status = 'failed'", (run_id,))
         conn.execute(
-            "UPDATE run SET status = 'running', reason = NULL, result = NULL, finished_at = NULL, used_retries = 0,"
+            "UPDATE run SET reason = NULL, result = NULL, finished_at = NULL, used_retries = 0,"
             " cancel_requested = NULL, updated_at = ? WHERE id = ?", (now, run_id))
+        enqueue(conn, run_id, launch)
         _event(conn, row, now, EventKind.RETRIED, {"previous_reason": reason, "failure": kind, "forced": force,
-                                                   "steps": failed, "resent": resent})
+                                                   "steps": failed, "resent": resent, "queued": True})
         return RetryPrepared(run_id, row["agent"], kind, tuple(warnings))
 
 
@@ -281,7 +286,7 @@ def _contiguous_committed(conn: sqlite3.Connection, run_id: str, before: int) ->
 def fork(parent_id: str, at_step: int, *, new_run_id: str | None = None, db: Path | None = None,
          params: dict[str, Any] | None = None, limits: dict[str, Any] | None = None,
          workdir: Path | None = None, outbox: str | None = None, model: str | None = None,
-         ) -> tuple[Agent[..., Any], ForkPrepared]:
+         launch: Launch | None = None) -> tuple[Agent[..., Any], ForkPrepared]:
     """``prepare_fork`` with the parent's agent resolved and the new id made or checked: what
     ``steplog fork`` and ``steplog.fork`` do before running the fork."""
     from .agent import resolve
@@ -302,14 +307,15 @@ def fork(parent_id: str, at_step: int, *, new_run_id: str | None = None, db: Pat
     check_run_id(new_id)
     agent.budget.merged(**(limits or {}))  # out-of-range limits refused before anything is written
     return agent, prepare_fork(parent_id, at_step, agent=agent, new_run_id=new_id, db=path, params=params,
-                               limits=limits, workdir=workdir, outbox=outbox, model=model)
+                               limits=limits, workdir=workdir, outbox=outbox, model=model, launch=launch)
 
 
 def prepare_fork(parent_id: str, at_step: int, *, agent: Agent[..., Any], new_run_id: str,
                  db: Path | None = None, params: dict[str, Any] | None = None,
                  limits: dict[str, Any] | None = None, workdir: Path | None = None,
-                 outbox: str | None = None, model: str | None = None) -> ForkPrepared:
-    """Create run ``new_run_id`` from ``parent_id``'s committed steps ``1..at_step-1``.
+                 outbox: str | None = None, model: str | None = None, launch: Launch | None = None) -> ForkPrepared:
+    """Create run ``new_run_id`` from ``parent_id``'s committed steps ``1..at_step-1``, ``queued``
+    until an engine takes it (``launch``: how a worker starts it).
 
     ``params`` override the parent's (bound as for a new run), ``limits`` its budget. The new
     workdir starts as a copy of the parent's as it is now (files its later steps wrote
@@ -336,6 +342,7 @@ def prepare_fork(parent_id: str, at_step: int, *, agent: Agent[..., Any], new_ru
             with immediate(conn):
                 copied = _insert_fork(conn, parent, at_step, new_run_id, bound, budget, target,
                                       outbox or parent["outbox"], model or parent["model"], now)
+                enqueue(conn, new_run_id, launch or Launch.from_json(parent["launch"]))
             _move_into(staged, target)
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)

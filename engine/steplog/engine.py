@@ -135,6 +135,24 @@ class _SecondsWatchdog(threading.Thread):
         self._stop_event.set()
 
 
+def check_start(agent: Agent[..., Any], *, run_id: str | None, outbox: str | None, params: dict[str, Any] | None,
+                limits: dict[str, Any] | None, pace: float, lease_seconds: float, new: bool) -> dict[str, Any]:
+    """Refuse a bad start before the log is even opened (``steplog run`` and ``steplog submit``
+    alike): the params bound to the agent's signature, or ``UsageError``. ``new``: surely a new
+    run, so a missing outbox the agent needs is refused now too."""
+    bound = bind_params(agent, params or {})
+    if run_id is not None:
+        check_run_id(run_id)
+    if outbox is not None and not outbox.startswith(("http://", "https://")):
+        raise UsageError(f"--outbox {outbox!r} is not an http(s) URL; start one with `steplog outbox --port 0`")
+    if new:
+        agent.require_outbox(outbox)
+    check_seconds("--pace", pace, zero_ok=True, most=MAX_PACE_SECONDS)
+    check_seconds("--lease-seconds", lease_seconds, zero_ok=False, most=MAX_LEASE_SECONDS)
+    agent.budget.merged(**(limits or {}))  # out-of-range limits are refused before the log is opened
+    return bound
+
+
 def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | None = None,
             workdir: Path | None = None, outbox: str | None = None, params: dict[str, Any] | None = None,
             limits: dict[str, Any] | None = None, model: str | None = None, base_url: str | None = None,
@@ -151,16 +169,8 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | Non
     waits for a signal, release it and return (status ``waiting``) instead of waiting.
     """
     spec = agent.default_spec()
-    bound = bind_params(agent, params or {})
-    if run_id is not None:
-        check_run_id(run_id)
-    if outbox is not None and not outbox.startswith(("http://", "https://")):
-        raise UsageError(f"--outbox {outbox!r} is not an http(s) URL; start one with `steplog outbox --port 0`")
-    if run_id is None:  # surely a new run: refuse before the log is even opened
-        agent.require_outbox(outbox)
-    check_seconds("--pace", pace, zero_ok=True, most=MAX_PACE_SECONDS)
-    check_seconds("--lease-seconds", lease_seconds, zero_ok=False, most=MAX_LEASE_SECONDS)
-    agent.budget.merged(**(limits or {}))  # out-of-range limits are refused before the log is opened
+    bound = check_start(agent, run_id=run_id, outbox=outbox, params=params, limits=limits, pace=pace,
+                        lease_seconds=lease_seconds, new=run_id is None)
     if killed_at is not None and not (math.isfinite(killed_at) and 0 < killed_at <= time.time() + 60):
         raise UsageError(f"--killed-at must be the Unix time of a kill that happened (got {killed_at})")
     db_path = Path(db) if db else default_db_path()

@@ -63,6 +63,8 @@ EXIT_FAILED = 4
 EXIT_CANCELLED = 5
 EXIT_WAITING = 6
 EXIT_LEASE_HELD = 75
+EXIT_STOPPED = 130
+"""Stopped by a signal at a safe point (SIGTERM, SIGINT): the run is resumable, nothing is wrong."""
 
 
 class SteplogError(Exception):

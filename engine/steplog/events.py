@@ -47,3 +47,8 @@ class EventKind(StrEnum):
     RUNS_PRUNED = "runs_pruned"
     """``steplog prune`` removed these finished runs (``runs``; ``archive`` if they were archived
     first). Its ``run_id`` is ``""``: it belongs to no run, and it stays when they are gone."""
+    WORKER_CLAIMED = "worker_claimed"
+    """A worker (``steplog worker``: host, pid) took the run off the queue; its engine starts next."""
+    WORKER_RELEASED = "worker_released"
+    """That worker handed the run back (its engine stopped, exit code said) or saw it end."""
+

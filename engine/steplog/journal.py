@@ -136,6 +136,8 @@ class Journal:
         self.run_id = run_id
         self.incarnation = incarnation
         self.usage = usage
+        self._committed = dict(vars(usage))
+        """``usage``'s fields as the log holds them: restored when a write fails (see ``_tx``)."""
         self._clock = clock
         self._monotonic = monotonic
         self._t0 = monotonic()
@@ -204,8 +206,13 @@ class Journal:
                     raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
                 yield conn
                 conn.execute("COMMIT")
+                self._committed = dict(vars(self.usage))  # a plain dict: this runs twice per step
             except BaseException as exc:
                 rollback(conn)
+                # The counters the callers raised for this write were not written: forget them,
+                # or releasing the lease next (which writes them too) would record a step that
+                # was never committed.
+                vars(self.usage).update(self._committed)
                 if isinstance(exc, sqlite3.Error):
                     raise LogWriteError(
                         f"writing the log failed ({exc}); nothing was half-written: free disk space or fix the "
@@ -323,7 +330,8 @@ class Journal:
         """The run now waits for signal ``name``: status ``waiting``, the wait's deadline kept in
         the step's decision (so a resumed engine keeps the same deadline)."""
         now = self._clock()
-        with self._tx(run_sets="status = 'waiting', waiting_for = ?, waiting_since = ?", run_args=(name, now)):
+        with self._tx(run_sets="status = 'waiting', waiting_for = ?, waiting_since = ?, waiting_until = ?",
+                      run_args=(name, now, decision.get("deadline"))):
             self.conn.execute("UPDATE step SET phase = 'waiting', decision = ? WHERE run_id = ? AND seq = ?",
                               (dumps(decision), self.run_id, seq))
             self._event(EventKind.WAITING, seq, {"signal": name, "deadline": decision.get("deadline"),

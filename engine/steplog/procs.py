@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from .launch import DIE_WITH_PARENT_ENV
+
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 """The folder holding this ``steplog/`` package."""
 
@@ -113,6 +115,35 @@ def spawn(argv: Sequence[str], *, env: Mapping[str, str] | None = None, stdout: 
                                 creationflags=subprocess.CREATE_NEW_PROCESS_GROUP)
     return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                             env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True)
+
+
+def die_with_parent() -> None:
+    """If ``DIE_WITH_PARENT_ENV`` names this process's parent, arrange to be SIGKILLed when it
+    dies: a worker killed with SIGKILL takes its engines with it (as a kill of the whole tree
+    would), so their runs' leases are free for another worker at once. Linux: the kernel does
+    it (``prctl(PR_SET_PDEATHSIG)``); elsewhere a thread watches the parent every 0.2 s. A parent
+    already gone by now is noticed too. The variable is removed, so grandchildren are unaffected."""
+    value = os.environ.pop(DIE_WITH_PARENT_ENV, "")
+    if not value.isdigit():
+        return
+    parent = int(value)
+    if sys.platform == "linux":
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) == 0:
+            if os.getppid() != parent:  # it died before the prctl: we were reparented already
+                os._exit(137)
+            return
+    import threading
+
+    def watch() -> None:
+        while _alive(parent) and (sys.platform == "win32" or os.getppid() == parent):
+            time.sleep(0.2)
+        os._exit(137)  # as if killed: nothing is flushed, the lease is left to the next engine
+
+    threading.Thread(target=watch, name="steplog-parent-watch", daemon=True).start()
 
 
 def hard_kill(proc: subprocess.Popen[Any]) -> bool:

@@ -225,7 +225,25 @@ WHEN NOT EXISTS (SELECT 1 FROM pruned WHERE run_id = OLD.id AND state = 'pruning
 BEGIN SELECT RAISE(ABORT, 'a run is removed only by steplog prune'); END;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+# The queue (``steplog submit`` / ``steplog worker``). ``launch``: the engine options a worker
+# starts the run with that the row does not already hold (JSON: pace, base_url, sync,
+# lease_seconds). ``worker_*``: the worker that has the run (host and pid, with boot id and
+# process start time so a dead or reused pid is recognised, as for the lease), from its claim
+# until its engine hands the run back; kept on a run that ended, as who ran it last.
+# ``waiting_until``: the deadline of the wait a ``waiting`` run is in (NULL: none), so a worker
+# takes up a run whose wait timed out with no engine, as it does one whose signal came.
+_V4 = """
+ALTER TABLE run ADD COLUMN launch TEXT;
+ALTER TABLE run ADD COLUMN waiting_until REAL;
+ALTER TABLE run ADD COLUMN worker_host TEXT;
+ALTER TABLE run ADD COLUMN worker_pid INTEGER;
+ALTER TABLE run ADD COLUMN worker_boot TEXT;
+ALTER TABLE run ADD COLUMN worker_proc_start REAL;
+ALTER TABLE run ADD COLUMN worker_claimed_at REAL;
+CREATE INDEX run_by_status ON run (status, created_at);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 """``MIGRATIONS[i]`` takes a log from ``user_version`` i to i + 1. Append only; never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

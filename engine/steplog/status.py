@@ -28,21 +28,25 @@ _SELECT = (
     "SELECT id, agent, model, status, reason, result, workdir, outbox, params, used_steps, step_executions,"
     " incarnation, limit_steps, limit_tokens, limit_seconds, limit_cost_usd, used_tokens + reserved_tokens,"
     " tokens_estimated, used_seconds, used_cost_usd + reserved_cost_usd, used_retries, limit_retries,"
-    " created_at, updated_at, finished_at, lease_pid, lease_host, {control} FROM run"
+    " created_at, updated_at, finished_at, lease_pid, lease_host, {control}, {queue} FROM run"
 )
 _CONTROL = "parent_run_id, parent_step, waiting_for, waiting_since"
 _NO_CONTROL = "NULL, NULL, NULL, NULL"  # a schema-1 log read without migrating it (read-only)
+_QUEUE = "worker_host, worker_pid"
+_NO_QUEUE = "NULL, NULL"  # a schema-1 or -2 log read without migrating it
 
 
 def _select_sql(conn: sqlite3.Connection) -> str:
-    has_control = conn.execute("SELECT 1 FROM pragma_table_info('run') WHERE name = 'parent_run_id'").fetchone()
-    return _SELECT.format(control=_CONTROL if has_control else _NO_CONTROL)
+    columns = {r[0] for r in conn.execute("SELECT name FROM pragma_table_info('run')")}
+    return _SELECT.format(control=_CONTROL if "parent_run_id" in columns else _NO_CONTROL,
+                          queue=_QUEUE if "worker_pid" in columns else _NO_QUEUE)
 
 
 def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
     (rid, agent, model, status, reason, result, workdir, outbox, params, steps, executions, incarnation,
      l_steps, l_tokens, l_seconds, l_cost, tokens, tokens_est, seconds, cost, retries, l_retries,
-     created, updated, finished, lease_pid, lease_host, parent, parent_step, waiting_for, waiting_since) = r
+     created, updated, finished, lease_pid, lease_host, parent, parent_step, waiting_for, waiting_since,
+     worker_host, worker_pid) = r
     out: dict[str, Any] = {
         "run_id": rid,
         "agent": agent,
@@ -68,6 +72,8 @@ def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
         "finished_at": finished,
         "lease_pid": lease_pid,
         "engine": _engine(status, lease_pid, lease_host),
+        # The worker (steplog worker) that has the run, or for a finished run the one that ran it last.
+        "worker": {"host": worker_host, "pid": worker_pid} if worker_pid is not None else None,
     }
     if parent is not None:
         out["forked_from"] = {"run_id": parent, "at_step": parent_step}

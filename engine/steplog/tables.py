@@ -55,6 +55,13 @@ class RunRow(SQLModel, table=True):
     waiting_for: Optional[str] = None
     waiting_since: Optional[float] = None
     cancel_requested: Optional[str] = None
+    launch: Optional[str] = None
+    waiting_until: Optional[float] = None
+    worker_host: Optional[str] = None
+    worker_pid: Optional[int] = None
+    worker_boot: Optional[str] = None
+    worker_proc_start: Optional[float] = None
+    worker_claimed_at: Optional[float] = None
 
 
 class StepRow(SQLModel, table=True):

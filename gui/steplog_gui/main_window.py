@@ -469,7 +469,7 @@ class MainWindow(QMainWindow):
         self.act_kill_window.setText("Armed: kills at the next effect" if self.engine.window_armed
                                      else "Kill at next act→record window")
         self.act_stop.setEnabled(running)
-        self.act_resume.setEnabled(not running and run is not None and run.status in ("running", "waiting", "gave_up"))
+        self.act_resume.setEnabled(not running and run is not None and run.status in ("queued", "running", "waiting", "gave_up"))
         self.act_demo.setEnabled(not running)
         if not running and self.auto_kill.isChecked():
             self.auto_kill.setChecked(False)

@@ -73,3 +73,27 @@ def test_a_full_disk_under_the_workdir_stops_the_run_resumably_not_failed(tiny_f
         assert conn.execute("SELECT count(*), count(DISTINCT i) FROM applied").fetchone() == (120, 120)
     finally:
         conn.close()
+
+
+def test_a_failed_checkpoint_is_not_counted_when_the_lease_is_released(engine: Engine) -> None:
+    """The engine raises its usage counters before a step's write; when that write fails, releasing
+    the lease (which writes the counters too) must not record the step that was never committed."""
+    import sqlite3
+
+    db = str(engine.db)
+    assert engine.run("run", f"{AGENTS}:noop", "--run-id", "first", "--db", db, "--param", "n=0").returncode == 0
+    conn = sqlite3.connect(engine.db)  # the third step's checkpoint fails as a full disk would
+    conn.execute("CREATE TRIGGER fail_third BEFORE UPDATE OF status ON step WHEN NEW.seq = 3"
+                 " AND NEW.status = 'committed' BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END")
+    conn.commit()
+    conn.close()
+    args = ["run", f"{AGENTS}:noop", "--run-id", "r", "--db", db, "--param", "n=5"]
+    done = engine.run(*args)
+    assert done.returncode == 1 and "writing the log failed" in done.stderr, done.stderr
+    assert engine.query("SELECT used_steps, step_executions FROM run WHERE id = 'r'") == [(2, 3)]
+    conn = sqlite3.connect(engine.db)
+    conn.execute("DROP TRIGGER fail_third")
+    conn.commit()
+    conn.close()
+    assert engine.run(*args).returncode == 0
+    assert engine.query("SELECT used_steps FROM run WHERE id = 'r'") == [(5,)]

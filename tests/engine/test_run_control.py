@@ -31,6 +31,8 @@ def applied(witness: Path) -> list[tuple[str, int]]:
     conn = sqlite3.connect(witness)
     try:
         return [(k, i) for k, i in conn.execute("SELECT key, i FROM applied ORDER BY rowid")]
+    except sqlite3.OperationalError:  # the first engine is creating the table right now
+        return []
     finally:
         conn.close()
 

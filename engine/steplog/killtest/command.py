@@ -7,10 +7,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .harness import Options, killtest
 from .junit import write_junit
+
+if TYPE_CHECKING:
+    from .workers import WorkerStormResult
 
 EXIT_PASS, EXIT_FAIL = 0, 1
 
@@ -65,3 +68,26 @@ def run_command(agent: str, *, kills: int, seed: int, sweep: bool, as_json: bool
     if junit is not None:
         write_junit(report, junit)
     return EXIT_PASS if report.passed else EXIT_FAIL
+
+
+def run_worker_storm_command(agent: str, *, workers: int, runs: int, kills: int, seed: int, as_json: bool,
+                             params: dict[str, str], time_limit: float, keep: Path | None) -> int:
+    """``steplog killtest AGENT --workers N``: the worker storm (``killtest.workers``)."""
+    from dataclasses import asdict
+
+    from .workers import worker_storm
+
+    def storm(root: Path) -> WorkerStormResult:
+        return worker_storm(root, agent=agent, runs=runs, workers=workers, kills=kills, seed=seed,
+                            params=params, time_limit=time_limit)
+
+    if keep is not None:
+        result = storm(keep)
+    else:
+        with tempfile.TemporaryDirectory(prefix="steplog-killtest-workers-") as tmp:
+            result = storm(Path(tmp))
+    if as_json:
+        print(json.dumps({"passed": result.passed, **asdict(result)}, ensure_ascii=False))
+    else:
+        print(result.summary())
+    return EXIT_PASS if result.passed else EXIT_FAIL

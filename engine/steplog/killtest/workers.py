@@ -1,0 +1,207 @@
+"""The worker storm: several ``steplog worker`` processes share one queue, and whole workers are
+SIGKILLed at random moments and started again.
+
+What it proves: a worker's death loses nothing and duplicates nothing. Its engines die with it
+(``procs.die_with_parent``), another worker takes their runs over at once (same host: the dead
+holder is seen dead), every run ends ``succeeded``, and the outbox's own ledger holds each
+message exactly once: every key a run's log says it completed delivered once, no delivery
+without one, and no body delivered under two keys.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..agent import resolve
+from ..errors import SteplogError
+from ..evidence import completed_post_keys
+from ..launch import Launch
+from ..lease import process_alive
+from ..outbox import start_outbox
+from ..procs import child_env, kill_group, python_argv, spawn, stop_group
+from ..queue import submit
+from ..status import TERMINAL
+
+
+@dataclass
+class _WorkerProc:
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class WorkerStormResult:
+    runs: int
+    statuses: dict[str, int]
+    """Runs by final status."""
+    worker_kills: int
+    kills_asked: int
+    """Kills asked for; fewer land when the runs are all done first."""
+    kills_landed: int
+    """Worker kills that took at least one live engine down with them."""
+    engines_killed: int
+    """Engines alive at the moment their worker was SIGKILLed (all must be gone after)."""
+    orphans: list[int]
+    """Engines of killed workers still alive afterwards (must be none)."""
+    takeovers: int
+    """Claims of a run whose previous engine was gone (``worker_claimed`` with a takeover)."""
+    takeover_seconds: list[float]
+    """For each engine killed with its worker while holding a run: from the worker's kill to the
+    next engine's ``lease_acquired`` on that run (another worker's, or the restarted one's)."""
+    deliveries: int
+    duplicate_keys: list[str]
+    """Keys a log says were completed but the outbox delivered a different number of times than once."""
+    stray_deliveries: list[str]
+    """Deliveries whose key no run's log completed."""
+    duplicate_bodies: int
+    """Groups of equal bodies one run had delivered under different keys (runs of one demo send
+    equal bodies to each other: those are not duplicates)."""
+    clean_exits: int
+    """Workers that exited 0 when stopped with SIGTERM at the end."""
+    workers_stopped: int
+    seconds: float
+    details: list[str] = field(default_factory=list)
+
+    def _latency(self) -> str:
+        if not self.takeover_seconds:
+            return ""
+        ordered = sorted(self.takeover_seconds)
+        return f" (kill -> next engine on the run: median {ordered[len(ordered) // 2]:.2f} s, max {ordered[-1]:.2f} s)"
+
+    @property
+    def passed(self) -> bool:
+        return (self.statuses == {"succeeded": self.runs} and not self.orphans and not self.duplicate_keys
+                and not self.stray_deliveries and not self.duplicate_bodies
+                and self.clean_exits == self.workers_stopped)
+
+    def summary(self) -> str:
+        return (f"{'PASS' if self.passed else 'FAIL'}: {self.runs} runs {self.statuses}, {self.worker_kills} worker "
+                f"kills (of {self.kills_asked} asked; {self.kills_landed} landed, {self.engines_killed} engines with them, "
+                f"{len(self.orphans)} orphans), {self.takeovers} takeovers{self._latency()}, {self.deliveries} deliveries, "
+                f"{len(self.duplicate_keys)} duplicate keys, {len(self.stray_deliveries)} stray, "
+                f"{self.duplicate_bodies} duplicate bodies, {self.clean_exits}/{self.workers_stopped} clean "
+                f"stops, {self.seconds:.1f} s")
+
+
+def worker_storm(root: Path, *, agent: str = "demo", runs: int = 30, workers: int = 3, concurrency: int = 2,
+                 kills: int = 10, seed: int = 0, params: dict[str, Any] | None = None, pace: float = 0.0,
+                 gap: tuple[float, float] = (0.3, 1.2), time_limit: float = 120.0) -> WorkerStormResult:
+    """Queue ``runs`` runs of ``agent`` in a fresh log under ``root``, work them with ``workers``
+    workers, SIGKILL a random worker ``kills`` times (``gap`` seconds apart, drawn from
+    ``random.Random(seed)``) and start a new one each time; then stop the workers with SIGTERM
+    and judge from the log and the outbox's ledger."""
+    root.mkdir(parents=True, exist_ok=True)
+    db = root / "steplog.db"
+    rng = random.Random(seed)
+    started = time.monotonic()
+    spec = resolve(agent)
+    with start_outbox(root / "outbox.db") as outbox:
+        ids = [submit(spec, run_id=f"w{i:03d}", db=db, outbox=outbox.url, params=dict(params or {}),
+                      launch=Launch(pace=pace, sync="normal")) for i in range(runs)]
+        procs: list[_WorkerProc] = []
+        engines_of: dict[int, list[int]] = {}
+        n_started = 0
+
+        def start() -> None:
+            nonlocal n_started
+            n_started += 1
+            log = root / f"worker-{n_started}.log"
+            with open(log, "wb") as err:
+                proc = spawn(python_argv("steplog", "worker", "--db", str(db), "--concurrency", str(concurrency),
+                                         "--poll", "0.05", "--grace", "20"),
+                             env=child_env(), stdout=subprocess.DEVNULL, stderr=err)
+            procs.append(_WorkerProc(proc, log))
+
+        for _ in range(workers):
+            start()
+        worker_kills = landed = engines_killed = 0
+        killed: list[_WorkerProc] = []
+        killed_at: dict[int, float] = {}
+        deadline = time.monotonic() + time_limit
+        next_kill = time.monotonic() + rng.uniform(*gap)
+        try:
+            while not _all_ended(db, ids):
+                if time.monotonic() > deadline:
+                    raise SteplogError(f"the worker storm did not finish within {time_limit:.0f} s; "
+                                       f"its logs are in {root}")
+                if worker_kills < kills and time.monotonic() >= next_kill:
+                    victim = procs.pop(rng.randrange(len(procs)))
+                    live = [pid for pid in _engine_pids(victim.log) if process_alive(pid)]
+                    for pid in live:
+                        killed_at[pid] = time.time()
+                    kill_group(victim.proc)
+                    worker_kills += 1
+                    landed += bool(live)
+                    engines_killed += len(live)
+                    engines_of[victim.proc.pid] = live
+                    killed.append(victim)
+                    start()
+                    next_kill = time.monotonic() + rng.uniform(*gap)
+                time.sleep(0.02)
+        finally:
+            codes = [stop_group(w.proc, grace=30.0) for w in procs]
+        time.sleep(0.5)  # an engine SIGKILLed by its parent's death is reaped by init meanwhile
+        orphans = [pid for w in killed for pid in engines_of.get(w.proc.pid, []) if process_alive(pid)]
+        ledger = outbox.ledger()
+    return _judge(db, ids, ledger, killed_at, worker_kills=worker_kills, kills_asked=kills, landed=landed,
+                  engines_killed=engines_killed,
+                  orphans=orphans, codes=codes, seconds=time.monotonic() - started)
+
+
+def _judge(db: Path, ids: list[str], ledger: Any, killed_at: dict[int, float], *, worker_kills: int, kills_asked: int, landed: int, engines_killed: int,
+           orphans: list[int], codes: list[int], seconds: float) -> WorkerStormResult:
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        statuses: dict[str, int] = {}
+        for (status,) in conn.execute("SELECT status FROM run"):
+            statuses[status] = statuses.get(status, 0) + 1
+        completed = {key for rid in ids for key in completed_post_keys(conn, rid)}
+        takeovers = conn.execute("SELECT count(*) FROM event WHERE kind = 'worker_claimed'"
+                                 " AND json_extract(data, '$.takeover') IS NOT NULL").fetchone()[0]
+        latencies = [ts - killed_at[int(pid)] for ts, pid in conn.execute(
+            "SELECT ts, json_extract(data, '$.previous_pid') FROM event WHERE kind = 'lease_acquired'"
+            " AND json_extract(data, '$.previous_pid') IS NOT NULL") if int(pid) in killed_at]
+    finally:
+        conn.close()
+    delivered: dict[str, int] = {}
+    for d in ledger.deliveries:
+        delivered[d.key] = delivered.get(d.key, 0) + 1
+    return WorkerStormResult(
+        runs=len(ids), statuses=statuses, worker_kills=worker_kills, kills_asked=kills_asked, kills_landed=landed,
+        engines_killed=engines_killed, orphans=orphans, takeovers=int(takeovers),
+        takeover_seconds=[round(x, 3) for x in latencies], deliveries=len(ledger.deliveries),
+        duplicate_keys=sorted(k for k in completed if delivered.get(k, 0) != 1),
+        stray_deliveries=sorted(k for k in delivered if k not in completed),
+        duplicate_bodies=sum(len(ledger.for_run(rid).duplicates()) for rid in ids), clean_exits=sum(1 for c in codes if c == 0),
+        workers_stopped=len(codes), seconds=seconds)
+
+
+def _all_ended(db: Path, ids: list[str]) -> bool:
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=5)
+    try:
+        marks = ", ".join("?" for _ in TERMINAL)
+        done = conn.execute(f"SELECT count(*) FROM run WHERE status IN ({marks})", tuple(TERMINAL)).fetchone()[0]
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        conn.close()
+    return int(done) >= len(ids)
+
+
+def _engine_pids(log: Path) -> list[int]:
+    """The engines a worker says it started (``... -> engine pid N``)."""
+    pids = []
+    for line in log.read_text(errors="replace").splitlines():
+        head, sep, tail = line.rpartition("-> engine pid ")
+        if sep and tail.strip().isdigit():
+            pids.append(int(tail.strip()))
+    return pids
+
+
+__all__ = ["WorkerStormResult", "worker_storm"]
