@@ -39,8 +39,9 @@ STARTED, COMMIT, DECIDED = _code(EventKind.STEP_STARTED), _code(EventKind.STEP_C
 EFFECT_STARTED, EFFECT_DONE = _code(EventKind.EFFECT_STARTED), _code(EventKind.EFFECT_COMPLETED)
 ATTEMPT_FAILED, LEASE, FINISHED = (_code(EventKind.STEP_ATTEMPT_FAILED), _code(EventKind.LEASE_ACQUIRED),
                                    _code(EventKind.RUN_FINISHED))
-FOLDED = (EventKind.WAITING, EventKind.CANCEL_REQUESTED, EventKind.RETRIED)
-"""Run control's kinds: folded by ``RunState.apply`` itself (few per run; it owns their meaning)."""
+FOLDED = (EventKind.WAITING, EventKind.CANCEL_REQUESTED, EventKind.RETRIED, EventKind.WORKER_CLAIMED,
+          EventKind.WORKER_RELEASED)
+"""Run control's and the queue's kinds: folded by ``RunState.apply`` itself (few per run; it owns their meaning)."""
 COPIED_STEP = _code(EventKind.STEP_COPIED)
 CONTROL = tuple(_code(k) for k in (EventKind.RUN_CREATED, EventKind.BUDGET_CHANGED, EventKind.LEASE_ACQUIRED,
                                    EventKind.LEASE_RELEASED, EventKind.RUN_FINISHED, *FOLDED, EventKind.STEP_COPIED))
@@ -101,6 +102,8 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
                     dead_end = at
             lease_end[p] = dead_end
             run.incarnation = ev.incarnation
+            if run.status == "queued":
+                run.status = "running"
             run.pid = d.get("pid")
             run.host = d.get("host")
         elif ev.kind == EventKind.RUN_FINISHED:

@@ -28,7 +28,8 @@ KIND_CODES: tuple[EventKind, ...] = (
     EventKind.STEP_STARTED, EventKind.STEP_COMMITTED, EventKind.DECISION_RECORDED, EventKind.EFFECT_STARTED,
     EventKind.EFFECT_COMPLETED, EventKind.STEP_ATTEMPT_FAILED, EventKind.LEASE_ACQUIRED, EventKind.RUN_FINISHED,
     EventKind.RUN_CREATED, EventKind.BUDGET_CHANGED, EventKind.LEASE_RELEASED, EventKind.WAITING,
-    EventKind.CANCEL_REQUESTED, EventKind.RETRIED, EventKind.STEP_COPIED)
+    EventKind.CANCEL_REQUESTED, EventKind.RETRIED, EventKind.STEP_COPIED, EventKind.WORKER_CLAIMED,
+    EventKind.WORKER_RELEASED)
 """The kinds a columnar read codes as small integers: ``KIND_CODES[code - 1]``; 0 is any other kind."""
 NULL_SEQ = -(2 ** 62)
 """``seq`` of an event that has none, in columns (-1 is taken: the timeline's gave-up marker)."""

@@ -128,6 +128,10 @@ class RunState:
     waiting_for: str | None = None
     waiting_since: float | None = None
     cancel_requested: str | None = None
+    worker: tuple[str, int] | None = None
+    """(host, pid) of the ``steplog worker`` that has the run, or last had it."""
+    worker_active: bool = False
+    """Whether that worker still has it (claimed, not yet handed back)."""
     _copied_shift: float = 0.0
     """Copied steps are drawn just before the fork's start, keeping their own spacing."""
     kills: list[Kill] = field(default_factory=list)
@@ -214,6 +218,8 @@ class RunState:
             self.model = str(d.get("model") or "offline")
             self.limits = dict(d.get("budget") or {})
             self.created = ev.ts
+            if d.get("queued"):
+                self.status = "queued"  # submitted, or forked with --no-start: a worker starts it
             parent = d.get("forked_from")
             if isinstance(parent, dict):
                 self.forked_from = (str(parent.get("run_id")), int(parent.get("at_step") or 0))
@@ -247,7 +253,12 @@ class RunState:
         elif kind == EventKind.CANCEL_REQUESTED:
             self.cancel_requested = str(d.get("reason") or "cancel requested")
         elif kind == EventKind.RETRIED:
-            self.status, self.reason, self.finished = "running", None, None
+            self.status, self.reason, self.finished = "queued" if d.get("queued") else "running", None, None
+        elif kind in (EventKind.WORKER_CLAIMED, EventKind.WORKER_RELEASED):
+            w = d.get("worker")
+            if isinstance(w, dict):
+                self.worker = (str(w.get("host")), int(w.get("pid") or 0))
+            self.worker_active = kind == EventKind.WORKER_CLAIMED
         elif kind == EventKind.STEP_COMMITTED and ev.seq is not None:
             if self.status == "waiting":
                 self.status, self.waiting_for, self.waiting_since = "running", None, None
@@ -310,6 +321,8 @@ class RunState:
             ex["outcome"][i] = REDONE
             del self._open[seq]
         self.incarnation = ev.incarnation
+        if self.status == "queued":
+            self.status = "running"
         self.pid = d.get("pid")
         self.host = d.get("host")
 

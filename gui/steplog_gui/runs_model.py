@@ -46,6 +46,10 @@ def status_text(run: RunState) -> tuple[str, str | None]:
         since = time.strftime("%H:%M:%S", time.localtime(run.waiting_since)) if run.waiting_since else "?"
         engine = "its engine waits with it" if not run.engine_gone() else "no engine: a signal, then Resume run"
         return "waiting", f"waiting for the signal {run.waiting_for!r} since {since}; {engine}"
+    if run.status == "queued":
+        if run.worker_active and run.worker is not None:
+            return "queued", f"claimed by worker pid {run.worker[1]} on {run.worker[0]}; its engine starts next"
+        return "queued", "waits for a worker (steplog worker) to start it, or Resume run"
     if run.status != "running":
         return run.status.replace("_", " "), run.reason
     if run.cancel_requested:
@@ -54,7 +58,8 @@ def status_text(run: RunState) -> tuple[str, str | None]:
         return "stopped", "no engine holds it (stopped or released); Resume run continues it"
     if run.engine_gone():
         return "stopped", f"its engine (pid {run.pid}) is gone; Resume run continues it from its last checkpoint"
-    return "running", f"engine pid {run.pid} on {run.host}"
+    by = f", started by worker pid {run.worker[1]} on {run.worker[0]}" if run.worker_active and run.worker else ""
+    return "running", f"engine pid {run.pid} on {run.host}{by}"
 
 
 def fmt_duration(seconds: float) -> str:
