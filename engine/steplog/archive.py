@@ -240,7 +240,7 @@ def _targets(conn: sqlite3.Connection) -> dict[str, _Target]:
 
 
 _NO_LEASE = {"lease_pid": None, "lease_host": None, "lease_boot": None, "lease_proc_start": None,
-             "lease_expires": None}
+             "lease_expires": None, "lease_expires_boot": None}
 
 
 def insert_run(conn: sqlite3.Connection, run: ArchivedRun, targets: dict[str, _Target]) -> None:

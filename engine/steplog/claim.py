@@ -20,7 +20,7 @@ from .events import EventKind
 from .integrity import probe
 from .journal import dumps
 from .launch import Launch
-from .lease import me, vacancy
+from .lease import boot_clock, me, row_vacancy
 from .policies import Budget
 from .status import TERMINAL
 
@@ -32,7 +32,7 @@ RUN_COLUMNS = (
     " limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, used_steps, used_tokens,"
     " tokens_estimated, reserved_tokens, used_seconds, used_cost_usd, reserved_cost_usd, used_retries,"
     " step_executions, incarnation, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires,"
-    " cancel_requested, waiting_for, parent_run_id, parent_step, created_at, finished_at"
+    " lease_expires_boot, cancel_requested, waiting_for, parent_run_id, parent_step, created_at, finished_at"
 )
 
 
@@ -151,8 +151,7 @@ def _update_run(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, raised
 
 
 def _take_lease(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, now: float, resumed: bool) -> int:
-    why = vacancy(pid=row["lease_pid"], host=row["lease_host"], boot=row["lease_boot"],
-                  proc_start=row["lease_proc_start"], expires=row["lease_expires"], now=now)
+    why = row_vacancy(row, now)
     if why is None:
         until = time.strftime("%H:%M:%S", time.localtime(row["lease_expires"]))
         raise LeaseHeld(f"run {req.run_id} is being worked on by pid {row['lease_pid']} on {row['lease_host']} "
@@ -161,7 +160,7 @@ def _take_lease(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, now: f
     incarnation = int(row["incarnation"]) + 1
     conn.execute(
         "UPDATE run SET incarnation = ?, lease_pid = ?, lease_host = ?, lease_boot = ?, lease_proc_start = ?,"
-        " lease_expires = ?, updated_at = ?,"
+        " lease_expires = ?, lease_expires_boot = ?, updated_at = ?,"
         # A queued run (submitted, or retried or forked with --no-start) is running once an engine has it.
         " status = CASE WHEN status = 'queued' THEN 'running' ELSE status END,"
         # Reservations of a dead engine stay charged: its model call may have been billed. The
@@ -170,7 +169,8 @@ def _take_lease(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, now: f
         " reserved_tokens = 0,"
         " used_cost_usd = used_cost_usd + reserved_cost_usd, reserved_cost_usd = 0"
         " WHERE id = ?",
-        (incarnation, holder.pid, holder.host, holder.boot, holder.proc_start, now + req.lease_seconds, now, req.run_id))
+        (incarnation, holder.pid, holder.host, holder.boot, holder.proc_start, now + req.lease_seconds,
+         boot_clock() + req.lease_seconds, now, req.run_id))
     _event(conn, req.run_id, now, incarnation, EventKind.LEASE_ACQUIRED, {
         "pid": holder.pid, "host": holder.host, "resumed": resumed, "previous_pid": row["lease_pid"],
         "forfeited_tokens": row["reserved_tokens"], "takeover": why if row["lease_pid"] else None,
@@ -183,7 +183,7 @@ def finish_cancelled(conn: sqlite3.Connection, row: sqlite3.Row, reason: str, no
     Reservations of a dead engine stay charged, as at a takeover. Inside the caller's transaction."""
     conn.execute(
         "UPDATE run SET status = 'cancelled', reason = ?, finished_at = ?, updated_at = ?, lease_pid = NULL,"
-        " lease_expires = NULL, waiting_for = NULL, waiting_since = NULL, reserved_tokens = 0,"
+        " lease_expires = NULL, lease_expires_boot = NULL, waiting_for = NULL, waiting_since = NULL, reserved_tokens = 0,"
         " used_tokens = used_tokens + reserved_tokens, tokens_estimated = tokens_estimated + reserved_tokens,"
         " used_cost_usd = used_cost_usd + reserved_cost_usd, reserved_cost_usd = 0 WHERE id = ?",
         (reason, now, now, row["id"]))

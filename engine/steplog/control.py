@@ -37,7 +37,7 @@ from .events import EventKind
 from .integrity import probe
 from .journal import dumps
 from .launch import Launch
-from .lease import vacancy
+from .lease import row_vacancy
 from .queue import enqueue
 from .status import TERMINAL
 
@@ -77,8 +77,7 @@ def _event(conn: sqlite3.Connection, row: sqlite3.Row, now: float, kind: str, da
 
 def _held_live(row: sqlite3.Row, now: float) -> bool:
     """Does a live engine hold the run (so it must be asked, not overruled)?"""
-    return vacancy(pid=row["lease_pid"], host=row["lease_host"], boot=row["lease_boot"],
-                   proc_start=row["lease_proc_start"], expires=row["lease_expires"], now=now) is None
+    return row_vacancy(row, now) is None
 
 
 # -- cancel ----------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from .db import Synchronous, default_db_path, open_log, private_dir
 from .effects import HttpClient
 from .errors import Fenced, LogWriteError, RunStopped, RunWaiting, UsageError
 from .journal import Journal, Usage, dumps, load_steps, why_not_json
-from .lease import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
+from .lease import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, boot_clock
 from .observe import RunObserver, from_environment, incarnation_of
 from .policies import check_seconds
 from .redact import redact
@@ -88,9 +88,10 @@ class _Heartbeat(threading.Thread):
                 try:
                     # The seconds used so far too: a kill then loses at most one period of them.
                     rows = conn.execute(
-                        "UPDATE run SET lease_expires = ?, used_seconds = ? WHERE id = ? AND incarnation = ?"
-                        " AND status IN ('running', 'waiting') RETURNING cancel_requested",
-                        (time.time() + self._period * 3, j.seconds_used(), j.run_id, j.incarnation)).fetchall()
+                        "UPDATE run SET lease_expires = ?, lease_expires_boot = ?, used_seconds = ? WHERE id = ?"
+                        " AND incarnation = ? AND status IN ('running', 'waiting') RETURNING cancel_requested",
+                        (time.time() + self._period * 3, boot_clock() + self._period * 3, j.seconds_used(), j.run_id,
+                         j.incarnation)).fetchall()
                 except sqlite3.Error:
                     continue
                 if not rows:

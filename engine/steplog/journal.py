@@ -24,6 +24,7 @@ from . import interrupts
 from .db import rollback
 from .errors import Fenced, LogWriteError
 from .events import EventKind
+from .lease import boot_clock
 
 if TYPE_CHECKING:
     from .observe import RunObserver
@@ -33,7 +34,7 @@ Clock = Callable[[], float]
 # Every write transaction's first statement: the fence (zero rows: a newer engine has the run),
 # the budget use so far, and whether a cancel was asked for. One constant string: the statement cache then parses it once.
 _FENCE_SQL = (
-    "UPDATE run SET updated_at = ?, lease_expires = ?, used_seconds = ?, used_steps = ?,"
+    "UPDATE run SET updated_at = ?, lease_expires = ?, lease_expires_boot = ?, used_seconds = ?, used_steps = ?,"
     " used_tokens = ?, tokens_estimated = ?, reserved_tokens = ?, used_cost_usd = ?,"
     " reserved_cost_usd = ?, used_retries = ?, step_executions = ? WHERE id = ? AND incarnation = ?"
     " RETURNING cancel_requested"
@@ -193,8 +194,8 @@ class Journal:
                 u = self.usage
                 cur = conn.execute(
                     _FENCE_SQL if not run_sets else _FENCE_SQL.replace(" WHERE", ", " + run_sets + " WHERE", 1),
-                    (now, now + self._lease_seconds, self.seconds_used(), u.steps, u.tokens,
-                     u.tokens_estimated, u.reserved_tokens, u.cost_usd, u.reserved_cost_usd,
+                    (now, now + self._lease_seconds, boot_clock() + self._lease_seconds, self.seconds_used(),
+                     u.steps, u.tokens, u.tokens_estimated, u.reserved_tokens, u.cost_usd, u.reserved_cost_usd,
                      u.retries, u.executions, *run_args, self.run_id, self.incarnation),
                 )
                 rows = cur.fetchall()  # drained: a statement left active would block the COMMIT

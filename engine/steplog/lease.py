@@ -3,19 +3,42 @@
 A holder on this host and boot whose process is dead (or whose pid now belongs to another
 process) is gone *now*: a relaunch after a kill takes over at once. Any other holder is only
 gone when its lease has expired, because we cannot see its process.
+
+A lease's expiry is written twice: in wall-clock time (``lease_expires``, which every host can
+read) and in this boot's clock (``lease_expires_boot``, seconds since boot, ``boot_clock``). On
+the holder's own host and boot the second decides: a wall clock stepped back (NTP, a person) would
+otherwise stretch the lease of a holder that stopped answering (SIGSTOP, a hung process) by the
+size of the jump. Other hosts can only use the wall clock.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 from pathlib import Path
 
 DEFAULT_LEASE_SECONDS = 15.0
 MAX_LEASE_SECONDS = 86_400.0
 """A day: a longer lease only keeps a run from being taken over after its remote engine died."""
+
+
+LEASE_COLUMNS = "lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires, lease_expires_boot"
+"""A run row's lease, in the order ``lease_vacancy`` reads it."""
+LEASE_FIELDS = tuple(c.strip() for c in LEASE_COLUMNS.split(","))
+
+
+def boot_clock() -> float:
+    """Seconds since this machine booted, the same in every process and blind to wall-clock
+    steps: Linux's CLOCK_BOOTTIME (suspend included); elsewhere the monotonic clock, which
+    macOS and Windows also count from boot for every process."""
+    if sys.platform == "linux":
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    return time.monotonic()
 
 
 @dataclass(frozen=True)
@@ -113,8 +136,10 @@ def vacancy(
     proc_start: float | None,
     expires: float | None,
     now: float,
+    expires_boot: float | None = None,
 ) -> str | None:
-    """Why the lease can be taken (a short reason for the log), or ``None`` while it is held."""
+    """Why the lease can be taken (a short reason for the log), or ``None`` while it is held.
+    ``expires_boot``: the expiry in the holder's ``boot_clock``, which decides on its own boot."""
     if pid is None:
         return "free"
     if host == me().host and boot == me().boot:
@@ -123,6 +148,32 @@ def vacancy(
             return f"holder pid {pid} is dead"
         if proc_start is not None and abs(start - proc_start) > 0.5:
             return f"holder pid {pid} was reused by another process"
+        if expires_boot is not None:
+            return f"holder pid {pid} let its lease expire" if expires_boot <= boot_clock() else None
     if expires is not None and expires <= now:
         return f"holder pid {pid} on {host} let its lease expire"
     return None
+
+
+def lease_vacancy(lease: Sequence[object], now: float) -> str | None:
+    """``vacancy`` of a row's ``LEASE_COLUMNS`` (a tuple, or a row read by position)."""
+    pid, host, boot, proc_start, expires, expires_boot = (lease[i] for i in range(6))
+    return vacancy(pid=_int(pid), host=_str(host), boot=_str(boot), proc_start=_float(proc_start),
+                   expires=_float(expires), now=now, expires_boot=_float(expires_boot))
+
+
+def row_vacancy(row: Any, now: float) -> str | None:
+    """``vacancy`` of a run row read with its lease columns by name (``sqlite3.Row`` and alike)."""
+    return lease_vacancy([row[c] for c in LEASE_FIELDS], now)
+
+
+def _int(v: object) -> int | None:
+    return None if v is None else int(v)  # type: ignore[call-overload]
+
+
+def _float(v: object) -> float | None:
+    return None if v is None else float(v)  # type: ignore[arg-type]
+
+
+def _str(v: object) -> str | None:
+    return None if v is None else str(v)

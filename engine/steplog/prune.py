@@ -39,7 +39,7 @@ from .db import immediate, open_log, open_readonly
 from .errors import RunNotFinished, UnknownRun, UsageError
 from .events import EventKind
 from .journal import dumps
-from .lease import vacancy
+from .lease import LEASE_COLUMNS, lease_vacancy
 from .schema import RUN_TABLES
 from .status import TERMINAL
 
@@ -162,11 +162,9 @@ def log_bytes(path: Path) -> int:
 
 # -- choosing ----------------------------------------------------------------------------------
 
-def _live(row: sqlite3.Row | tuple[Any, ...], now: float) -> bool:
-    pid, host, boot, proc_start, expires = row
-    if pid is None:
-        return False
-    return vacancy(pid=pid, host=host, boot=boot, proc_start=proc_start, expires=expires, now=now) is None
+def _live(lease: sqlite3.Row | tuple[Any, ...], now: float) -> bool:
+    """Does a live engine hold the run? ``lease``: its ``LEASE_COLUMNS``."""
+    return lease[0] is not None and lease_vacancy(lease, now) is None
 
 
 def _sizes(conn: sqlite3.Connection, run_ids: set[str], *, measure: bool) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
@@ -198,8 +196,7 @@ def select(conn: sqlite3.Connection, selection: Selection, *, now: float | None 
     Runs named by id must exist (``UnknownRun``) and be finished (``RunNotFinished``)."""
     now = time.time() if now is None else now
     found = {r[0]: r for r in conn.execute(
-        "SELECT id, agent, status, created_at, finished_at, lease_pid, lease_host, lease_boot, lease_proc_start,"
-        " lease_expires FROM run")}
+        f"SELECT id, agent, status, created_at, finished_at, {LEASE_COLUMNS} FROM run")}
     for run_id in selection.run_ids:
         row = found.get(run_id)
         if row is None:
@@ -272,8 +269,7 @@ def _prune_batch(conn: sqlite3.Connection, batch: list[Candidate], archive: str 
     done: list[str] = []
     with immediate(conn):
         for c in batch:
-            row = conn.execute("SELECT status, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires"
-                               " FROM run WHERE id = ?", (c.run_id,)).fetchone()
+            row = conn.execute(f"SELECT status, {LEASE_COLUMNS} FROM run WHERE id = ?", (c.run_id,)).fetchone()
             if row is None:
                 report.skipped.append((c.run_id, "it was gone already"))
                 continue
@@ -340,8 +336,7 @@ def _check_reclaim(conn: sqlite3.Connection, how: str) -> None:
         return
     now = time.time()
     live = [r[0] for r in conn.execute(
-        "SELECT id, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires FROM run"
-        " WHERE lease_pid IS NOT NULL") if _live(r[1:], now)]
+        f"SELECT id, {LEASE_COLUMNS} FROM run WHERE lease_pid IS NOT NULL") if _live(r[1:], now)]
     if live:
         more = f" (and {len(live) - 1} more)" if len(live) > 1 else ""
         raise RunNotFinished(f"--reclaim vacuum rewrites this {size / 1e6:,.0f} MB log and would stall the engine of run "

@@ -32,7 +32,7 @@ from .events import EventKind
 from .integrity import probe
 from .journal import dumps
 from .launch import Launch
-from .lease import DEFAULT_LEASE_SECONDS, Holder, me, vacancy
+from .lease import DEFAULT_LEASE_SECONDS, Holder, me, row_vacancy, vacancy
 from .status import TERMINAL
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class Job:
 # is a question for the OS, so ``_vacant`` has the last word. A server database adds
 # ``FOR UPDATE SKIP LOCKED`` here, so concurrent claimers skip each other's rows.
 _CANDIDATES = (
-    "SELECT id, agent, status, launch, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires,"
+    "SELECT id, agent, status, launch, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires, lease_expires_boot,"
     " worker_pid, worker_host, worker_boot, worker_proc_start, worker_claimed_at FROM run"
     " WHERE status IN ('queued', 'running', 'waiting')"
     " AND (lease_pid IS NULL OR lease_expires IS NULL OR lease_expires <= ? OR lease_host = ?)"
@@ -101,8 +101,7 @@ _CANDIDATES = (
 def _vacant(row: sqlite3.Row, worker: Holder, lease_seconds: float, now: float) -> str | None:
     """Why nobody works on this run now (for the log), or ``None``: an engine or another
     worker has it. A worker's claim counts as a lease of ``lease_seconds`` from its start."""
-    why = vacancy(pid=row["lease_pid"], host=row["lease_host"], boot=row["lease_boot"],
-                  proc_start=row["lease_proc_start"], expires=row["lease_expires"], now=now)
+    why = row_vacancy(row, now)
     if why is None:
         return None
     mine = (row["worker_pid"], row["worker_host"], row["worker_boot"]) == (worker.pid, worker.host, worker.boot)

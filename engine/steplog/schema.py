@@ -243,7 +243,13 @@ ALTER TABLE run ADD COLUMN worker_claimed_at REAL;
 CREATE INDEX run_by_status ON run (status, created_at);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+# A lease's expiry in the holder's boot clock too (``steplog.lease``): on its own host a wall
+# clock stepped back no longer stretches the lease of a holder that stopped answering.
+_V5 = """
+ALTER TABLE run ADD COLUMN lease_expires_boot REAL;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 """``MIGRATIONS[i]`` takes a log from ``user_version`` i to i + 1. Append only; never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

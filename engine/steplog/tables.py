@@ -62,6 +62,7 @@ class RunRow(SQLModel, table=True):
     worker_boot: Optional[str] = None
     worker_proc_start: Optional[float] = None
     worker_claimed_at: Optional[float] = None
+    lease_expires_boot: Optional[float] = None
 
 
 class StepRow(SQLModel, table=True):

@@ -183,3 +183,48 @@ def test_without_proc_the_boot_identity_and_process_start_times_come_from_psutil
     assert fallback == f"boot@{psutil.boot_time():.0f}" == boot_id(tmp_path / "elsewhere")
     assert _proc_start(os.getpid()) == psutil.Process(os.getpid()).create_time()
     assert process_alive(os.getpid()) and not process_alive(2 ** 22 + 7)
+
+
+def test_a_wall_clock_stepped_back_does_not_stretch_a_frozen_holders_lease_on_its_own_host(
+        engine: Engine, tmp_path: Path) -> None:
+    """Hardening #12: engine A is frozen (SIGSTOP) with a 1 s lease; then the wall clock is stepped
+    back an hour, which to the log reads as A's lease expiring an hour from now. On A's own host
+    the boot clock decides: B takes over about a second later, not an hour later."""
+    args = witness_run(engine, "stepped", tmp_path, n=8, pause=0.3, extra=("--lease-seconds", "1"))
+    a = engine.start(*args)
+    try:
+        wait_for(lambda: engine.events("step_started", seq=6) == 1, what="step 6 (a compute step: no witness lock held)")
+        freeze_outside_a_write(engine, a)
+        # What a wall clock set back by an hour leaves in the log: A's expiry lies an hour ahead.
+        conn = sqlite3.connect(engine.db, timeout=10, isolation_level=None)
+        try:
+            conn.execute("UPDATE run SET lease_expires = ? WHERE id = 'stepped'", (time.time() + 3600,))
+        finally:
+            conn.close()
+        from steplog.lease import boot_clock
+
+        wait_for(lambda: engine.query("SELECT lease_expires_boot FROM run")[0][0] < boot_clock(), what="boot expiry")
+        b = engine.run(*args, timeout=60)
+        assert b.returncode == 0, b.stderr  # not 75: "held until an hour from now"
+        takeover = engine.query("SELECT data FROM event WHERE kind = 'lease_acquired' AND incarnation = 2")
+        assert "let its lease expire" in takeover[0][0]
+        os.killpg(a.pid, signal.SIGCONT)
+        assert a.wait(timeout=30) == 75  # A, thawed, finds itself fenced
+    finally:
+        if a.poll() is None:
+            kill_group(a)
+
+
+def test_a_holder_on_another_host_is_judged_by_the_wall_clock_only() -> None:
+    """Another host's boot clock means nothing here: its lease is read in wall-clock time."""
+    from steplog import lease
+
+    now = time.time()
+    far = lease.boot_clock() + 3600
+    assert lease.vacancy(pid=1, host="elsewhere", boot="b", proc_start=0.0, expires=now - 1, now=now,
+                         expires_boot=far) is not None
+    assert lease.vacancy(pid=1, host="elsewhere", boot="b", proc_start=0.0, expires=now + 60, now=now,
+                         expires_boot=0.0) is None
+    me = lease.me()
+    assert lease.vacancy(pid=me.pid, host=me.host, boot=me.boot, proc_start=me.proc_start, expires=now + 3600,
+                         now=now, expires_boot=lease.boot_clock() - 1) is not None  # ours: the boot clock
