@@ -11,6 +11,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from .errors import EXIT_USAGE, SteplogError, UsageError
+from .location import LogLocation
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -20,11 +21,10 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
-def _log_path(kwargs: dict[str, Any]) -> Path:
-    from .db import default_db_path
+def _log_path(kwargs: dict[str, Any]) -> LogLocation:
+    from .db import location
 
-    db: Path | None = kwargs.get("db")
-    return db or default_db_path()
+    return location(kwargs.get("db"))
 
 
 def _guard(fn: F) -> F:
@@ -64,8 +64,23 @@ def _guard(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-db_option = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                         help="The log file (default: $STEPLOG_DB, else steplog.db in the user data directory).")
+class _LogParam(click.ParamType):  # type: ignore[type-arg]
+    """``--db``: a SQLite file path or a ``postgresql://USER@HOST:PORT/DBNAME`` URL."""
+
+    name = "PATH|URL"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> LogLocation:
+        from .location import parse
+
+        try:
+            return parse(value)
+        except UsageError as exc:
+            self.fail(str(exc).removeprefix(f"--db {value!r}").lstrip(": ") or str(exc), param, ctx)
+
+
+db_option = click.option("--db", type=_LogParam(), default=None,
+                         help="The log: a SQLite file or a postgresql://USER@HOST:PORT/DBNAME URL (default: "
+                              "$STEPLOG_DB, else steplog.db in the user data directory).")
 
 
 @click.group(invoke_without_command=True)
@@ -79,7 +94,8 @@ def cli(ctx: click.Context) -> None:
 
 @cli.command()
 @db_option
-def gui(db: Path | None) -> None:
+@_guard
+def gui(db: LogLocation | None) -> None:
     """Open the desktop monitor."""
     _exec_gui(db, demo=False)
 
@@ -90,12 +106,13 @@ def gui(db: Path | None) -> None:
               help="Compare mode: the naive agent and the durable demo side by side, one Kill now for both.")
 @click.option("--approve", is_flag=True,
               help="The digest waits for a person's approval (the monitor's Approve); the naive agent asks again after every kill.")
-def demo(db: Path | None, compare: bool, approve: bool) -> None:
+@_guard
+def demo(db: LogLocation | None, compare: bool, approve: bool) -> None:
     """Open the monitor with the demo agent running, ready for "Kill now"."""
     _exec_gui(db, demo=True, compare=compare, approve=approve)
 
 
-def _exec_gui(db: Path | None, *, demo: bool, compare: bool = False, approve: bool = False) -> NoReturn:
+def _exec_gui(db: LogLocation | None, *, demo: bool, compare: bool = False, approve: bool = False) -> NoReturn:
     """Replace this process with the monitor (package ``steplog_gui``).
 
     An exec, not an import: the engine package stays free of Qt, and the import-linter
@@ -103,8 +120,12 @@ def _exec_gui(db: Path | None, *, demo: bool, compare: bool = False, approve: bo
     """
     import os
 
+    from .location import is_postgres
     from .procs import child_env, python_argv
 
+    if is_postgres(db) or (db is None and is_postgres(_log_path({}))):
+        raise UsageError("the monitor reads SQLite logs only so far; for a PostgreSQL log use "
+                         "`steplog runs/status/verdict --db URL`, or point the monitor at a file")
     argv = python_argv("steplog_gui", *(["--db", str(db)] if db else []), *(["--demo"] if demo else []),
                        *(["--compare"] if compare else []), *(["--demo-approve"] if approve else []))
     os.execve(sys.executable, argv, child_env())
@@ -163,7 +184,7 @@ def _limits(o: dict[str, Any]) -> dict[str, Any]:
             "max_cost_usd": o["max_cost"], "max_retries": o["max_retries"]}
 
 
-def _execute_with(agent: Any, o: dict[str, Any], *, run_id: str | None, db: Path | None, workdir: Path | None = None,
+def _execute_with(agent: Any, o: dict[str, Any], *, run_id: str | None, db: LogLocation | None, workdir: Path | None = None,
                   outbox: str | None = None, params: dict[str, Any] | None = None,
                   killed_at: float | None = None) -> None:
     """Drive ``agent``'s run with the engine options ``o``, print how it ended, exit with its code."""
@@ -196,7 +217,7 @@ def _execute_with(agent: Any, o: dict[str, Any], *, run_id: str | None, db: Path
                    "its resume latency read the same everywhere (Kill now and killtest pass it).")
 @_engine_options
 @_guard
-def run(agent: str, run_id: str | None, db: Path | None, workdir: Path | None, outbox: str | None,
+def run(agent: str, run_id: str | None, db: LogLocation | None, workdir: Path | None, outbox: str | None,
         params: tuple[str, ...], killed_at: float | None, **engine: Any) -> None:
     """Start or resume a run of AGENT (a built-in name, pkg.mod:fn or file.py:fn)."""
     from .agent import resolve
@@ -212,7 +233,7 @@ def run(agent: str, run_id: str | None, db: Path | None, workdir: Path | None, o
 @click.option("--wait", "wait_seconds", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds to wait for a live engine to stop (0: ask and return).")
 @_guard
-def cancel(run_id: str, db: Path | None, reason: str | None, wait_seconds: float) -> None:
+def cancel(run_id: str, db: LogLocation | None, reason: str | None, wait_seconds: float) -> None:
     """End RUN_ID as `cancelled`: it never runs again; a live engine stops at its next step boundary (exit 5)."""
     from .control import cancel as cancel_run, wait_until_finished
 
@@ -238,7 +259,7 @@ def cancel(run_id: str, db: Path | None, reason: str | None, wait_seconds: float
 @click.option("--data", "data_json", default="null", metavar="JSON", help="The signal's data, as JSON (default null).")
 @click.option("--key", default=None, help="An idempotency key: sending the same key again is the same signal.")
 @_guard
-def signal(run_id: str, name: str, db: Path | None, data_json: str, key: str | None) -> None:
+def signal(run_id: str, name: str, db: LogLocation | None, data_json: str, key: str | None) -> None:
     """Send RUN_ID the signal NAME; one `run.wait_for(NAME)` consumes it, exactly once."""
     from .control import signal as send
 
@@ -267,7 +288,7 @@ def signal(run_id: str, name: str, db: Path | None, data_json: str, key: str | N
 @click.option("--no-start", is_flag=True, help="Only set the run going again; run it later with `steplog run`.")
 @_engine_options
 @_guard
-def retry(run_id: str, db: Path | None, force: bool, no_start: bool, **engine: Any) -> None:
+def retry(run_id: str, db: LogLocation | None, force: bool, no_start: bool, **engine: Any) -> None:
     """Run a `failed` run again from its failed step, with fresh attempt counters."""
     from .agent import resolve
     from .control import prepare_retry
@@ -295,13 +316,11 @@ def retry(run_id: str, db: Path | None, force: bool, no_start: bool, **engine: A
 @click.option("--no-start", is_flag=True, help="Only create the fork (its id is printed); run it later with `steplog run`.")
 @_engine_options
 @_guard
-def fork(run_id: str, at_step: int, new_run_id: str | None, db: Path | None, workdir: Path | None,
+def fork(run_id: str, at_step: int, new_run_id: str | None, db: LogLocation | None, workdir: Path | None,
          outbox: str | None, params: tuple[str, ...], no_start: bool, **engine: Any) -> None:
     """Start a new run from RUN_ID's steps before --at-step (copied, not run again), then run it."""
     from .control import fork as fork_run
-    from .db import default_db_path
-
-    path = db or default_db_path()
+    path = _log_path({"db": db})
     agent, prepared = fork_run(run_id, at_step, new_run_id=new_run_id, db=path, params=_parse_params(params),
                                limits=_limits(engine), workdir=workdir, outbox=outbox, model=engine["model"])
     click.echo(prepared.run_id)
@@ -325,7 +344,7 @@ def _drive_engine(go: Callable[[], Any]) -> Any:
         _fail("stopped by a signal; run the same command to resume from the last checkpoint", 130)
 
 
-def _report(outcome: Any, db: Path | None) -> None:
+def _report(outcome: Any, db: LogLocation | None) -> None:
     """Print how the run ended and exit with its code (CONTRACT.md "Exit codes")."""
     from .errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_GAVE_UP, EXIT_WAITING
 
@@ -343,10 +362,10 @@ def _report(outcome: Any, db: Path | None) -> None:
     sys.exit({"gave_up": EXIT_GAVE_UP, "cancelled": EXIT_CANCELLED}.get(outcome.status, EXIT_FAILED))
 
 
-def _open_for_reading(db: Path | None) -> Any:
-    from .db import default_db_path, open_readonly
+def _open_for_reading(db: LogLocation | None) -> Any:
+    from .db import open_readonly
 
-    path = db or default_db_path()
+    path = _log_path({"db": db})
     return path, open_readonly(path, one_shot=True)
 
 
@@ -355,7 +374,7 @@ def _open_for_reading(db: Path | None) -> Any:
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (CONTRACT.md).")
 @_guard
-def status(run_id: str, db: Path | None, as_json: bool) -> None:
+def status(run_id: str, db: LogLocation | None, as_json: bool) -> None:
     """Show one run."""
     from .integrity import refusing_damage
     from .status import run_status
@@ -396,7 +415,7 @@ def _describe(s: dict[str, Any]) -> str:
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="A JSON list of status objects, newest first.")
 @_guard
-def runs(db: Path | None, as_json: bool) -> None:
+def runs(db: LogLocation | None, as_json: bool) -> None:
     """List the runs in the log."""
     from .integrity import refusing_damage
     from .status import all_runs
@@ -425,15 +444,14 @@ def runs(db: Path | None, as_json: bool) -> None:
               help="Read the run's deliveries here (default: the URL the run recorded, else outbox.db beside the log).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (CONTRACT.md).")
 @_guard
-def verdict(run_id: str, db: Path | None, outbox: str | None, as_json: bool) -> None:
+def verdict(run_id: str, db: LogLocation | None, outbox: str | None, as_json: bool) -> None:
     """Did RUN_ID survive its kills? The monitor's verdict strip, from the command line.
 
     Exit 1 on FAIL, else 0 (PASS, UNTESTED, RUNNING).
     """
-    from .db import default_db_path
     from .verdict import verdict_of
 
-    path = db or default_db_path()
+    path = _log_path({"db": db})
     v = verdict_of(path, run_id, outbox=outbox)
     if as_json:
         click.echo(json.dumps(v.summary_json(), ensure_ascii=False))
@@ -448,13 +466,12 @@ def verdict(run_id: str, db: Path | None, outbox: str | None, as_json: bool) -> 
 @cli.command()
 @db_option
 @_guard
-def check(db: Path | None) -> None:
+def check(db: LogLocation | None) -> None:
     """Check the log's integrity (read-only): "ok" and what it holds, or what is wrong (exit 2)."""
-    from .db import default_db_path
     from .errors import CorruptDatabase
     from .integrity import check as check_log
 
-    report = check_log(db or default_db_path())
+    report = check_log(_log_path({"db": db}))
     if not report.ok:
         for problem in report.problems:
             click.echo(problem)
@@ -501,17 +518,24 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
               help="Seconds allowed for each of the reference, the storm and the sweep.")
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep every run's log, workdir and outbox in this folder (default: a temp folder, removed).")
+@click.option("--db", type=_LogParam(), default=None,
+              help="Run the kill test's runs in this PostgreSQL log (postgresql://USER@HOST:PORT/DBNAME), each under "
+                   "its own run id (default: a SQLite file per run, in the kill test's folder).")
 @_guard
 def killtest(agent: str, kills: int, seed: int, sweep: bool, as_json: bool, junit: Path | None,
-             params: tuple[str, ...], jobs: int, time_limit: float, keep: Path | None) -> None:
+             params: tuple[str, ...], jobs: int, time_limit: float, keep: Path | None, db: LogLocation | None) -> None:
     """Kill AGENT's engine again and again; PASS if nothing was duplicated, lost or redone twice.
 
     Exit 0 on PASS, 1 on FAIL, 2 on bad usage.
     """
     from .killtest.command import run_command
+    from .location import PgUrl
 
+    if db is not None and not isinstance(db, PgUrl):
+        raise UsageError("killtest --db takes a postgresql:// URL; with SQLite each run of the kill test gets a file "
+                         "of its own (see --keep)")
     sys.exit(run_command(agent, kills=kills, seed=seed, sweep=sweep, as_json=as_json, junit=junit,
-                         params=_parse_params(params), jobs=jobs, time_limit=time_limit, keep=keep))
+                         params=_parse_params(params), jobs=jobs, time_limit=time_limit, keep=keep, db=db))
 
 
 def main() -> None:

@@ -6,11 +6,13 @@ Import-light on purpose (the engine imports ``TERMINAL`` and ``outcome_error`` f
 from __future__ import annotations
 
 import json
-import sqlite3
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import Cancelled, GaveUp, RunFailed, RunStopped, UnknownRun
+
+if TYPE_CHECKING:
+    from .db import LogConnection
+    from .location import LogLocation
 
 STATUSES = ("queued", "running", "waiting", "succeeded", "gave_up", "failed", "cancelled")
 TERMINAL = frozenset({"succeeded", "gave_up", "failed", "cancelled"})
@@ -34,8 +36,10 @@ _CONTROL = "parent_run_id, parent_step, waiting_for, waiting_since"
 _NO_CONTROL = "NULL, NULL, NULL, NULL"  # a schema-1 log read without migrating it (read-only)
 
 
-def _select_sql(conn: sqlite3.Connection) -> str:
-    has_control = conn.execute("SELECT 1 FROM pragma_table_info('run') WHERE name = 'parent_run_id'").fetchone()
+def _select_sql(conn: LogConnection) -> str:
+    from .db import has_column
+
+    has_control = has_column(conn, "run", "parent_run_id")
     return _SELECT.format(control=_CONTROL if has_control else _NO_CONTROL)
 
 
@@ -91,7 +95,7 @@ def _engine(status: str, pid: int | None, host: str | None) -> str:
     return "live" if process_alive(pid) else "gone"
 
 
-def run_status(conn: sqlite3.Connection, run_id: str, *, db: Path | None = None) -> dict[str, Any]:
+def run_status(conn: LogConnection, run_id: str, *, db: LogLocation | None = None) -> dict[str, Any]:
     row = conn.execute(_select_sql(conn) + " WHERE id = ?", (run_id,)).fetchone()
     if row is None:
         where = f" in {db}" if db else ""
@@ -99,6 +103,6 @@ def run_status(conn: sqlite3.Connection, run_id: str, *, db: Path | None = None)
     return _as_status(row)
 
 
-def all_runs(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+def all_runs(conn: LogConnection) -> list[dict[str, Any]]:
     """Every run, newest first."""
     return [_as_status(r) for r in conn.execute(_select_sql(conn) + " ORDER BY created_at DESC, id DESC")]
