@@ -17,6 +17,8 @@ import pytest
 from conftest import AGENTS, Engine, storm
 from steplog.crashpoints import CRASH_EXIT_CODE, POINTS
 
+pytestmark = pytest.mark.backends("sqlite", "postgres")
+
 STORM_KILLS = 24
 SEED = int(os.environ.get("STEPLOG_TEST_SEED", "20261130"))
 
