@@ -116,18 +116,47 @@ class Engine:
 
     def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         if isinstance(self.db, str):  # a PostgreSQL log (steplog.location.PgUrl)
-            from steplog.pg import connect
-
-            pconn = connect(self.db)
-            try:
-                return [tuple(r) for r in pconn.execute(sql, args).fetchall()]
-            finally:
-                pconn.close()
+            return query_log(self.db, sql, *args)
         conn = sqlite3.connect(f"{self.db.resolve().as_uri()}?mode=ro", uri=True)
         try:
             return conn.execute(sql, args).fetchall()
         finally:
             conn.close()
+
+
+def query_log(db: Any, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """Rows of ``sql`` (``?`` placeholders) on a log file or a PostgreSQL log, as tuples."""
+    if isinstance(db, str):
+        from steplog.pg import connect
+
+        pconn = connect(db)
+        try:
+            return [tuple(r) for r in pconn.execute(sql, args).fetchall()]
+        finally:
+            pconn.close()
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+
+
+def log_bytes(db: Any) -> bytes:
+    """The log's whole content, to prove that a refused command wrote nothing: a file's bytes,
+    or for a PostgreSQL log every row of every table, in a fixed order."""
+    if not isinstance(db, str):
+        return Path(db).read_bytes()
+    from steplog.pg import connect, tables
+
+    conn = connect(db)
+    try:
+        out = []
+        for table in sorted(tables(conn)):
+            rows = conn.execute(f'SELECT * FROM "{table}"').fetchall()
+            out.append(repr((table, sorted(map(repr, rows)))))
+        return "\n".join(out).encode()
+    finally:
+        conn.close()
 
 
 def kill_group(proc: subprocess.Popen[str]) -> float:

@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .claim import budget_of, finish_cancelled
-from .db import LogConnection, immediate, inspect, location, open_log, private_dir
+from .db import LogConnection, immediate, location, open_log, private_dir
 from .errors import ControlRefused, UnknownRun, UsageError
 from .events import EventKind
 from .integrity import probe
 from .journal import dumps
 from .lease import vacancy
-from .location import LogLocation, PgUrl
+from .location import LogLocation
 from .status import TERMINAL
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ MAX_SIGNAL_BYTES = 1_000_000
 @contextmanager
 def _log(db: LogLocation | None) -> Iterator[tuple[LogLocation, LogConnection]]:
     path = location(db)
-    if not path.exists() or (isinstance(path, PgUrl) and inspect(path) == 0):
+    if not path.exists():
         raise UsageError(f"no log at {path}; pass --db with the log the run is in")
     conn = open_log(path)
     conn.row_factory = sqlite3.Row

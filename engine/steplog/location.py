@@ -54,8 +54,15 @@ class PgUrl(str):
         return Path(platformdirs.user_data_dir("steplog", appauthor=False)) / safe
 
     def exists(self) -> bool:
-        """A database's existence is learnt by connecting; an URL is taken as given."""
-        return True
+        """Is there a log here: does the database hold any table (an empty one is a log not
+        made yet, as a missing file is)? Connects; an unreachable server raises ``LogError``."""
+        from .pg import connect, tables
+
+        conn = connect(self)
+        try:
+            return bool(tables(conn))
+        finally:
+            conn.close()
 
 
 LogLocation = Union[Path, PgUrl]

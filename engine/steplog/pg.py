@@ -57,6 +57,10 @@ class PgIntegrityError(PgError, sqlite3.IntegrityError):
     """A constraint or the append-only trigger refused the write."""
 
 
+_AS_SQLITE_DOES = ("42P01", "42703")
+"""Undefined table or column: SQLite's "no such table/column" is an ``OperationalError``."""
+
+
 def _wrap(exc: Exception) -> PgError:
     import psycopg
 
@@ -64,7 +68,7 @@ def _wrap(exc: Exception) -> PgError:
     state = getattr(exc, "sqlstate", None) or ""
     if isinstance(exc, psycopg.IntegrityError) or state.startswith("23"):
         cls = PgIntegrityError
-    elif isinstance(exc, psycopg.OperationalError) or state.startswith(("53", "57", "08")):
+    elif isinstance(exc, psycopg.OperationalError) or state.startswith(("53", "57", "08")) or state in _AS_SQLITE_DOES:
         cls = PgOperationalError
     err = cls(str(exc).strip())
     err.sqlstate = state or None
@@ -243,19 +247,19 @@ def _first_line(exc: BaseException) -> str:
 
 # -- validation and migrations ------------------------------------------------------------------
 
-def _tables(conn: PgConnection) -> set[str]:
+def tables(conn: PgConnection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
 
 
 def _read_version(conn: PgConnection, url: PgUrl) -> int:
     """The schema version of the database behind ``conn`` (0: empty, new); refuses foreign,
     newer and incomplete ones. Reads only."""
-    tables = _tables(conn)
-    if META_TABLE not in tables:
-        if not tables:
+    present = tables(conn)
+    if META_TABLE not in present:
+        if not present:
             return 0
         raise ForeignDatabase(
-            f"{url} is a PostgreSQL database but not a steplog log (tables: {', '.join(sorted(tables)[:5])}); "
+            f"{url} is a PostgreSQL database but not a steplog log (tables: {', '.join(sorted(present)[:5])}); "
             "it was left untouched: point --db at a steplog log or a new, empty database")
     meta = dict(conn.execute(f"SELECT key, value FROM {META_TABLE}").fetchall())
     if meta.get("application") != APPLICATION or not str(meta.get("schema_version", "")).isdigit():
@@ -266,7 +270,7 @@ def _read_version(conn: PgConnection, url: PgUrl) -> int:
     if version > SCHEMA_VERSION:
         raise NewerSchema(f"{url} was written by a newer steplog (schema {version}, this one knows "
                           f"{SCHEMA_VERSION}); upgrade steplog to use it")
-    missing = expected_tables(version) - tables
+    missing = expected_tables(version) - present
     if missing:
         raise CorruptDatabase(f"{url} is a steplog log (schema {version}) without its table(s) "
                               f"{', '.join(sorted(missing))}; it was left untouched: restore it from a backup "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import random
 import signal
@@ -11,6 +13,8 @@ import time
 from pathlib import Path
 
 from conftest import AGENTS, Engine, kill_group
+
+pytestmark = pytest.mark.backends("sqlite", "postgres")
 
 
 def witness_run(engine: Engine, run_id: str, tmp_path: Path, *, n: int, pause: float, extra: tuple[str, ...] = ()) -> list[str]:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import query_log
 
 import steplog
 from steplog.errors import TransientError
+
+pytestmark = pytest.mark.backends("sqlite", "postgres")
 
 
 class Interrupt(BaseException):
@@ -18,11 +20,7 @@ class Interrupt(BaseException):
 
 
 def rows(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
+    return query_log(db, sql, *args)
 
 
 def test_completed_steps_return_recorded_results_without_running_again(db: Path) -> None:

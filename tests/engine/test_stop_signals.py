@@ -25,6 +25,8 @@ import steplog
 from steplog import interrupts
 from steplog.interrupts import StopRequested
 
+pytestmark = pytest.mark.backends("sqlite", "postgres")
+
 ENGINE_DIR = str(Path(steplog.__file__).parent)
 
 
