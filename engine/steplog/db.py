@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 from . import interrupts, openfiles
 from .errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema, ReadOnlyLog
 from .location import LogLocation, PgUrl, resolve
-from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, split_statements
 
 if TYPE_CHECKING:
     from .pg import PgConnection
@@ -335,21 +335,6 @@ def _migrate(conn: sqlite3.Connection) -> None:
                 conn.execute(statement)
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-
-def split_statements(script: str) -> Iterator[str]:
-    """Split a migration into statements (``executescript`` would commit our transaction);
-    whole-line ``--`` comments are dropped."""
-    buf = ""
-    for line in script.splitlines(keepends=True):
-        if line.lstrip().startswith("--"):
-            continue
-        buf += line
-        if sqlite3.complete_statement(buf):
-            yield buf.strip()
-            buf = ""
-    if buf.strip():
-        yield buf.strip()
 
 
 @contextmanager

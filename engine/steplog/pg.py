@@ -31,12 +31,13 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema
-from .location import PgUrl
 from .pgschema import APPLICATION, META_TABLE, create_statements, expected_tables, upgrade_statements
 from .schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     import psycopg
+
+    from .location import PgUrl  # a type only: location asks this module whether a log exists
 
 DIALECT = "postgresql"
 LOCK_KEY = 0x53544C47  # "STLG", as the SQLite file's application_id

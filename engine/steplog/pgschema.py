@@ -29,7 +29,7 @@ import re
 import sqlite3
 from functools import cache
 
-from .schema import MIGRATIONS, SCHEMA_VERSION
+from .schema import MIGRATIONS, SCHEMA_VERSION, split_statements
 
 META_TABLE = "steplog_meta"
 APPLICATION = "steplog"
@@ -82,8 +82,6 @@ def translate(statement: str) -> list[str]:
 @cache
 def sqlite_schema(version: int) -> tuple[str, ...]:
     """The schema SQLite holds after ``MIGRATIONS[:version]``: tables, then indexes, then triggers."""
-    from .db import split_statements
-
     conn = sqlite3.connect(":memory:")
     try:
         for step in MIGRATIONS[:version]:
@@ -110,8 +108,6 @@ def create_statements(version: int = SCHEMA_VERSION) -> tuple[str, ...]:
 
 def upgrade_statements(version: int) -> tuple[str, ...]:
     """The PostgreSQL statements that take a log from ``version`` to ``SCHEMA_VERSION``."""
-    from .db import split_statements
-
     out: list[str] = []
     for v in range(version, SCHEMA_VERSION):
         if v in PG_OVERRIDES:

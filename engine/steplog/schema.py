@@ -10,6 +10,9 @@ under a second, and ``import sqlmodel`` alone costs ~0.6 s, so the write path ne
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
+
 # "STLG": marks the file as a steplog log so a foreign SQLite file is refused, not modified.
 APPLICATION_ID = 0x53544C47
 
@@ -191,3 +194,18 @@ MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 """``MIGRATIONS[i]`` takes a log from ``user_version`` i to i + 1. Append only; never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def split_statements(script: str) -> Iterator[str]:
+    """Split a migration into statements (``executescript`` would commit our transaction);
+    whole-line ``--`` comments are dropped."""
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        if line.lstrip().startswith("--"):
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            yield buf.strip()
+            buf = ""
+    if buf.strip():
+        yield buf.strip()
