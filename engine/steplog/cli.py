@@ -56,6 +56,11 @@ def _guard(fn: F) -> F:
             from .db import is_damage
             from .integrity import damaged
 
+            if getattr(exc, "sqlstate", False) is not False:  # a PostgreSQL log (steplog.pg.PgError)
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                _fail(f"the log at {_log_path(kwargs)} failed ({first}); nothing was half-written: check the "
+                      "server, then run the same command again", 1)
+
             if not is_damage(exc):
                 raise
             # A read that met damage outside the pages checked up front.

@@ -200,3 +200,13 @@ def test_killtest_demo_passes_on_postgres(engine: Engine) -> None:
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr  # a second kill test in the same log
     ids = [r[0] for r in query_log(engine.db, "SELECT id FROM run ORDER BY id")]
     assert len(ids) == 4 and len({i.rsplit("-", 1)[0] for i in ids}) == 2
+
+
+def test_history_reads_a_postgresql_log_as_typed_rows(engine: Engine) -> None:
+    from steplog.history import History
+
+    assert engine.run("run", f"{AGENTS}:noop", "--run-id", "h", "--param", "n=3", "--db", str(engine.db)).returncode == 0
+    with History(str(engine.db)) as h:
+        assert [r.id for r in h.runs()] == ["h"]
+        assert [s.seq for s in h.steps("h")] == [1, 2, 3]
+        assert h.events("h")[0].kind == "run_created"
