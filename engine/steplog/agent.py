@@ -89,8 +89,9 @@ class Agent(Generic[P, R]):
         from dataclasses import asdict
 
         from .engine import execute
+        from .location import parse
 
-        outcome = execute(self, run_id=run_id, db=Path(db) if db else None,
+        outcome = execute(self, run_id=run_id, db=parse(db) if db else None,
                           workdir=Path(workdir) if workdir else None, outbox=outbox,
                           params=params, limits=asdict(budget) if budget else None, model=model, base_url=base_url, pace=pace)
         return outcome.value()  # type: ignore[no-any-return]

@@ -14,16 +14,18 @@ def signal(run_id: str, name: str, data: Any = None, *, db: str | Path | None = 
     """Send ``run_id`` the signal ``name`` with JSON ``data``; one ``run.wait_for(name)`` consumes
     it exactly once. With ``key``, sending again is the same signal. Returns the signal's id."""
     from .control import signal as send
+    from .location import parse
 
-    return send(run_id, name, data, db=Path(db) if db else None, key=key).signal_id
+    return send(run_id, name, data, db=parse(db) if db else None, key=key).signal_id
 
 
 def cancel(run_id: str, reason: str | None = None, *, db: str | Path | None = None) -> bool:
     """Cancel a run that has not finished. ``True`` when it is ``cancelled`` now; ``False`` when its
     live engine was asked and stops at its next step boundary (its exit code is then 5)."""
     from .control import cancel as cancel_run
+    from .location import parse
 
-    return cancel_run(run_id, reason, db=Path(db) if db else None).done
+    return cancel_run(run_id, reason, db=parse(db) if db else None).done
 
 
 def fork(run_id: str, at_step: int, *, new_run_id: str | None = None, db: str | Path | None = None,
@@ -33,7 +35,8 @@ def fork(run_id: str, at_step: int, *, new_run_id: str | None = None, db: str | 
     with the agent's ``.run(new_id)`` or ``steplog run AGENT --run-id NEW_ID``. ``limits`` are
     ``Budget`` fields (``max_steps=...``) over the parent's budget."""
     from .control import fork as fork_run
+    from .location import parse
 
-    _agent, prepared = fork_run(run_id, at_step, new_run_id=new_run_id, db=Path(db) if db else None, params=params,
+    _agent, prepared = fork_run(run_id, at_step, new_run_id=new_run_id, db=parse(db) if db else None, params=params,
                                 limits=limits, workdir=Path(workdir) if workdir else None, outbox=outbox)
     return prepared.run_id

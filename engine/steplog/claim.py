@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .db import immediate
+from .db import LogConnection, immediate
 from .errors import LeaseHeld, UsageError
 from .events import EventKind
 from .integrity import probe
 from .journal import dumps
 from .launch import Launch
 from .lease import boot_clock, me, row_vacancy
+from .location import LogLocation
 from .policies import Budget
 from .status import TERMINAL
 
@@ -43,7 +44,7 @@ class Request:
     agent: Agent[..., Any]
     spec: str
     run_id: str
-    db_path: Path
+    db_path: LogLocation
     workdir: Path | None
     outbox: str | None
     params: dict[str, Any]
@@ -91,17 +92,17 @@ def _exhausted(budget: Budget, row: sqlite3.Row) -> bool:
     return any(limit is not None and used >= limit for limit, used in checks)
 
 
-def _event(conn: sqlite3.Connection, run_id: str, now: float, incarnation: int, kind: str, data: dict[str, Any]) -> None:
+def _event(conn: LogConnection, run_id: str, now: float, incarnation: int, kind: str, data: dict[str, Any]) -> None:
     conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, ?, ?, ?)",
                  (run_id, now, incarnation, kind, dumps(data)))
 
 
-def _select(conn: sqlite3.Connection, run_id: str) -> sqlite3.Row | None:
+def _select(conn: LogConnection, run_id: str) -> sqlite3.Row | None:
     row: sqlite3.Row | None = conn.execute(f"SELECT {RUN_COLUMNS} FROM run WHERE id = ?", (run_id,)).fetchone()
     return row
 
 
-def create_run(conn: sqlite3.Connection, req: Request, now: float, *, launch: Launch | None = None) -> sqlite3.Row:
+def create_run(conn: LogConnection, req: Request, now: float, *, launch: Launch | None = None) -> sqlite3.Row:
     """Insert the run row and its ``run_created`` event (inside the caller's transaction).
     With ``launch`` the run is ``queued`` (``steplog submit``): a worker starts it later that way."""
     req.agent.require_outbox(req.outbox)
@@ -133,7 +134,7 @@ def _check_resume(row: sqlite3.Row, req: Request) -> None:
         raise UsageError(f"run {rid} works in {row['workdir']}; omit --workdir to resume it")
 
 
-def _update_run(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, raised: Budget | None, now: float) -> None:
+def _update_run(conn: LogConnection, row: sqlite3.Row, req: Request, raised: Budget | None, now: float) -> None:
     """Apply raised limits (reopening a run that gave up) and a new outbox URL or model."""
     if raised is not None and raised != budget_of(row):
         conn.execute(
@@ -150,7 +151,7 @@ def _update_run(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, raised
         conn.execute("UPDATE run SET model = ? WHERE id = ?", (req.model, req.run_id))
 
 
-def _take_lease(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, now: float, resumed: bool) -> int:
+def _take_lease(conn: LogConnection, row: sqlite3.Row, req: Request, now: float, resumed: bool) -> int:
     why = row_vacancy(row, now)
     if why is None:
         until = time.strftime("%H:%M:%S", time.localtime(row["lease_expires"]))
@@ -178,7 +179,7 @@ def _take_lease(conn: sqlite3.Connection, row: sqlite3.Row, req: Request, now: f
     return incarnation
 
 
-def finish_cancelled(conn: sqlite3.Connection, row: sqlite3.Row, reason: str, now: float) -> None:
+def finish_cancelled(conn: LogConnection, row: sqlite3.Row, reason: str, now: float) -> None:
     """End a run ``cancelled`` from outside its engine (none holds it): the terminal record.
     Reservations of a dead engine stay charged, as at a takeover. Inside the caller's transaction."""
     conn.execute(
@@ -191,7 +192,7 @@ def finish_cancelled(conn: sqlite3.Connection, row: sqlite3.Row, reason: str, no
            {"status": "cancelled", "reason": reason, "engine": None})
 
 
-def claim(conn: sqlite3.Connection, req: Request) -> Claimed | Finished:
+def claim(conn: LogConnection, req: Request) -> Claimed | Finished:
     """Create or find the run and take its lease, in one transaction. Refusals write nothing."""
     now = time.time()
     with immediate(conn):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from .errors import EXIT_USAGE, SteplogError, UsageError
+from .location import LogLocation
 
 if TYPE_CHECKING:
     from .launch import Launch
@@ -23,11 +24,10 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
-def _log_path(kwargs: dict[str, Any]) -> Path:
-    from .db import default_db_path
+def _log_path(kwargs: dict[str, Any]) -> LogLocation:
+    from .db import location
 
-    db: Path | None = kwargs.get("db")
-    return db or default_db_path()
+    return location(kwargs.get("db"))
 
 
 def _guard(fn: F) -> F:
@@ -59,6 +59,11 @@ def _guard(fn: F) -> F:
             from .db import is_damage
             from .integrity import damaged
 
+            if getattr(exc, "sqlstate", False) is not False:  # a PostgreSQL log (steplog.pg.PgError)
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                _fail(f"the log at {_log_path(kwargs)} failed ({first}); nothing was half-written: check the "
+                      "server, then run the same command again", 1)
+
             if not is_damage(exc):
                 raise
             # A read that met damage outside the pages checked up front.
@@ -67,8 +72,23 @@ def _guard(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-db_option = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                         help="The log file (default: $STEPLOG_DB, else steplog.db in the user data directory).")
+class _LogParam(click.ParamType):  # type: ignore[type-arg]
+    """``--db``: a SQLite file path or a ``postgresql://USER@HOST:PORT/DBNAME`` URL."""
+
+    name = "PATH|URL"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> LogLocation:
+        from .location import parse
+
+        try:
+            return parse(value)
+        except UsageError as exc:
+            self.fail(str(exc).removeprefix(f"--db {value!r}").lstrip(": ") or str(exc), param, ctx)
+
+
+db_option = click.option("--db", type=_LogParam(), default=None,
+                         help="The log: a SQLite file or a postgresql://USER@HOST:PORT/DBNAME URL (default: "
+                              "$STEPLOG_DB, else steplog.db in the user data directory).")
 
 
 @click.group(invoke_without_command=True)
@@ -82,7 +102,8 @@ def cli(ctx: click.Context) -> None:
 
 @cli.command()
 @db_option
-def gui(db: Path | None) -> None:
+@_guard
+def gui(db: LogLocation | None) -> None:
     """Open the desktop monitor."""
     _exec_gui(db, demo=False)
 
@@ -93,12 +114,13 @@ def gui(db: Path | None) -> None:
               help="Compare mode: the naive agent and the durable demo side by side, one Kill now for both.")
 @click.option("--approve", is_flag=True,
               help="The digest waits for a person's approval (the monitor's Approve); the naive agent asks again after every kill.")
-def demo(db: Path | None, compare: bool, approve: bool) -> None:
+@_guard
+def demo(db: LogLocation | None, compare: bool, approve: bool) -> None:
     """Open the monitor with the demo agent running, ready for "Kill now"."""
     _exec_gui(db, demo=True, compare=compare, approve=approve)
 
 
-def _exec_gui(db: Path | None, *, demo: bool, compare: bool = False, approve: bool = False) -> NoReturn:
+def _exec_gui(db: LogLocation | None, *, demo: bool, compare: bool = False, approve: bool = False) -> NoReturn:
     """Replace this process with the monitor (package ``steplog_gui``).
 
     An exec, not an import: the engine package stays free of Qt, and the import-linter
@@ -106,8 +128,12 @@ def _exec_gui(db: Path | None, *, demo: bool, compare: bool = False, approve: bo
     """
     import os
 
+    from .location import is_postgres
     from .procs import child_env, python_argv
 
+    if is_postgres(db) or (db is None and is_postgres(_log_path({}))):
+        raise UsageError("the monitor reads SQLite logs only so far; for a PostgreSQL log use "
+                         "`steplog runs/status/verdict --db URL`, or point the monitor at a file")
     argv = python_argv("steplog_gui", *(["--db", str(db)] if db else []), *(["--demo"] if demo else []),
                        *(["--compare"] if compare else []), *(["--demo-approve"] if approve else []))
     os.execve(sys.executable, argv, child_env())
@@ -166,7 +192,7 @@ def _limits(o: dict[str, Any]) -> dict[str, Any]:
             "max_cost_usd": o["max_cost"], "max_retries": o["max_retries"]}
 
 
-def _execute_with(agent: Any, o: dict[str, Any], *, run_id: str | None, db: Path | None, workdir: Path | None = None,
+def _execute_with(agent: Any, o: dict[str, Any], *, run_id: str | None, db: LogLocation | None, workdir: Path | None = None,
                   outbox: str | None = None, params: dict[str, Any] | None = None,
                   killed_at: float | None = None) -> None:
     """Drive ``agent``'s run with the engine options ``o``, print how it ended, exit with its code."""
@@ -199,7 +225,7 @@ def _execute_with(agent: Any, o: dict[str, Any], *, run_id: str | None, db: Path
                    "its resume latency read the same everywhere (Kill now and killtest pass it).")
 @_engine_options
 @_guard
-def run(agent: str, run_id: str | None, db: Path | None, workdir: Path | None, outbox: str | None,
+def run(agent: str, run_id: str | None, db: LogLocation | None, workdir: Path | None, outbox: str | None,
         params: tuple[str, ...], killed_at: float | None, **engine: Any) -> None:
     """Start or resume a run of AGENT (a built-in name, pkg.mod:fn or file.py:fn)."""
     import os
@@ -223,7 +249,7 @@ def run(agent: str, run_id: str | None, db: Path | None, workdir: Path | None, o
 @click.option("--wait", "wait_seconds", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds to wait for a live engine to stop (0: ask and return).")
 @_guard
-def cancel(run_id: str, db: Path | None, reason: str | None, wait_seconds: float) -> None:
+def cancel(run_id: str, db: LogLocation | None, reason: str | None, wait_seconds: float) -> None:
     """End RUN_ID as `cancelled`: it never runs again; a live engine stops at its next step boundary (exit 5)."""
     from .control import cancel as cancel_run, wait_until_finished
 
@@ -249,7 +275,7 @@ def cancel(run_id: str, db: Path | None, reason: str | None, wait_seconds: float
 @click.option("--data", "data_json", default="null", metavar="JSON", help="The signal's data, as JSON (default null).")
 @click.option("--key", default=None, help="An idempotency key: sending the same key again is the same signal.")
 @_guard
-def signal(run_id: str, name: str, db: Path | None, data_json: str, key: str | None) -> None:
+def signal(run_id: str, name: str, db: LogLocation | None, data_json: str, key: str | None) -> None:
     """Send RUN_ID the signal NAME; one `run.wait_for(NAME)` consumes it, exactly once."""
     from .control import signal as send
 
@@ -278,7 +304,7 @@ def signal(run_id: str, name: str, db: Path | None, data_json: str, key: str | N
 @click.option("--no-start", is_flag=True, help="Only set the run going again; run it later with `steplog run`.")
 @_engine_options
 @_guard
-def retry(run_id: str, db: Path | None, force: bool, no_start: bool, **engine: Any) -> None:
+def retry(run_id: str, db: LogLocation | None, force: bool, no_start: bool, **engine: Any) -> None:
     """Run a `failed` run again from its failed step, with fresh attempt counters."""
     from .agent import resolve
     from .control import prepare_retry
@@ -306,13 +332,11 @@ def retry(run_id: str, db: Path | None, force: bool, no_start: bool, **engine: A
 @click.option("--no-start", is_flag=True, help="Only create the fork (its id is printed); run it later with `steplog run`.")
 @_engine_options
 @_guard
-def fork(run_id: str, at_step: int, new_run_id: str | None, db: Path | None, workdir: Path | None,
+def fork(run_id: str, at_step: int, new_run_id: str | None, db: LogLocation | None, workdir: Path | None,
          outbox: str | None, params: tuple[str, ...], no_start: bool, **engine: Any) -> None:
     """Start a new run from RUN_ID's steps before --at-step (copied, not run again), then run it."""
     from .control import fork as fork_run
-    from .db import default_db_path
-
-    path = db or default_db_path()
+    path = _log_path({"db": db})
     agent, prepared = fork_run(run_id, at_step, new_run_id=new_run_id, db=path, params=_parse_params(params),
                                limits=_limits(engine), workdir=workdir, outbox=outbox, model=engine["model"],
                                launch=_launch_given(engine))
@@ -347,7 +371,7 @@ def _launch_given(o: dict[str, Any]) -> Launch | None:
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="An agent parameter (repeatable).")
 @_engine_options
 @_guard
-def submit(agent: str, run_id: str | None, db: Path | None, workdir: Path | None, outbox: str | None,
+def submit(agent: str, run_id: str | None, db: LogLocation | None, workdir: Path | None, outbox: str | None,
            params: tuple[str, ...], **engine: Any) -> None:
     """Record a run of AGENT as `queued` for `steplog worker`; print its id. Nothing runs here.
 
@@ -377,7 +401,7 @@ def submit(agent: str, run_id: str | None, db: Path | None, workdir: Path | None
 @click.option("--grace", type=click.FloatRange(0, 3600), default=30.0, show_default=True,
               help="On SIGTERM: seconds the engines get to stop at a safe point before they are killed.")
 @_guard
-def worker(db: Path | None, concurrency: int, lease_seconds: float | None, agents: str | None, drain: bool,
+def worker(db: LogLocation | None, concurrency: int, lease_seconds: float | None, agents: str | None, drain: bool,
            poll: float, grace: float) -> None:
     """Run queued runs, and runs whose engine is gone, until stopped (SIGTERM: exit 0).
 
@@ -410,7 +434,7 @@ def _drive_engine(go: Callable[[], Any]) -> Any:
         _fail("stopped by a signal; run the same command to resume from the last checkpoint", EXIT_STOPPED)
 
 
-def _report(outcome: Any, db: Path | None) -> None:
+def _report(outcome: Any, db: LogLocation | None) -> None:
     """Print how the run ended and exit with its code (CONTRACT.md "Exit codes")."""
     from .errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_GAVE_UP, EXIT_WAITING
 
@@ -428,10 +452,10 @@ def _report(outcome: Any, db: Path | None) -> None:
     sys.exit({"gave_up": EXIT_GAVE_UP, "cancelled": EXIT_CANCELLED}.get(outcome.status, EXIT_FAILED))
 
 
-def _open_for_reading(db: Path | None) -> Any:
-    from .db import default_db_path, open_readonly
+def _open_for_reading(db: LogLocation | None) -> Any:
+    from .db import open_readonly
 
-    path = db or default_db_path()
+    path = _log_path({"db": db})
     return path, open_readonly(path, one_shot=True)
 
 
@@ -440,7 +464,7 @@ def _open_for_reading(db: Path | None) -> Any:
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (CONTRACT.md).")
 @_guard
-def status(run_id: str, db: Path | None, as_json: bool) -> None:
+def status(run_id: str, db: LogLocation | None, as_json: bool) -> None:
     """Show one run."""
     from .integrity import refusing_damage
     from .status import run_status
@@ -483,7 +507,7 @@ def _describe(s: dict[str, Any]) -> str:
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="A JSON list of status objects, newest first.")
 @_guard
-def runs(db: Path | None, as_json: bool) -> None:
+def runs(db: LogLocation | None, as_json: bool) -> None:
     """List the runs in the log."""
     from .integrity import refusing_damage
     from .status import all_runs
@@ -513,15 +537,14 @@ def runs(db: Path | None, as_json: bool) -> None:
               help="Read the run's deliveries here (default: the URL the run recorded, else outbox.db beside the log).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (CONTRACT.md).")
 @_guard
-def verdict(run_id: str, db: Path | None, outbox: str | None, as_json: bool) -> None:
+def verdict(run_id: str, db: LogLocation | None, outbox: str | None, as_json: bool) -> None:
     """Did RUN_ID survive its kills? The monitor's verdict strip, from the command line.
 
     Exit 1 on FAIL, else 0 (PASS, UNTESTED, RUNNING).
     """
-    from .db import default_db_path
     from .verdict import verdict_of
 
-    path = db or default_db_path()
+    path = _log_path({"db": db})
     v = verdict_of(path, run_id, outbox=outbox)
     if as_json:
         click.echo(json.dumps(v.summary_json(), ensure_ascii=False))
@@ -536,13 +559,12 @@ def verdict(run_id: str, db: Path | None, outbox: str | None, as_json: bool) -> 
 @cli.command()
 @db_option
 @_guard
-def check(db: Path | None) -> None:
+def check(db: LogLocation | None) -> None:
     """Check the log's integrity (read-only): "ok" and what it holds, or what is wrong (exit 2)."""
-    from .db import default_db_path
     from .errors import CorruptDatabase
     from .integrity import check as check_log
 
-    report = check_log(db or default_db_path())
+    report = check_log(_log_path({"db": db}))
     if not report.ok:
         for problem in report.problems:
             click.echo(problem)
@@ -594,24 +616,34 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
                    "--kills of whole workers (SIGKILL, then a new worker).")
 @click.option("--runs", type=click.IntRange(min=1), default=30, show_default=True,
               help="Runs queued for the worker storm (with --workers).")
+@click.option("--db", type=_LogParam(), default=None,
+              help="Run the kill test's runs in this PostgreSQL log (postgresql://USER@HOST:PORT/DBNAME), each under "
+                   "its own run id (default: a SQLite file per run, in the kill test's folder).")
 @_guard
 def killtest(agent: str, kills: int, seed: int, sweep: bool, as_json: bool, junit: Path | None,
              params: tuple[str, ...], jobs: int, time_limit: float, keep: Path | None, workers: int | None,
-             runs: int) -> None:
+             runs: int, db: LogLocation | None) -> None:
     """Kill AGENT's engine again and again; PASS if nothing was duplicated, lost or redone twice.
 
     With --workers N: kill whole workers that share a queue of --runs runs instead; PASS if every
     run succeeded and the outbox holds every message once. Exit 0 on PASS, 1 on FAIL, 2 on bad usage.
     """
     from .killtest.command import run_command, run_worker_storm_command
+    from .location import PgUrl
 
+    if db is not None and not isinstance(db, PgUrl):
+        raise UsageError("killtest --db takes a postgresql:// URL; with SQLite each run of the kill test gets a file "
+                         "of its own (see --keep)")
     if workers is not None:
         if sweep or junit is not None:
             raise UsageError("--workers runs the worker storm, which has no --sweep or --junit; drop those")
+        if db is not None:
+            raise UsageError("the worker storm runs on a SQLite file of its own for now; drop --db, or drop --workers "
+                             "to run the kill test on PostgreSQL")
         sys.exit(run_worker_storm_command(agent, workers=workers, runs=runs, kills=kills, seed=seed, as_json=as_json,
                                           params=_parse_params(params), time_limit=time_limit, keep=keep))
     sys.exit(run_command(agent, kills=kills, seed=seed, sweep=sweep, as_json=as_json, junit=junit,
-                         params=_parse_params(params), jobs=jobs, time_limit=time_limit, keep=keep))
+                         params=_parse_params(params), jobs=jobs, time_limit=time_limit, keep=keep, db=db))
 
 
 def _status_list(value: str | None) -> frozenset[str] | None:
@@ -634,7 +666,7 @@ def _status_list(value: str | None) -> frozenset[str] | None:
               "logs keeping up to 128 MiB, else incremental.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: runs, rows, bytes before/after.")
 @_guard
-def prune(run_ids: tuple[str, ...], db: Path | None, older_than: float | None, statuses: str | None,
+def prune(run_ids: tuple[str, ...], db: LogLocation | None, older_than: float | None, statuses: str | None,
           keep_last: int | None, archive: Path | None, dry_run: bool, reclaim: str, as_json: bool) -> None:
     """Remove whole finished runs (never a queued, running or waiting one), then reclaim the space.
 
@@ -653,7 +685,11 @@ def prune(run_ids: tuple[str, ...], db: Path | None, older_than: float | None, s
                           older_than_days=older_than, keep_last=keep_last)
     if only_reclaim and not (run_ids or older_than is not None or chosen is not None or keep_last is not None):
         selection = Selection(statuses=frozenset())  # --reclaim alone: give space back, prune nothing
-    report = prune_log(db or default_db_path(), selection, archive=archive, dry_run=dry_run, reclaim=reclaim)
+    log = db or default_db_path()
+    if not isinstance(log, Path):
+        raise UsageError("steplog prune works on a SQLite log only, for now; on PostgreSQL, export the runs you keep "
+                         "(steplog export) and delete old ones with the database's own tools")
+    report = prune_log(log, selection, archive=archive, dry_run=dry_run, reclaim=reclaim)
     click.echo(json.dumps(report.as_json()) if as_json else describe(report))
 
 
@@ -664,7 +700,7 @@ def prune(run_ids: tuple[str, ...], db: Path | None, older_than: float | None, s
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write to this new file (gzip if it ends in .gz) instead of stdout.")
 @_guard
-def export_run(run_id: str, db: Path | None, fmt: str, output: Path | None) -> None:
+def export_run(run_id: str, db: LogLocation | None, fmt: str, output: Path | None) -> None:
     """Print one run's whole history (run row, steps, effects, events) as JSON lines: what `import` loads."""
     from .archive import durable_output, run_lines
     from .integrity import refusing_damage
@@ -689,7 +725,7 @@ def export_run(run_id: str, db: Path | None, fmt: str, output: Path | None) -> N
 @click.argument("file", metavar="FILE")
 @db_option
 @_guard
-def import_file(file: str, db: Path | None) -> None:
+def import_file(file: str, db: LogLocation | None) -> None:
     """Load the runs of FILE (from `export` or `prune --archive`; plain or .gz; - for stdin) into the log.
 
     A run id the log already has is refused, and then nothing is imported.
@@ -698,6 +734,8 @@ def import_file(file: str, db: Path | None) -> None:
     from .db import default_db_path
 
     path = db or default_db_path()
+    if not isinstance(path, Path):
+        raise UsageError("steplog import loads into a SQLite log only, for now; import into a file and run from there")
     loaded = import_runs(file, path)
     n = len(loaded)
     click.echo(f"imported {n} run{'s' if n != 1 else ''} into {path}: "

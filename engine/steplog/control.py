@@ -31,13 +31,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .claim import budget_of, finish_cancelled
-from .db import default_db_path, immediate, open_log, private_dir
+from .db import LogConnection, immediate, location, open_log, private_dir
 from .errors import ControlRefused, UnknownRun, UsageError
 from .events import EventKind
 from .integrity import probe
 from .journal import dumps
 from .launch import Launch
 from .lease import row_vacancy
+from .location import LogLocation
 from .queue import enqueue
 from .status import TERMINAL
 
@@ -49,8 +50,8 @@ MAX_SIGNAL_BYTES = 1_000_000
 
 
 @contextmanager
-def _log(db: Path | None) -> Iterator[tuple[Path, sqlite3.Connection]]:
-    path = Path(db) if db else default_db_path()
+def _log(db: LogLocation | None) -> Iterator[tuple[LogLocation, LogConnection]]:
+    path = location(db)
     if not path.exists():
         raise UsageError(f"no log at {path}; pass --db with the log the run is in")
     conn = open_log(path)
@@ -61,7 +62,7 @@ def _log(db: Path | None) -> Iterator[tuple[Path, sqlite3.Connection]]:
         conn.close()
 
 
-def _run_row(conn: sqlite3.Connection, path: Path, run_id: str) -> sqlite3.Row:
+def _run_row(conn: LogConnection, path: LogLocation, run_id: str) -> sqlite3.Row:
     probe(conn, path, run_id)
     row: sqlite3.Row | None = conn.execute("SELECT * FROM run WHERE id = ?", (run_id,)).fetchone()
     if row is None:
@@ -69,7 +70,7 @@ def _run_row(conn: sqlite3.Connection, path: Path, run_id: str) -> sqlite3.Row:
     return row
 
 
-def _event(conn: sqlite3.Connection, row: sqlite3.Row, now: float, kind: str, data: dict[str, Any],
+def _event(conn: LogConnection, row: sqlite3.Row, now: float, kind: str, data: dict[str, Any],
            seq: int | None = None) -> None:
     conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?)",
                  (row["id"], now, row["incarnation"], kind, seq, dumps(data)))
@@ -90,7 +91,7 @@ class CancelResult:
     reason: str
 
 
-def cancel(run_id: str, reason: str | None = None, *, db: Path | None = None) -> CancelResult:
+def cancel(run_id: str, reason: str | None = None, *, db: LogLocation | None = None) -> CancelResult:
     """Cancel a run that has not finished. Nothing is sent after the cancel takes effect."""
     why = reason.strip() if reason and reason.strip() else "cancelled with steplog cancel"
     now = time.time()
@@ -108,11 +109,11 @@ def cancel(run_id: str, reason: str | None = None, *, db: Path | None = None) ->
         return CancelResult(run_id, True, why)
 
 
-def wait_until_finished(run_id: str, *, db: Path | None, timeout: float, poll: float = 0.05) -> str:
+def wait_until_finished(run_id: str, *, db: LogLocation | None, timeout: float, poll: float = 0.05) -> str:
     """Poll (read-only) until the run is terminal or ``timeout`` passes; its status."""
     from .db import open_readonly
 
-    path = Path(db) if db else default_db_path()
+    path = location(db)
     deadline = time.monotonic() + timeout
     while True:
         conn = open_readonly(path, one_shot=True)
@@ -140,7 +141,7 @@ class SignalSent:
     agent: str
 
 
-def signal(run_id: str, name: str, data: Any = None, *, db: Path | None = None, key: str | None = None) -> SignalSent:
+def signal(run_id: str, name: str, data: Any = None, *, db: LogLocation | None = None, key: str | None = None) -> SignalSent:
     """Deliver the named signal to a run: consumed by the run's next (or current) ``wait_for(name)``.
 
     With ``key``, sending again (a retried script, a double click) is the same signal, once.
@@ -165,9 +166,8 @@ def signal(run_id: str, name: str, data: Any = None, *, db: Path | None = None, 
         if prior is not None:
             signal_id, duplicate = int(prior[0]), True
         else:
-            cur = conn.execute("INSERT INTO signal (run_id, name, data, key, sent_at) VALUES (?, ?, ?, ?, ?)",
-                               (run_id, name, data_json, key, now))
-            signal_id = int(cur.lastrowid or 0)
+            signal_id = int(conn.execute("INSERT INTO signal (run_id, name, data, key, sent_at) VALUES (?, ?, ?, ?, ?)"
+                                         " RETURNING id", (run_id, name, data_json, key, now)).fetchone()[0])
             _event(conn, row, now, EventKind.SIGNAL_SENT,
                    {"signal": name, "signal_id": signal_id, "bytes": len(data_json.encode()),
                     **({"key": key} if key is not None else {})})
@@ -185,7 +185,7 @@ class RetryPrepared:
     warnings: tuple[str, ...]
 
 
-def _failure_kind(conn: sqlite3.Connection, run_id: str, reason: str) -> str:
+def _failure_kind(conn: LogConnection, run_id: str, reason: str) -> str:
     """How the run failed, as recorded with its end (older logs: read from the reason's words)."""
     row = conn.execute("SELECT data FROM event WHERE run_id = ? AND kind = ? ORDER BY id DESC LIMIT 1",
                        (run_id, EventKind.RUN_FINISHED)).fetchone()
@@ -199,7 +199,7 @@ def _failure_kind(conn: sqlite3.Connection, run_id: str, reason: str) -> str:
     return "step"
 
 
-def prepare_retry(run_id: str, *, db: Path | None = None, force: bool = False,
+def prepare_retry(run_id: str, *, db: LogLocation | None = None, force: bool = False,
                   launch: Launch | None = None) -> RetryPrepared:
     """Set a ``failed`` run going again from its failed step, with fresh attempt counters: it is
     ``queued`` until an engine takes it (``launch``: how a worker starts it; default: as before).
@@ -271,7 +271,7 @@ class ForkPrepared:
     workdir: Path
 
 
-def _contiguous_committed(conn: sqlite3.Connection, run_id: str, before: int) -> int:
+def _contiguous_committed(conn: LogConnection, run_id: str, before: int) -> int:
     """How many of steps ``1, 2, ...`` (below ``before``) are committed without a gap."""
     n = 0
     for (seq,) in conn.execute("SELECT seq FROM step WHERE run_id = ? AND seq < ? AND status = 'committed'"
@@ -282,7 +282,7 @@ def _contiguous_committed(conn: sqlite3.Connection, run_id: str, before: int) ->
     return n
 
 
-def fork(parent_id: str, at_step: int, *, new_run_id: str | None = None, db: Path | None = None,
+def fork(parent_id: str, at_step: int, *, new_run_id: str | None = None, db: LogLocation | None = None,
          params: dict[str, Any] | None = None, limits: dict[str, Any] | None = None,
          workdir: Path | None = None, outbox: str | None = None, model: str | None = None,
          launch: Launch | None = None) -> tuple[Agent[..., Any], ForkPrepared]:
@@ -293,7 +293,7 @@ def fork(parent_id: str, at_step: int, *, new_run_id: str | None = None, db: Pat
     from .engine import check_run_id, new_run_id as make_id
     from .status import run_status
 
-    path = Path(db) if db else default_db_path()
+    path = location(db)
     if outbox is not None and not outbox.startswith(("http://", "https://")):
         raise UsageError(f"--outbox {outbox!r} is not an http(s) URL")
     conn = open_readonly(path, one_shot=True)
@@ -310,7 +310,7 @@ def fork(parent_id: str, at_step: int, *, new_run_id: str | None = None, db: Pat
 
 
 def prepare_fork(parent_id: str, at_step: int, *, agent: Agent[..., Any], new_run_id: str,
-                 db: Path | None = None, params: dict[str, Any] | None = None,
+                 db: LogLocation | None = None, params: dict[str, Any] | None = None,
                  limits: dict[str, Any] | None = None, workdir: Path | None = None,
                  outbox: str | None = None, model: str | None = None, launch: Launch | None = None) -> ForkPrepared:
     """Create run ``new_run_id`` from ``parent_id``'s committed steps ``1..at_step-1``, ``queued``
@@ -325,7 +325,7 @@ def prepare_fork(parent_id: str, at_step: int, *, agent: Agent[..., Any], new_ru
     if at_step < 1:
         raise UsageError(f"--at-step {at_step}: steps are numbered from 1")
     now = time.time()
-    path = Path(db) if db else default_db_path()
+    path = location(db)
     with _log(path) as (path, conn):
         parent = _run_row(conn, path, parent_id)
         _refuse_taken(conn, new_run_id)
@@ -368,12 +368,12 @@ def _move_into(staged: Path, target: Path) -> None:
     staged.rmdir()
 
 
-def _refuse_taken(conn: sqlite3.Connection, run_id: str) -> None:
+def _refuse_taken(conn: LogConnection, run_id: str) -> None:
     if conn.execute("SELECT 1 FROM run WHERE id = ?", (run_id,)).fetchone():
         raise UsageError(f"run {run_id} exists already; pick another --run-id for the fork")
 
 
-def _insert_fork(conn: sqlite3.Connection, parent: sqlite3.Row, at_step: int, new_id: str, params: dict[str, Any],
+def _insert_fork(conn: LogConnection, parent: sqlite3.Row, at_step: int, new_id: str, params: dict[str, Any],
                  budget: Any, workdir: Path, outbox: str | None, model: str | None, now: float) -> int:
     pid = parent["id"]
     _refuse_taken(conn, new_id)  # again, under the write lock

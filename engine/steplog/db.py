@@ -2,6 +2,11 @@
 
 A file is *checked read-only before anything writes to it*: a foreign, corrupt or newer file is
 refused with a ``LogError`` and its bytes stay exactly as they were.
+
+The log is a SQLite file or, for a ``postgresql://`` location, a PostgreSQL database
+(``steplog.pg``, imported only then). Every public function here takes either
+(``location.LogLocation``) and returns a ``LogConnection``: the sqlite3 subset the engine uses,
+which ``pg.PgConnection`` speaks too.
 """
 
 from __future__ import annotations
@@ -13,11 +18,70 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from . import interrupts, openfiles
 from .errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema, ReadOnlyLog
-from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from .location import LogLocation, PgUrl, resolve
+from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, split_statements
+
+if TYPE_CHECKING:
+    from .pg import PgConnection
+
+
+class LogCursor(Protocol):
+    """What the engine reads from a statement (``sqlite3.Cursor`` and psycopg's cursor)."""
+
+    @property
+    def rowcount(self) -> int: ...
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+    def __iter__(self) -> Any: ...
+
+
+class LogConnection(Protocol):
+    """The sqlite3 subset the engine uses on a log: ``sqlite3.Connection`` (``isolation_level=None``,
+    transactions by SQL) or ``pg.PgConnection``. Rows index by position and by column name."""
+
+    row_factory: Any
+
+    def execute(self, sql: str, parameters: Any = ..., /) -> Any: ...
+    @property
+    def in_transaction(self) -> bool: ...
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=LogConnection)
+
+
+def is_postgres(conn: object) -> bool:
+    """Is this log connection on PostgreSQL? (for the few things only SQLite has: PRAGMAs,
+    page probes, ``integrity_check``)."""
+    return getattr(conn, "dialect", "sqlite") == "postgresql"
+
+
+def has_column(conn: LogConnection, table: str, column: str) -> bool:
+    """Does the log's ``table`` have ``column`` (a schema-1 file read without migrating it has not)?"""
+    if is_postgres(conn):
+        from . import pg
+
+        return pg.has_column(conn, table, column)  # type: ignore[arg-type]
+    return conn.execute(f"SELECT 1 FROM pragma_table_info('{table}') WHERE name = ?", (column,)).fetchone() is not None
+
+
+def connect_plain(location: LogLocation) -> LogConnection:
+    """A second connection to a log already opened and checked (the lease heartbeat's): no
+    validation, no migration; SQLite at ``synchronous = NORMAL`` (a lost renewal only shortens
+    the lease)."""
+    if isinstance(location, PgUrl):
+        from . import pg
+
+        conn: LogConnection = pg.connect(location)
+    else:
+        conn = sqlite3.connect(str(location), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000,
+                               check_same_thread=False)
+    conn.execute("PRAGMA synchronous = NORMAL")
+    return conn
 
 Synchronous = Literal["FULL", "NORMAL"]
 
@@ -26,14 +90,14 @@ BUSY_TIMEOUT_MS = 10_000
 PAGE_SIZE = 1024
 
 
-def default_db_path() -> Path:
+def default_db_path() -> LogLocation:
     """``$STEPLOG_DB``, else ``steplog.db`` in the user data directory (created 0700)."""
-    env = os.environ.get("STEPLOG_DB")
-    if env:
-        return Path(env).expanduser()
-    import platformdirs  # imported here: only the default path needs it
+    return resolve(None)
 
-    return Path(platformdirs.user_data_dir("steplog", appauthor=False)) / "steplog.db"
+
+def location(db: str | os.PathLike[str] | None) -> LogLocation:
+    """``--db`` as given (a path or a ``postgresql://`` URL), else the default."""
+    return resolve(db)
 
 
 def _apply_pragmas(conn: sqlite3.Connection, *, readonly: bool, synchronous: Synchronous) -> None:
@@ -128,11 +192,15 @@ def _read_ids(path: Path, header: bytes | None) -> tuple[int, int, list[str]]:
     return app_id, version, tables
 
 
-def inspect(path: Path) -> int:
+def inspect(path: LogLocation) -> int:
     """Check an existing file read-only and return its schema version (0 = empty, new).
 
     Raises ``CorruptDatabase``, ``ForeignDatabase`` or ``NewerSchema``; never writes.
     """
+    if isinstance(path, PgUrl):
+        from . import pg
+
+        return pg.inspect(path)
     with openfiles.guarded:
         # Header bytes only from a file no connection of ours holds (see ``openfiles``).
         header = None if openfiles.held(path) else _read_header(path)
@@ -199,7 +267,7 @@ def is_read_only(exc: BaseException) -> bool:
     return name.startswith("SQLITE_READONLY") or "readonly database" in str(exc)
 
 
-def read_only_log(path: Path, why: str) -> ReadOnlyLog:
+def read_only_log(path: LogLocation, why: str) -> ReadOnlyLog:
     return ReadOnlyLog(
         f"{path} cannot be written ({why}); steplog run records every step there: make it writable "
         "or pass --db a writable path (status, runs and check can still read it)")
@@ -257,7 +325,7 @@ def _create_private(path: Path) -> None:
         raise LogError(f"cannot create {path}: {exc.strerror}; choose a writable --db path") from exc
 
 
-def pending_migrations(conn: sqlite3.Connection) -> int:
+def pending_migrations(conn: LogConnection) -> int:
     """How many migrations a connected log still needs (read-only check)."""
     return SCHEMA_VERSION - int(conn.execute("PRAGMA user_version").fetchone()[0])
 
@@ -274,23 +342,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
-def split_statements(script: str) -> Iterator[str]:
-    """Split a migration into statements (``executescript`` would commit our transaction);
-    whole-line ``--`` comments are dropped."""
-    buf = ""
-    for line in script.splitlines(keepends=True):
-        if line.lstrip().startswith("--"):
-            continue
-        buf += line
-        if sqlite3.complete_statement(buf):
-            yield buf.strip()
-            buf = ""
-    if buf.strip():
-        yield buf.strip()
-
-
 @contextmanager
-def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def immediate(conn: C) -> Iterator[C]:
     """A write transaction that takes the write lock up front.
 
     A deferred transaction that reads and then writes fails with SQLITE_BUSY *without waiting*
@@ -303,7 +356,7 @@ def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 
 @contextmanager
-def rolled_back_on_error(conn: sqlite3.Connection) -> Iterator[None]:
+def rolled_back_on_error(conn: LogConnection) -> Iterator[None]:
     """Roll back the open transaction if the block raises, and let the block's error through.
 
     Only if one is open: a failed ``BEGIN``, or an error after ``COMMIT`` succeeded, leaves none,
@@ -316,7 +369,7 @@ def rolled_back_on_error(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-def rollback(conn: sqlite3.Connection) -> None:
+def rollback(conn: LogConnection) -> None:
     """Roll back the open transaction, if one is open (see ``rolled_back_on_error``)."""
     if conn.in_transaction:
         try:
@@ -325,8 +378,20 @@ def rollback(conn: sqlite3.Connection) -> None:
             pass  # SQLite rolled back already (an I/O error aborts the transaction)
 
 
-def open_log(path: Path, *, synchronous: Synchronous = "FULL") -> sqlite3.Connection:
+@overload
+def open_log(path: Path, *, synchronous: Synchronous = "FULL") -> sqlite3.Connection: ...
+@overload
+def open_log(path: PgUrl, *, synchronous: Synchronous = "FULL") -> PgConnection: ...
+@overload
+def open_log(path: LogLocation, *, synchronous: Synchronous = "FULL") -> LogConnection: ...
+def open_log(path: LogLocation, *, synchronous: Synchronous = "FULL") -> LogConnection:
     """Open (creating if needed) a log for writing: validated, migrated, WAL, private."""
+    if isinstance(path, PgUrl):
+        from . import pg
+
+        pconn = pg.open_log(path)
+        pconn.execute(f"PRAGMA synchronous = {synchronous}")
+        return pconn
     path = Path(path)
     try:
         with openfiles.guarded:  # no other thread's plain open between the check and the connection
@@ -345,11 +410,21 @@ def open_log(path: Path, *, synchronous: Synchronous = "FULL") -> sqlite3.Connec
     return conn
 
 
-def open_readonly(path: Path, *, one_shot: bool = False) -> sqlite3.Connection:
+@overload
+def open_readonly(path: Path, *, one_shot: bool = False) -> sqlite3.Connection: ...
+@overload
+def open_readonly(path: PgUrl, *, one_shot: bool = False) -> PgConnection: ...
+@overload
+def open_readonly(path: LogLocation, *, one_shot: bool = False) -> LogConnection: ...
+def open_readonly(path: LogLocation, *, one_shot: bool = False) -> LogConnection:
     """Open an existing log for reading only; refuses missing, foreign and corrupt files.
 
     ``one_shot``: for a reader that closes the connection within one command (see
     ``connect_readonly``)."""
+    if isinstance(path, PgUrl):
+        from . import pg
+
+        return pg.open_readonly(path)
     path = Path(path)
     if not path.exists():
         raise LogError(f"{path} does not exist; run an agent first or pass --db with an existing log")

@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 from . import interrupts
 from .params import bind_params
 from .claim import Finished, Request, budget_of, claim
-from .db import Synchronous, default_db_path, open_log, private_dir
+from .db import LogConnection, Synchronous, connect_plain, location, open_log, private_dir
 from .effects import HttpClient
 from .errors import Fenced, LogWriteError, RunStopped, RunWaiting, UsageError
 from .journal import Journal, Usage, dumps, load_steps, why_not_json
 from .lease import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, boot_clock
+from .location import LogLocation
 from .observe import RunObserver, from_environment, incarnation_of
 from .policies import check_seconds
 from .redact import redact
@@ -74,15 +75,17 @@ def new_run_id() -> str:
 class _Heartbeat(threading.Thread):
     """Renews the lease while a long step runs; notices a takeover and raises the fence flag."""
 
-    def __init__(self, db: Path, journal: Journal, lease_seconds: float) -> None:
+    def __init__(self, db: LogLocation, journal: Journal, lease_seconds: float) -> None:
         super().__init__(name="steplog-lease", daemon=True)
         self._db, self._journal, self._period = db, journal, lease_seconds / 3
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        conn = sqlite3.connect(str(self._db), isolation_level=None, timeout=10)
         try:
-            conn.execute("PRAGMA synchronous = NORMAL")  # a lost renewal only shortens the lease
+            conn = connect_plain(self._db)  # synchronous NORMAL: a lost renewal only shortens the lease
+        except Exception:
+            return  # the engine's own writes still renew the lease and notice a takeover
+        try:
             while not self._stop_event.wait(self._period):
                 j = self._journal
                 try:
@@ -154,7 +157,7 @@ def check_start(agent: Agent[..., Any], *, run_id: str | None, outbox: str | Non
     return bound
 
 
-def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | None = None,
+def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: LogLocation | str | None = None,
             workdir: Path | None = None, outbox: str | None = None, params: dict[str, Any] | None = None,
             limits: dict[str, Any] | None = None, model: str | None = None, base_url: str | None = None,
             pace: float = 0.0, lease_seconds: float = DEFAULT_LEASE_SECONDS,
@@ -174,7 +177,7 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | Non
                         lease_seconds=lease_seconds, new=run_id is None)
     if killed_at is not None and not (math.isfinite(killed_at) and 0 < killed_at <= time.time() + 60):
         raise UsageError(f"--killed-at must be the Unix time of a kill that happened (got {killed_at})")
-    db_path = Path(db) if db else default_db_path()
+    db_path = location(db)
     with interrupts.installed():
         return _execute(agent, spec, bound, run_id=run_id, db_path=db_path, workdir=workdir, outbox=outbox,
                         limits=limits, model=model, base_url=base_url, pace=pace, lease_seconds=lease_seconds,
@@ -182,7 +185,7 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | Non
                         exit_when_waiting=exit_when_waiting)
 
 
-def _execute(agent: Agent[..., Any], spec: str, bound: dict[str, Any], *, run_id: str | None, db_path: Path,
+def _execute(agent: Agent[..., Any], spec: str, bound: dict[str, Any], *, run_id: str | None, db_path: LogLocation,
              workdir: Path | None, outbox: str | None, limits: dict[str, Any] | None, model: str | None,
              base_url: str | None, pace: float, lease_seconds: float, synchronous: Synchronous,
              on_start: Any, killed_at: float | None, exit_when_waiting: bool) -> Outcome:
@@ -224,7 +227,7 @@ def _execute(agent: Agent[..., Any], spec: str, bound: dict[str, Any], *, run_id
             conn.close()
 
 
-def _observer(conn: sqlite3.Connection, row: sqlite3.Row, incarnation: int, resumed: bool) -> RunObserver | None:
+def _observer(conn: LogConnection, row: sqlite3.Row, incarnation: int, resumed: bool) -> RunObserver | None:
     """Tracing, if the environment asks for it (``steplog.observe``), told this incarnation began."""
     observer = from_environment()
     if observer is not None:
@@ -232,7 +235,7 @@ def _observer(conn: sqlite3.Connection, row: sqlite3.Row, incarnation: int, resu
     return observer
 
 
-def _work(agent: Agent[..., Any], journal: Journal, row: sqlite3.Row, resumed: bool, *, db_path: Path,
+def _work(agent: Agent[..., Any], journal: Journal, row: sqlite3.Row, resumed: bool, *, db_path: LogLocation,
           base_url: str | None, pace: float, lease_seconds: float, on_start: Any,
           exit_when_waiting: bool = False) -> Outcome:
     from .llm import close_model, make_model

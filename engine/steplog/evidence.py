@@ -17,15 +17,20 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .outbox.ledger import Ledger
+
+if TYPE_CHECKING:
+    from .db import LogConnection
+    from .location import LogLocation
 
 OUTBOX_FILE = "outbox.db"
 
 
-def outbox_file_for(log: Path) -> Path:
+def outbox_file_for(log: LogLocation) -> Path:
     """The demo outbox's file for the log at ``log``: beside it, shared by every demo run there."""
-    return Path(log).parent / OUTBOX_FILE
+    return log.parent / OUTBOX_FILE
 
 
 @dataclass(frozen=True)
@@ -38,14 +43,14 @@ class RunLedger:
     problem: str | None = None
 
 
-def completed_post_keys(conn: sqlite3.Connection, run_id: str) -> set[str]:
+def completed_post_keys(conn: LogConnection, run_id: str) -> set[str]:
     """Keys of the run's ``http_post`` effects that the log records as completed."""
     rows = conn.execute("SELECT key FROM effect WHERE run_id = ? AND kind = 'http_post' AND status = 'completed'",
                         (run_id,))
     return {k for (k,) in rows}
 
 
-def read_ledger(run_id: str, *, outbox: str | None, recorded_url: str | None, log: Path,
+def read_ledger(run_id: str, *, outbox: str | None, recorded_url: str | None, log: LogLocation,
                 completed: set[str], timeout: float = 2.0) -> RunLedger:
     """The run's ledger from ``outbox`` (a URL or an outbox file) if given, else from the URL the
     run recorded, else from the outbox file beside the log."""

@@ -19,8 +19,9 @@ from types import TracebackType
 
 from sqlmodel import Session, col, select
 
-from .db import inspect
+from .db import inspect, location
 from .errors import ForeignDatabase, LogError, UnknownRun
+from .location import LogLocation
 from .tables import EffectRow, EventRow, RunRow, StepRow, read_engine
 
 
@@ -28,7 +29,7 @@ class History:
     """The runs, steps, effects and events of one log, as typed rows."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        self.path: LogLocation = location(path)
         if not self.path.exists():
             raise LogError(f"{self.path} does not exist; run an agent first or pass an existing log")
         if inspect(self.path) == 0:

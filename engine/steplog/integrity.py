@@ -18,11 +18,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .db import is_damage, open_readonly
+from .db import LogConnection, is_damage, is_postgres, open_readonly
 from .errors import CorruptDatabase
+from .location import LogLocation
 
 
-def damaged(path: Path, what: str) -> CorruptDatabase:
+def damaged(path: LogLocation, what: str) -> CorruptDatabase:
     """The one-line refusal of a damaged log."""
     return CorruptDatabase(
         f"{path} is damaged ({what}); it was left untouched: `steplog check --db {path}` says what is "
@@ -30,7 +31,7 @@ def damaged(path: Path, what: str) -> CorruptDatabase:
 
 
 @contextmanager
-def refusing_damage(path: Path) -> Iterator[None]:
+def refusing_damage(path: LogLocation) -> Iterator[None]:
     """Turn SQLite's "malformed" or "not a database" met inside the block into ``damaged``."""
     try:
         yield
@@ -59,9 +60,12 @@ _PROBES = (
 )
 
 
-def probe(conn: sqlite3.Connection, path: Path, run_id: str) -> None:
+def probe(conn: LogConnection, path: LogLocation, run_id: str) -> None:
     """Read every page the engine is about to touch for ``run_id``; ``CorruptDatabase`` if one is
-    damaged. Call it before the first write (inside the claim's transaction, before any change)."""
+    damaged. Call it before the first write (inside the claim's transaction, before any change).
+    A PostgreSQL server checks its own pages (checksums, WAL): nothing to probe there."""
+    if is_postgres(conn):
+        return
     with refusing_damage(path):
         for sql, takes_run in _PROBES:
             conn.execute(sql, (run_id,) if takes_run else ()).fetchall()
@@ -71,7 +75,7 @@ def probe(conn: sqlite3.Connection, path: Path, run_id: str) -> None:
 class Report:
     """What ``steplog check`` found."""
 
-    path: Path
+    path: LogLocation
     version: int
     problems: list[str] = field(default_factory=list)
     runs: int = 0
@@ -89,7 +93,7 @@ class Report:
         return (f"{self.path} is damaged: {first}{more}; restore it from a backup or point --db at a new path")
 
 
-def check(path: Path) -> Report:
+def check(path: LogLocation) -> Report:
     """``PRAGMA integrity_check`` on a read-only connection (immutable when no -wal exists).
 
     A non-log file, or one damaged where SQLite keeps its schema, raises ``LogError`` like any
@@ -97,6 +101,8 @@ def check(path: Path) -> Report:
     read at all, so then each table is checked on its own, to say which ones are damaged.
     """
     conn = open_readonly(path, one_shot=True)  # missing, foreign, newer, empty: refused like every reader does
+    if is_postgres(conn):
+        return _check_postgres(conn, path)
     try:
         report = Report(path=path, version=int(conn.execute("PRAGMA user_version").fetchone()[0]))
         try:
@@ -114,7 +120,7 @@ def check(path: Path) -> Report:
     return report
 
 
-def _table_by_table(conn: sqlite3.Connection) -> Iterator[str]:
+def _table_by_table(conn: LogConnection) -> Iterator[str]:
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
     for table in tables:
         try:
@@ -126,3 +132,30 @@ def _table_by_table(conn: sqlite3.Connection) -> Iterator[str]:
             continue
         if rows != ["ok"]:
             yield from (f"table {table}: {r.removeprefix('*** in database main ***' + chr(10))}" for r in rows)
+
+
+def _check_postgres(conn: LogConnection, path: LogLocation) -> Report:
+    """A PostgreSQL log: the server guards its pages (``integrity_check`` is SQLite's); what is
+    checked here is steplog's part: the schema version (by ``open_readonly``), the append-only
+    triggers on ``event``, and that every step and effect belongs to a run."""
+    from .pgschema import META_TABLE
+
+    try:
+        version = int(conn.execute(f"SELECT value FROM {META_TABLE} WHERE key = 'schema_version'").fetchone()[0])
+        report = Report(path=path, version=version)
+        triggers = {r[0] for r in conn.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'event'::regclass AND NOT tgisinternal")}
+        for name in ("event_is_append_only_update", "event_is_append_only_delete"):
+            if name not in triggers:
+                report.problems.append(f"the event table lost its trigger {name} (it is no longer append-only)")
+        for table in ("step", "effect"):
+            orphans = int(conn.execute(f"SELECT count(*) FROM {table} t WHERE NOT EXISTS"
+                                       " (SELECT 1 FROM run r WHERE r.id = t.run_id)").fetchone()[0])
+            if orphans:
+                report.problems.append(f"table {table}: {orphans} row(s) of runs that are not in the run table")
+        if report.ok:
+            report.runs = int(conn.execute("SELECT count(*) FROM run").fetchone()[0])
+            report.steps = int(conn.execute("SELECT count(*) FROM step").fetchone()[0])
+    finally:
+        conn.close()
+    return report

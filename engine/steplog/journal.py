@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import interrupts
-from .db import rollback
+from .db import LogConnection, rollback
 from .errors import Fenced, LogWriteError
 from .events import EventKind
 from .lease import boot_clock
@@ -128,7 +128,7 @@ class Usage:
 class Journal:
     """Writes for one run by one incarnation. Not thread-safe: the engine's main thread only."""
 
-    def __init__(self, conn: sqlite3.Connection, run_id: str, incarnation: int, usage: Usage,
+    def __init__(self, conn: LogConnection, run_id: str, incarnation: int, usage: Usage,
                  *, clock: Clock = time.time, monotonic: Clock = time.monotonic,
                  lease_seconds: float, synchronous: str = "FULL", observer: RunObserver | None = None) -> None:
         self.conn = conn
@@ -178,7 +178,7 @@ class Journal:
             self._sync = level
 
     @contextmanager
-    def _tx(self, *, durable: bool = True, run_sets: str = "", run_args: tuple[Any, ...] = ()) -> Iterator[sqlite3.Connection]:
+    def _tx(self, *, durable: bool = True, run_sets: str = "", run_args: tuple[Any, ...] = ()) -> Iterator[LogConnection]:
         """One fenced write transaction; ``run_sets`` adds assignments to the run-row update.
 
         One generator, not three nested context managers: this runs twice per step."""
@@ -192,12 +192,18 @@ class Journal:
                 now = self._clock()
                 conn.execute("BEGIN IMMEDIATE")
                 u = self.usage
-                cur = conn.execute(
-                    _FENCE_SQL if not run_sets else _FENCE_SQL.replace(" WHERE", ", " + run_sets + " WHERE", 1),
-                    (now, now + self._lease_seconds, boot_clock() + self._lease_seconds, self.seconds_used(),
-                     u.steps, u.tokens, u.tokens_estimated, u.reserved_tokens, u.cost_usd, u.reserved_cost_usd,
-                     u.retries, u.executions, *run_args, self.run_id, self.incarnation),
-                )
+                args: tuple[Any, ...] = (
+                    now, now + self._lease_seconds, boot_clock() + self._lease_seconds, self.seconds_used(),
+                    u.steps, u.tokens, u.tokens_estimated, u.reserved_tokens, u.cost_usd, u.reserved_cost_usd,
+                    u.retries, u.executions, *run_args, self.run_id, self.incarnation)
+                if not run_sets:
+                    sql = _FENCE_SQL
+                elif "lease_expires" in run_sets:  # the lease let go: one assignment per column (PostgreSQL)
+                    sql = _FENCE_SQL.replace(" lease_expires = ?,", "", 1).replace(" WHERE", ", " + run_sets + " WHERE", 1)
+                    args = args[:1] + args[2:]
+                else:
+                    sql = _FENCE_SQL.replace(" WHERE", ", " + run_sets + " WHERE", 1)
+                cur = conn.execute(sql, args)
                 rows = cur.fetchall()  # drained: a statement left active would block the COMMIT
                 mine = rows[0] if rows else None
                 if mine is not None and mine[0] is not None:
@@ -437,7 +443,7 @@ class _SignalTaken(Exception):
     """Rolls ``commit_wait`` back: the signal was consumed in between (by a newer engine)."""
 
 
-def pending_signal(conn: sqlite3.Connection, run_id: str, name: str) -> tuple[int, str] | None:
+def pending_signal(conn: LogConnection, run_id: str, name: str) -> tuple[int, str] | None:
     """The oldest unconsumed signal ``name`` for the run: ``(id, data JSON)``."""
     row = conn.execute(
         "SELECT id, data FROM signal WHERE run_id = ? AND name = ? AND consumed_seq IS NULL ORDER BY id LIMIT 1",
@@ -445,12 +451,12 @@ def pending_signal(conn: sqlite3.Connection, run_id: str, name: str) -> tuple[in
     return (int(row[0]), str(row[1])) if row else None
 
 
-def cancel_request(conn: sqlite3.Connection, run_id: str) -> str | None:
+def cancel_request(conn: LogConnection, run_id: str) -> str | None:
     row = conn.execute("SELECT cancel_requested FROM run WHERE id = ?", (run_id,)).fetchone()
     return row[0] if row else None
 
 
-def load_steps(conn: sqlite3.Connection, run_id: str) -> dict[int, Committed | StepRecord]:
+def load_steps(conn: LogConnection, run_id: str) -> dict[int, Committed | StepRecord]:
     """Every step of the run in two queries (never one per step): the committed ones as
     ``Committed``, the few others (started, decided, failed) as full ``StepRecord``s."""
     make = functools.partial(tuple.__new__, Committed)  # Committed._make without its Python frame
@@ -463,7 +469,7 @@ def load_steps(conn: sqlite3.Connection, run_id: str) -> dict[int, Committed | S
     return steps
 
 
-def load_effect(conn: sqlite3.Connection, key: str) -> EffectRecord | None:
+def load_effect(conn: LogConnection, key: str) -> EffectRecord | None:
     row = conn.execute(
         "SELECT key, status, request_hash, response, idempotent FROM effect WHERE key = ?", (key,)
     ).fetchone()

@@ -22,9 +22,12 @@ import os
 import sqlite3
 import sys
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .events import EventKind
+
+if TYPE_CHECKING:
+    from .db import LogConnection
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ def from_environment() -> RunObserver | None:
     return OtelObserver()
 
 
-def incarnation_of(conn: sqlite3.Connection, row: sqlite3.Row, incarnation: int, resumed: bool) -> Incarnation:
+def incarnation_of(conn: LogConnection, row: sqlite3.Row, incarnation: int, resumed: bool) -> Incarnation:
     """The incarnation just claimed, with how it took the lease over (its ``lease_acquired`` event)."""
     found = conn.execute("SELECT data FROM event WHERE run_id = ? AND kind = ? AND incarnation = ?"
                          " ORDER BY id DESC LIMIT 1", (row["id"], EventKind.LEASE_ACQUIRED, incarnation)).fetchone()

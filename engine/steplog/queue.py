@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .claim import Request, create_run
-from .db import default_db_path, immediate, open_log
+from .db import LogConnection, immediate, location, open_log
 from .errors import UsageError
 from .events import EventKind
 from .integrity import probe
 from .journal import dumps
 from .launch import Launch
 from .lease import DEFAULT_LEASE_SECONDS, Holder, me, row_vacancy, vacancy
+from .location import LogLocation
 from .status import TERMINAL
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ CLAIM_BATCH = 32
 """Candidates read at a time while looking for a claimable one."""
 
 
-def submit(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | None = None,
+def submit(agent: Agent[..., Any], *, run_id: str | None = None, db: LogLocation | str | None = None,
            workdir: Path | None = None, outbox: str | None = None, params: dict[str, Any] | None = None,
            limits: dict[str, Any] | None = None, model: str | None = None, launch: Launch = Launch()) -> str:
     """Record a new ``queued`` run of ``agent``; its id. Refused (``UsageError``, nothing
@@ -53,7 +54,7 @@ def submit(agent: Agent[..., Any], *, run_id: str | None = None, db: Path | None
     bound = check_start(agent, run_id=run_id, outbox=outbox, params=params, limits=limits, pace=launch.pace,
                         lease_seconds=lease, new=True)
     rid = run_id or new_run_id()
-    path = Path(db) if db else default_db_path()
+    path = location(db)
     conn = open_log(path)
     conn.row_factory = sqlite3.Row
     try:
@@ -113,7 +114,7 @@ def _vacant(row: sqlite3.Row, worker: Holder, lease_seconds: float, now: float) 
     return why
 
 
-def claim_next_run(conn: sqlite3.Connection, *, worker: Holder | None = None, agents: Collection[str] = (),
+def claim_next_run(conn: LogConnection, *, worker: Holder | None = None, agents: Collection[str] = (),
                    skip: Collection[str] = (), lease_seconds: float = DEFAULT_LEASE_SECONDS) -> Job | None:
     """Claim the oldest run nobody works on for ``worker`` (default: this process), or ``None``.
 
@@ -161,7 +162,7 @@ def claim_next_run(conn: sqlite3.Connection, *, worker: Holder | None = None, ag
         conn.row_factory = prior
 
 
-def hand_back(conn: sqlite3.Connection, run_id: str, *, exit_code: int, worker: Holder | None = None) -> str | None:
+def hand_back(conn: LogConnection, run_id: str, *, exit_code: int, worker: Holder | None = None) -> str | None:
     """The worker's engine on ``run_id`` exited with ``exit_code``: the run is no longer this
     worker's (a finished one keeps its name as who ran it last). The run's status, or ``None``
     when another worker has claimed it since."""
@@ -184,13 +185,13 @@ def hand_back(conn: sqlite3.Connection, run_id: str, *, exit_code: int, worker: 
         return status
 
 
-def _event(conn: sqlite3.Connection, run_id: str, now: float, kind: str, data: dict[str, Any]) -> None:
+def _event(conn: LogConnection, run_id: str, now: float, kind: str, data: dict[str, Any]) -> None:
     incarnation = conn.execute("SELECT incarnation FROM run WHERE id = ?", (run_id,)).fetchone()[0]
     conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, ?, ?, ?)",
                  (run_id, now, incarnation, kind, dumps(data)))
 
 
-def enqueue(conn: sqlite3.Connection, run_id: str, launch: Launch | None) -> None:
+def enqueue(conn: LogConnection, run_id: str, launch: Launch | None) -> None:
     """Mark a run no engine has taken yet as ``queued`` (``retry``/``fork --no-start``), with
     how a worker starts it; inside the caller's transaction."""
     conn.execute("UPDATE run SET status = 'queued', launch = COALESCE(?, launch) WHERE id = ?",

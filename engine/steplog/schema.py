@@ -10,6 +10,9 @@ under a second, and ``import sqlmodel`` alone costs ~0.6 s, so the write path ne
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
+
 # "STLG": marks the file as a steplog log so a foreign SQLite file is refused, not modified.
 APPLICATION_ID = 0x53544C47
 
@@ -266,3 +269,18 @@ RUN_TABLES: tuple[tuple[str, str], ...] = (
 The one list that ``steplog prune`` (deletes all of a run's rows, in reverse), ``export`` and
 ``import`` (copy them, in this order) go by: a new per-run table is added here and nowhere else.
 ``pruned`` is not in it: it is the log's memory of runs that are gone."""
+
+
+def split_statements(script: str) -> Iterator[str]:
+    """Split a migration into statements (``executescript`` would commit our transaction);
+    whole-line ``--`` comments are dropped."""
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        if line.lstrip().startswith("--"):
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            yield buf.strip()
+            buf = ""
+    if buf.strip():
+        yield buf.strip()

@@ -5,12 +5,16 @@ Import-light on purpose (the engine imports ``TERMINAL`` and ``outcome_error`` f
 
 from __future__ import annotations
 
-import json
 import sqlite3
-from pathlib import Path
-from typing import Any
+
+import json
+from typing import TYPE_CHECKING, Any
 
 from .errors import Cancelled, GaveUp, RunFailed, RunStopped, UnknownRun
+
+if TYPE_CHECKING:
+    from .db import LogConnection
+    from .location import LogLocation
 
 STATUSES = ("queued", "running", "waiting", "succeeded", "gave_up", "failed", "cancelled")
 TERMINAL = frozenset({"succeeded", "gave_up", "failed", "cancelled"})
@@ -36,10 +40,11 @@ _QUEUE = "worker_host, worker_pid"
 _NO_QUEUE = "NULL, NULL"  # a schema-1 or -2 log read without migrating it
 
 
-def _select_sql(conn: sqlite3.Connection) -> str:
-    columns = {r[0] for r in conn.execute("SELECT name FROM pragma_table_info('run')")}
-    return _SELECT.format(control=_CONTROL if "parent_run_id" in columns else _NO_CONTROL,
-                          queue=_QUEUE if "worker_pid" in columns else _NO_QUEUE)
+def _select_sql(conn: LogConnection) -> str:
+    from .db import has_column
+
+    return _SELECT.format(control=_CONTROL if has_column(conn, "run", "parent_run_id") else _NO_CONTROL,
+                          queue=_QUEUE if has_column(conn, "run", "worker_pid") else _NO_QUEUE)
 
 
 def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
@@ -97,7 +102,7 @@ def _engine(status: str, pid: int | None, host: str | None) -> str:
     return "live" if process_alive(pid) else "gone"
 
 
-def run_status(conn: sqlite3.Connection, run_id: str, *, db: Path | None = None) -> dict[str, Any]:
+def run_status(conn: LogConnection, run_id: str, *, db: LogLocation | None = None) -> dict[str, Any]:
     row = conn.execute(_select_sql(conn) + " WHERE id = ?", (run_id,)).fetchone()
     if row is None:
         where = f" in {db}" if db else ""
@@ -105,7 +110,7 @@ def run_status(conn: sqlite3.Connection, run_id: str, *, db: Path | None = None)
     return _as_status(row)
 
 
-def _pruned(conn: sqlite3.Connection, run_id: str) -> str:
+def _pruned(conn: LogConnection, run_id: str) -> str:
     """", pruned at T (archived to F: `steplog import F` brings it back)" when ``steplog prune`` removed it."""
     try:
         row = conn.execute("SELECT pruned_at, archive FROM pruned WHERE run_id = ? AND state = 'done'"
@@ -121,6 +126,6 @@ def _pruned(conn: sqlite3.Connection, run_id: str) -> str:
     return f": it was pruned at {when}{kept}"
 
 
-def all_runs(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+def all_runs(conn: LogConnection) -> list[dict[str, Any]]:
     """Every run, newest first."""
     return [_as_status(r) for r in conn.execute(_select_sql(conn) + " ORDER BY created_at DESC, id DESC")]

@@ -150,8 +150,12 @@ class PrunedRow(SQLModel, table=True):
     state: str = "pruning"
 
 
-def read_engine(path: Path) -> Engine:
-    """A SQLAlchemy engine on the log that can only read (``mode=ro``), with a busy timeout."""
+def read_engine(path: Path | str) -> Engine:
+    """A SQLAlchemy engine on the log that can only read (``mode=ro``), with a busy timeout; for a
+    PostgreSQL log (a ``postgresql://`` URL), one whose transactions are read-only."""
+    if isinstance(path, str) and path.startswith(("postgresql://", "postgres://")):
+        url = "postgresql+psycopg://" + str.__str__(path).split("://", 1)[1]
+        return create_engine(url, connect_args={"options": "-c default_transaction_read_only=on"})
     engine = create_engine(f"sqlite:///{Path(path).resolve().as_uri()}?mode=ro&uri=true")
 
     @sa_event.listens_for(engine, "connect")

@@ -34,7 +34,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .db import open_readonly
+from .db import location, open_readonly
+from .location import LogLocation
 from .events import EventKind
 from .evidence import RunLedger, completed_post_keys, read_ledger
 from .outputs import Finding, Outputs, compare, snapshot
@@ -118,7 +119,7 @@ class Reference:
     """Seconds from launch to the engine taking the lease."""
 
     @classmethod
-    def capture(cls, db: Path, run_id: str, *, ledger: Ledger | None, duration: float = 0.0,
+    def capture(cls, db: LogLocation, run_id: str, *, ledger: Ledger | None, duration: float = 0.0,
                 startup: float = 0.0) -> Reference:
         conn = open_readonly(db)
         try:
@@ -272,7 +273,7 @@ def redone_histogram(kills: Sequence[Kill]) -> dict[int, int]:
     return dict(sorted(hist.items()))
 
 
-def collect(db: Path, run_id: str, *, ledger: Ledger | None = None,
+def collect(db: LogLocation, run_id: str, *, ledger: Ledger | None = None,
             kill_times: Sequence[float | KillMark] | None = None, reference: Reference | None = None,
             lease_refusals: int | None = None, ledger_source: str = "outbox ledger",
             ledger_problem: str | None = None) -> Evidence:
@@ -281,9 +282,10 @@ def collect(db: Path, run_id: str, *, ledger: Ledger | None = None,
     ``kill_times``: the kills as their maker knows them; by default the ones the log records
     (``logged_kills``), so a run reopened later is judged exactly as it was live.
     """
-    conn = open_readonly(Path(db))
+    db = location(db)
+    conn = open_readonly(db)
     try:
-        status = run_status(conn, run_id, db=Path(db))
+        status = run_status(conn, run_id, db=db)
         events = conn.execute("SELECT ts, incarnation, kind, seq, data FROM event WHERE run_id = ? ORDER BY id",
                               (run_id,)).fetchall()
         steps = dict(conn.execute("SELECT seq, name FROM step WHERE run_id = ?", (run_id,)).fetchall())
@@ -300,7 +302,7 @@ def collect(db: Path, run_id: str, *, ledger: Ledger | None = None,
                     ledger_problem=ledger_problem, posts=int(posts), completed_posts=completed)
 
 
-def verdict_of(db: Path, run_id: str, *, outbox: str | None = None, ledger: Ledger | None = None,
+def verdict_of(db: LogLocation, run_id: str, *, outbox: str | None = None, ledger: Ledger | None = None,
                ledger_source: str | None = None) -> Verdict:
     """One run's verdict as the monitor's strip and ``steplog verdict`` show it: kills as the log
     records them, and this run's own deliveries from its outbox (``ledger`` if the caller already
@@ -310,7 +312,7 @@ def verdict_of(db: Path, run_id: str, *, outbox: str | None = None, ledger: Ledg
     if ledger is not None:
         found = RunLedger(ledger.for_run(run_id), ledger_source or "outbox ledger")
     else:
-        found = read_ledger(run_id, outbox=outbox, recorded_url=evidence.status["outbox"], log=Path(db),
+        found = read_ledger(run_id, outbox=outbox, recorded_url=evidence.status["outbox"], log=location(db),
                             completed=evidence.completed_posts or set())
     return judge(replace(evidence, ledger=found.ledger, ledger_source=found.source, ledger_problem=found.problem))
 

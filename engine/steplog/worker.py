@@ -34,12 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from .db import open_log
+from .db import LogConnection, open_log
 from .errors import (EXIT_CANCELLED, EXIT_FAILED, EXIT_GAVE_UP, EXIT_LEASE_HELD, EXIT_OK, EXIT_STOPPED,
                      EXIT_WAITING)
 from .interrupts import STOP_SIGNALS
 from .launch import DIE_WITH_PARENT_ENV
 from .lease import DEFAULT_LEASE_SECONDS, me
+from .location import LogLocation
 from .procs import child_env, hard_kill, python_argv, request_stop, spawn
 from .queue import Job, claim_next_run, hand_back
 
@@ -71,7 +72,7 @@ class WorkerStats:
 
 
 class Worker:
-    def __init__(self, db: Path, *, concurrency: int = 1, lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    def __init__(self, db: LogLocation, *, concurrency: int = 1, lease_seconds: float = DEFAULT_LEASE_SECONDS,
                  agents: Collection[str] = (), drain: bool = False, poll: float = 0.2,
                  grace: float = STOP_GRACE_SECONDS, say: Callable[[str], None] | None = None) -> None:
         self.db, self.concurrency, self.lease_seconds = db, concurrency, lease_seconds
@@ -119,7 +120,7 @@ class Worker:
         else:  # a second signal: do not wait for the engines' safe points
             self._deadline = 0.0
 
-    def _fill(self, conn: sqlite3.Connection) -> bool:
+    def _fill(self, conn: LogConnection) -> bool:
         claimed = False
         now = time.monotonic()
         while len(self._engines) < self.concurrency and self._stopping is None:
@@ -143,7 +144,7 @@ class Worker:
         how = f"{job.status}" + (f"; {job.takeover}" if job.takeover else "")
         self._say(f"steplog worker {self.name}: run {job.run_id} ({job.agent}, {how}) -> engine pid {proc.pid}")
 
-    def _reap(self, conn: sqlite3.Connection) -> None:
+    def _reap(self, conn: LogConnection) -> None:
         for rid, engine in list(self._engines.items()):
             code = engine.proc.poll()
             if code is None:
@@ -151,7 +152,7 @@ class Worker:
             del self._engines[rid]
             self._ended(conn, engine, code)
 
-    def _ended(self, conn: sqlite3.Connection, engine: _Engine, code: int) -> None:
+    def _ended(self, conn: LogConnection, engine: _Engine, code: int) -> None:
         rid = engine.job.run_id
         try:
             status = hand_back(conn, rid, exit_code=code)
@@ -182,7 +183,7 @@ class Worker:
         now = time.monotonic()
         return any(t > now for rid, t in self._not_before.items() if rid not in self._parked)
 
-    def _stop_engines(self, conn: sqlite3.Connection) -> None:
+    def _stop_engines(self, conn: LogConnection) -> None:
         """Ask every engine to stop at a safe point; kill what is left after ``grace`` seconds."""
         for engine in self._engines.values():
             request_stop(engine.proc)

@@ -30,9 +30,15 @@ def _stop_and_close(window: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from steplog.db import default_db_path
+    from steplog.db import location
+    from steplog.location import PgUrl
 
-    db = (args.db or default_db_path()).expanduser().resolve()
+    where = location(args.db)
+    if isinstance(where, PgUrl):
+        print(f"steplog: the monitor reads SQLite logs only so far, not {where}; "
+              "use `steplog runs/status/verdict --db URL` for a PostgreSQL log", file=sys.stderr)
+        return 2
+    db = where.resolve()
 
     import pyqtgraph as pg
     from PySide6.QtCore import QTimer

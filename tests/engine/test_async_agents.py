@@ -10,6 +10,8 @@ import pytest
 
 from conftest import AGENTS, Engine
 
+pytestmark = pytest.mark.backends("sqlite", "postgres")
+
 GATHERER = f"{AGENTS}:gatherer"
 
 

@@ -12,8 +12,10 @@ import pytest
 
 import steplog
 
-from conftest import AGENTS, Engine, kill_group
+from conftest import AGENTS, Engine, kill_group, log_bytes
 from fakes.openai_server import FakeOpenAI
+
+pytestmark = pytest.mark.backends("sqlite", "postgres")
 
 
 def test_steps_budget(engine: Engine) -> None:
@@ -95,7 +97,7 @@ def test_poison_pill_fails_the_run_after_max_recoveries(engine: Engine) -> None:
 def test_a_terminal_run_is_reported_and_nothing_written(engine: Engine) -> None:
     args = ["run", f"{AGENTS}:noop", "--run-id", "s", "--db", str(engine.db), "--max-steps", "10"]
     assert engine.run(*args).returncode == 3
-    before = engine.db.read_bytes(), engine.query("SELECT count(*) FROM event")
+    before = log_bytes(engine.db), engine.query("SELECT count(*) FROM event")
     again = engine.run("run", f"{AGENTS}:noop", "--run-id", "s", "--db", str(engine.db))
     assert again.returncode == 3
     assert "gave up: budget exhausted: steps used 10 of 10" in again.stdout

@@ -3,10 +3,14 @@ that may or may not have happened stops the run instead of being sent twice."""
 
 from __future__ import annotations
 
+import pytest
+
 from pathlib import Path
 
 from conftest import AGENTS, Engine
 from steplog.crashpoints import CRASH_EXIT_CODE
+
+pytestmark = pytest.mark.backends("sqlite", "postgres")
 
 
 def test_an_unconfirmed_non_idempotent_effect_needs_reconciliation(engine: Engine, tmp_path: Path) -> None:

@@ -68,6 +68,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[dict[
     return cache
 
 
+@pytest.mark.backends("sqlite", "postgres")
 def test_a_storm_of_kills_loses_nothing_and_duplicates_nothing(engine: Engine, tmp_path: Path, reference) -> None:  # type: ignore[no-untyped-def]
     """At least STORM_KILLS kills at random moments (start-up, inside steps, in the act→record
     window); should a run finish first, the storm goes on with a fresh run."""
@@ -126,6 +127,19 @@ def test_every_crash_point_is_covered() -> None:
 @pytest.mark.parametrize(("point", "seq"), CASES, ids=[f"{p}@{s}" for p, s in CASES])
 def test_a_crash_at_each_point_resumes_with_no_duplicate_and_nothing_missing(
         engine: Engine, tmp_path: Path, reference, point: str, seq: int) -> None:  # type: ignore[no-untyped-def]
+    crash_and_resume(engine, tmp_path, reference, point, seq)
+
+
+PG_CASES = [(point, seq) for point, seq in CASES if seq <= 5]  # the first item: every kind of step, every point
+
+
+@pytest.mark.backends("postgres")
+@pytest.mark.parametrize(("point", "seq"), PG_CASES, ids=[f"{p}@{s}" for p, s in PG_CASES])
+def test_a_crash_at_each_point_on_postgres(engine: Engine, tmp_path: Path, reference, point: str, seq: int) -> None:  # type: ignore[no-untyped-def]
+    crash_and_resume(engine, tmp_path, reference, point, seq)
+
+
+def crash_and_resume(engine: Engine, tmp_path: Path, reference, point: str, seq: int) -> None:  # type: ignore[no-untyped-def]
     n, witness = 4, tmp_path / "witness.db"
     args = run_args(engine, "cp", witness, n, 0.0)
     crashed = engine.run(*args, env={"STEPLOG_CRASH_AT": f"{point}@{seq}"})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import random
 import signal
@@ -11,6 +13,8 @@ import time
 from pathlib import Path
 
 from conftest import AGENTS, Engine, kill_group
+
+pytestmark = pytest.mark.backends("sqlite", "postgres")
 
 
 def witness_run(engine: Engine, run_id: str, tmp_path: Path, *, n: int, pause: float, extra: tuple[str, ...] = ()) -> list[str]:
@@ -59,12 +63,31 @@ def test_a_live_engine_is_not_taken_over_and_nothing_is_written(engine: Engine, 
         kill_group(first)
 
 
+def pg_write_lock_free(url: str) -> bool:
+    import psycopg
+
+    from steplog.pg import LOCK_KEY
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
+        free = bool(row and row[0])
+        if free:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
+    return free
+
+
 def freeze_outside_a_write(engine: Engine, proc: subprocess.Popen[str]) -> None:
     """SIGSTOP the engine at a moment none of its threads holds the log's write lock (its lease
     heartbeat writes too): a process stopped inside a transaction would block every writer, B
     included, which is not the case under test."""
     for _ in range(50):
         os.killpg(proc.pid, signal.SIGSTOP)
+        if isinstance(engine.db, str):  # PostgreSQL: the write lock is an advisory lock (steplog.pg)
+            if pg_write_lock_free(engine.db):
+                return
+            os.killpg(proc.pid, signal.SIGCONT)
+            time.sleep(0.05)
+            continue
         probe = sqlite3.connect(engine.db, timeout=0.2, isolation_level=None)
         try:
             probe.execute("BEGIN IMMEDIATE")

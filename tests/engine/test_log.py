@@ -135,7 +135,8 @@ def test_sqlmodel_tables_mirror_the_migrated_schema(db: Path) -> None:
 def test_a_new_log_has_1k_pages_and_an_older_4k_log_keeps_working_with_its_own(tmp_path: Path) -> None:
     """Small pages make each commit's WAL frames small (a step changes about six pages per
     commit); logs made before that have SQLite's 4 KiB pages, which cannot change under WAL."""
-    from steplog.db import PAGE_SIZE, split_statements
+    from steplog.db import PAGE_SIZE
+    from steplog.schema import split_statements
     from steplog.schema import MIGRATIONS
 
     import steplog

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AGENTS, Engine, kill_group, storm
+from conftest import AGENTS, Engine, kill_group, log_bytes, storm
+
+pytestmark = pytest.mark.backends("sqlite", "postgres")
 
 APPROVAL = f"{AGENTS}:approval"
 FIXABLE = f"{AGENTS}:fixable"
@@ -58,7 +60,7 @@ def is_waiting(engine: Engine, run_id: str) -> Callable[[], bool]:
 
 
 def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(log_bytes(path)).hexdigest()
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import log_bytes, query_log
 
 import steplog
 from steplog.errors import TransientError
+
+pytestmark = pytest.mark.backends("sqlite", "postgres")
 
 
 class Interrupt(BaseException):
@@ -18,11 +20,7 @@ class Interrupt(BaseException):
 
 
 def rows(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
+    return query_log(db, sql, *args)
 
 
 def test_completed_steps_return_recorded_results_without_running_again(db: Path) -> None:
@@ -158,7 +156,8 @@ def test_secrets_in_errors_never_reach_the_log(db: Path) -> None:
 
     with pytest.raises(steplog.RunFailed):
         leaky.run("r", db=db)
-    dump = "\n".join("\n".join(open(p, "rb").read().decode("latin-1") for p in db.parent.glob("steplog.db*")).splitlines())
+    files = [log_bytes(db)] if isinstance(db, str) else [p.read_bytes() for p in db.parent.glob("steplog.db*")]
+    dump = "\n".join("\n".join(f.decode("latin-1") for f in files).splitlines())
     assert "sk-abcdefghijklmnopqrstuvwx" not in dump
     assert "abc.def.ghi123" not in dump
     assert "[redacted]" in rows(db, "SELECT reason FROM run")[0][0]

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from ..location import PgUrl
 from .harness import Options, killtest
 from .junit import write_junit
 
@@ -49,8 +50,10 @@ class ProgressLine:
 
 
 def run_command(agent: str, *, kills: int, seed: int, sweep: bool, as_json: bool, junit: Path | None,
-                params: dict[str, str], jobs: int, time_limit: float, keep: Path | None) -> int:
-    opts = Options(agent=agent, kills=kills, seed=seed, sweep=sweep, params=params, jobs=jobs, time_limit=time_limit)
+                params: dict[str, str], jobs: int, time_limit: float, keep: Path | None,
+                db: PgUrl | None = None) -> int:
+    opts = Options(agent=agent, kills=kills, seed=seed, sweep=sweep, params=params, jobs=jobs, time_limit=time_limit,
+                   db=db)
     progress = ProgressLine(sys.stderr)
     try:
         if keep is not None:

@@ -11,6 +11,7 @@ duration instead. The judging is ``steplog.verdict``'s, never this module's.
 from __future__ import annotations
 
 import random
+import secrets
 import subprocess
 import threading
 import time
@@ -24,6 +25,7 @@ from .. import crashpoints
 from ..agent import resolve
 from ..errors import EXIT_LEASE_HELD, SteplogError, UsageError
 from ..events import EventKind
+from ..location import PgUrl
 from ..outbox import start_outbox
 from ..params import bind_params
 from ..verdict import KillMark, Reference, collect, judge
@@ -64,6 +66,11 @@ class Options:
     """Engine launches allowed in the storm (default: 3 per kill + 20)."""
     sweep_points: tuple[str, ...] | None = None
     """Only these crash points in the sweep (default: all of ``crashpoints.POINTS``)."""
+    db: PgUrl | None = None
+    """Run everything in this PostgreSQL log (default: a SQLite file per run, in its sandbox)."""
+    run_prefix: str = "killtest"
+    """Run ids are ``PREFIX-reference``, ``PREFIX-storm``, ``PREFIX-sweep-N``; ``killtest`` makes a
+    unique one for a shared PostgreSQL log, where an earlier kill test's runs are still there."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,8 @@ def killtest(opts: Options, base: Path, progress: Progress | None = None) -> Rep
     unknown = set(opts.sweep_points or ()) - set(crashpoints.POINTS)
     if unknown:
         raise UsageError(f"unknown crash point(s) {', '.join(sorted(unknown))}: use {', '.join(crashpoints.POINTS)}")
+    if opts.db is not None and opts.run_prefix == "killtest":
+        opts = replace(opts, run_prefix=f"killtest-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}")
     tell = progress or (lambda _stage, _done, _total: None)
     started = time.monotonic()
     ref = run_reference(opts, base / "reference", tell)
@@ -115,7 +124,7 @@ def killtest(opts: Options, base: Path, progress: Progress | None = None) -> Rep
 
 def run_reference(opts: Options, root: Path, tell: Progress) -> Reference:
     tell("reference", 0, 1)
-    box = Sandbox(root, opts.agent, "killtest-reference", opts.params)
+    box = Sandbox(root, opts.agent, f"{opts.run_prefix}-reference", opts.params, log=opts.db)
     with start_outbox(box.outbox_db) as outbox:
         box.outbox_url = outbox.url
         launched = time.time()
@@ -127,7 +136,7 @@ def run_reference(opts: Options, root: Path, tell: Progress) -> Reference:
             raise UsageError(last.removeprefix("steplog: "))
         if done.code not in (0, 3, 4):
             raise KilltestError(f"the reference run of {opts.agent} exited {done.code}: {done.stderr.strip()[-400:]}")
-        watch = LogWatch(box.db)
+        watch = LogWatch(box.db, box.run_id)
         leases = [e.ts for e in watch.poll() if e.kind == EventKind.LEASE_ACQUIRED]
         watch.close()
         startup = (leases[0] - launched) if leases else duration
@@ -138,13 +147,13 @@ def run_reference(opts: Options, root: Path, tell: Progress) -> Reference:
 
 def run_storm(opts: Options, ref: Reference, root: Path, tell: Progress) -> StormResult:
     targets = plan_kills(random.Random(opts.seed), opts.kills, ref)
-    box = Sandbox(root, opts.agent, "killtest-storm", opts.params)
+    box = Sandbox(root, opts.agent, f"{opts.run_prefix}-storm", opts.params, log=opts.db)
     max_launches = opts.max_launches or 3 * opts.kills + 20
     kills: list[float] = []
     refusals, error = 0, None
     started = time.monotonic()
     deadline = started + opts.time_limit
-    watch = LogWatch(box.db)
+    watch = LogWatch(box.db, box.run_id)
     # Kills per step: one while there are fewer kills than steps, else a few each; never so many
     # that the run's recovery budget (a poison-pill guard, 20 by default) would fail it.
     per_step = 1 if len(targets) <= len(ref.steps) else MAX_KILLS_PER_STEP
@@ -254,7 +263,7 @@ def run_sweep(opts: Options, ref: Reference, root: Path, tell: Progress) -> Swee
 def _sweep_case(opts: Options, ref: Reference, root: Path, case: tuple[int, str, str], timeout: float) -> SweepCase:
     seq, point, name = case
     crash_at = f"{point}@{seq}"
-    box = Sandbox(root, opts.agent, f"killtest-sweep-{seq}", opts.params)
+    box = Sandbox(root, opts.agent, f"{opts.run_prefix}-sweep-{seq}", opts.params, log=opts.db)
     with start_outbox(box.outbox_db) as outbox:
         box.outbox_url = outbox.url
         error, refusals = None, 0

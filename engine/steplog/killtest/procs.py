@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import crashpoints
+from ..db import LogConnection, open_readonly
+from ..errors import LogError
+from ..location import LogLocation, PgUrl
 from ..procs import child_env, kill_group, python_argv, spawn
 
 __all__ = ["Event", "Exited", "LogWatch", "Sandbox", "kill_group"]
@@ -37,13 +40,16 @@ class Sandbox:
     params: dict[str, str]
     outbox_url: str = ""
     launches: int = field(default=0)
+    log: PgUrl | None = None
+    """A PostgreSQL log shared by every run of the kill test (each under its own run id);
+    ``None``: a SQLite file of this sandbox's own."""
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
 
     @property
-    def db(self) -> Path:
-        return self.root / "steplog.db"
+    def db(self) -> LogLocation:
+        return self.log if self.log is not None else self.root / "steplog.db"
 
     @property
     def workdir(self) -> Path:
@@ -102,15 +108,21 @@ class LogWatch:
     The log may not exist yet (the first engine is still starting): ``poll`` then returns nothing.
     """
 
-    def __init__(self, db: Path) -> None:
+    def __init__(self, db: LogLocation, run_id: str) -> None:
         self.db = db
+        self.run_id = run_id
         self.last_id = 0
         self.max_seq = 0
         """The furthest step any engine has reached so far."""
-        self._conn: sqlite3.Connection | None = None
+        self._conn: LogConnection | None = None
 
     def poll(self) -> list[Event]:
-        if self._conn is None:
+        if self._conn is None and isinstance(self.db, PgUrl):
+            try:
+                self._conn = open_readonly(self.db)
+            except (LogError, sqlite3.Error):  # no schema yet: the first engine is still starting
+                return []
+        if self._conn is None and isinstance(self.db, Path):
             if not self.db.exists():
                 return []
             try:
@@ -118,9 +130,11 @@ class LogWatch:
                                              isolation_level=None, timeout=5)
             except sqlite3.Error:
                 return []
+        if self._conn is None:
+            return []
         try:
-            rows = self._conn.execute("SELECT id, ts, incarnation, kind, seq FROM event WHERE id > ? ORDER BY id",
-                                      (self.last_id,)).fetchall()
+            rows = self._conn.execute("SELECT id, ts, incarnation, kind, seq FROM event WHERE run_id = ? AND id > ?"
+                                      " ORDER BY id", (self.run_id, self.last_id)).fetchall()
         except sqlite3.Error:  # not initialised yet: look again next time, with a fresh connection
             self.close()
             return []

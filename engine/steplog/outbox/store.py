@@ -25,7 +25,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
 
-from ..db import immediate, split_statements
+from ..db import immediate
+from ..schema import split_statements
 from ..errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema
 from .ledger import Attempt, Delivery, JSONObject, Ledger, Outcome
 

@@ -1,0 +1,335 @@
+"""The log on PostgreSQL (psycopg 3): a connection that speaks the engine's sqlite3 subset.
+
+The engine writes SQL once, SQLite-flavoured (``?`` placeholders, ``BEGIN IMMEDIATE``, ``INSERT OR
+IGNORE``, ``PRAGMA synchronous``), against ``db.LogConnection``. ``PgConnection`` offers exactly
+that subset on PostgreSQL, so nothing above the log package knows which database it writes:
+
+- ``execute(sql, params)`` -> a cursor with ``fetchone``/``fetchall``/``rowcount``/iteration;
+  rows are tuples that are also indexable by column name (like ``sqlite3.Row``).
+- ``?`` -> ``%s``; ``INSERT OR IGNORE INTO`` -> ``INSERT INTO ... ON CONFLICT DO NOTHING``.
+- ``BEGIN IMMEDIATE`` -> ``BEGIN`` plus ``pg_advisory_xact_lock`` on one key per database: what
+  SQLite's database-wide write lock gave every write transaction (a claim's read-then-write, a
+  lease takeover, fencing, a signal consumed once), and what keeps ``event.id`` in commit order,
+  so a reader tailing "events since id N" never skips a row committed late under a lower id.
+  Writers of one log therefore take turns, as on SQLite; reads never wait.
+- ``PRAGMA synchronous = NORMAL`` -> the next transaction runs with ``synchronous_commit = off``
+  (a kill cannot lose it; a server crash may lose the last ones), ``FULL`` -> ``on``. Other PRAGMAs
+  are SQLite's own and refused here.
+- psycopg errors are re-raised as subclasses of the matching ``sqlite3`` errors, so the engine's
+  ``except sqlite3.Error`` (a failed write is a ``LogWriteError``, and so on) holds on both.
+
+psycopg is imported only when a ``postgresql://`` log is opened: the SQLite path's start-up
+cost stays where it was.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from .errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema
+from .pgschema import APPLICATION, META_TABLE, create_statements, expected_tables, upgrade_statements
+from .schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from .location import PgUrl  # a type only: location asks this module whether a log exists
+
+DIALECT = "postgresql"
+LOCK_KEY = 0x53544C47  # "STLG", as the SQLite file's application_id
+CONNECT_TIMEOUT = 10
+
+
+class PgError(sqlite3.DatabaseError):
+    """A PostgreSQL error, as a ``sqlite3.DatabaseError`` (``sqlstate`` says which)."""
+
+    sqlstate: str | None = None
+
+
+class PgOperationalError(PgError, sqlite3.OperationalError):
+    """Connection lost, server shutting down, lock or statement timeout, disk full."""
+
+
+class PgIntegrityError(PgError, sqlite3.IntegrityError):
+    """A constraint or the append-only trigger refused the write."""
+
+
+_AS_SQLITE_DOES = ("42P01", "42703")
+"""Undefined table or column: SQLite's "no such table/column" is an ``OperationalError``."""
+
+
+def _wrap(exc: Exception) -> PgError:
+    import psycopg
+
+    cls: type[PgError] = PgError
+    state = getattr(exc, "sqlstate", None) or ""
+    if isinstance(exc, psycopg.IntegrityError) or state.startswith("23"):
+        cls = PgIntegrityError
+    elif isinstance(exc, psycopg.OperationalError) or state.startswith(("53", "57", "08")) or state in _AS_SQLITE_DOES:
+        cls = PgOperationalError
+    err = cls(str(exc).strip())
+    err.sqlstate = state or None
+    return err
+
+
+# -- rows ---------------------------------------------------------------------------------------
+
+class _Row(tuple[Any, ...]):
+    """A result row: a tuple, also indexable by column name (``sqlite3.Row``'s two ways)."""
+
+    __slots__ = ()
+    _index: dict[str, int] = {}
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._index[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self._index)
+
+
+@lru_cache(maxsize=256)
+def _row_class(names: tuple[str, ...]) -> type[_Row]:
+    return type("Row", (_Row,), {"__slots__": (), "_index": {n: i for i, n in enumerate(names)}})
+
+
+def _row_factory(cursor: Any) -> Callable[[Sequence[Any]], Any]:
+    desc = cursor.description
+    if desc is None:
+        return tuple
+    return _row_class(tuple(d.name for d in desc))
+
+
+# -- SQL ----------------------------------------------------------------------------------------
+
+_OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.I)
+
+
+@lru_cache(maxsize=1024)
+def translate(sql: str, with_params: bool) -> str:
+    """SQLite-flavoured SQL as PostgreSQL SQL: placeholders (outside string literals) and
+    ``INSERT OR IGNORE``. ``%`` is doubled where psycopg would read it as a placeholder."""
+    ignore = bool(_OR_IGNORE.match(sql))
+    if ignore:
+        sql = _OR_IGNORE.sub("INSERT INTO", sql, count=1)
+    if with_params:
+        out: list[str] = []
+        quoted = False
+        for ch in sql:
+            if ch == "'":
+                quoted = not quoted
+            if ch == "%":
+                out.append("%%")
+            elif ch == "?" and not quoted:
+                out.append("%s")
+            else:
+                out.append(ch)
+        sql = "".join(out)
+    if ignore:
+        returning = re.search(r"\sRETURNING\s", sql, re.I)
+        at = returning.start() if returning else len(sql.rstrip().rstrip(";"))
+        sql = sql[:at] + " ON CONFLICT DO NOTHING" + sql[at:]
+    return sql
+
+
+class _NoRows:
+    rowcount = -1
+    description = None
+
+    def fetchone(self) -> None:
+        return None
+
+    def fetchall(self) -> list[Any]:
+        return []
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+
+_NO_ROWS = _NoRows()
+
+
+class PgConnection:
+    """One psycopg connection, autocommit, with transactions begun and ended by SQL as the
+    engine's SQLite connections are (``isolation_level=None``)."""
+
+    dialect = DIALECT
+
+    def __init__(self, raw: psycopg.Connection[Any], url: PgUrl) -> None:
+        self._raw = raw
+        self.url = url
+        self.row_factory: Any = None  # accepted for sqlite3 compatibility: rows always have names
+        self._sync_off = False
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        head = sql.lstrip()[:8].upper()
+        if head.startswith("BEGIN"):
+            # See the module docstring: SQLite's write lock, per database, held to the end.
+            local = "SET LOCAL synchronous_commit = off; " if self._sync_off else ""
+            sql = f"BEGIN; {local}SELECT pg_advisory_xact_lock({LOCK_KEY})" if "IMMEDIATE" in sql.upper() \
+                else f"BEGIN; {local}".rstrip("; ")
+            parameters = ()
+        elif head.startswith("PRAGMA"):
+            return self._pragma(sql)
+        params = tuple(parameters) if parameters else None
+        try:
+            return self._raw.execute(translate(sql, params is not None), params)
+        except Exception as exc:
+            import psycopg
+
+            if isinstance(exc, psycopg.Error):
+                raise _wrap(exc) from exc
+            raise
+
+    def _pragma(self, sql: str) -> Any:
+        m = re.fullmatch(r"\s*PRAGMA\s+synchronous\s*=\s*(\w+)\s*;?\s*", sql, re.I)
+        if not m:
+            raise PgError(f"{sql.strip()!r} is SQLite's; this log is on PostgreSQL")
+        self._sync_off = m.group(1).upper() in ("NORMAL", "OFF", "0", "1")
+        return _NO_ROWS  # applied with the next BEGIN: no round trip of its own
+
+    @property
+    def in_transaction(self) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        return self._raw.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+
+    def close(self) -> None:
+        self._raw.close()
+
+    def __enter__(self) -> PgConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _NumericLoader:
+    """``numeric`` (what ``SUM`` of integers gives) as ``int`` when whole, else ``float``, as
+    SQLite returns them; ``Decimal`` would reach ``json.dumps`` and fail there."""
+
+    @staticmethod
+    def make(base: Any) -> Any:
+        class Loader(base):  # type: ignore[misc]
+            def load(self, data: Any) -> Any:
+                text = bytes(data).decode()
+                try:
+                    return int(text)
+                except ValueError:
+                    return float(text)
+
+        return Loader
+
+
+def connect(url: PgUrl) -> PgConnection:
+    """A plain connection (no validation): the heartbeat's, and the one ``open_log`` checks."""
+    import psycopg
+    from psycopg.types.numeric import NumericLoader
+
+    try:
+        raw = psycopg.connect(str.__str__(url), autocommit=True, connect_timeout=CONNECT_TIMEOUT,
+                              row_factory=_row_factory)
+    except psycopg.Error as exc:
+        raise LogError(f"cannot connect to {url} ({_first_line(exc)}); check that the server runs, the "
+                       "database exists and the user may log in (PGPASSWORD or ~/.pgpass for a password)") from exc
+    raw.adapters.register_loader("numeric", _NumericLoader.make(NumericLoader))
+    return PgConnection(raw, url)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+# -- validation and migrations ------------------------------------------------------------------
+
+def tables(conn: PgConnection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
+
+
+def _read_version(conn: PgConnection, url: PgUrl) -> int:
+    """The schema version of the database behind ``conn`` (0: empty, new); refuses foreign,
+    newer and incomplete ones. Reads only."""
+    present = tables(conn)
+    if META_TABLE not in present:
+        if not present:
+            return 0
+        raise ForeignDatabase(
+            f"{url} is a PostgreSQL database but not a steplog log (tables: {', '.join(sorted(present)[:5])}); "
+            "it was left untouched: point --db at a steplog log or a new, empty database")
+    meta = dict(conn.execute(f"SELECT key, value FROM {META_TABLE}").fetchall())
+    if meta.get("application") != APPLICATION or not str(meta.get("schema_version", "")).isdigit():
+        raise ForeignDatabase(
+            f"{url} has a {META_TABLE} table that steplog did not write; it was left untouched: "
+            "point --db at a steplog log or a new, empty database")
+    version = int(meta["schema_version"])
+    if version > SCHEMA_VERSION:
+        raise NewerSchema(f"{url} was written by a newer steplog (schema {version}, this one knows "
+                          f"{SCHEMA_VERSION}); upgrade steplog to use it")
+    missing = expected_tables(version) - present
+    if missing:
+        raise CorruptDatabase(f"{url} is a steplog log (schema {version}) without its table(s) "
+                              f"{', '.join(sorted(missing))}; it was left untouched: restore it from a backup "
+                              "or point --db at a new database")
+    return version
+
+
+def inspect(url: PgUrl) -> int:
+    """Check a database read-only and return its schema version (0 = empty, new)."""
+    conn = connect(url)
+    try:
+        return _read_version(conn, url)
+    finally:
+        conn.close()
+
+
+def _migrate(conn: PgConnection, url: PgUrl) -> None:
+    """Bring the log to ``SCHEMA_VERSION`` in one transaction under the write lock (DDL is
+    transactional here: a failed migration leaves nothing behind)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = _read_version(conn, url)  # again, under the lock: another engine may have done it
+        if version < SCHEMA_VERSION:
+            for statement in (create_statements() if version == 0 else upgrade_statements(version)):
+                conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def open_log(url: PgUrl) -> PgConnection:
+    """Open (creating the schema if the database is empty) a log for writing."""
+    conn = connect(url)
+    try:
+        if _read_version(conn, url) < SCHEMA_VERSION:
+            _migrate(conn, url)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def open_readonly(url: PgUrl) -> PgConnection:
+    """Open an existing log for reading; every transaction of this connection is READ ONLY."""
+    conn = connect(url)
+    try:
+        version = _read_version(conn, url)
+        if version == 0:
+            raise ForeignDatabase(f"{url} is an empty database, not a steplog log; run an agent with --db {url} first")
+        conn.execute("SET default_transaction_read_only = on")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def has_column(conn: PgConnection, table: str, column: str) -> bool:
+    return conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+                        " AND table_name = ? AND column_name = ?", (table, column)).fetchone() is not None

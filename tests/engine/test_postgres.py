@@ -1,0 +1,212 @@
+"""The log on PostgreSQL: the same schema, semantics and guarantees as a SQLite file.
+
+Most engine tests run on both logs (``@pytest.mark.backends``: kills, leases and fencing,
+budgets, run control, effects). These are the PostgreSQL-only ones: the schema made from the one
+definition, the append-only trigger, foreign and newer databases refused untouched, the URL's
+password never shown, the same JSON as on SQLite, and ``killtest demo --db postgresql://…``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import AGENTS, Engine, log_bytes, query_log
+from steplog.location import PgUrl, parse, redact_url
+
+pytestmark = pytest.mark.backends("postgres")
+
+
+def admin(url: str) -> Any:
+    import psycopg
+
+    return psycopg.connect(url, autocommit=True)
+
+
+def test_the_schema_is_made_from_the_one_definition_and_matches_the_sqlmodel_tables(db: PgUrl) -> None:
+    from steplog.db import open_log
+    from steplog.pgschema import META_TABLE, create_statements
+    from steplog.schema import SCHEMA_VERSION
+    from steplog.tables import EffectRow, EventRow, RunRow, SignalRow, StepRow
+
+    assert any("steplog_refuse" in s for s in create_statements())
+    open_log(db).close()
+    for model in (RunRow, StepRow, EffectRow, EventRow, SignalRow):
+        table = model.__table__  # type: ignore[attr-defined]
+        actual = [r[0] for r in query_log(db, "SELECT column_name FROM information_schema.columns WHERE table_name = ?"
+                                              " AND table_schema = current_schema() ORDER BY ordinal_position", table.name)]
+        assert [c.name for c in table.columns] == actual, table.name
+    assert dict(query_log(db, f"SELECT key, value FROM {META_TABLE}")) == {
+        "application": "steplog", "schema_version": str(SCHEMA_VERSION)}
+    # 64-bit integers and doubles, as SQLite stores them
+    types = dict(query_log(db, "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'run'"))
+    assert types["used_tokens"] == "bigint" and types["used_seconds"] == "double precision"
+
+
+def test_the_event_table_is_append_only(db: PgUrl) -> None:
+    from steplog.db import open_log
+
+    conn = open_log(db)
+    try:
+        conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES ('r', 1, 1, 'x', '{}')")
+        for statement in ("UPDATE event SET kind = 'y'", "DELETE FROM event", "TRUNCATE event"):
+            import sqlite3
+
+            with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+                conn.execute(statement)
+        assert conn.execute("SELECT kind FROM event").fetchall() == [("x",)]
+    finally:
+        conn.close()
+
+
+def test_a_run_then_status_runs_and_verdict_give_the_same_json_as_on_sqlite(engine: Engine, tmp_path: Path) -> None:
+    def shape(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: shape(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [shape(v) for v in value]
+        return type(value).__name__
+
+    outputs = {}
+    for name, log in (("postgres", str(engine.db)), ("sqlite", str(tmp_path / "s.db"))):
+        done = engine.run("run", f"{AGENTS}:noop", "--run-id", "n", "--db", log, "--max-steps", "1000",
+                          "--workdir", str(tmp_path / name))
+        assert done.returncode == 0, done.stderr
+        status = json.loads(engine.run("status", "n", "--db", log, "--json").stdout)
+        runs = json.loads(engine.run("runs", "--db", log, "--json").stdout)
+        verdict = engine.run("verdict", "n", "--db", log, "--json")
+        assert verdict.returncode == 0, verdict.stderr
+        outputs[name] = (status, runs, json.loads(verdict.stdout))
+    pg, lite = outputs["postgres"], outputs["sqlite"]
+    assert shape(pg) == shape(lite)
+    for key in ("status", "steps_committed", "step_executions", "incarnations", "budget", "params", "result"):
+        if key != "budget":
+            assert pg[0][key] == lite[0][key], key
+    assert pg[0]["budget"]["steps"] == lite[0]["budget"]["steps"]
+    assert pg[2]["verdict"] == lite[2]["verdict"] == "UNTESTED"
+    check = engine.run("check", "--db", str(engine.db))
+    assert check.returncode == 0 and check.stdout.startswith("ok: 1 runs, "), check.stdout + check.stderr
+
+
+def test_a_foreign_database_is_refused_with_exit_2_and_nothing_written(engine: Engine) -> None:
+    with admin(engine.db) as conn:
+        conn.execute("CREATE TABLE run (id TEXT PRIMARY KEY, note TEXT)")
+        conn.execute("INSERT INTO run VALUES ('x', 'theirs')")
+    before = log_bytes(engine.db)
+    for args in (["run", f"{AGENTS}:noop", "--run-id", "a"], ["status", "a"], ["runs"], ["check"],
+                 ["signal", "a", "go"], ["cancel", "a"]):
+        done = engine.run(*args, "--db", str(engine.db))
+        assert done.returncode == 2, (args, done.stderr)
+        assert "not a steplog log" in done.stderr and "left untouched" in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    assert log_bytes(engine.db) == before
+
+
+def test_a_log_of_a_newer_schema_is_refused_with_exit_2_and_nothing_written(engine: Engine) -> None:
+    assert engine.run("run", f"{AGENTS}:noop", "--run-id", "a", "--db", str(engine.db)).returncode == 0
+    with admin(engine.db) as conn:
+        conn.execute("UPDATE steplog_meta SET value = '99' WHERE key = 'schema_version'")
+    before = log_bytes(engine.db)
+    for args in (["run", f"{AGENTS}:noop", "--run-id", "b"], ["status", "a"], ["runs"]):
+        done = engine.run(*args, "--db", str(engine.db))
+        assert done.returncode == 2 and "newer steplog (schema 99" in done.stderr, done.stderr
+    assert log_bytes(engine.db) == before
+
+
+def test_a_log_missing_a_table_is_refused(engine: Engine) -> None:
+    assert engine.run("run", f"{AGENTS}:noop", "--run-id", "a", "--db", str(engine.db)).returncode == 0
+    with admin(engine.db) as conn:
+        conn.execute("DROP TABLE signal")
+    done = engine.run("runs", "--db", str(engine.db))
+    assert done.returncode == 2 and "without its table(s) signal" in done.stderr
+
+
+def test_a_password_in_the_url_is_never_shown_nor_recorded(engine: Engine, postgres_server: Any) -> None:
+    """The server trusts local users, so any password is accepted and must still never appear."""
+    secret = "s3cr3t-Pa55"
+    url = PgUrl(str(engine.db).replace("postgres@", f"postgres:{secret}@", 1))
+    if "@" not in str(engine.db).split("//", 1)[1].split("/", 1)[0] or str(engine.db).count("@") != 1:
+        pytest.skip("the test server's URL has no user@host part to add a password to")
+    assert secret not in f"{url}" and secret not in repr(url) and secret in str(url)
+    assert redact_url(str(url)) == str(engine.db)
+    done = engine.run("run", f"{AGENTS}:noop", "--run-id", "p", "--db", str(url), "--max-steps", "5")
+    assert done.returncode == 3, done.stderr
+    outputs = [done.stdout + done.stderr]
+    for args in (["status", "p", "--json"], ["runs"], ["verdict", "p"], ["check"], ["status", "nope"]):
+        outputs.append("".join(engine.run(*args, "--db", str(url)).__dict__[k] for k in ("stdout", "stderr")))
+    bad = str(url).replace(str(url).rsplit("/", 1)[1], "no_such_database")
+    refused = engine.run("runs", "--db", bad)
+    assert refused.returncode == 2 and "cannot connect" in refused.stderr
+    outputs.append(refused.stderr)
+    assert all(secret not in o for o in outputs), [o for o in outputs if secret in o]
+    assert secret.encode() not in log_bytes(engine.db)
+
+
+def test_bad_urls_and_unreachable_servers_are_one_line_errors(engine: Engine) -> None:
+    cases = {
+        "sqlite://x.db": "not supported",
+        "postgresql://postgres@127.0.0.1:notaport/x": "port is not a number",
+        "postgresql://postgres@127.0.0.1:5432": "names no database",
+        "postgresql://postgres@127.0.0.1:1/steplog": "cannot connect",
+    }
+    for url, words in cases.items():
+        done = engine.run("runs", "--db", url)
+        assert done.returncode == 2 and words in done.stderr, (url, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert isinstance(parse("postgres://u@h/d"), PgUrl) and isinstance(parse("x.db"), Path)
+
+
+def test_the_monitor_says_it_reads_files_only_so_far(engine: Engine) -> None:
+    for cmd in ("gui", "demo"):
+        done = engine.run(cmd, "--db", str(engine.db), timeout=30)
+        assert done.returncode == 2 and "SQLite logs only" in done.stderr, done.stderr
+
+
+def test_two_engines_racing_to_create_the_schema_make_it_once(db: PgUrl) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from steplog.db import open_log
+
+    with ThreadPoolExecutor(4) as pool:
+        conns = list(pool.map(lambda _: open_log(db), range(4)))
+    for c in conns:
+        c.close()
+    assert query_log(db, "SELECT value FROM steplog_meta WHERE key = 'schema_version'")
+
+
+def test_sql_is_translated_outside_string_literals_only() -> None:
+    from steplog.pg import translate
+
+    assert translate("SELECT ? WHERE a = '?' AND b LIKE 'x%'", True) == "SELECT %s WHERE a = '?' AND b LIKE 'x%%'"
+    assert translate("INSERT OR IGNORE INTO t (a) VALUES (?) RETURNING a", True) == \
+        "INSERT INTO t (a) VALUES (%s) ON CONFLICT DO NOTHING RETURNING a"
+    assert translate("SELECT 1 % 2", False) == "SELECT 1 % 2"
+
+
+@pytest.mark.slow
+def test_killtest_demo_passes_on_postgres(engine: Engine) -> None:
+    done = engine.run("killtest", "demo", "--kills", "12", "--seed", "3", "--param", "tickets=6", "--json",
+                      "--db", str(engine.db), timeout=280)
+    report = json.loads(done.stdout)
+    verdict = report["storm"]["verdict"]
+    assert done.returncode == 0, json.dumps(verdict["checks"], indent=1) + done.stderr
+    assert report["passed"] and report["storm"]["kills"] >= 8
+    assert verdict["duplicates"] == verdict["missing"] == verdict["different"] == []
+    assert set(verdict["redone_per_kill"]) <= {"0", "1"}
+    again = engine.run("killtest", "demo", "--kills", "2", "--param", "tickets=2", "--db", str(engine.db), timeout=200)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr  # a second kill test in the same log
+    ids = [r[0] for r in query_log(engine.db, "SELECT id FROM run ORDER BY id")]
+    assert len(ids) == 4 and len({i.rsplit("-", 1)[0] for i in ids}) == 2
+
+
+def test_history_reads_a_postgresql_log_as_typed_rows(engine: Engine) -> None:
+    from steplog.history import History
+
+    assert engine.run("run", f"{AGENTS}:noop", "--run-id", "h", "--param", "n=3", "--db", str(engine.db)).returncode == 0
+    with History(str(engine.db)) as h:
+        assert [r.id for r in h.runs()] == ["h"]
+        assert [s.seq for s in h.steps("h")] == [1, 2, 3]
+        assert h.events("h")[0].kind == "run_created"
