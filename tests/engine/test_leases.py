@@ -208,6 +208,24 @@ def test_without_proc_the_boot_identity_and_process_start_times_come_from_psutil
     assert process_alive(os.getpid()) and not process_alive(2 ** 22 + 7)
 
 
+def write_log(db: object, sql: str, *args: object) -> None:
+    """One committed write to a log file or a PostgreSQL log (what a person's SQL would do)."""
+    if isinstance(db, str):
+        from steplog.pg import connect
+
+        pconn = connect(db)  # type: ignore[arg-type]
+        try:
+            pconn.execute(sql, args)  # autocommit
+        finally:
+            pconn.close()
+        return
+    conn = sqlite3.connect(db, timeout=10, isolation_level=None)  # type: ignore[arg-type]
+    try:
+        conn.execute(sql, args)
+    finally:
+        conn.close()
+
+
 def test_a_wall_clock_stepped_back_does_not_stretch_a_frozen_holders_lease_on_its_own_host(
         engine: Engine, tmp_path: Path) -> None:
     """Hardening #12: engine A is frozen (SIGSTOP) with a 1 s lease; then the wall clock is stepped
@@ -219,11 +237,7 @@ def test_a_wall_clock_stepped_back_does_not_stretch_a_frozen_holders_lease_on_it
         wait_for(lambda: engine.events("step_started", seq=6) == 1, what="step 6 (a compute step: no witness lock held)")
         freeze_outside_a_write(engine, a)
         # What a wall clock set back by an hour leaves in the log: A's expiry lies an hour ahead.
-        conn = sqlite3.connect(engine.db, timeout=10, isolation_level=None)
-        try:
-            conn.execute("UPDATE run SET lease_expires = ? WHERE id = 'stepped'", (time.time() + 3600,))
-        finally:
-            conn.close()
+        write_log(engine.db, "UPDATE run SET lease_expires = ? WHERE id = 'stepped'", time.time() + 3600)
         from steplog.lease import boot_clock
 
         wait_for(lambda: engine.query("SELECT lease_expires_boot FROM run")[0][0] < boot_clock(), what="boot expiry")
