@@ -30,7 +30,9 @@ from contextlib import contextmanager
 from types import FrameType, TracebackType
 from typing import Any
 
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
+# SIGBREAK: Windows' CTRL_BREAK_EVENT, what ``procs.request_stop`` sends an engine there.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGBREAK")
+                     if hasattr(signal, name))
 
 
 class StopRequested(KeyboardInterrupt):

@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from .launch import DIE_WITH_PARENT_ENV
 
@@ -106,13 +106,24 @@ def outside_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+_JOBS: dict[int, Any] = {}
+"""Windows: the Job Object of each process ``spawn`` started, by pid (``hard_kill`` ends the job)."""
+
+
 def spawn(argv: Sequence[str], *, env: Mapping[str, str] | None = None, stdout: IO[Any] | int | None = None,
           stderr: IO[Any] | int | None = None, cwd: Path | None = None) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in a process group of its own, stdin closed."""
+    """Start ``argv`` in a process group of its own, stdin closed.
+
+    On Windows, a process group of its own (so ``CTRL_BREAK_EVENT`` reaches it alone) inside a Job
+    Object of its own: the process is created suspended, put in the job, then resumed, so
+    everything it ever starts is in the job too and ``hard_kill`` ends them all at once, the way
+    SIGKILL to a POSIX process group does."""
     if sys.platform == "win32":
-        return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                                env=dict(env) if env is not None else None, cwd=cwd,
-                                creationflags=subprocess.CREATE_NEW_PROCESS_GROUP)
+        popen = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                 env=dict(env) if env is not None else None, cwd=cwd,
+                                 creationflags=subprocess.CREATE_NEW_PROCESS_GROUP | _CREATE_SUSPENDED)
+        _into_job(popen.pid)
+        return popen
     return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                             env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True)
 
@@ -146,11 +157,50 @@ def die_with_parent() -> None:
     threading.Thread(target=watch, name="steplog-parent-watch", daemon=True).start()
 
 
+_CREATE_SUSPENDED = 0x00000004  # winbase.h; subprocess has no name for it
+
+
+def _into_job(pid: int) -> None:
+    """Windows: put suspended process ``pid`` in a new Job Object, then let it run. If the job
+    cannot be made (an outer job that forbids nesting), it runs without one and ``hard_kill``
+    falls back to killing its process tree."""
+    if sys.platform != "win32":
+        raise NotImplementedError("Job Objects are Windows only")
+    import psutil
+    import win32api
+    import win32con
+    import win32job
+
+    try:
+        # A PyHANDLE (types-pywin32's stub says None).
+        job = cast(Any, win32job.CreateJobObject)(None, "")
+        handle = win32api.OpenProcess(win32con.PROCESS_SET_QUOTA | win32con.PROCESS_TERMINATE, False, pid)
+        try:
+            win32job.AssignProcessToJobObject(cast(int, job), handle)
+        finally:
+            win32api.CloseHandle(handle)
+        _JOBS[pid] = job
+    except win32job.error:
+        pass
+    finally:
+        psutil.Process(pid).resume()  # created suspended: nothing of it ran outside the job
+
+
 def hard_kill(proc: subprocess.Popen[Any]) -> bool:
-    """Kill ``proc`` and everything it started, without warning (SIGKILL to the group); do not
-    wait. False if it was gone already."""
+    """Kill ``proc`` and everything it started, without warning (SIGKILL to the group; on Windows
+    ``TerminateJobObject``); do not wait. False if it was gone already."""
     if sys.platform == "win32":
-        return _kill_tree(proc.pid)
+        job = _JOBS.pop(proc.pid, None)
+        if job is None:
+            return _kill_tree(proc.pid)
+        import win32job
+
+        alive = proc.poll() is None
+        try:
+            win32job.TerminateJobObject(cast(int, job), 1)
+        except win32job.error:
+            return _kill_tree(proc.pid)
+        return alive
     return _signal_group(proc.pid, signal.SIGKILL)
 
 
