@@ -19,10 +19,11 @@ from types import TracebackType
 
 from sqlmodel import Session, col, select
 
-from .db import inspect, location
+from .db import inspect, location, open_readonly
 from .errors import ForeignDatabase, LogError, UnknownRun
 from .location import LogLocation
-from .tables import EffectRow, EventRow, RunRow, StepRow, read_engine
+from .logread import Event, events_since
+from .tables import EffectRow, RunRow, StepRow, read_engine
 
 
 class History:
@@ -69,13 +70,11 @@ class History:
             return s.exec(select(EffectRow).where(EffectRow.run_id == run_id)
                           .order_by(col(EffectRow.seq), col(EffectRow.idx))).all()
 
-    def events(self, run_id: str | None = None, *, since: int = 0, limit: int | None = None) -> Sequence[EventRow]:
-        """Events after bookmark ``since`` (an event id), oldest first: a tail of the log."""
-        query = select(EventRow).where(col(EventRow.id) > since)
-        if run_id is not None:
-            query = query.where(EventRow.run_id == run_id)
-        query = query.order_by(col(EventRow.id))
-        if limit is not None:
-            query = query.limit(limit)
-        with Session(self._engine) as s:
-            return s.exec(query).all()
+    def events(self, run_id: str | None = None, *, since: int = 0, limit: int | None = None) -> list[Event]:
+        """Events after bookmark ``since`` (an event id), oldest first: a tail of the log, read by
+        ``steplog.logread`` as every other reader of the log reads it (``data`` parsed)."""
+        conn = open_readonly(self.path, one_shot=True)
+        try:
+            return events_since(conn, since, run_id=run_id, limit=limit)
+        finally:
+            conn.close()

@@ -25,9 +25,7 @@ starts a process or writes anything; the log is opened read-only and no transact
 
 from __future__ import annotations
 
-import json
 import math
-import sqlite3
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -35,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from .db import location, open_readonly
-from .location import LogLocation
 from .events import EventKind
 from .evidence import RunLedger, completed_post_keys, read_ledger
+from .location import LogLocation
+from .logread import Event, events_since
 from .outputs import Finding, Outputs, compare, snapshot
 from .outbox.ledger import Delivery, Ledger, canonical_json
 from .status import TERMINAL, run_status
@@ -45,7 +44,7 @@ from .status import TERMINAL, run_status
 __all__ = ["Check", "Evidence", "Finding", "Kill", "KillMark", "Reference", "Verdict", "collect", "judge",
            "latency_stats", "message_label", "redone_histogram"]
 
-PHASES = {  # the last event an engine wrote before it died → where in the step the kill landed
+PHASES: dict[str, str] = {  # the last event an engine wrote before it died → where in the step the kill landed
     EventKind.LEASE_ACQUIRED: "resuming", EventKind.STEP_STARTED: "running", EventKind.DECISION_RECORDED: "decided",
     EventKind.EFFECT_STARTED: "acting", EventKind.EFFECT_COMPLETED: "acted", EventKind.STEP_COMMITTED: "recorded",
     EventKind.STEP_ATTEMPT_FAILED: "retrying", EventKind.RUN_FINISHED: "finished", EventKind.LEASE_RELEASED: "finished",
@@ -286,8 +285,7 @@ def collect(db: LogLocation, run_id: str, *, ledger: Ledger | None = None,
     conn = open_readonly(db)
     try:
         status = run_status(conn, run_id, db=db)
-        events = conn.execute("SELECT ts, incarnation, kind, seq, data FROM event WHERE run_id = ? ORDER BY id",
-                              (run_id,)).fetchall()
+        events = events_since(conn, run_id=run_id)
         steps = dict(conn.execute("SELECT seq, name FROM step WHERE run_id = ?", (run_id,)).fetchall())
         posts = conn.execute("SELECT count(*) FROM effect WHERE run_id = ? AND kind = 'http_post'",
                              (run_id,)).fetchone()[0]
@@ -317,51 +315,49 @@ def verdict_of(db: LogLocation, run_id: str, *, outbox: str | None = None, ledge
     return judge(replace(evidence, ledger=found.ledger, ledger_source=found.source, ledger_problem=found.problem))
 
 
-def logged_kills(events: Sequence[Sequence[Any]]) -> list[KillMark]:
+def logged_kills(events: Sequence[Event]) -> list[KillMark]:
     """The kills a log records: every takeover of an engine that died holding the lease
     (``lease_acquired`` with a ``previous_pid``), dated by ``killed_at`` when the killer handed
     the time to the engine it relaunched (``steplog run --killed-at``: Kill now, auto-kill,
-    killtest), else by the dead engine's last event. ``events``: (ts, incarnation, kind, seq, data)."""
+    killtest), else by the dead engine's last event. ``events``: the run's, oldest first."""
     last_ts: dict[int, float] = {}
     out: list[KillMark] = []
-    for ts, incarnation, kind, _seq, data in events:
-        if kind == EventKind.LEASE_ACQUIRED:
-            d = json.loads(data or "{}")
-            if d.get("previous_pid") is not None:
-                at = d.get("killed_at")
-                out.append(KillMark(float(at) if at is not None else last_ts.get(incarnation - 1, ts)))
-        last_ts[incarnation] = ts
+    for e in events:
+        if e.kind == EventKind.LEASE_ACQUIRED and e.data.get("previous_pid") is not None:
+            at = e.data.get("killed_at")
+            out.append(KillMark(float(at) if at is not None else last_ts.get(e.incarnation - 1, e.ts)))
+        last_ts[e.incarnation] = e.ts
     return out
 
 
-def _kills(events: list[sqlite3.Row], marks: list[KillMark], steps: dict[int, str]) -> list[Kill]:
+def _kills(events: list[Event], marks: list[KillMark], steps: dict[int, str]) -> list[Kill]:
     out: list[Kill] = []
     for i, m in enumerate(marks):
         since = marks[i - 1].at if i else -math.inf
-        before = [e for e in events if e[0] <= m.at]
-        window = [e for e in before if e[0] > since]
-        leases = [e for e in window if e[2] == EventKind.LEASE_ACQUIRED]
+        before = [e for e in events if e.ts <= m.at]
+        window = [e for e in before if e.ts > since]
+        leases = [e for e in window if e.kind == EventKind.LEASE_ACQUIRED]
         seq: int | None = None
         incarnation: int | None = None
         if not leases:
             phase = "start-up"
         else:
-            incarnation = leases[-1][1]
-            last = [e for e in window if e[1] == incarnation][-1]
-            phase, seq = PHASES.get(last[2], last[2]), last[3]
-            if last[2] == EventKind.STEP_STARTED and json.loads(last[4] or "{}").get("kind") == "chat":
+            incarnation = leases[-1].incarnation
+            last = [e for e in window if e.incarnation == incarnation][-1]
+            phase, seq = PHASES.get(last.kind, last.kind), last.seq
+            if last.kind == EventKind.STEP_STARTED and last.data.get("kind") == "chat":
                 phase = "deciding"
-        nexts = [e for e in events if e[0] > m.at and e[2] == EventKind.LEASE_ACQUIRED]
+        nexts = [e for e in events if e.ts > m.at and e.kind == EventKind.LEASE_ACQUIRED]
         latency = None
         if nexts:
-            inc = nexts[0][1]
-            commits = [e[0] for e in events if e[1] == inc and e[2] == EventKind.STEP_COMMITTED]
+            inc = nexts[0].incarnation
+            commits = [e.ts for e in events if e.incarnation == inc and e.kind == EventKind.STEP_COMMITTED]
             latency = commits[0] - m.at if commits else None
         # Steps the killed engine had started and not committed, started again by a later one
         # (not necessarily the next: that one may have died before starting anything).
-        unfinished = {e[3] for e in window if e[2] == EventKind.STEP_STARTED} - {
-            e[3] for e in window if e[2] == EventKind.STEP_COMMITTED}
-        redone = len(unfinished & {e[3] for e in events if e[0] > m.at and e[2] == EventKind.STEP_STARTED})
+        unfinished = {e.seq for e in window if e.kind == EventKind.STEP_STARTED} - {
+            e.seq for e in window if e.kind == EventKind.STEP_COMMITTED}
+        redone = len(unfinished & {e.seq for e in events if e.ts > m.at and e.kind == EventKind.STEP_STARTED})
         out.append(Kill(at=m.at, seq=seq, step_name=steps.get(seq) if seq is not None else None, phase=phase,
                         incarnation=incarnation, resume_latency=latency, redone=redone,
                         point=m.point, proved=m.proved, in_flight=len(unfinished)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from steplog.logread import Event
 from steplog.outputs import Outputs, compare
 from steplog.outbox import Attempt, Delivery, Ledger
 from steplog.verdict import Evidence, Kill, Reference, judge, logged_kills, message_label
@@ -131,7 +132,7 @@ def test_a_run_counts_only_its_own_deliveries_in_a_shared_outbox() -> None:
 
 
 def test_kills_are_read_from_the_log_dated_by_the_killer_when_it_said() -> None:
-    events = [
+    rows = [
         (10.0, 1, "lease_acquired", None, '{"pid": 1, "previous_pid": null}'),
         (10.5, 1, "step_committed", 1, "{}"),
         (11.0, 2, "lease_acquired", None, '{"pid": 2, "previous_pid": 1, "killed_at": 10.8}'),
@@ -141,6 +142,7 @@ def test_kills_are_read_from_the_log_dated_by_the_killer_when_it_said() -> None:
         (12.4, 3, "step_started", 3, "{}"),
         (13.0, 4, "lease_acquired", None, '{"pid": 4, "previous_pid": 3}'),  # killed elsewhere, time unknown
     ]
+    events = [Event.from_row((i, "r", *row)) for i, row in enumerate(rows, 1)]
     assert [m.at for m in logged_kills(events)] == [10.8, 12.4]
 
 

@@ -16,6 +16,7 @@ from .. import crashpoints
 from ..db import LogConnection, open_readonly
 from ..errors import LogError
 from ..location import LogLocation, PgUrl
+from ..logread import Event, EventTail
 from ..procs import child_env, kill_group, python_argv, spawn
 
 __all__ = ["Event", "Exited", "LogWatch", "Sandbox", "kill_group"]
@@ -93,15 +94,6 @@ class Sandbox:
         return Exited(code, self.stderr_of())
 
 
-@dataclass(frozen=True)
-class Event:
-    id: int
-    ts: float
-    incarnation: int
-    kind: str
-    seq: int | None
-
-
 class LogWatch:
     """New ``event`` rows of a log, read-only, holding no transaction between polls.
 
@@ -111,7 +103,7 @@ class LogWatch:
     def __init__(self, db: LogLocation, run_id: str) -> None:
         self.db = db
         self.run_id = run_id
-        self.last_id = 0
+        self._tail = EventTail(run_id=run_id)
         self.max_seq = 0
         """The furthest step any engine has reached so far."""
         self._conn: LogConnection | None = None
@@ -133,15 +125,12 @@ class LogWatch:
         if self._conn is None:
             return []
         try:
-            rows = self._conn.execute("SELECT id, ts, incarnation, kind, seq FROM event WHERE run_id = ? AND id > ?"
-                                      " ORDER BY id", (self.run_id, self.last_id)).fetchall()
+            events = self._tail.read(self._conn)  # steplog.logread: the one reader of the log
         except sqlite3.Error:  # not initialised yet: look again next time, with a fresh connection
             self.close()
             return []
-        if rows:
-            self.last_id = rows[-1][0]
-            self.max_seq = max([self.max_seq, *(r[4] for r in rows if r[4] is not None)])
-        return [Event(*r) for r in rows]
+        self.max_seq = max([self.max_seq, *(e.seq for e in events if e.seq is not None)])
+        return events
 
     def close(self) -> None:
         if self._conn is not None:
