@@ -159,10 +159,14 @@ def test_bad_urls_and_unreachable_servers_are_one_line_errors(engine: Engine) ->
     assert isinstance(parse("postgres://u@h/d"), PgUrl) and isinstance(parse("x.db"), Path)
 
 
-def test_the_monitor_says_it_reads_files_only_so_far(engine: Engine) -> None:
+def test_the_monitor_refuses_a_bad_url_or_an_unreachable_server_in_one_line(engine: Engine) -> None:
+    cases = {"postgresql://postgres@127.0.0.1:1/steplog": "cannot connect",
+             "postgresql://postgres@127.0.0.1:5432": "names no database"}
     for cmd in ("gui", "demo"):
-        done = engine.run(cmd, "--db", str(engine.db), timeout=30)
-        assert done.returncode == 2 and "SQLite logs only" in done.stderr, done.stderr
+        for url, words in cases.items():
+            done = engine.run(cmd, "--db", url, timeout=30)
+            assert done.returncode == 2 and words in done.stderr, (cmd, url, done.stderr)
+            assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 def _insert_event(conn: Any, commit: bool = True) -> None:
