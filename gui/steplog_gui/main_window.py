@@ -11,8 +11,9 @@ from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (QCheckBox, QDockWidget, QDoubleSpinBox, QFileDialog, QHeaderView, QLabel, QMainWindow,
                                QMessageBox, QSplitter, QStyle, QTableView, QToolBar, QVBoxLayout, QWidget)
 
-from steplog.location import LogLocation
+from steplog.location import LogLocation, PgUrl
 from steplog.location import parse as parse_location
+from steplog.pgschema import NOTIFY_CHANNEL
 
 from . import jobs, resources, theme
 from .budget_charts import BudgetCharts
@@ -40,6 +41,13 @@ def _read_run_row(path: LogLocation, run_id: str) -> dict[str, Any] | None:
         return repo.run_row(run_id)
     finally:
         repo.close()
+
+
+def _ready_text(path: LogLocation) -> str:
+    """The status bar's first words: how this log is followed (a URL is shown without its password)."""
+    if isinstance(path, PgUrl):
+        return f"ready: following {path} live (LISTEN {NOTIFY_CHANNEL})"
+    return "ready"
 
 
 def _remote_why(run_id: str, host: str) -> str:
@@ -109,7 +117,7 @@ class MainWindow(QMainWindow):
         self.pruner.refused.connect(lambda why: self.statusBar().showMessage(f"cannot prune: {why}"))
         self.pruner.finished.connect(lambda _code, text: self.statusBar().showMessage(text))
         self._build_actions()
-        self.statusBar().showMessage("ready")
+        self.statusBar().showMessage(_ready_text(monitor.path))
 
         self.timeline.step_selected.connect(lambda rid, seq: self.loader.load(rid, seq))
         self.timeline.step_selected.connect(self.control.set_step)
@@ -450,6 +458,7 @@ class MainWindow(QMainWindow):
         self.watcher.set_url(None)
         self.monitor.switch_to(path)
         self.setWindowTitle(f"steplog monitor — {path}")
+        self.statusBar().showMessage(_ready_text(path))
         self.settings.add_recent(f"{path}")
         self._rebuild_recent()
 

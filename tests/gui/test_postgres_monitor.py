@@ -47,6 +47,7 @@ def test_runs_of_other_processes_appear_and_advance_live_by_notification(
         qtbot, window: MainWindow, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     assert isinstance(window.monitor.path, PgUrl)
     assert "postgresql://" in window.windowTitle() and window.monitor.problem == ""  # empty database: waits
+    assert "LISTEN steplog_event" in window.statusBar().currentMessage()
     tailer = _tailer(window)
     assert tailer._observer is None and tailer._worker._timer is None  # noqa: SLF001 - no file watch, no poll
     procs = [engine.start("run", f"{AGENTS}:witness", "--run-id", rid, "--db", str(engine.db), "--param", "n=4",
