@@ -131,12 +131,13 @@ def _exec_gui(db: LogLocation | None, *, demo: bool, compare: bool = False, appr
     from .location import is_postgres
     from .procs import child_env, python_argv
 
-    if is_postgres(db) or (db is None and is_postgres(_log_path({}))):
-        raise UsageError("the monitor reads SQLite logs only so far; for a PostgreSQL log use "
-                         "`steplog runs/status/verdict --db URL`, or point the monitor at a file")
+    env = child_env()
+    if is_postgres(db):  # handed over in the environment: a URL's password stays off the command line
+        env["STEPLOG_DB"] = str(db)
+        db = None
     argv = python_argv("steplog_gui", *(["--db", str(db)] if db else []), *(["--demo"] if demo else []),
                        *(["--compare"] if compare else []), *(["--demo-approve"] if approve else []))
-    os.execve(sys.executable, argv, child_env())
+    os.execve(sys.executable, argv, env)
 
 
 def _parse_params(values: tuple[str, ...]) -> dict[str, str]:

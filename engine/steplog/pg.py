@@ -31,7 +31,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema
-from .pgschema import APPLICATION, META_TABLE, create_statements, expected_tables, upgrade_statements
+from .pgschema import (APPLICATION, META_TABLE, PG_ONLY, create_statements, expected_tables, pg_only_statements,
+                       upgrade_statements)
 from .schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -255,10 +256,15 @@ def tables(conn: PgConnection) -> set[str]:
 def _read_version(conn: PgConnection, url: PgUrl) -> int:
     """The schema version of the database behind ``conn`` (0: empty, new); refuses foreign,
     newer and incomplete ones. Reads only."""
+    return _read_state(conn, url)[0]
+
+
+def _read_state(conn: PgConnection, url: PgUrl) -> tuple[int, int]:
+    """(schema version, PostgreSQL-only steps done: ``pgschema.PG_ONLY``), as ``_read_version``."""
     present = tables(conn)
     if META_TABLE not in present:
         if not present:
-            return 0
+            return 0, 0
         raise ForeignDatabase(
             f"{url} is a PostgreSQL database but not a steplog log (tables: {', '.join(sorted(present)[:5])}); "
             "it was left untouched: point --db at a steplog log or a new, empty database")
@@ -276,7 +282,8 @@ def _read_version(conn: PgConnection, url: PgUrl) -> int:
         raise CorruptDatabase(f"{url} is a steplog log (schema {version}) without its table(s) "
                               f"{', '.join(sorted(missing))}; it was left untouched: restore it from a backup "
                               "or point --db at a new database")
-    return version
+    pg_only = str(meta.get("pg_only", "0"))
+    return version, int(pg_only) if pg_only.isdigit() else 0
 
 
 def inspect(url: PgUrl) -> int:
@@ -293,9 +300,12 @@ def _migrate(conn: PgConnection, url: PgUrl) -> None:
     transactional here: a failed migration leaves nothing behind)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        version = _read_version(conn, url)  # again, under the lock: another engine may have done it
+        version, pg_only = _read_state(conn, url)  # again, under the lock: another engine may have done it
         if version < SCHEMA_VERSION:
             for statement in (create_statements() if version == 0 else upgrade_statements(version)):
+                conn.execute(statement)
+        if version > 0:
+            for statement in pg_only_statements(pg_only):
                 conn.execute(statement)
         conn.execute("COMMIT")
     except BaseException:
@@ -308,7 +318,8 @@ def open_log(url: PgUrl) -> PgConnection:
     """Open (creating the schema if the database is empty) a log for writing."""
     conn = connect(url)
     try:
-        if _read_version(conn, url) < SCHEMA_VERSION:
+        version, pg_only = _read_state(conn, url)
+        if version < SCHEMA_VERSION or pg_only < len(PG_ONLY):
             _migrate(conn, url)
     except BaseException:
         conn.close()

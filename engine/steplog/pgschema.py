@@ -21,6 +21,15 @@ The schema version lives in ``steplog_meta`` (PostgreSQL has no ``application_id
 by statement; one that SQLite needs a table rebuild for must get a PostgreSQL form in
 ``PG_OVERRIDES`` (a test runs every migration on a real server).
 
+PostgreSQL-only objects (``PG_ONLY``) are not schema versions: SQLite has nothing to match, so
+they are recorded apart, as ``('pg_only', N)`` in ``steplog_meta``. A new log gets them with its
+tables; a log created before one existed gets it from the next engine that opens it for writing
+(``pg_only_statements``, in the same locked transaction as a migration). Each is written
+``CREATE OR REPLACE`` so a step can be run again harmlessly. The first: a statement-level
+``AFTER INSERT ON event`` trigger that ``pg_notify``s ``NOTIFY_CHANNEL`` with the newest id the
+statement inserted; PostgreSQL delivers it when (and only if) the transaction commits, so a
+monitor that ``LISTEN``s wakes for committed events, never for rolled-back ones.
+
 Import-light: no psycopg here (tests check the DDL without a server).
 """
 
@@ -40,6 +49,18 @@ META_DDL = f"CREATE TABLE {META_TABLE} (key TEXT PRIMARY KEY, value TEXT NOT NUL
 PG_OVERRIDES: dict[int, tuple[str, ...]] = {}
 """``PG_OVERRIDES[v]``: the PostgreSQL statements of ``MIGRATIONS[v]`` where translating the
 SQLite ones would be wrong (a table rebuild). None yet: a PostgreSQL log starts at ``FIRST_VERSION``."""
+
+NOTIFY_CHANNEL = "steplog_event"
+"""What the ``event`` trigger notifies on commit; the payload is the newest event id inserted."""
+
+PG_ONLY: tuple[tuple[str, ...], ...] = (
+    (f"CREATE OR REPLACE FUNCTION steplog_notify_event() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+     f" PERFORM pg_notify('{NOTIFY_CHANNEL}', (SELECT max(id)::text FROM inserted)); RETURN NULL; END $$",
+     "CREATE OR REPLACE TRIGGER event_notify AFTER INSERT ON event REFERENCING NEW TABLE AS inserted"
+     " FOR EACH STATEMENT EXECUTE FUNCTION steplog_notify_event()"),
+)
+"""``PG_ONLY[k]``: the statements of PostgreSQL-only step ``k + 1`` (see the module docstring).
+Append only; never edit a step a log may already have."""
 
 FIRST_VERSION = SCHEMA_VERSION
 """A new PostgreSQL log is created at the current schema in one go (there never was an older one)."""
@@ -134,6 +155,18 @@ def create_statements(version: int = SCHEMA_VERSION) -> tuple[str, ...]:
         out.extend(translate(statement))
     out.append(f"INSERT INTO {META_TABLE} (key, value) VALUES ('application', '{APPLICATION}')")
     out.append(f"INSERT INTO {META_TABLE} (key, value) VALUES ('schema_version', '{version}')")
+    out.extend(pg_only_statements(0))
+    return tuple(out)
+
+
+def pg_only_statements(done: int) -> tuple[str, ...]:
+    """The statements of the PostgreSQL-only steps after the first ``done``, and the meta row
+    that records them all done (``()`` when there are none to do)."""
+    if done >= len(PG_ONLY):
+        return ()
+    out = [s for step in PG_ONLY[done:] for s in step]
+    out.append(f"INSERT INTO {META_TABLE} (key, value) VALUES ('pg_only', '{len(PG_ONLY)}')"
+               " ON CONFLICT (key) DO UPDATE SET value = excluded.value")
     return tuple(out)
 
 

@@ -6,14 +6,14 @@ import argparse
 import signal
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from .demo import DemoConfig
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="steplog gui", description="The steplog desktop monitor.")
-    parser.add_argument("--db", type=Path, default=None, help="the log to monitor (default: steplog's default log)")
+    parser.add_argument("--db", default=None,
+                        help="the log to monitor: a file or a postgresql:// URL (default: $STEPLOG_DB, else steplog's default log)")
     parser.add_argument("--demo", action="store_true", help="start the demo agent and its outbox, ready for Kill now")
     parser.add_argument("--demo-tickets", type=int, default=0, help="limit the demo to the first N tickets")
     parser.add_argument("--demo-approve", action="store_true",
@@ -30,15 +30,18 @@ def _stop_and_close(window: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from steplog.db import location
-    from steplog.location import PgUrl
+    from steplog.db import inspect, location
+    from steplog.errors import SteplogError
+    from steplog.location import LogLocation, PgUrl
 
-    where = location(args.db)
-    if isinstance(where, PgUrl):
-        print(f"steplog: the monitor reads SQLite logs only so far, not {where}; "
-              "use `steplog runs/status/verdict --db URL` for a PostgreSQL log", file=sys.stderr)
+    try:
+        where = location(args.db)
+        if isinstance(where, PgUrl):
+            inspect(where)  # a server that cannot be reached or a foreign database: one line, now
+    except SteplogError as exc:
+        print(f"steplog: {exc}", file=sys.stderr)
         return 2
-    db = where.resolve()
+    db: LogLocation = where if isinstance(where, PgUrl) else where.resolve()
 
     import pyqtgraph as pg
     from PySide6.QtCore import QTimer

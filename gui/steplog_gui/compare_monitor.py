@@ -15,6 +15,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from steplog.agents.trace import TRACE_FILE, read_trace
+from steplog.location import LogLocation
 from steplog.logread import Event
 
 from . import jobs
@@ -35,7 +36,7 @@ def _events(repo: LogRepository, run_id: str) -> list[Event]:
             return out
 
 
-def _read(path: Path, naive_id: str, durable_id: str, trace: Path | None) -> tuple[ComparedRuns, Path | None]:
+def _read(path: LogLocation, naive_id: str, durable_id: str, trace: Path | None) -> tuple[ComparedRuns, Path | None]:
     repo = LogRepository(path)
     try:
         naive_events, durable_events = _events(repo, naive_id), _events(repo, durable_id)

@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 from PySide6.QtCore import QObject, Signal
 
 from steplog.evidence import outbox_file_for
+from steplog.location import LogLocation, PgUrl
 
 from . import jobs
 from .engine_process import EngineProcess, LaunchSpec
@@ -53,11 +54,11 @@ class DemoLauncher(QObject):
     demo_failed = Signal(str)
     """Why the demo (or the outbox a resume needs) could not start."""
 
-    def __init__(self, engine: EngineProcess, db: Path, config: DemoConfig | None = None,
+    def __init__(self, engine: EngineProcess, db: LogLocation, config: DemoConfig | None = None,
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._engine = engine
-        self._db = Path(db)
+        self._db: LogLocation = db if isinstance(db, PgUrl) else Path(db)
         self.config = config or DemoConfig()
         self.outbox: Any = None
         self.run_id: str | None = None

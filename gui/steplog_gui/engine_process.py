@@ -19,6 +19,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from steplog.location import LogLocation
 from steplog.procs import child_env, hard_kill, outside_env, python_argv, request_stop, spawn, stop_group
 
 from .monitor import Monitor
@@ -35,7 +36,7 @@ class LaunchSpec:
 
     agent: str
     run_id: str
-    db: Path
+    db: LogLocation
     outbox: str | None = None
     pace: float = 0.0
     params: dict[str, str] = field(default_factory=dict)

@@ -11,6 +11,10 @@ from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (QCheckBox, QDockWidget, QDoubleSpinBox, QFileDialog, QHeaderView, QLabel, QMainWindow,
                                QMessageBox, QSplitter, QStyle, QTableView, QToolBar, QVBoxLayout, QWidget)
 
+from steplog.location import LogLocation, PgUrl
+from steplog.location import parse as parse_location
+from steplog.pgschema import NOTIFY_CHANNEL
+
 from . import jobs, resources, theme
 from .budget_charts import BudgetCharts
 from .compare_window import CompareWindow
@@ -31,12 +35,25 @@ from .verdict_strip import VerdictStrip
 from .verdict_watcher import VerdictWatcher
 
 
-def _read_run_row(path: Path, run_id: str) -> dict[str, Any] | None:
+def _read_run_row(path: LogLocation, run_id: str) -> dict[str, Any] | None:
     repo = LogRepository(path)
     try:
         return repo.run_row(run_id)
     finally:
         repo.close()
+
+
+def _ready_text(path: LogLocation) -> str:
+    """The status bar's first words: how this log is followed (a URL is shown without its password)."""
+    if isinstance(path, PgUrl):
+        return f"ready: following {path} live (LISTEN {NOTIFY_CHANNEL})"
+    return "ready"
+
+
+def _remote_why(run_id: str, host: str) -> str:
+    """Why Kill now cannot act on a run whose engine is on another machine, and what can."""
+    return (f"the engine of {run_id} runs on {host}, not on this machine: Kill now reaches only engines this "
+            "monitor started here. Use Run ▸ Cancel run… instead (it ends at its next step)")
 
 
 class MainWindow(QMainWindow):
@@ -100,7 +117,7 @@ class MainWindow(QMainWindow):
         self.pruner.refused.connect(lambda why: self.statusBar().showMessage(f"cannot prune: {why}"))
         self.pruner.finished.connect(lambda _code, text: self.statusBar().showMessage(text))
         self._build_actions()
-        self.statusBar().showMessage("ready")
+        self.statusBar().showMessage(_ready_text(monitor.path))
 
         self.timeline.step_selected.connect(lambda rid, seq: self.loader.load(rid, seq))
         self.timeline.step_selected.connect(self.control.set_step)
@@ -127,7 +144,7 @@ class MainWindow(QMainWindow):
         self._first_launch = settings.window_state is None
         if settings.window_state is not None:
             self.restoreState(settings.window_state)
-        settings.add_recent(str(monitor.path))
+        settings.add_recent(f"{monitor.path}")  # a URL without its password (PgUrl.__format__)
         self._rebuild_recent()
         self._update_actions()
 
@@ -255,7 +272,7 @@ class MainWindow(QMainWindow):
     def _rebuild_recent(self) -> None:
         self.recent_menu.clear()
         for path in self.settings.recent_files:
-            self.recent_menu.addAction(path, functools.partial(self.switch_log, Path(path)))
+            self.recent_menu.addAction(path, functools.partial(self.switch_log, parse_location(path)))
 
     # -- runs -------------------------------------------------------------------------------
 
@@ -436,12 +453,13 @@ class MainWindow(QMainWindow):
         if path:
             self.switch_log(Path(path))
 
-    def switch_log(self, path: Path) -> None:
+    def switch_log(self, path: LogLocation) -> None:
         self._run_id = None
         self.watcher.set_url(None)
         self.monitor.switch_to(path)
         self.setWindowTitle(f"steplog monitor — {path}")
-        self.settings.add_recent(str(path))
+        self.statusBar().showMessage(_ready_text(path))
+        self.settings.add_recent(f"{path}")
         self._rebuild_recent()
 
     def about(self) -> None:
@@ -460,11 +478,16 @@ class MainWindow(QMainWindow):
         run = self.monitor.run(self._run_id) if self._run_id else None
         engine_run = self.engine.spec.run_id if self.engine.spec else None
         # Kill now acts on the run shown: with another run selected it would kill out of sight.
-        self.act_kill.setEnabled(running and engine_run == self._run_id)
+        ours = running and engine_run == self._run_id
+        elsewhere = run.engine_elsewhere if run is not None and not ours else None
+        self.act_kill.setEnabled(ours)
         self.act_kill.setToolTip(f"SIGKILL the engine of {engine_run} (its whole process group), then relaunch it"
-                                 if running and engine_run == self._run_id else
+                                 if ours else _remote_why(run.run_id, elsewhere) if run is not None and elsewhere else
                                  f"the engine works on {engine_run}: select that run to kill it" if running
                                  else "no engine is running")
+        self.auto_kill.setEnabled(elsewhere is None)
+        self.auto_kill.setToolTip(_remote_why(run.run_id, elsewhere) if run is not None and elsewhere else
+                                  "kill the engine this monitor started every N seconds (it relaunches each time)")
         self.act_kill_window.setEnabled(running and not self.engine.window_armed)
         self.act_kill_window.setText("Armed: kills at the next effect" if self.engine.window_armed
                                      else "Kill at next act→record window")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from steplog.location import LogLocation, PgUrl
 from steplog.logread import Event
 
 from .bulk_load import RunDetails, add_details
@@ -33,9 +34,9 @@ class Monitor(QObject):
     problem_changed = Signal(str)
     """Why the log cannot be read ('' when it can)."""
 
-    def __init__(self, path: Path, parent: QObject | None = None, *, use_watchdog: bool = True) -> None:
+    def __init__(self, path: LogLocation, parent: QObject | None = None, *, use_watchdog: bool = True) -> None:
         super().__init__(parent)
-        self.path = Path(path)
+        self.path: LogLocation = _location(path)
         self.state = LogState()
         self.order: list[str] = []
         self.problem = ""
@@ -63,10 +64,10 @@ class Monitor(QObject):
             self._tailer.deleteLater()
             self._tailer = None
 
-    def switch_to(self, path: Path) -> None:
-        """Monitor another log file."""
+    def switch_to(self, path: LogLocation) -> None:
+        """Monitor another log (a file or a PostgreSQL URL)."""
         self.stop()
-        self.path = Path(path)
+        self.path = _location(path)
         self._reset()
         self._problem("")
         self.start()
@@ -134,3 +135,8 @@ class Monitor(QObject):
     def _problem(self, text: str) -> None:
         self.problem = text
         self.problem_changed.emit(text)
+
+
+def _location(path: LogLocation) -> LogLocation:
+    """A ``PgUrl`` as it is (``Path`` would fold its ``//``), anything else as a ``Path``."""
+    return path if isinstance(path, PgUrl) else Path(path)

@@ -12,6 +12,8 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
                                QHBoxLayout, QLabel, QLineEdit, QMessageBox, QPushButton, QSpinBox, QWidget)
 
+from steplog.location import PgUrl
+
 from . import interpreter
 from .demo import DEMO_AGENTS, DEMO_PACE
 from .engine_process import LaunchSpec
@@ -162,6 +164,6 @@ class NewRunDialog(QDialog):
             limits["max-seconds"] = self.max_seconds.value()
         if self.max_cost.value():
             limits["max-cost"] = self.max_cost.value()
-        return LaunchSpec(agent=self.agent.currentText().strip(), run_id=self.run_id.text().strip(), db=Path(str(db)),
+        return LaunchSpec(agent=self.agent.currentText().strip(), run_id=self.run_id.text().strip(), db=db if isinstance(db, PgUrl) else Path(str(db)),
                           outbox=self.outbox.text().strip() or None, pace=self.pace.value(), params=params,
                           limits=limits, python=self.chosen_python())

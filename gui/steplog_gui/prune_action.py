@@ -17,6 +17,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 
+from steplog.location import LogLocation, PgUrl
 from steplog.prune import Candidate, estimate
 from steplog.procs import child_env, python_argv, spawn
 
@@ -43,7 +44,7 @@ class Pruner(QObject):
     finished = Signal(int, str)
     """(exit code, one line) when ``steplog prune`` ended: what it pruned and reclaimed, or why not."""
 
-    def __init__(self, log: Callable[[], Path], parent: QObject | None = None, *,
+    def __init__(self, log: Callable[[], LogLocation], parent: QObject | None = None, *,
                  env: dict[str, str] | None = None) -> None:
         super().__init__(parent)
         self._log = log
@@ -62,6 +63,9 @@ class Pruner(QObject):
     def estimate(self, run_ids: Sequence[str]) -> None:
         """Read what pruning ``run_ids`` frees (off the GUI thread); ``estimated`` or ``refused`` follows."""
         path, ids = self._log(), tuple(run_ids)
+        if isinstance(path, PgUrl):  # as `steplog prune --db URL` does
+            self.refused.emit("pruning a PostgreSQL log is not supported yet")
+            return
         jobs.submit(lambda: estimate(path, ids), self.estimated.emit,
                     lambda exc: self.refused.emit(str(exc)), owner=self)
 

@@ -6,6 +6,13 @@ reader would stop WAL checkpoints and let the -wal file grow without bound).
 
 A file that is deleted, replaced, foreign or corrupt raises ``LogUnavailable`` with a message
 for the window; nothing here ever modifies the file.
+
+The same class reads a log on PostgreSQL (``location`` a ``PgUrl``): ``steplog.db.open_readonly``
+gives a connection whose every transaction is ``READ ONLY`` (``default_transaction_read_only``),
+also in autocommit, one snapshot per query; the JSON reads take ``json_sql``'s PostgreSQL forms.
+There is no file to be deleted or replaced and no ``data_version``: the tailer learns of commits
+from the log's notifications (``steplog.pglisten``). A server that goes away raises
+``LogUnavailable`` as a damaged file does; messages name the URL without its password.
 """
 
 from __future__ import annotations
@@ -21,8 +28,11 @@ import numpy.typing as npt
 from steplog.db import inspect, open_readonly
 from steplog.errors import LogError
 from steplog.events import EventKind
+from steplog.location import LogLocation, PgUrl
 from steplog.logread import EVENT_COLUMNS, Event, events_since, payload
 from steplog.openfiles import identity
+
+from .json_sql import JsonSql, for_dialect
 
 KIND_CODES: tuple[EventKind, ...] = (
     EventKind.STEP_STARTED, EventKind.STEP_COMMITTED, EventKind.DECISION_RECORDED, EventKind.EFFECT_STARTED,
@@ -39,8 +49,6 @@ USAGE_KEYS = ("steps", "tokens", "tokens_estimated", "cost_usd", "seconds")
 USAGE_COLUMNS = np.dtype([("ts", "f8"), *((key, "f8") for key in USAGE_KEYS)])
 _CODE_SQL = "CASE kind " + " ".join(f"WHEN '{k.value}' THEN {i + 1}" for i, k in enumerate(KIND_CODES)) + " ELSE 0 END"
 _IDS_PER_QUERY = 500
-# JSON fields are read with json_extract, not the ->> operator: that needs SQLite 3.38, and a
-# Python linked to an older system SQLite (Ubuntu 22.04: 3.37) must still open a log.
 
 
 class LogUnavailable(Exception):
@@ -77,12 +85,18 @@ class StepDetail:
 
 
 class LogRepository:
-    """One read-only connection to one log file. Not thread-safe: use it from one thread."""
+    """One read-only connection to one log (a file or a ``PgUrl``). Not thread-safe: use it
+    from one thread."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._conn: sqlite3.Connection | None = None
+    def __init__(self, path: LogLocation) -> None:
+        self.path: LogLocation = path if isinstance(path, PgUrl) else Path(path)
+        self._conn: Any = None
         self._file_id: tuple[int, int] | None = None
+        self._json: JsonSql = JsonSql()
+
+    @property
+    def on_postgres(self) -> bool:
+        return isinstance(self.path, PgUrl)
 
     # -- connection -------------------------------------------------------------------------
 
@@ -94,27 +108,34 @@ class LogRepository:
         """Validate the file (``steplog.db.inspect``) and connect read-only."""
         self.close()
         try:
-            if self.path.exists() and inspect(self.path) == 0:
+            if self.on_postgres:  # inspect connects: an empty database is a log no run made yet
+                if inspect(self.path) == 0:
+                    raise LogNotReady(f"{self.path} is an empty database: waiting for the first run to create the log")
+            elif self.path.exists() and inspect(self.path) == 0:
                 raise LogNotReady(f"{self.path} is empty: waiting for the first run to create it")
             conn = open_readonly(self.path)
         except LogError as exc:
             raise LogUnavailable(str(exc)) from exc
         self._conn = conn
-        self._file_id = identity(self.path)
+        self._json = for_dialect(getattr(conn, "dialect", "sqlite"))
+        self._file_id = None if isinstance(self.path, PgUrl) else identity(self.path)
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
 
-    def _c(self) -> sqlite3.Connection:
+    def _c(self) -> Any:
         if self._conn is None:
             self.open()
         assert self._conn is not None
         return self._conn
 
     def check_file(self) -> str | None:
-        """``None`` while the file we opened is still there; else "deleted" or "replaced"."""
+        """``None`` while the file we opened is still there; else "deleted" or "replaced".
+        Always ``None`` on PostgreSQL (a lost server is a query's ``LogUnavailable``)."""
+        if isinstance(self.path, PgUrl):
+            return None
         current = identity(self.path)
         if current is None:
             return "deleted"
@@ -125,14 +146,15 @@ class LogRepository:
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         conn = self._c()
         try:
-            return conn.execute(sql, args).fetchall()
+            return list(conn.execute(sql, args).fetchall())
         except sqlite3.DatabaseError as exc:
             raise self._unavailable(exc) from exc
 
     # -- change detection -------------------------------------------------------------------
 
     def data_version(self) -> int:
-        """``PRAGMA data_version``: changes whenever another connection committed to the file."""
+        """``PRAGMA data_version``: changes whenever another connection committed to the file.
+        SQLite only: on PostgreSQL the log notifies commits (``steplog.pglisten``)."""
         return int(self._query("PRAGMA data_version")[0][0])
 
     # -- reads ------------------------------------------------------------------------------
@@ -183,29 +205,32 @@ class LogRepository:
         dtype = np.dtype([("id", "i8"), ("tokens", "i8"), ("estimated", "?")])
         parts = []
         wanted = [int(i) for i in ids]
+        j = self._json
         for start in range(0, len(wanted), _IDS_PER_QUERY):
             chunk = wanted[start:start + _IDS_PER_QUERY]
             rows = self._query(
-                "SELECT id, CASE WHEN json_valid(data)"
-                " THEN coalesce(CAST(json_extract(data, '$.tokens_in') AS INTEGER), 0)"
-                " + coalesce(CAST(json_extract(data, '$.tokens_out') AS INTEGER), 0) ELSE 0 END,"
-                " CASE WHEN json_valid(data) THEN coalesce(json_extract(data, '$.estimated'), 0) != 0 ELSE 0 END"
+                f"SELECT id, CASE WHEN {j.valid}"
+                f" THEN coalesce({j.number('tokens_in', 'INTEGER')}, 0)"
+                f" + coalesce({j.number('tokens_out', 'INTEGER')}, 0) ELSE 0 END,"
+                f" CASE WHEN {j.valid} THEN coalesce({j.number('estimated', 'INTEGER')}, 0) != 0 ELSE false END"
                 f" FROM event WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id", tuple(chunk))
             parts.append(np.array(rows, dtype=dtype) if rows else np.zeros(0, dtype))
         return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
     def last_usage(self, run_id: str, upto: int) -> dict[str, Any] | None:
         """The usage object of the run's newest event that carries one (up to ``upto``)."""
-        rows = self._query("SELECT json_extract(data, '$.usage') FROM event WHERE run_id = ? AND id <= ?"
-                           " AND json_valid(data) AND json_type(data, '$.usage') = 'object' ORDER BY id DESC LIMIT 1", (run_id, upto))
+        j = self._json
+        rows = self._query(f"SELECT {j.object_text('usage')} FROM event WHERE run_id = ? AND id <= ?"
+                           f" AND {j.valid} AND {j.is_object('usage')} ORDER BY id DESC LIMIT 1", (run_id, upto))
         return payload(rows[0][0]) if rows else None
 
     def usage_columns(self, run_id: str, upto: int) -> npt.NDArray[Any]:
         """The budget charts' points (``USAGE_COLUMNS``): every event up to ``upto`` that carries
         usage, but a step's start (it repeats the last commit's usage), ids ascending."""
-        fields = ", ".join(f"coalesce(CAST(json_extract(data, '$.usage.{f}') AS REAL), 0)" for f in USAGE_KEYS)
+        j = self._json
+        fields = ", ".join(f"coalesce({j.number(f'usage.{f}', 'REAL')}, 0)" for f in USAGE_KEYS)
         sql = (f"SELECT ts, {fields} FROM event WHERE run_id = ? AND id <= ? AND kind != ?"
-               " AND json_valid(data) AND json_type(data, '$.usage') = 'object' ORDER BY id")
+               f" AND {j.valid} AND {j.is_object('usage')} ORDER BY id")
         try:
             return np.fromiter(self._c().execute(sql, (run_id, upto, EventKind.STEP_STARTED.value)),
                                dtype=USAGE_COLUMNS)
@@ -218,8 +243,9 @@ class LogRepository:
 
         Read row by row into the dict (no list of 100k rows on the way), each kind string kept
         once: a 100k-step run's names are most of what the monitor holds for it."""
-        sql = ("SELECT seq, coalesce(json_extract(data, '$.name'), ''), coalesce(json_extract(data, '$.kind'), '')"
-               " FROM event WHERE run_id = ? AND id <= ? AND kind IN (?, ?) AND seq IS NOT NULL AND json_valid(data)"
+        j = self._json
+        sql = (f"SELECT seq, coalesce({j.text('name')}, ''), coalesce({j.text('kind')}, '')"
+               f" FROM event WHERE run_id = ? AND id <= ? AND kind IN (?, ?) AND seq IS NOT NULL AND {j.valid}"
                " ORDER BY id")
         names: dict[int, tuple[str, str]] = {}
         kinds: dict[str, str] = {}

@@ -21,6 +21,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFormLayout, QFrame, QHBoxLayout, QLabel, QLineEdit,
                                QMessageBox, QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
+from steplog.location import LogLocation
 from steplog.procs import child_env, python_argv
 
 from . import jobs
@@ -44,7 +45,7 @@ class CommandResult:
         return text[-1].removeprefix("steplog: ") if text else f"exit {self.code}"
 
 
-def run_command(db: Path, args: tuple[str, ...], env: dict[str, str] | None = None) -> CommandResult:
+def run_command(db: LogLocation, args: tuple[str, ...], env: dict[str, str] | None = None) -> CommandResult:
     """``steplog ARGS --db DB`` to completion (blocking: call it through ``jobs.submit``)."""
     done = subprocess.run(python_argv("steplog", *args, "--db", str(db)), capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, env=child_env(env), timeout=COMMAND_TIMEOUT_S)

@@ -166,6 +166,17 @@ class RunState:
         """Step executions that did not commit and ran again (CONTRACT: executions - committed)."""
         return max(0, self.step_executions - self.steps_committed - self.in_progress)
 
+    @property
+    def engine_elsewhere(self) -> str | None:
+        """The other machine whose engine (or worker, before its engine starts) works on this run,
+        or ``None`` when the run is worked here, or nowhere. A kill from here cannot reach it: a
+        process group is a process on this host (a log on PostgreSQL is shared by a fleet)."""
+        if self.terminal:
+            return None
+        host = self.host if self.pid is not None else (
+            self.worker[0] if self.worker_active and self.worker is not None else None)
+        return host if host and host != socket.gethostname() else None
+
     def engine_gone(self) -> bool:
         """No engine works on this run now: it released the lease, or its process on this host
         is dead (killed from outside and not relaunched). Remote engines count as alive.

@@ -12,9 +12,10 @@ from . import theme
 from .monitor import Monitor
 from .run_state import RunState
 
-COLUMNS = ("Run", "Status", "Steps", "Agent", "Budget use", "Started", "Duration")
-"""The columns a person needs first come first: a narrow Runs dock still shows run, status, steps."""
-RUN, STATUS, STEPS, AGENT, BUDGET, STARTED, DURATION = range(len(COLUMNS))
+COLUMNS = ("Run", "Status", "Steps", "Agent", "Budget use", "Started", "Duration", "Host")
+"""The columns a person needs first come first: a narrow Runs dock still shows run, status, steps.
+Host is the machine that works (or last worked) the run: a log on PostgreSQL serves a fleet."""
+RUN, STATUS, STEPS, AGENT, BUDGET, STARTED, DURATION, HOST = range(len(COLUMNS))
 RUN_ID_ROLE = Qt.ItemDataRole.UserRole + 1
 _Index = QModelIndex | QPersistentModelIndex
 
@@ -60,6 +61,16 @@ def status_text(run: RunState) -> tuple[str, str | None]:
         return "stopped", f"its engine (pid {run.pid}) is gone; Resume run continues it from its last checkpoint"
     by = f", started by worker pid {run.worker[1]} on {run.worker[0]}" if run.worker_active and run.worker else ""
     return "running", f"engine pid {run.pid} on {run.host}{by}"
+
+
+def host_text(run: RunState) -> tuple[str, str]:
+    """(host, tooltip): the worker's machine if a ``steplog worker`` ran it, else its engine's."""
+    if run.worker is not None:
+        host, pid = run.worker
+        return host, f"worker pid {pid} on {host}" + ("" if run.worker_active else " (last had it)")
+    if run.host:
+        return run.host, f"engine on {run.host}" + (f", pid {run.pid}" if run.pid is not None else " (last)")
+    return "", ""
 
 
 def fmt_duration(seconds: float) -> str:
@@ -126,6 +137,8 @@ class RunsModel(QAbstractTableModel):
                 return run.agent
             if col == RUN:
                 return run.run_id + family(run)
+            if col == HOST:
+                return host_text(run)[1]
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (STEPS, BUDGET, DURATION):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
@@ -142,6 +155,8 @@ class RunsModel(QAbstractTableModel):
             return f"{run.steps_committed}" + (f" / {limit}" if limit else "")
         if col == BUDGET:
             return budget_use(run)[1]
+        if col == HOST:
+            return host_text(run)[0]
         if col == STARTED:
             return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.created)) if not math.isnan(run.created) else ""
         return fmt_duration(run.duration(time.time()))

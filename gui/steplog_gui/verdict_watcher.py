@@ -13,6 +13,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from steplog.location import LogLocation
+
 from . import jobs
 from .monitor import Monitor
 from .outbox_watcher import OutboxWatcher
@@ -20,7 +22,7 @@ from .outbox_watcher import OutboxWatcher
 DEBOUNCE_MS = 150
 
 
-def _evaluate(db: Path, run_id: str, ledger: Any, source: str | None) -> Any:
+def _evaluate(db: LogLocation, run_id: str, ledger: Any, source: str | None) -> Any:
     from steplog.verdict import verdict_of
 
     return verdict_of(db, run_id, ledger=ledger, ledger_source=source)

@@ -28,7 +28,7 @@ def admin(url: str) -> Any:
 
 def test_the_schema_is_made_from_the_one_definition_and_matches_the_sqlmodel_tables(db: PgUrl) -> None:
     from steplog.db import open_log
-    from steplog.pgschema import META_TABLE, create_statements
+    from steplog.pgschema import META_TABLE, PG_ONLY, create_statements
     from steplog.schema import SCHEMA_VERSION
     from steplog.tables import EffectRow, EventRow, RunRow, SignalRow, StepRow
 
@@ -40,7 +40,7 @@ def test_the_schema_is_made_from_the_one_definition_and_matches_the_sqlmodel_tab
                                               " AND table_schema = current_schema() ORDER BY ordinal_position", table.name)]
         assert [c.name for c in table.columns] == actual, table.name
     assert dict(query_log(db, f"SELECT key, value FROM {META_TABLE}")) == {
-        "application": "steplog", "schema_version": str(SCHEMA_VERSION)}
+        "application": "steplog", "schema_version": str(SCHEMA_VERSION), "pg_only": str(len(PG_ONLY))}
     # 64-bit integers and doubles, as SQLite stores them
     types = dict(query_log(db, "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'run'"))
     assert types["used_tokens"] == "bigint" and types["used_seconds"] == "double precision"
@@ -159,10 +159,65 @@ def test_bad_urls_and_unreachable_servers_are_one_line_errors(engine: Engine) ->
     assert isinstance(parse("postgres://u@h/d"), PgUrl) and isinstance(parse("x.db"), Path)
 
 
-def test_the_monitor_says_it_reads_files_only_so_far(engine: Engine) -> None:
+def test_the_monitor_refuses_a_bad_url_or_an_unreachable_server_in_one_line(engine: Engine) -> None:
+    cases = {"postgresql://postgres@127.0.0.1:1/steplog": "cannot connect",
+             "postgresql://postgres@127.0.0.1:5432": "names no database"}
     for cmd in ("gui", "demo"):
-        done = engine.run(cmd, "--db", str(engine.db), timeout=30)
-        assert done.returncode == 2 and "SQLite logs only" in done.stderr, done.stderr
+        for url, words in cases.items():
+            done = engine.run(cmd, "--db", url, timeout=30)
+            assert done.returncode == 2 and words in done.stderr, (cmd, url, done.stderr)
+            assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def _insert_event(conn: Any, commit: bool = True) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    for _ in range(2):
+        conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES ('r', 1, 1, 'x', '{}')")
+    conn.execute("COMMIT" if commit else "ROLLBACK")
+
+
+def test_a_commit_to_the_event_table_is_notified_with_its_newest_id_and_a_rollback_is_not(db: PgUrl) -> None:
+    from steplog.db import open_log
+    from steplog.pglisten import Listener
+
+    conn = open_log(db)
+    listener = Listener(db)
+    try:
+        listener.connect()
+        _insert_event(conn, commit=False)
+        assert listener.wait(0.3) is None
+        _insert_event(conn)
+        newest = conn.execute("SELECT max(id) FROM event").fetchone()[0]
+        assert listener.wait(5) == newest
+        assert listener.wait(0.1) is None  # one statement-level notification per insert, read at once
+    finally:
+        listener.close()
+        conn.close()
+
+
+def test_a_log_made_before_the_notify_trigger_gets_it_from_the_next_engine_that_opens_it(db: PgUrl) -> None:
+    from steplog.db import open_log, open_readonly
+    from steplog.pglisten import Listener
+    from steplog.pgschema import META_TABLE, PG_ONLY
+
+    conn = open_log(db)
+    conn.execute("DROP TRIGGER event_notify ON event")
+    conn.execute(f"DELETE FROM {META_TABLE} WHERE key = 'pg_only'")
+    conn.close()
+    open_readonly(db).close()  # a reader changes nothing
+    assert not query_log(db, "SELECT 1 FROM pg_trigger WHERE tgname = 'event_notify'")
+    conn = open_log(db)
+    listener = Listener(db)
+    try:
+        assert dict(query_log(db, f"SELECT key, value FROM {META_TABLE}"))["pg_only"] == str(len(PG_ONLY))
+        listener.connect()
+        _insert_event(conn)
+        assert listener.wait(5) is not None
+    finally:
+        listener.close()
+        conn.close()
+    open_log(db).close()  # and once done, not again: one row, one trigger
+    assert len(query_log(db, "SELECT 1 FROM pg_trigger WHERE tgname = 'event_notify'")) == 1
 
 
 def test_two_engines_racing_to_create_the_schema_make_it_once(db: PgUrl) -> None:

@@ -59,6 +59,7 @@ def assert_every_cut_agrees(db: Path, *, step: int = 1) -> LogState:
         repo.close()
 
 
+@pytest.mark.backends("sqlite", "postgres")  # on PostgreSQL: the same repository, its JSON reads in jsonb
 def test_a_crash_mid_effect_and_its_resume_load_as_they_fold(crashed_run: Engine) -> None:
     folded = assert_every_cut_agrees(crashed_run.db)
     run = folded.runs["R"]
@@ -178,6 +179,7 @@ def test_a_long_noop_run_loads_as_it_folds(engine: Engine) -> None:
         repo.close()
 
 
+@pytest.mark.backends("sqlite", "postgres")
 def test_run_control_loads_as_it_folds(engine: Engine, tmp_path: Path) -> None:
     """A run that waits, is signalled and finishes; a fork with its copied prefix that waits; a
     cancelled run; a failed run retried: every cut of the log loads as it folds."""

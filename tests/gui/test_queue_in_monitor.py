@@ -7,6 +7,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
 
 from conftest import AGENTS, Engine
@@ -21,6 +23,7 @@ def submit(engine: Engine, run_id: str, witness: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.backends("sqlite", "postgres")
 def test_a_queued_run_reads_queued_and_then_names_the_worker_that_ran_it(
         qtbot, window: MainWindow, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     submit(engine, "q1", tmp_path / "w.db")
