@@ -105,6 +105,7 @@ def test_agent_run_async_from_running_asyncio_code(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.backends("sqlite")  # the kill test makes its own logs; storms on PostgreSQL: test_kills, test_postgres
 def test_the_parallel_demo_passes_a_storm_of_30_kills_and_the_crash_point_sweep(engine: Engine, tmp_path: Path) -> None:
     # All 16 tickets, and more kills asked than the 30 that must land: the parallel demo is quick,
     # and a kill planned after its end does not land.
