@@ -196,7 +196,7 @@ def inspect(path: LogLocation) -> int:
         from . import pg
 
         return pg.inspect(path)
-    with openfiles.lock:
+    with openfiles.guarded:
         # Header bytes only from a file no connection of ours holds (see ``openfiles``).
         header = None if openfiles.held(path) else _read_header(path)
         if header is not None and not header:
@@ -389,7 +389,7 @@ def open_log(path: LogLocation, *, synchronous: Synchronous = "FULL") -> LogConn
         return pconn
     path = Path(path)
     try:
-        with openfiles.lock:  # no other thread's plain open between the check and the connection
+        with openfiles.guarded:  # no other thread's plain open between the check and the connection
             if path.exists():
                 inspect(path)
                 _require_writable(path)
@@ -423,7 +423,7 @@ def open_readonly(path: LogLocation, *, one_shot: bool = False) -> LogConnection
     path = Path(path)
     if not path.exists():
         raise LogError(f"{path} does not exist; run an agent first or pass --db with an existing log")
-    with openfiles.lock:  # no other thread's plain open between the check and the connection
+    with openfiles.guarded:  # no other thread's plain open between the check and the connection
         version = inspect(path)
         if version == 0:
             raise ForeignDatabase(f"{path} is an empty database, not a steplog log; run an agent with --db {path} first")

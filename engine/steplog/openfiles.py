@@ -11,8 +11,14 @@ plain ``open()`` each time: the runs list stopped following the log after the fi
 
 So every connection ``steplog.db`` makes is counted here by the file's identity (device, inode),
 and ``inspect`` reads header bytes only from a file this process does not hold; a held file is
-inspected through SQLite. ``lock`` serialises inspecting and connecting, so a connection being
+inspected through SQLite. ``guarded`` serialises inspecting and connecting, so a connection being
 made in one thread is never caught between the two by another.
+
+The lock is taken inside an ``interrupts.critical`` section on the main thread: a stop request
+raised at the wrong bytecode (between ``__enter__`` and the ``with`` block, or as the block exits
+and before ``__exit__`` releases) would leave the lock held by the main thread for good, and
+every other thread that opens a log (the monitor's tailer) would then wait forever. The stop is
+raised as the section ends instead, with the lock released.
 """
 
 from __future__ import annotations
@@ -21,10 +27,46 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
-lock = threading.RLock()
+from . import interrupts
+
+_lock = threading.RLock()
 _held: dict[tuple[int, int], int] = {}
+
+
+class _Guarded:
+    """``with guarded:``: the lock, held in a section no stop request cuts (see the module doc)."""
+
+    def __enter__(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            interrupts.critical().__enter__()
+        _lock.acquire()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        _lock.release()
+        if threading.current_thread() is threading.main_thread():
+            interrupts.critical().__exit__(exc_type, exc, tb)  # raises a stop deferred inside
+
+
+guarded = _Guarded()
+
+
+def lock_is_free() -> bool:
+    """Can another thread take the lock? (For tests: a hold leaked by one thread hangs the rest.)"""
+    taken: list[bool] = []
+
+    def probe() -> None:
+        if _lock.acquire(timeout=1.0):
+            _lock.release()
+            taken.append(True)
+
+    thread = threading.Thread(target=probe, name="steplog-lock-probe")
+    thread.start()
+    thread.join()
+    return bool(taken)
 
 
 def identity(path: Path) -> tuple[int, int] | None:
@@ -38,7 +80,7 @@ def identity(path: Path) -> tuple[int, int] | None:
 def held(path: Path) -> bool:
     """Does a connection of this process have ``path`` open?"""
     key = identity(path)
-    with lock:
+    with guarded:
         return key is not None and _held.get(key, 0) > 0
 
 
@@ -53,7 +95,7 @@ class CountedConnection(sqlite3.Connection):
         finally:
             key, self._steplog_file = self._steplog_file, None
             if key is not None:
-                with lock:
+                with guarded:
                     left = _held.get(key, 0) - 1
                     if left > 0:
                         _held[key] = left
@@ -63,10 +105,16 @@ class CountedConnection(sqlite3.Connection):
 
 def connect(path: Path, target: str, **kwargs: Any) -> sqlite3.Connection:
     """``sqlite3.connect(target, **kwargs)``, counted as holding ``path`` until closed."""
-    with lock:
-        conn = sqlite3.connect(target, factory=CountedConnection, **kwargs)
-        key = identity(path)
-        if key is not None:
-            conn._steplog_file = key
-            _held[key] = _held.get(key, 0) + 1
+    conn: CountedConnection | None = None
+    try:
+        with guarded:
+            conn = sqlite3.connect(target, factory=CountedConnection, **kwargs)
+            key = identity(path)
+            if key is not None:
+                conn._steplog_file = key
+                _held[key] = _held.get(key, 0) + 1
+    except BaseException:
+        if conn is not None:
+            conn.close()  # a stop deferred inside the section: not a connection left counted
+        raise
     return conn

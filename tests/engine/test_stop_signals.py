@@ -23,7 +23,7 @@ import pytest
 from conftest import query_log
 
 import steplog
-from steplog import interrupts
+from steplog import interrupts, openfiles
 from steplog.interrupts import StopRequested
 
 pytestmark = pytest.mark.backends("sqlite", "postgres")
@@ -123,6 +123,8 @@ def test_a_stop_at_any_line_of_the_engine_stops_cleanly_and_the_run_resumes_exac
         gc.collect()  # a suspended transaction generator would write its closed log now
         assert unraisable == [], (stopper.where, unraisable)
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler was put back
+        # Not left holding the open-files lock: every other thread (the monitor's) would hang on it.
+        assert openfiles.lock_is_free(), stopper.where
 
         if db.exists() and stopped:
             try:
