@@ -69,6 +69,16 @@ def has_column(conn: LogConnection, table: str, column: str) -> bool:
     return conn.execute(f"SELECT 1 FROM pragma_table_info('{table}') WHERE name = ?", (column,)).fetchone() is not None
 
 
+def load_driver(location: LogLocation) -> None:
+    """Import what opening this log takes, before the engine takes over the stop signals: a
+    stop landing inside an import is raised where nobody can handle it (an import lock's
+    callback). SQLite's module is loaded already; psycopg only for a PostgreSQL log."""
+    if isinstance(location, PgUrl):
+        from . import pg
+
+        pg.load_driver()
+
+
 def connect_plain(location: LogLocation) -> LogConnection:
     """A second connection to a log already opened and checked (the lease heartbeat's): no
     validation, no migration; SQLite at ``synchronous = NORMAL`` (a lost renewal only shortens

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from . import interrupts
 from .params import bind_params
 from .claim import Finished, Request, budget_of, claim
-from .db import LogConnection, Synchronous, connect_plain, location, open_log, private_dir
+from .db import LogConnection, Synchronous, connect_plain, load_driver, location, open_log, private_dir
 from .effects import HttpClient
 from .errors import Fenced, LogWriteError, RunStopped, RunWaiting, UsageError
 from .journal import Journal, Usage, dumps, load_steps, why_not_json
@@ -178,6 +178,7 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: LogLocatio
     if killed_at is not None and not (math.isfinite(killed_at) and 0 < killed_at <= time.time() + 60):
         raise UsageError(f"--killed-at must be the Unix time of a kill that happened (got {killed_at})")
     db_path = location(db)
+    load_driver(db_path)  # before the stop handler: a stop inside an import cannot be handled
     with interrupts.installed():
         return _execute(agent, spec, bound, run_id=run_id, db_path=db_path, workdir=workdir, outbox=outbox,
                         limits=limits, model=model, base_url=base_url, pace=pace, lease_seconds=lease_seconds,

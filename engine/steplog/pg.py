@@ -227,6 +227,13 @@ class _NumericLoader:
         return Loader
 
 
+def load_driver() -> None:
+    """Import psycopg and the parts of it a connection loads on first use."""
+    import psycopg  # noqa: F401
+    import psycopg.pq  # noqa: F401
+    import psycopg.types.numeric  # noqa: F401
+
+
 def connect(url: PgUrl) -> PgConnection:
     """A plain connection (no validation): the heartbeat's, and the one ``open_log`` checks."""
     import psycopg
