@@ -31,9 +31,19 @@ class _Job(QRunnable):
         try:
             result = self._fn()
         except Exception as exc:  # delivered to on_error; nothing escapes a pool thread
-            self._carrier.job_failed.emit(exc)
+            self._deliver(self._carrier.job_failed, exc)
         else:
-            self._carrier.job_done.emit(result)
+            self._deliver(self._carrier.job_done, result)
+
+    def _deliver(self, signal: Any, value: object) -> None:
+        """Emit, unless the carrier is gone: a job that ends while the application shuts down has
+        no one left to tell ("Signal source has been deleted" otherwise, from a pool thread)."""
+        if not shiboken6.isValid(self._carrier):
+            return
+        try:
+            signal.emit(value)
+        except RuntimeError:
+            pass  # deleted between the check and the emit
 
 
 def submit(fn: Callable[[], Any], on_done: Callable[[Any], None],
