@@ -10,6 +10,7 @@ the outbox back, on the port the run recorded when it is free.
 
 from __future__ import annotations
 
+import atexit
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,18 @@ from steplog.evidence import outbox_file_for
 from steplog.location import LogLocation, PgUrl
 
 from . import jobs
+
+_unadopted: set[Any] = set()
+"""Demo outboxes started off the GUI thread that no launcher has taken yet. An outbox runs in a
+session of its own and would outlive this process: one still here at exit (the window closed, and
+the process ended, before the GUI thread took it) is stopped then."""
+
+
+@atexit.register
+def _stop_unadopted() -> None:
+    for outbox in list(_unadopted):
+        outbox.stop(grace=1.0)
+    _unadopted.clear()
 from .engine_process import EngineProcess, LaunchSpec
 
 DEMO_PACE = 3.5
@@ -102,11 +115,17 @@ class DemoLauncher(QObject):
 
             private_dir(outbox_db.parent)
             try:
-                return start(outbox_db, port=prefer_port)
+                outbox = start(outbox_db, port=prefer_port)
             except UsageError:  # the old port is taken now: any free one will do
                 if not prefer_port:
                     raise
-                return start(outbox_db)
+                outbox = start(outbox_db)
+            _unadopted.add(outbox)  # until _ready takes it: see _stop_unadopted
+            if self._closed:  # the window closed while it started: it may be gone before _ready runs
+                _unadopted.discard(outbox)
+                outbox.stop(grace=2.0)
+                return None
+            return outbox
 
         # No owner: if the window is gone when the outbox is up, _ready must still stop it.
         jobs.submit(start_outbox, self._ready, self._failed)
@@ -117,6 +136,9 @@ class DemoLauncher(QObject):
             self.demo_failed.emit(f"the demo outbox did not start: {exc}")
 
     def _ready(self, outbox: Any) -> None:
+        if outbox is None:
+            return  # stopped already: the window closed while it was starting
+        _unadopted.discard(outbox)
         if self._closed:  # the window closed while the outbox was starting
             outbox.stop(grace=2.0)
             return
