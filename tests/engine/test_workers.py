@@ -235,13 +235,15 @@ def test_worker_storm_three_workers_thirty_demo_runs_every_message_once(tmp_path
     succeed and the outbox's ledger holds every message exactly once."""
     from steplog.killtest.workers import worker_storm
 
+    # Kills 0.2-0.6 s apart: all 12 fit in the ~8 s the runs take here, and the storm stops killing
+    # once every run ended (a quick machine may end it before the last kills).
     result = worker_storm(tmp_path / "storm", runs=30, workers=3, concurrency=2, kills=12, seed=12,
-                          params={"tickets": 3}, pace=0.02, time_limit=240)
+                          params={"tickets": 3}, pace=0.02, time_limit=240, gap=(0.2, 0.6))
     print(result.summary())
     assert result.passed, result.summary()
     assert result.statuses == {"succeeded": 30}
     assert result.deliveries == 30 * 4  # three replies and a digest per run
-    assert result.worker_kills == 12 and result.kills_landed >= 6 and result.engines_killed >= 6
+    assert result.worker_kills >= 8 and result.kills_landed >= 6 and result.engines_killed >= 6
     assert result.takeovers >= 1 and not result.orphans
     # Taken over at once (a free slot away), never after the 15 s lease of a dead engine.
     assert result.takeover_seconds and max(result.takeover_seconds) < 12, result.takeover_seconds
