@@ -113,8 +113,7 @@ def check(path: LogLocation) -> Report:
                 raise
             report.problems = list(_table_by_table(conn)) or [f"the file as a whole: {exc}"]
         if report.ok:
-            report.runs = int(conn.execute("SELECT count(*) FROM run").fetchone()[0])
-            report.steps = int(conn.execute("SELECT count(*) FROM step").fetchone()[0])
+            _count(conn, report)
     finally:
         conn.close()
     return report
@@ -154,8 +153,13 @@ def _check_postgres(conn: LogConnection, path: LogLocation) -> Report:
             if orphans:
                 report.problems.append(f"table {table}: {orphans} row(s) of runs that are not in the run table")
         if report.ok:
-            report.runs = int(conn.execute("SELECT count(*) FROM run").fetchone()[0])
-            report.steps = int(conn.execute("SELECT count(*) FROM step").fetchone()[0])
+            _count(conn, report)
     finally:
         conn.close()
     return report
+
+
+def _count(conn: LogConnection, report: Report) -> None:
+    """The runs and steps a healthy log holds (the "ok" line says them)."""
+    report.runs = int(conn.execute("SELECT count(*) FROM run").fetchone()[0])
+    report.steps = int(conn.execute("SELECT count(*) FROM step").fetchone()[0])

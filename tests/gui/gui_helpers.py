@@ -44,10 +44,9 @@ def settings(tmp_path: Path) -> Iterator[object]:
     yield Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
 
 
-@pytest.fixture
-def window(qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> Iterator[object]:  # type: ignore[no-untyped-def]
-    """The real main window on this test's log, shown offscreen; closed with its engines (and
-    any compare engines and the demo outbox) stopped: nothing left running after the test."""
+def open_window(qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> Any:  # type: ignore[no-untyped-def]
+    """The real main window on ``engine``'s log, following it and shown offscreen; it stops its
+    engines when closed (``close_policy``), so a test leaves nothing running."""
     from steplog_gui.main_window import MainWindow
     from steplog_gui.monitor import Monitor
 
@@ -57,6 +56,14 @@ def window(qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> Iterator
     qtbot.addWidget(win)
     monitor.start()
     win.show()
+    return win
+
+
+@pytest.fixture
+def window(qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> Iterator[object]:  # type: ignore[no-untyped-def]
+    """``open_window`` on this test's log; closed with its engines (and any compare engines and
+    the demo outbox) stopped: nothing left running after the test."""
+    win = open_window(qtbot, engine, settings, gui_env)
     yield win
     win.shutdown(stop_engine=True)
 

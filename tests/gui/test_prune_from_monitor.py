@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from gui_helpers import gui_env, settings  # noqa: F401 (fixtures)
+from gui_helpers import gui_env, open_window, settings  # noqa: F401 (fixtures)
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from conftest import AGENTS, Engine
 from steplog_gui.main_window import MainWindow
-from steplog_gui.monitor import Monitor
 from steplog_gui.runs_model import RUN_ID_ROLE
 
 NOOP = f"{AGENTS}:noop"
@@ -27,12 +26,7 @@ def finished_runs(engine: Engine, *ids: str) -> None:
 @pytest.fixture
 def window(qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> Iterator[MainWindow]:  # type: ignore[no-untyped-def]
     finished_runs(engine, "old", "kept")
-    monitor = Monitor(engine.db)
-    win = MainWindow(monitor, settings, engine_env=gui_env)
-    win.close_policy = "stop"
-    qtbot.addWidget(win)
-    monitor.start()
-    win.show()
+    win = open_window(qtbot, engine, settings, gui_env)
     qtbot.waitUntil(lambda: win.runs_model.rowCount() == 2, timeout=10_000)
     yield win
     win.pruner.wait()
