@@ -1,13 +1,19 @@
-"""The kinds of row in the append-only ``event`` table: one name each, defined here only.
+"""The kinds of row in the append-only ``event`` table and the payload of each: defined here only.
 
-Writers (``journal``, ``claim``) and readers (``verdict``, ``killtest``, the monitor) name kinds
-through this enum; a ``StrEnum`` member *is* its string, so it is stored and compared as the text
-the log has always held.
+Writers (``journal``, ``claim``, ``control``, ``queue``, ``prune``) and readers (``logread`` and
+through it the verdict, the kill test and the monitor) name kinds through this enum; a ``StrEnum``
+member *is* its string, so it is stored and compared as the text the log has always held.
+
+Each kind's ``data`` (a JSON object) has a ``TypedDict`` below, in ``PAYLOADS``: writers build
+them typed, readers may ``cast`` an ``Event.data`` to one, and a test runs the engine through
+every kind and checks each logged payload against its type (no key undocumented, none required
+missing).
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any, Required, TypedDict
 
 
 class EventKind(StrEnum):
@@ -52,3 +58,178 @@ class EventKind(StrEnum):
     WORKER_RELEASED = "worker_released"
     """That worker handed the run back (its engine stopped, exit code said) or saw it end."""
 
+
+
+Usage = dict[str, float]
+"""Budget use so far: ``steps``, ``tokens``, ``tokens_estimated``, ``cost_usd``, ``seconds``,
+``retries``, ``executions``; a per-step event leaves out the ones still zero."""
+
+
+class RunCreated(TypedDict, total=False):
+    agent: Required[str]
+    params: Required[dict[str, Any]]
+    model: Required[str]
+    budget: Required[dict[str, float | None]]
+    queued: bool
+    launch: dict[str, Any]
+    forked_from: dict[str, Any]
+    copied_span: list[float | None]
+
+
+class BudgetChanged(TypedDict, total=False):
+    steps: int | None
+    tokens: int | None
+    seconds: float | None
+    cost_usd: float | None
+    retries: int | None
+    recoveries: int | None
+    reopened: Required[bool]
+
+
+class LeaseAcquired(TypedDict, total=False):
+    pid: Required[int]
+    host: Required[str]
+    resumed: Required[bool]
+    previous_pid: Required[int | None]
+    forfeited_tokens: int
+    takeover: str | None
+    killed_at: float
+
+
+class LeaseReleased(TypedDict):
+    usage: Usage
+
+
+class StepStarted(TypedDict, total=False):
+    name: Required[str]
+    kind: Required[str]
+    usage: Required[Usage]
+    attempt: int
+    recoveries: int
+    reserved_tokens: int
+
+
+class DecisionRecorded(TypedDict):
+    tokens_in: int
+    tokens_out: int
+    estimated: bool
+    cost_usd: float
+    usage: Usage
+
+
+class EffectStarted(TypedDict):
+    key: str
+    kind: str
+    target: str
+    again: bool
+
+
+class EffectCompleted(TypedDict):
+    key: str
+
+
+class StepAttemptFailed(TypedDict):
+    error: str
+    will_retry: bool
+    usage: Usage
+
+
+class StepCommitted(TypedDict, total=False):
+    duration: Required[float]
+    usage: Required[Usage]
+    name: str
+    """A wait step's (``run.wait_for``), with its ``kind`` and the ``signal_id`` it consumed."""
+    kind: str
+    signal_id: int | None
+
+
+class RunFinished(TypedDict, total=False):
+    status: Required[str]
+    reason: Required[str | None]
+    usage: Usage
+    failure: str
+    budget: str
+    used: float
+    limit: float
+    seq: int
+    abandoned_step: int
+    engine: None
+
+
+class Waiting(TypedDict, total=False):
+    signal: Required[str]
+    deadline: float | None
+    usage: Usage
+
+
+class SignalSent(TypedDict, total=False):
+    signal: Required[str]
+    signal_id: Required[int]
+    bytes: Required[int]
+    key: str
+
+
+class CancelRequested(TypedDict):
+    reason: str
+    engine_pid: int | None
+
+
+class Retried(TypedDict, total=False):
+    previous_reason: Required[str | None]
+    failure: Required[str]
+    forced: Required[bool]
+    steps: Required[list[int]]
+    resent: Required[list[str]]
+    queued: bool
+
+
+class StepCopied(TypedDict):
+    from_run: str
+    name: str
+    kind: str
+    started_at: float
+    finished_at: float | None
+
+
+class RunsPruned(TypedDict, total=False):
+    runs: Required[list[str]]
+    archive: str | None
+
+
+class WorkerClaimed(TypedDict, total=False):
+    worker: Required[dict[str, Any]]
+    status: Required[str]
+    takeover: str
+
+
+class WorkerReleased(TypedDict):
+    worker: dict[str, Any]
+    exit_code: int
+    status: str | None
+
+
+PAYLOADS: dict[EventKind, type] = {
+    EventKind.RUN_CREATED: RunCreated, EventKind.BUDGET_CHANGED: BudgetChanged,
+    EventKind.LEASE_ACQUIRED: LeaseAcquired, EventKind.LEASE_RELEASED: LeaseReleased,
+    EventKind.STEP_STARTED: StepStarted, EventKind.DECISION_RECORDED: DecisionRecorded,
+    EventKind.EFFECT_STARTED: EffectStarted, EventKind.EFFECT_COMPLETED: EffectCompleted,
+    EventKind.STEP_ATTEMPT_FAILED: StepAttemptFailed, EventKind.STEP_COMMITTED: StepCommitted,
+    EventKind.RUN_FINISHED: RunFinished, EventKind.WAITING: Waiting, EventKind.SIGNAL_SENT: SignalSent,
+    EventKind.CANCEL_REQUESTED: CancelRequested, EventKind.RETRIED: Retried, EventKind.STEP_COPIED: StepCopied,
+    EventKind.RUNS_PRUNED: RunsPruned, EventKind.WORKER_CLAIMED: WorkerClaimed,
+    EventKind.WORKER_RELEASED: WorkerReleased,
+}
+"""The payload type of every kind."""
+
+
+def payload_problem(kind: str, data: dict[str, Any]) -> str | None:
+    """What is wrong with ``data`` as the payload of ``kind`` (its keys against the type), or ``None``."""
+    shape = PAYLOADS.get(EventKind(kind)) if kind in EventKind._value2member_map_ else None
+    if shape is None:
+        return f"no payload type for event kind {kind!r}"
+    required: frozenset[str] = getattr(shape, "__required_keys__")
+    allowed = required | getattr(shape, "__optional_keys__")
+    missing, unknown = sorted(required - set(data)), sorted(set(data) - allowed)
+    if missing or unknown:
+        return f"{kind}: missing {missing}, undocumented {unknown}"
+    return None

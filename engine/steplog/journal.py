@@ -15,7 +15,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from . import interrupts
 from .db import LogConnection, rollback
 from .errors import Fenced, LogWriteError
-from .events import EventKind
+from .events import EventKind, StepStarted
 from .lease import boot_clock
 
 if TYPE_CHECKING:
@@ -226,7 +226,8 @@ class Journal:
                         "file, then run the same command again to resume from the last checkpoint") from exc
                 raise
 
-    def _event(self, kind: str, seq: int | None, data: dict[str, Any]) -> None:
+    def _event(self, kind: str, seq: int | None, data: Mapping[str, Any]) -> None:
+        """One event in the open transaction; ``data`` is its kind's payload (``events.PAYLOADS``)."""
         self.conn.execute(
             "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?)",
             (self.run_id, self._clock(), self.incarnation, kind, seq, dumps(data)),
@@ -258,7 +259,7 @@ class Journal:
                     (attempt, recoveries, now, self.incarnation, self.run_id, seq),
                 )
             # Attempt 1, no recoveries and no reservation are the common case and left out.
-            data: dict[str, Any] = {"name": name, "kind": kind, "usage": u.snapshot(self.seconds_used(), compact=True)}
+            data: StepStarted = {"name": name, "kind": kind, "usage": u.snapshot(self.seconds_used(), compact=True)}
             if attempt != 1:
                 data["attempt"] = attempt
             if recoveries:
