@@ -138,9 +138,8 @@ def _dbos_pragmas(DBOS: Any) -> dict[str, Any]:
         raw.close()
 
 
-def dbos_steps(db: Path, n: int, sync: str, markers: bool) -> dict[str, Any]:
-    DBOS = _dbos(db, sync)
-
+def dbos_noop_workflow(DBOS: Any) -> Any:
+    """The workflow every DBOS measurement runs: ``n`` no-op durable steps (SQLite or PostgreSQL)."""
     @DBOS.step()
     def step(i: int) -> int:
         return i
@@ -151,6 +150,12 @@ def dbos_steps(db: Path, n: int, sync: str, markers: bool) -> dict[str, Any]:
             step(i)
         return n
 
+    return workflow
+
+
+def dbos_steps(db: Path, n: int, sync: str, markers: bool) -> dict[str, Any]:
+    DBOS = _dbos(db, sync)
+    workflow = dbos_noop_workflow(DBOS)
     DBOS.launch()
     before = checkpointed_size(db)
     mark(MARK_BEGIN, markers)

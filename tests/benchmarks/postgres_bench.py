@@ -67,20 +67,11 @@ def dbos_steps(url: str, n: int, sync: str) -> dict[str, Any]:
     import logging
 
     from dbos import DBOS
+    from peers import dbos_noop_workflow  # this folder: sys.path[0] when run as a script
 
     logging.getLogger("dbos").setLevel(logging.WARNING)
     DBOS(config={"name": "bench", "system_database_url": url, "run_admin_server": False, "log_level": "WARNING"})
-
-    @DBOS.step()
-    def step(i: int) -> int:
-        return i
-
-    @DBOS.workflow()
-    def workflow(n: int) -> int:
-        for i in range(n):
-            step(i)
-        return n
-
+    workflow = dbos_noop_workflow(DBOS)
     DBOS.launch()
     t, cpu = time.perf_counter(), time.process_time()
     workflow(n)
