@@ -155,25 +155,13 @@ def vacancy(
     return None
 
 
-def lease_vacancy(lease: Sequence[object], now: float) -> str | None:
+def lease_vacancy(lease: Sequence[Any], now: float) -> str | None:
     """``vacancy`` of a row's ``LEASE_COLUMNS`` (a tuple, or a row read by position)."""
     pid, host, boot, proc_start, expires, expires_boot = (lease[i] for i in range(6))
-    return vacancy(pid=_int(pid), host=_str(host), boot=_str(boot), proc_start=_float(proc_start),
-                   expires=_float(expires), now=now, expires_boot=_float(expires_boot))
+    return vacancy(pid=pid, host=host, boot=boot, proc_start=proc_start, expires=expires, now=now,
+                   expires_boot=expires_boot)
 
 
 def row_vacancy(row: Any, now: float) -> str | None:
     """``vacancy`` of a run row read with its lease columns by name (``sqlite3.Row`` and alike)."""
     return lease_vacancy([row[c] for c in LEASE_FIELDS], now)
-
-
-def _int(v: object) -> int | None:
-    return None if v is None else int(v)  # type: ignore[call-overload]
-
-
-def _float(v: object) -> float | None:
-    return None if v is None else float(v)  # type: ignore[arg-type]
-
-
-def _str(v: object) -> str | None:
-    return None if v is None else str(v)
