@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .db import LogConnection, immediate
+from .db import LogConnection, for_update, immediate
 from .errors import LeaseHeld, UsageError
 from .events import EventKind
 from .integrity import probe
@@ -97,8 +97,11 @@ def _event(conn: LogConnection, run_id: str, now: float, incarnation: int, kind:
                  (run_id, now, incarnation, kind, dumps(data)))
 
 
-def _select(conn: LogConnection, run_id: str) -> sqlite3.Row | None:
-    row: sqlite3.Row | None = conn.execute(f"SELECT {RUN_COLUMNS} FROM run WHERE id = ?", (run_id,)).fetchone()
+def _select(conn: LogConnection, run_id: str, *, lock: bool = False) -> sqlite3.Row | None:
+    """The run's row; ``lock``: locked for this transaction first (``db.for_update``), where the
+    claim decides on it while the run's engine may be writing it."""
+    row: sqlite3.Row | None = conn.execute(f"SELECT {RUN_COLUMNS} FROM run WHERE id = ?"
+                                           + (for_update(conn) if lock else ""), (run_id,)).fetchone()
     return row
 
 
@@ -197,7 +200,7 @@ def claim(conn: LogConnection, req: Request) -> Claimed | Finished:
     now = time.time()
     with immediate(conn):
         probe(conn, req.db_path, req.run_id)  # a damaged page is refused before anything is written
-        row = _select(conn, req.run_id)
+        row = _select(conn, req.run_id, lock=True)
         resumed = row is not None and row["incarnation"] > 0  # a fork's first engine starts it
         if row is None:
             row = create_run(conn, req, now)

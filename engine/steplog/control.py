@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .claim import budget_of, finish_cancelled
-from .db import LogConnection, immediate, location, open_log, private_dir
+from .db import LogConnection, for_update, immediate, location, open_log, private_dir
 from .errors import ControlRefused, UnknownRun, UsageError
 from .events import EventKind
 from .integrity import probe
@@ -64,7 +64,7 @@ def _log(db: LogLocation | None) -> Iterator[tuple[LogLocation, LogConnection]]:
 
 def _run_row(conn: LogConnection, path: LogLocation, run_id: str) -> sqlite3.Row:
     probe(conn, path, run_id)
-    row: sqlite3.Row | None = conn.execute("SELECT * FROM run WHERE id = ?", (run_id,)).fetchone()
+    row: sqlite3.Row | None = conn.execute("SELECT * FROM run WHERE id = ?" + for_update(conn), (run_id,)).fetchone()
     if row is None:
         raise UnknownRun(f"no run {run_id!r} in {path}; `steplog runs` lists the runs there")
     return row

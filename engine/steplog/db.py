@@ -352,17 +352,45 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
+RUN_WRITE = "BEGIN IMMEDIATE -- run_write"
+"""How a write transaction of one run's rows begins (``run_write``). SQLite reads it as
+``BEGIN IMMEDIATE`` (the comment is a comment); PostgreSQL takes no database-wide lock for it
+(``steplog.pg``): the transaction must lock the run row before it reads anything it decides on,
+with the fence ``UPDATE`` or ``for_update``."""
+
+
 @contextmanager
 def immediate(conn: C) -> Iterator[C]:
     """A write transaction that takes the write lock up front.
 
     A deferred transaction that reads and then writes fails with SQLITE_BUSY *without waiting*
     when another writer got in between; ``BEGIN IMMEDIATE`` waits on ``busy_timeout`` instead.
+    On PostgreSQL it is a database-wide advisory lock, for the few transactions that are not one
+    run's (creating a run, run control); see ``run_write``.
     """
     with interrupts.critical(), rolled_back_on_error(conn):
         conn.execute("BEGIN IMMEDIATE")
         yield conn
         conn.execute("COMMIT")
+
+
+@contextmanager
+def run_write(conn: C) -> Iterator[C]:
+    """A write transaction of one run's rows: ``immediate`` on SQLite; on PostgreSQL, writers of
+    different runs commit side by side. The block locks the run row first (``for_update``)."""
+    with interrupts.critical(), rolled_back_on_error(conn):
+        conn.execute(RUN_WRITE)
+        yield conn
+        conn.execute("COMMIT")
+
+
+def for_update(conn: object, *, skip_locked: bool = False) -> str:
+    """The row-locking clause for a ``SELECT`` in a write transaction: none on SQLite, where the
+    write lock covers the database; ``FOR UPDATE`` on PostgreSQL (``SKIP LOCKED``: rows another
+    transaction holds are left out instead of waited for)."""
+    if not is_postgres(conn):
+        return ""
+    return " FOR UPDATE SKIP LOCKED" if skip_locked else " FOR UPDATE"
 
 
 @contextmanager

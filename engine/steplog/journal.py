@@ -1,6 +1,6 @@
 """The engine's write side of the log: every state change of one run, fenced and evented.
 
-Each public method is one ``BEGIN IMMEDIATE`` transaction that (1) proves this engine still holds
+Each public method is one write transaction (``db.RUN_WRITE``) that (1) proves this engine still holds
 the run (``UPDATE run ... WHERE incarnation = mine``; zero rows means a newer incarnation took
 over, and the transaction is rolled back and ``Fenced`` raised), (2) changes the checkpoint rows,
 and (3) appends the matching ``event`` row. A reader tailing ``event`` therefore sees every change.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import interrupts
-from .db import LogConnection, rollback
+from .db import RUN_WRITE, LogConnection, rollback
 from .errors import Fenced, LogWriteError
 from .events import EventKind, StepStarted
 from .lease import boot_clock
@@ -190,7 +190,7 @@ class Journal:
             try:
                 self._set_sync(self._base_sync if durable else "NORMAL")
                 now = self._clock()
-                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(RUN_WRITE)  # the fence below locks the run row first
                 u = self.usage
                 args: tuple[Any, ...] = (
                     now, now + self._lease_seconds, boot_clock() + self._lease_seconds, self.seconds_used(),

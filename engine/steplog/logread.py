@@ -9,7 +9,10 @@ bookmark: the id of the last event it has seen. Ids only grow (``AUTOINCREMENT``
 new" is ``id > bookmark``, whatever else the log holds.
 
 Reads use plain SQL with ``?`` placeholders on any connection the engine opens (a SQLite file,
-or PostgreSQL through ``steplog.pg``).
+or PostgreSQL through ``steplog.pg``). On SQLite an id is taken under the write lock, so ids
+commit in order. On PostgreSQL writers of different runs commit side by side, and a lower id can
+commit after a higher one: every read there stops at ``settled_upto`` (``pg.event_horizon``), so
+a bookmark never passes an event that is yet to commit.
 """
 
 from __future__ import annotations
@@ -61,11 +64,26 @@ class Connection(Protocol):
     def execute(self, sql: str, parameters: Any = ..., /) -> Any: ...
 
 
+def settled_upto(conn: Connection) -> int | None:
+    """The id up to which the log can be read without passing an event yet to commit: ``None``
+    (all of it) on SQLite; ``pg.event_horizon`` on PostgreSQL."""
+    if getattr(conn, "dialect", "sqlite") != "postgresql":
+        return None
+    from .pg import event_horizon
+
+    return event_horizon(conn)  # type: ignore[arg-type]
+
+
 def events_since(conn: Connection, since: int = 0, *, run_id: str | None = None,
                  limit: int | None = None) -> list[Event]:
-    """Events with ``id > since``, oldest first; of one run if ``run_id``; at most ``limit``."""
+    """Events with ``id > since``, oldest first; of one run if ``run_id``; at most ``limit``;
+    none beyond ``settled_upto``."""
     sql = f"SELECT {EVENT_COLUMNS} FROM event WHERE id > ?"
     args: list[Any] = [since]
+    upto = settled_upto(conn)
+    if upto is not None:
+        sql += " AND id <= ?"
+        args.append(upto)
     if run_id is not None:
         sql += " AND run_id = ?"
         args.append(run_id)

@@ -7,11 +7,24 @@ that subset on PostgreSQL, so nothing above the log package knows which database
 - ``execute(sql, params)`` -> a cursor with ``fetchone``/``fetchall``/``rowcount``/iteration;
   rows are tuples that are also indexable by column name (like ``sqlite3.Row``).
 - ``?`` -> ``%s``; ``INSERT OR IGNORE INTO`` -> ``INSERT INTO ... ON CONFLICT DO NOTHING``.
-- ``BEGIN IMMEDIATE`` -> ``BEGIN`` plus ``pg_advisory_xact_lock`` on one key per database: what
-  SQLite's database-wide write lock gave every write transaction (a claim's read-then-write, a
-  lease takeover, fencing, a signal consumed once), and what keeps ``event.id`` in commit order,
-  so a reader tailing "events since id N" never skips a row committed late under a lower id.
-  Writers of one log therefore take turns, as on SQLite; reads never wait.
+- Write transactions do not take turns as on SQLite; they commit side by side (PostgreSQL's
+  group commit), and each is serialised only where it must be:
+
+  - ``db.RUN_WRITE`` (an engine's fenced step writes, a worker's claim, its hand-back): one run's
+    rows, locked row by row. The fence (``UPDATE run ... WHERE id = ? AND incarnation = ?``) or
+    ``SELECT ... FOR UPDATE [SKIP LOCKED]`` locks the run row first, so a takeover and the engine
+    it fences wait for each other, and workers claiming at once skip each other's rows.
+  - ``BEGIN IMMEDIATE`` (an engine's claim of its run, run control, migrations): also
+    ``pg_advisory_xact_lock(LOCK_KEY)``, one key per database, as SQLite's write lock. These are a
+    few per run, never per step.
+
+  Ids then no longer come in commit order: transaction A can take event id 7, B id 8, and B
+  commit first. A reader tailing "events since id N" must not read 8 and move its bookmark past 7.
+  So every write transaction first takes a *marker*: a shared advisory lock on (``ORDER_NS``,
+  the event sequence's last value), which it holds to its end; every id it takes is above its
+  marker. ``event_horizon`` reads the sequence, then the lowest marker held: ids up to the lower
+  of the two are settled (committed or gone for good). ``logread`` reads only those. Readers
+  never block writers.
 - ``PRAGMA synchronous = NORMAL`` -> the next transaction runs with ``synchronous_commit = off``
   (a kill cannot lose it; a server crash may lose the last ones), ``FULL`` -> ``on``. Other PRAGMAs
   are SQLite's own and refused here.
@@ -35,6 +48,9 @@ from .pgschema import (APPLICATION, META_TABLE, PG_ONLY, create_statements, expe
                        upgrade_statements)
 from .schema import SCHEMA_VERSION
 
+RUN_WRITE_TAG = "run_write"
+"""In a ``BEGIN IMMEDIATE`` (``db.RUN_WRITE``): a write of one run's rows, locked row by row."""
+
 if TYPE_CHECKING:
     import psycopg
 
@@ -42,6 +58,16 @@ if TYPE_CHECKING:
 
 DIALECT = "postgresql"
 LOCK_KEY = 0x53544C47  # "STLG", as the SQLite file's application_id
+ORDER_NS = 0x53544C
+"""The markers' namespace: a marker is the advisory lock ``ORDER_NS << 40 | id`` (ids below 2**40)."""
+
+_LAST_ID = "coalesce(pg_sequence_last_value(to_regclass('event_id_seq')), 0)"
+_MARKER = f"pg_advisory_xact_lock_shared((CAST({ORDER_NS} AS bigint) << 40) | {_LAST_ID})"
+_LOWEST_MARKER = (
+    "SELECT min(((classid::bigint & 255) << 32) | objid::bigint) FROM pg_locks WHERE locktype = 'advisory'"
+    f" AND objsubid = 1 AND (classid::bigint >> 8) = {ORDER_NS}"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
 CONNECT_TIMEOUT = 10
 
 
@@ -170,11 +196,7 @@ class PgConnection:
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
         head = sql.lstrip()[:8].upper()
         if head.startswith("BEGIN"):
-            # See the module docstring: SQLite's write lock, per database, held to the end.
-            local = "SET LOCAL synchronous_commit = off; " if self._sync_off else ""
-            sql = f"BEGIN; {local}SELECT pg_advisory_xact_lock({LOCK_KEY})" if "IMMEDIATE" in sql.upper() \
-                else f"BEGIN; {local}".rstrip("; ")
-            parameters = ()
+            sql, parameters = self._begin(sql), ()
         elif head.startswith("PRAGMA"):
             return self._pragma(sql)
         params = tuple(parameters) if parameters else None
@@ -186,6 +208,16 @@ class PgConnection:
             if isinstance(exc, psycopg.Error):
                 raise _wrap(exc) from exc
             raise
+
+    def _begin(self, sql: str) -> str:
+        """One round trip that opens the transaction with its locks (see the module docstring)."""
+        local = "SET LOCAL synchronous_commit = off; " if self._sync_off else ""
+        if "IMMEDIATE" not in sql.upper():
+            # A read transaction (an export): one snapshot for all its statements, as in SQLite.
+            return f"BEGIN ISOLATION LEVEL REPEATABLE READ; {local}".rstrip("; ")
+        if RUN_WRITE_TAG in sql:
+            return f"BEGIN; {local}SELECT {_MARKER}"
+        return f"BEGIN; {local}SELECT {_MARKER}, pg_advisory_xact_lock({LOCK_KEY})"
 
     def _pragma(self, sql: str) -> Any:
         m = re.fullmatch(r"\s*PRAGMA\s+synchronous\s*=\s*(\w+)\s*;?\s*", sql, re.I)
@@ -321,10 +353,17 @@ def _migrate(conn: PgConnection, url: PgUrl) -> None:
         raise
 
 
+IDLE_IN_TRANSACTION_S = 30
+"""A writer's transaction never waits on anything but the server (no agent code runs inside
+one); one idle longer belongs to a frozen process. The server then ends that session, which
+releases its locks and its marker, which would otherwise hold every reader's horizon back."""
+
+
 def open_log(url: PgUrl) -> PgConnection:
     """Open (creating the schema if the database is empty) a log for writing."""
     conn = connect(url)
     try:
+        conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'")
         version, pg_only = _read_state(conn, url)
         if version < SCHEMA_VERSION or pg_only < len(PG_ONLY):
             _migrate(conn, url)
@@ -346,6 +385,19 @@ def open_readonly(url: PgUrl) -> PgConnection:
         conn.close()
         raise
     return conn
+
+
+def event_horizon(conn: PgConnection) -> int:
+    """The highest event id a reader may read up to now: every event at or below it is settled
+    (committed, or never to be), so none can appear later under an id already passed.
+
+    Two statements, in this order: the sequence first, then the markers. A writer that takes its
+    marker after the second read takes ids above the first; one that held its marker before is
+    seen. Each statement must see data committed since the last (``READ COMMITTED``: the readers'
+    connections are in autocommit)."""
+    last = int(conn.execute(f"SELECT {_LAST_ID}").fetchone()[0])
+    lowest = conn.execute(_LOWEST_MARKER).fetchone()[0]
+    return last if lowest is None else min(last, int(lowest))
 
 
 def has_column(conn: PgConnection, table: str, column: str) -> bool:

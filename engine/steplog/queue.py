@@ -11,9 +11,10 @@
 - **hand back** (``hand_back``): the worker's engine exited; the run carries the worker's name
   no longer (unless it ended, then it says who ran it last).
 
-All of it is ``BEGIN IMMEDIATE`` transactions with ``?`` placeholders, as in ``claim.py``. On
-SQLite the write lock serialises claimers; on a server database the candidate query is where
-``FOR UPDATE SKIP LOCKED`` goes (``_CANDIDATES``, used by ``claim_next_run`` only).
+A claim and a hand-back are each one run's write (``db.run_write``). On SQLite the write lock
+serialises claimers. On PostgreSQL workers claim side by side: the candidates are read without
+locks, and the one chosen is read again ``FOR UPDATE SKIP LOCKED`` (``_CANDIDATE``) and judged
+again: a row another worker (or the run's engine) is writing is skipped, not waited for.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .claim import Request, create_run
-from .db import LogConnection, immediate, location, open_log
+from .db import LogConnection, for_update, immediate, location, open_log, run_write
 from .errors import UsageError
 from .events import EventKind
 from .integrity import probe
@@ -86,17 +87,18 @@ class Job:
 
 
 # The claimable rows, oldest first, prefiltered in SQL; whether a holder on this host is dead
-# is a question for the OS, so ``_vacant`` has the last word. A server database adds
-# ``FOR UPDATE SKIP LOCKED`` here, so concurrent claimers skip each other's rows.
-_CANDIDATES = (
+# is a question for the OS, so ``_vacant`` has the last word.
+_CLAIMABLE = (
     "SELECT id, agent, status, launch, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires, lease_expires_boot,"
     " worker_pid, worker_host, worker_boot, worker_proc_start, worker_claimed_at FROM run"
     " WHERE status IN ('queued', 'running', 'waiting')"
     " AND (lease_pid IS NULL OR lease_expires IS NULL OR lease_expires <= ? OR lease_host = ?)"
     " AND (status <> 'waiting' OR waiting_until <= ? OR EXISTS (SELECT 1 FROM signal"
     " WHERE signal.run_id = run.id AND signal.name = run.waiting_for AND signal.consumed_seq IS NULL))"
-    "{agents} ORDER BY created_at, id LIMIT ? OFFSET ?"
 )
+_CANDIDATES = _CLAIMABLE + "{agents} ORDER BY created_at, id LIMIT ? OFFSET ?"
+_CANDIDATE = _CLAIMABLE + " AND id = ?{lock}"
+"""One candidate again, inside the claim's transaction, locked (PostgreSQL) as it is judged."""
 
 
 def _vacant(row: sqlite3.Row, worker: Holder, lease_seconds: float, now: float) -> str | None:
@@ -124,14 +126,20 @@ def claim_next_run(conn: LogConnection, *, worker: Holder | None = None, agents:
     holder = worker or me()
     now = time.time()
     sql = _CANDIDATES.format(agents=f" AND agent IN ({', '.join('?' for _ in agents)})" if agents else "")
+    lock = for_update(conn, skip_locked=True)
+    one = _CANDIDATE.format(lock=lock)
 
-    def first_vacant() -> tuple[sqlite3.Row, str] | None:
-        """Page through the candidates (many may be held by live engines) to the first free one."""
+    def first_vacant(*, locked: bool) -> tuple[sqlite3.Row, str] | None:
+        """Page through the candidates (many may be held by live engines) to the first free one;
+        ``locked``: in the claim's transaction, where a server database locks the one it takes."""
         offset = 0
         while True:
             rows = conn.execute(sql, (now, holder.host, now, *agents, CLAIM_BATCH, offset)).fetchall()
             for row in rows:
                 why = _vacant(row, holder, lease_seconds, now) if row["id"] not in skip else None
+                if why is not None and locked and lock:
+                    row = conn.execute(one, (now, holder.host, now, row["id"])).fetchone()
+                    why = None if row is None else _vacant(row, holder, lease_seconds, now)
                 if why is not None:
                     return row, why
             if len(rows) < CLAIM_BATCH:
@@ -142,10 +150,10 @@ def claim_next_run(conn: LogConnection, *, worker: Holder | None = None, agents:
     conn.row_factory = sqlite3.Row
     try:
         # Looked at first without the write lock: an idle worker polls without blocking engines.
-        if first_vacant() is None:
+        if first_vacant(locked=False) is None:
             return None
-        with immediate(conn):
-            found = first_vacant()
+        with run_write(conn):
+            found = first_vacant(locked=True)
             if found is None:
                 return None  # another worker was quicker
             row, why = found
@@ -168,9 +176,9 @@ def hand_back(conn: LogConnection, run_id: str, *, exit_code: int, worker: Holde
     when another worker has claimed it since."""
     holder = worker or me()
     now = time.time()
-    with immediate(conn):
-        row = conn.execute("SELECT status, incarnation, worker_pid, worker_host, worker_boot FROM run WHERE id = ?",
-                           (run_id,)).fetchone()
+    with run_write(conn):
+        row = conn.execute("SELECT status, incarnation, worker_pid, worker_host, worker_boot FROM run WHERE id = ?"
+                           + for_update(conn), (run_id,)).fetchone()
         if row is None or tuple(row[2:5]) != (holder.pid, holder.host, holder.boot):
             return None
         status = str(row[0])

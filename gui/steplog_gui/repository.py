@@ -29,7 +29,7 @@ from steplog.db import inspect, open_readonly
 from steplog.errors import LogError
 from steplog.events import EventKind
 from steplog.location import LogLocation, PgUrl
-from steplog.logread import EVENT_COLUMNS, Event, events_since, payload
+from steplog.logread import EVENT_COLUMNS, Event, events_since, payload, settled_upto
 from steplog.openfiles import identity
 
 from .json_sql import JsonSql, for_dialect
@@ -170,8 +170,15 @@ class LogRepository:
     # -- columnar reads (opening a run: one pass over its events, no JSON parsed per row) ----
 
     def max_event_id(self) -> int:
-        """The newest event's id (0 for none): the snapshot a bulk load reads up to."""
-        return int(self._query("SELECT coalesce(max(id), 0) FROM event")[0][0])
+        """The newest event's id (0 for none): the snapshot a bulk load reads up to. On
+        PostgreSQL the newest *settled* one (``steplog.logread.settled_upto``), so the tail that
+        follows the load from here misses nothing that commits late under a lower id."""
+        newest = int(self._query("SELECT coalesce(max(id), 0) FROM event")[0][0])
+        try:
+            upto = settled_upto(self._c())
+        except sqlite3.DatabaseError as exc:
+            raise self._unavailable(exc) from exc
+        return newest if upto is None else min(newest, upto)
 
     def run_ids(self, upto: int) -> list[str]:
         """Every run with events up to id ``upto``, in the order of its first event."""

@@ -37,6 +37,9 @@ from .run_state import RunState
 
 POLL_MS = 50
 RECHECK_MS = 30
+SETTLE_MS = 20
+"""PostgreSQL: how soon to read again when a notified event is held back behind an open
+transaction with a lower id (writers of different runs commit side by side)."""
 BATCH = 5000
 SLICE_S = 0.15
 """A bulk load hands over what it has about this often (the window paints in between)."""
@@ -67,6 +70,8 @@ class _TailWorker(QObject):
         self._version: int | None = None
         self._problem = ""
         self._hinted = False
+        self._notified_upto = 0
+        """The highest event id a commit notification named (PostgreSQL)."""
         self._timer: QTimer | None = None
         self.cancelled = False
         """Set from the GUI thread when the tail stops: a bulk load in progress gives up between runs."""
@@ -97,10 +102,13 @@ class _TailWorker(QObject):
         QTimer.singleShot(0, self._hinted_check)
         QTimer.singleShot(RECHECK_MS, self.check)
 
-    @Slot()
-    def notified(self) -> None:
-        """A commit notification (PostgreSQL): read now; it is sent after the commit, so once is
-        enough, and a burst of them queued behind one read is read by that one read."""
+    @Slot(int)
+    def notified(self, newest: int) -> None:
+        """A commit notification (PostgreSQL) of events up to id ``newest``: read now; it is sent
+        after the commit, and a burst of them queued behind one read is read by that one read.
+        A read stops where a lower id is yet to commit (``logread.settled_upto``): ``_check_pg``
+        then reads again shortly, until it has passed ``newest``."""
+        self._notified_upto = max(self._notified_upto, newest)
         if self._hinted:
             return
         self._hinted = True
@@ -160,6 +168,11 @@ class _TailWorker(QObject):
                     self.repo.open()
                 self._read()
                 self._set_problem("")
+                if self.bookmark < self._notified_upto and not self._hinted:
+                    # Held back behind a transaction still open (or one that rolled back and will
+                    # notify nobody): look again soon rather than wait for the next commit.
+                    self._hinted = True
+                    QTimer.singleShot(SETTLE_MS, self._hinted_check)
                 return
             except LogNotReady:
                 self.repo.close()
@@ -231,7 +244,7 @@ class Tailer(QObject):
     _hint_received = Signal()
     _stop_requested = Signal()
 
-    _notified = Signal()
+    _notified = Signal(int)
     _listen_problem = Signal(str)
 
     def __init__(self, path: LogLocation, parent: QObject | None = None, *, use_watchdog: bool = True) -> None:
@@ -276,7 +289,7 @@ class Tailer(QObject):
 
     def _on_commit(self, newest: int) -> None:  # pg_watch's thread
         self.notifications += 1
-        self._notified.emit()
+        self._notified.emit(newest)
 
     def _listener_problem(self, text: str) -> None:
         self._problems["listen"] = text

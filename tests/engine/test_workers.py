@@ -85,6 +85,7 @@ def test_submit_records_a_queued_run_with_its_options_and_refuses_a_taken_id(eng
 
 # -- a worker --------------------------------------------------------------------------------
 
+@pytest.mark.backends("sqlite", "postgres")
 def test_a_worker_runs_queued_runs_to_completion_and_says_who_ran_them(engine: Engine, tmp_path: Path) -> None:
     witness = tmp_path / "w.db"
     ids = [submit(engine, WITNESS, "--param", "n=3", "--param", f"witness={witness}") for _ in range(3)]
@@ -101,6 +102,7 @@ def test_a_worker_runs_queued_runs_to_completion_and_says_who_ran_them(engine: E
     assert listed.stdout.count("worker ") == 3
 
 
+@pytest.mark.backends("sqlite", "postgres")
 def test_concurrency_runs_that_many_engines_at_once_and_no_more(engine: Engine, tmp_path: Path) -> None:
     for _ in range(4):
         submit(engine, WITNESS, "--param", "n=2", "--param", "pause=0.4", "--param", f"witness={tmp_path / 'w.db'}")
@@ -201,6 +203,7 @@ def test_agents_filter_claims_only_those_agents(engine: Engine, tmp_path: Path) 
     assert bad.returncode == 2
 
 
+@pytest.mark.backends("sqlite", "postgres")
 def test_a_sigkilled_worker_takes_its_engines_with_it_and_another_takes_over_at_once(engine: Engine,
                                                                                      tmp_path: Path) -> None:
     witness = tmp_path / "w.db"
@@ -262,6 +265,7 @@ def test_the_readme_scale_out_commands_do_what_it_says(engine: Engine, tmp_path:
     assert listed.stdout.count("succeeded") == 2 and listed.stdout.count(" worker ") == 2, listed.stdout
 
 
+@pytest.mark.backends("sqlite", "postgres")
 def test_claims_page_past_runs_others_hold_and_a_live_workers_claim_is_respected(db: Path) -> None:
     """In-process: the claim query itself (``queue.claim_next_run``)."""
     from steplog.agent import resolve

@@ -98,6 +98,36 @@ def test_commit_to_row_latency(qtbot, window: MainWindow, engine: Engine) -> Non
     assert median < 0.5
 
 
+def test_an_event_held_back_behind_an_open_transaction_is_shown_once_that_one_rolls_back(
+        qtbot, window: MainWindow, engine: Engine) -> None:  # type: ignore[no-untyped-def]
+    """Writers of different runs commit side by side: b's event (a higher id) is committed and
+    notified while a's lower id is still open, so the monitor must not read past a's yet. When a
+    rolls back nobody is notified again; the monitor looks again by itself and shows b's."""
+    from steplog.db import RUN_WRITE
+
+    _write(engine.db, ("a", "run_created", 0, None, {"agent": "probe"}), ("b", "run_created", 0, None, {"agent": "probe"}))
+    qtbot.waitUntil(lambda: window.monitor.run("b") is not None, timeout=15_000)
+    insert = "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, 0, 'budget_changed', NULL, '{}')"
+    applied: set[int] = set()
+    window.monitor.events_applied.connect(lambda evs: applied.update(e.id for e in evs))
+    a, b = open_log(engine.db), open_log(engine.db)
+    try:
+        a.execute(RUN_WRITE)
+        a.execute(insert, ("a", time.time()))
+        b.execute(RUN_WRITE)
+        high = int(b.execute(insert + " RETURNING id", ("b", time.time())).fetchone()[0])
+        notified = _tailer(window).notifications
+        b.execute("COMMIT")
+        qtbot.waitUntil(lambda: _tailer(window).notifications > notified, timeout=5_000)
+        qtbot.wait(300)
+        assert high not in applied  # held back, not skipped past
+        a.execute("ROLLBACK")
+        qtbot.waitUntil(lambda: high in applied, timeout=5_000)
+    finally:
+        a.close()
+        b.close()
+
+
 def test_kill_now_is_refused_for_an_engine_on_another_machine_and_cancel_is_offered(
         qtbot, window: MainWindow, engine: Engine) -> None:  # type: ignore[no-untyped-def]
     _write(engine.db, ("far", "run_created", 0, None, {"agent": "elsewhere:agent"}),

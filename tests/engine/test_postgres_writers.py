@@ -1,0 +1,171 @@
+"""Many writers on one PostgreSQL log: side by side, and no reader misses a thing.
+
+On SQLite one write transaction runs at a time. On PostgreSQL writers of different runs commit
+side by side (``steplog.pg``): each locks the rows of its own run, workers claim with ``FOR
+UPDATE SKIP LOCKED``, and only the few transactions that are not one run's (an engine's claim,
+run control) still take turns. Ids then commit out of order, and the readers stop at the
+settled horizon (``logread.settled_upto``) so a bookmark never passes an event yet to commit.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import AGENTS
+from steplog.db import RUN_WRITE, open_log, open_readonly
+from steplog.location import PgUrl
+from steplog.logread import EventTail, settled_upto
+
+pytestmark = pytest.mark.backends("postgres")
+
+INSERT_EVENT = "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, 1, 1, 'note', '{}') RETURNING id"
+
+
+def writer(db: PgUrl) -> Any:
+    conn = open_log(db)
+    conn.execute("SET lock_timeout = '5s'")  # a wait that should not happen fails the test instead of hanging it
+    return conn
+
+
+def test_writers_of_two_runs_commit_side_by_side_and_a_reader_waits_for_the_lower_id(db: PgUrl) -> None:
+    a, b = writer(db), writer(db)
+    reader = open_readonly(db)
+    tail = EventTail()
+    try:
+        a.execute(RUN_WRITE)
+        low = a.execute(INSERT_EVENT, ("r",)).fetchone()[0]
+        b.execute(RUN_WRITE)  # not blocked by a's open transaction
+        high = b.execute(INSERT_EVENT, ("r",)).fetchone()[0]
+        b.execute("COMMIT")
+        assert high > low
+        # b's event is committed, but a's lower id may still commit: reading b's now would move
+        # the bookmark past a's for good.
+        assert reader.execute("SELECT count(*) FROM event").fetchone()[0] == 1
+        assert tail.read(reader) == [] and tail.bookmark == 0
+        assert settled_upto(reader) == low - 1
+        a.execute("COMMIT")
+        assert [e.id for e in tail.read(reader)] == [low, high]
+        assert settled_upto(reader) == high
+    finally:
+        for conn in (a, b, reader):
+            conn.close()
+
+
+def test_a_rolled_back_transaction_holds_readers_back_only_while_it_is_open(db: PgUrl) -> None:
+    a, b = writer(db), writer(db)
+    reader = open_readonly(db)
+    try:
+        a.execute(RUN_WRITE)
+        a.execute(INSERT_EVENT, ("r",))
+        b.execute(RUN_WRITE)
+        high = b.execute(INSERT_EVENT, ("r",)).fetchone()[0]
+        b.execute("COMMIT")
+        assert EventTail().read(reader) == []
+        a.execute("ROLLBACK")
+        assert [e.id for e in EventTail().read(reader)] == [high]
+    finally:
+        for conn in (a, b, reader):
+            conn.close()
+
+
+def test_transactions_that_are_not_one_runs_still_take_turns(db: PgUrl) -> None:
+    a, b = writer(db), writer(db)
+    try:
+        a.execute("BEGIN IMMEDIATE")
+        b.execute("SET lock_timeout = '300ms'")
+        with pytest.raises(sqlite3.OperationalError, match="lock timeout"):
+            b.execute("BEGIN IMMEDIATE")
+        b.execute("ROLLBACK")
+        b.execute(RUN_WRITE)  # one run's write does not wait for them
+        b.execute("COMMIT")
+        a.execute("COMMIT")
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_claim_skips_a_run_whose_row_another_transaction_holds_instead_of_waiting(db: PgUrl) -> None:
+    from steplog.agent import resolve
+    from steplog.queue import claim_next_run, submit
+
+    noop = resolve(f"{AGENTS}:noop")
+    for rid in ("first", "second"):
+        submit(noop, run_id=rid, db=db, params={"n": 1})
+    holder, claimer = writer(db), writer(db)
+    try:
+        holder.execute(RUN_WRITE)
+        holder.execute("SELECT id FROM run WHERE id = 'first' FOR UPDATE")  # another worker mid-claim
+        job = claim_next_run(claimer)
+        assert job is not None and job.run_id == "second"
+        holder.execute("ROLLBACK")
+        job = claim_next_run(claimer)
+        assert job is not None and job.run_id == "first"
+        assert claim_next_run(claimer, skip={"first", "second"}) is None
+    finally:
+        holder.close()
+        claimer.close()
+
+
+def test_an_engine_waits_for_a_takeover_holding_its_row_and_is_then_fenced(db: PgUrl) -> None:
+    from steplog.errors import Fenced
+    from steplog.journal import Journal, Usage
+
+    conn = writer(db)
+    conn.execute("INSERT INTO run (id, agent, params, workdir, created_at, updated_at, status, incarnation)"
+                  " VALUES ('r', 'a', '{}', '/tmp', 1, 1, 'running', 1)")
+    journal = Journal(writer(db), "r", 1, Usage(), lease_seconds=30)
+    takeover = writer(db)
+    try:
+        takeover.execute("BEGIN IMMEDIATE")
+        takeover.execute("SELECT id FROM run WHERE id = 'r' FOR UPDATE")
+        done = threading.Event()
+
+        def commit_later() -> None:
+            time.sleep(0.3)
+            takeover.execute("UPDATE run SET incarnation = 2 WHERE id = 'r'")
+            takeover.execute("COMMIT")
+            done.set()
+
+        threading.Thread(target=commit_later).start()
+        with pytest.raises(Fenced):
+            journal.begin_attempt(1, "s", "call", attempt=1, recoveries=0, fresh=True, durable=True)
+        assert done.is_set()  # the fence waited for the takeover's commit, then saw it
+        assert conn.execute("SELECT count(*) FROM step").fetchone()[0] == 0
+    finally:
+        for c in (conn, journal.conn, takeover):
+            c.close()
+
+
+def test_a_tail_through_three_engines_writing_at_once_sees_every_event_once_in_id_order(db: PgUrl,
+                                                                                        tmp_path: Path) -> None:
+    open_log(db).close()
+    engines = [subprocess.Popen([sys.executable, "-m", "steplog", "run", f"{AGENTS}:noop", "--param", "n=150",
+                                 "--run-id", f"r{i}", "--db", str(db), "--workdir", str(tmp_path / f"w{i}")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
+    reader = open_readonly(db)
+    tail = EventTail()
+    seen: list[int] = []
+    try:
+        while any(p.poll() is None for p in engines):
+            seen += [e.id for e in tail.read(reader)]
+        for p in engines:
+            assert p.wait() == 0, p.stderr.read() if p.stderr else ""
+        seen += [e.id for e in tail.read(reader)]
+        every = [r[0] for r in reader.execute("SELECT id FROM event ORDER BY id").fetchall()]
+        assert seen == every
+        per_run = reader.execute("SELECT run_id, count(*) FROM event WHERE kind = 'step_committed' GROUP BY run_id"
+                                 " ORDER BY run_id").fetchall()
+        assert [tuple(r) for r in per_run] == [("r0", 150), ("r1", 150), ("r2", 150)]
+    finally:
+        reader.close()
+        for p in engines:
+            if p.poll() is None:
+                p.kill()
