@@ -58,6 +58,10 @@ class ArchivedRun:
 def _order_by(conn: sqlite3.Connection, table: str) -> str:
     """The table's primary key columns, in key order: rows come out in a stable order whatever
     the table's storage (rowid or not)."""
+    if getattr(conn, "dialect", "sqlite") == "postgresql":
+        from .pg import primary_key
+
+        return ", ".join(f'"{name}"' for name in primary_key(conn, table)) or "1"  # type: ignore[arg-type]
     pk = sorted((r[5], r[1]) for r in conn.execute(f"PRAGMA table_info({table})") if r[5])
     return ", ".join(f'"{name}"' for _, name in pk) or "rowid"
 
@@ -66,7 +70,7 @@ def run_lines(conn: sqlite3.Connection, run_id: str) -> Iterator[str]:
     """The export lines of one run, read in one snapshot (a consistent picture of a live run too).
 
     Raises ``UsageError`` if the log has no such run."""
-    conn.execute("BEGIN")  # a read transaction: every table read from the same snapshot
+    conn.execute("BEGIN")  # a read transaction: every table read from the same snapshot (PostgreSQL: REPEATABLE READ)
     try:
         if conn.execute("SELECT 1 FROM run WHERE id = ?", (run_id,)).fetchone() is None:
             from .errors import UnknownRun

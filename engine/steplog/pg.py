@@ -400,6 +400,15 @@ def event_horizon(conn: PgConnection) -> int:
     return last if lowest is None else min(last, int(lowest))
 
 
+def primary_key(conn: PgConnection, table: str) -> list[str]:
+    """The table's primary key columns, in key order."""
+    rows = conn.execute(
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
+        " WHERE i.indrelid = to_regclass(?) AND i.indisprimary ORDER BY array_position(i.indkey::int2[], a.attnum)",
+        (table,)).fetchall()
+    return [str(r[0]) for r in rows]
+
+
 def has_column(conn: PgConnection, table: str, column: str) -> bool:
     return conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
                         " AND table_name = ? AND column_name = ?", (table, column)).fetchone() is not None
