@@ -110,22 +110,47 @@ _JOBS: dict[int, Any] = {}
 """Windows: the Job Object of each process ``spawn`` started, by pid (``hard_kill`` ends the job)."""
 
 
+def without_secrets(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str] | None]:
+    """``argv`` and ``env`` with a PostgreSQL URL's password moved from the one to the other.
+
+    A command line is readable by every user of the machine (``ps``, ``/proc/PID/cmdline``); an
+    environment only by its own user. So ``postgresql://me:pw@host/db`` becomes
+    ``postgresql://me@host/db`` on the command line and ``PGPASSWORD=pw``, which libpq reads when
+    the URL has none. Left as it is when two URLs carry different passwords (one variable cannot
+    hold both)."""
+    from urllib.parse import unquote, urlsplit
+
+    from .location import is_url, redact_url
+
+    out, password = [], None
+    for arg in argv:
+        if is_url(arg) and (secret := urlsplit(arg).password) is not None:
+            if password is not None and unquote(secret) != password:
+                return list(argv), None if env is None else dict(env)
+            password, arg = unquote(secret), redact_url(arg)
+        out.append(arg)
+    if password is None:
+        return out, None if env is None else dict(env)
+    return out, {**(os.environ if env is None else env), "PGPASSWORD": password}
+
+
 def spawn(argv: Sequence[str], *, env: Mapping[str, str] | None = None, stdout: IO[Any] | int | None = None,
           stderr: IO[Any] | int | None = None, cwd: Path | None = None) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in a process group of its own, stdin closed.
+    """Start ``argv`` in a process group of its own, stdin closed, no password on its command
+    line (``without_secrets``).
 
     On Windows, a process group of its own (so ``CTRL_BREAK_EVENT`` reaches it alone) inside a Job
     Object of its own: the process is created suspended, put in the job, then resumed, so
     everything it ever starts is in the job too and ``hard_kill`` ends them all at once, the way
     SIGKILL to a POSIX process group does."""
+    argv, env = without_secrets(argv, env)
     if sys.platform == "win32":
-        popen = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                                 env=dict(env) if env is not None else None, cwd=cwd,
+        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, cwd=cwd,
                                  creationflags=subprocess.CREATE_NEW_PROCESS_GROUP | _CREATE_SUSPENDED)
         _into_job(popen.pid)
         return popen
-    return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                            env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True)
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, cwd=cwd,
+                            start_new_session=True)
 
 
 def die_with_parent() -> None:

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFormLayout, QFrame, Q
                                QMessageBox, QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
 from steplog.location import LogLocation
-from steplog.procs import child_env, python_argv
+from steplog.procs import child_env, python_argv, without_secrets
 
 from . import jobs
 from .monitor import Monitor
@@ -47,8 +47,9 @@ class CommandResult:
 
 def run_command(db: LogLocation, args: tuple[str, ...], env: dict[str, str] | None = None) -> CommandResult:
     """``steplog ARGS --db DB`` to completion (blocking: call it through ``jobs.submit``)."""
-    done = subprocess.run(python_argv("steplog", *args, "--db", str(db)), capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, env=child_env(env), timeout=COMMAND_TIMEOUT_S)
+    argv, full_env = without_secrets(python_argv("steplog", *args, "--db", str(db)), child_env(env))
+    done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=full_env,
+                          timeout=COMMAND_TIMEOUT_S)
     return CommandResult(args, done.returncode, done.stdout, done.stderr)
 
 

@@ -190,3 +190,50 @@ def test_export_reads_a_run_on_postgresql_as_on_sqlite(db: PgUrl, tmp_path: Path
     on_pg, on_file = export(str(db)), export(str(tmp_path / "s.db"))
     assert shape(on_pg) == shape(on_file)
     assert on_pg[-1] == on_file[-1] == {"end": "x", "rows": on_file[-1]["rows"]} and on_file[-1]["rows"]["step"] == 3
+
+
+def test_without_secrets_moves_a_urls_password_from_the_command_line_to_pgpassword() -> None:
+    from steplog.procs import without_secrets
+
+    argv, env = without_secrets(["steplog", "run", "--db", "postgresql://me:p%40ss@db.example:5433/log"], {"A": "1"})
+    assert argv == ["steplog", "run", "--db", "postgresql://me@db.example:5433/log"]
+    assert env == {"A": "1", "PGPASSWORD": "p@ss"}
+    plain = ["steplog", "run", "--db", "postgresql://me@db/log"]
+    assert without_secrets(plain, None) == (plain, None)
+    two = ["--db", "postgresql://a:x@h/d", "postgresql://b:y@h/d"]
+    assert without_secrets(two, {}) == (two, {})  # one variable cannot hold both: left alone
+
+
+def test_a_password_in_the_url_never_reaches_an_engines_command_line(db: PgUrl, tmp_path: Path) -> None:
+    """A worker given ``--db postgresql://user:PASSWORD@…`` starts its engines with the URL
+    without it (every user can read a command line) and the password in ``PGPASSWORD``."""
+    import os
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psutil
+
+    from steplog.agent import resolve
+    from steplog.queue import submit
+
+    submit(resolve(f"{AGENTS}:witness"), run_id="w", db=db,
+           params={"n": 3, "pause": 0.5, "witness": str(tmp_path / "w.db")})
+    parts = urlsplit(str(db))
+    secret = f"{parts.scheme}://{parts.username}:s3cret-word@{parts.hostname}:{parts.port}{parts.path}"
+    worker = subprocess.Popen([sys.executable, "-m", "steplog", "worker", "--db", secret, "--drain", "--poll", "0.05"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        engines: list[Any] = []
+        while not engines:
+            assert time.monotonic() < deadline and worker.poll() is None, worker.stderr.read() if worker.stderr else ""
+            engines = [p for p in psutil.Process(worker.pid).children() if "run" in p.cmdline()]
+            time.sleep(0.02)
+        cmdline = engines[0].cmdline()
+        assert "s3cret-word" not in " ".join(cmdline)
+        assert urlunsplit(parts._replace(netloc=f"{parts.username}@{parts.hostname}:{parts.port}")) in cmdline
+        if os.access(f"/proc/{engines[0].pid}/environ", os.R_OK):
+            assert engines[0].environ().get("PGPASSWORD") == "s3cret-word"
+        assert worker.wait(timeout=60) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
