@@ -28,6 +28,8 @@ that subset on PostgreSQL, so nothing above the log package knows which database
 - ``PRAGMA synchronous = NORMAL`` -> the next transaction runs with ``synchronous_commit = off``
   (a kill cannot lose it; a server crash may lose the last ones), ``FULL`` -> ``on``. Other PRAGMAs
   are SQLite's own and refused here.
+- a NUL character in a text parameter is stored as U+FFFD (``NUL_STAND_IN``): PostgreSQL's text
+  cannot hold it.
 - psycopg errors are re-raised as subclasses of the matching ``sqlite3`` errors, so the engine's
   ``except sqlite3.Error`` (a failed write is a ``LogWriteError``, and so on) holds on both.
 
@@ -47,6 +49,10 @@ from .errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema
 from .pgschema import (APPLICATION, META_TABLE, PG_ONLY, create_statements, expected_tables, pg_only_statements,
                        upgrade_statements)
 from .schema import SCHEMA_VERSION
+
+NUL_STAND_IN = "\ufffd"
+"""What a NUL character in a text value is stored as: PostgreSQL's ``text`` cannot hold one
+(SQLite's can). An exception message with a NUL in it is then still recorded, not a failed write."""
 
 RUN_WRITE_TAG = "run_write"
 """In a ``BEGIN IMMEDIATE`` (``db.RUN_WRITE``): a write of one run's rows, locked row by row."""
@@ -205,6 +211,10 @@ class PgConnection:
         except Exception as exc:
             import psycopg
 
+            if isinstance(exc, psycopg.DataError) and params and "NUL (0x00)" in str(exc):
+                # Refused before anything was sent (adapting the parameters), so try once more.
+                return self.execute(sql, tuple(p.replace("\x00", NUL_STAND_IN) if isinstance(p, str) else p
+                                               for p in params))
             if isinstance(exc, psycopg.Error):
                 raise _wrap(exc) from exc
             raise

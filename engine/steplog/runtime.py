@@ -467,7 +467,7 @@ class Run:
         self._seq += 1
         seq = self._seq
         prior = self._steps.get(seq)
-        if prior is not None and (prior.name != name or prior.kind != kind):
+        if prior is not None and (prior.name != name or prior.kind != kind) and not _same_as_stored(prior, name, kind):
             raise self._stop(NonDeterminism(
                 f"non-determinism at step {seq}: the log has {prior.kind} '{prior.name}' but the agent "
                 f"now reached {kind} '{name}'; replays must make the same steps in the same order",
@@ -597,3 +597,9 @@ class Run:
             j.commit_step(seq, name, kind, result_json, duration=time.monotonic() - started)
             crashpoints.reached("after_step_record", seq)
             return json.loads(result_json)
+
+
+def _same_as_stored(prior: Any, name: str, kind: str) -> bool:
+    """Is this the recorded step after all, once ``name`` is as the log stores it? (A NUL in a
+    name reads back from PostgreSQL as ``pg.NUL_STAND_IN``.)"""
+    return bool(prior.kind == kind and prior.name == name.replace("\x00", "\ufffd"))

@@ -256,3 +256,18 @@ def _append_once(path: str, key: str) -> dict[str, Any]:
     with open(path, "a") as f:
         f.write(f"{key}\n")
     return {"appended": key}
+
+
+@steplog.agent
+def nul_text(run: steplog.Run, fixed_when: str = "") -> str:
+    """NUL characters where a log keeps text: a step's name, its result, a failure's message."""
+    import os
+
+    first = run.step("a\x00b", lambda: "x\x00y")
+
+    def check() -> str:
+        if not os.path.exists(fixed_when):
+            raise RuntimeError(f"bad \x00 byte; {fixed_when} is missing")
+        return "ok"
+
+    return first + run.step("check", check)

@@ -237,3 +237,21 @@ def test_a_password_in_the_url_never_reaches_an_engines_command_line(db: PgUrl, 
     finally:
         if worker.poll() is None:
             worker.kill()
+
+
+@pytest.mark.backends("sqlite", "postgres")
+def test_nul_characters_in_a_name_a_result_and_a_failure_are_recorded_and_replayed(engine: Any, tmp_path: Path) -> None:
+    """PostgreSQL's text cannot hold NUL: names and messages keep it as U+FFFD there (SQLite as
+    it is), results keep it in their JSON; the failure is recorded, and a retry replays the
+    NUL-named step instead of calling the log non-deterministic."""
+    fixed = tmp_path / "fixed"
+    db = str(engine.db)
+    first = engine.run("run", f"{AGENTS}:nul_text", "--run-id", "z", "--db", db, "--param", f"fixed_when={fixed}")
+    assert first.returncode == 4, first.stderr
+    reason = engine.status("z")["reason"]
+    assert "byte;" in reason and ("\x00" in reason or "\ufffd" in reason)
+    fixed.touch()
+    done = engine.run("retry", "z", "--db", db)
+    assert done.returncode == 0, done.stderr
+    assert engine.status("z")["result"] == "x\x00yok"
+    assert engine.query("SELECT attempts FROM step WHERE run_id = 'z' AND seq = 1") == [(1,)]  # replayed, not redone
