@@ -3,7 +3,8 @@
 Most engine tests run on both logs (``@pytest.mark.backends``: kills, leases and fencing,
 budgets, run control, effects). These are the PostgreSQL-only ones: the schema made from the one
 definition, the append-only trigger, foreign and newer databases refused untouched, the URL's
-password never shown, the same JSON as on SQLite, and ``killtest demo --db postgresql://…``.
+password never shown, the same JSON as on SQLite, ``killtest demo --db postgresql://…``, and a
+log made by an older steplog (schemas 1-4) brought to the current one with its runs going on.
 """
 
 from __future__ import annotations
@@ -275,8 +276,12 @@ def _columns(db: PgUrl, table: str) -> list[str]:
 
 
 def _shape(db: PgUrl) -> dict[str, Any]:
-    """What a log's schema is: every column with its type and default, index and trigger."""
+    """What a log's schema is: every column with its type and default, constraint, index, trigger
+    and function."""
     return {
+        "constraints": sorted(query_log(db, "SELECT r.relname, c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint c"
+                                            " JOIN pg_class r ON r.oid = c.conrelid JOIN pg_namespace n"
+                                            " ON n.oid = r.relnamespace WHERE n.nspname = current_schema()")),
         "columns": query_log(db, "SELECT table_name, column_name, data_type, is_nullable, column_default"
                                  " FROM information_schema.columns WHERE table_schema = current_schema()"
                                  " ORDER BY table_name, ordinal_position"),
@@ -320,11 +325,12 @@ def _old_log(db: PgUrl, version: int, source: Path) -> dict[str, list[tuple[Any,
     return written
 
 
-@pytest.mark.parametrize("version", [2, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_a_log_of_an_older_schema_is_upgraded_and_its_runs_go_on(engine: Engine, tmp_path: Path, version: int,
                                                                   postgres_server: Any) -> None:
-    """A log an older steplog made on PostgreSQL (schema 2: before pruning and the queue; schema
-    4: before the boot-clock lease), holding a run its engine died in after step 3 of 5, is
+    """A log an older steplog made on PostgreSQL (schema 1: before run control, whose ``run``
+    table SQLite rebuilds and PostgreSQL alters; 2: before pruning and the queue; 3: before the
+    queue; 4: before the boot-clock lease), holding a run its engine died in after step 3 of 5, is
     brought to the current schema by the first engine that opens it for writing: the same
     tables, indexes, triggers and functions a new log has, the old rows as they were, the event
     table still append-only, the run resumed where it stopped, and new runs written and read."""
@@ -341,6 +347,10 @@ def test_a_log_of_an_older_schema_is_upgraded_and_its_runs_go_on(engine: Engine,
     assert [len(written[t]) for t in ("run", "step")] == [1, 3] and written["event"]
     meta = dict(query_log(engine.db, f"SELECT key, value FROM {META_TABLE}"))
     assert meta["schema_version"] == str(version) and ("pg_only" in meta) == (version >= 4)
+    assert bool(_columns(engine.db, "signal")) == (version >= 2)
+    assert bool(_columns(engine.db, "pruned")) == (version >= 3)
+    assert ("launch" in _columns(engine.db, "run")) == (version >= 4)
+    assert "lease_expires_boot" not in _columns(engine.db, "run")
 
     # Reading it changes nothing and shows the run as it was left.
     before = log_bytes(engine.db)
