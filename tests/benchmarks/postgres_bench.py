@@ -28,7 +28,8 @@ turns, each in a fresh log.
 
 ``fleet``: K engines (K = 1, 2, 4), each a process running a run of its own of ``--fleet-n``
 no-op steps, started together on one fresh PostgreSQL database: aggregate steps/s = K x N /
-(last engine done - first engine started), at FULL and NORMAL.
+(last engine done - first engine started), at FULL and NORMAL; then the same on one SQLite file,
+for comparison (SQLite has one writer at a time by design).
 """
 
 from __future__ import annotations
@@ -246,16 +247,16 @@ def figure_resume(rounds: int, tmp: Path) -> dict[str, Any]:
 
 # -- a fleet of engines on one database -----------------------------------------------------------
 
-def one_fleet(k: int, n: int, sync: str, tmp: Path) -> dict[str, Any]:
-    name = create_db()
-    url = with_db(SERVER, name)
+def one_fleet(backend: str, k: int, n: int, sync: str, tmp: Path) -> dict[str, Any]:
+    name = create_db() if backend == "postgres" else ""
+    db = with_db(SERVER, name) if name else str(Path(tempfile.mkdtemp(prefix="fleet-", dir=tmp)) / "log.db")
     try:
         from steplog.db import location, open_log
 
-        open_log(location(url)).close()  # the schema first: the fleet measures steps, not its creation
+        open_log(location(db)).close()  # the schema first: the fleet measures steps, not its creation
         start_at = time.time() + 1.5  # every engine's interpreter and imports are done by then
-        procs = [subprocess.Popen([sys.executable, __file__, "--fleet-engine", url, "--run-id", f"f{i}", "--n", str(n),
-                                   "--sync", sync, "--start-at", repr(start_at), "--tmp", str(tmp)],
+        procs = [subprocess.Popen([sys.executable, __file__, "--fleet-engine", db, "--run-id", f"f{i}", "--n", str(n),
+                                   "--sync", sync, "--start-at", repr(start_at)],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=bench_env())
                  for i in range(k)]
         outs = []
@@ -265,7 +266,8 @@ def one_fleet(k: int, n: int, sync: str, tmp: Path) -> dict[str, Any]:
                 raise RuntimeError(f"fleet engine exited {proc.returncode}: {err[-1500:]}")
             outs.append(json.loads(out.strip().splitlines()[-1]))
     finally:
-        drop_db(name)
+        if name:
+            drop_db(name)
     span = max(o["ended"] for o in outs) - min(o["began"] for o in outs)
     late = max(o["began"] for o in outs) - start_at
     return {"steps_per_s": k * n / span, "per_engine": [n / (o["ended"] - o["began"]) for o in outs],
@@ -273,17 +275,21 @@ def one_fleet(k: int, n: int, sync: str, tmp: Path) -> dict[str, Any]:
 
 
 def figure_fleet(ks: list[int], n: int, rounds: int, tmp: Path) -> dict[str, Any]:
-    raw: dict[str, dict[str, list[dict[str, Any]]]] = {s: {str(k): [] for k in ks} for s in ("FULL", "NORMAL")}
+    """Each K on PostgreSQL, then the same on one SQLite file (its one writer at a time), in turns."""
+    cases = [(b, str(k)) for b in ("postgres", "sqlite") for k in ks]
+    raw: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {s: {c: [] for c in cases} for s in ("FULL", "NORMAL")}
     for r in range(rounds):
         for sync in ("FULL", "NORMAL"):
-            for k in ks:
-                raw[sync][str(k)].append(one_fleet(k, n, sync, tmp))
+            for backend, k in cases:
+                raw[sync][(backend, k)].append(one_fleet(backend, int(k), n, sync, tmp))
         print(f"fleet: round {r + 1}/{rounds} done", file=sys.stderr)
-    table = {str(k): {s: {"steps_per_s": summary([x["steps_per_s"] for x in raw[s][str(k)]]),
-                          "per_engine": summary([v for x in raw[s][str(k)] for v in x["per_engine"]]),
-                          "cpu_us_per_step": summary([x["cpu_us_per_step"] for x in raw[s][str(k)]]),
-                          "late_start": max(x["late_start"] for x in raw[s][str(k)])}
-                      for s in raw} for k in ks}
+    table: dict[str, dict[str, Any]] = {b: {} for b in ("postgres", "sqlite")}
+    for backend, k in cases:
+        table[backend][k] = {s: {"steps_per_s": summary([x["steps_per_s"] for x in raw[s][(backend, k)]]),
+                                 "per_engine": summary([v for x in raw[s][(backend, k)] for v in x["per_engine"]]),
+                                 "cpu_us_per_step": summary([x["cpu_us_per_step"] for x in raw[s][(backend, k)]]),
+                                 "late_start": max(x["late_start"] for x in raw[s][(backend, k)])}
+                             for s in raw}
     return {"n": n, "rounds": rounds, "ks": ks, "table": table}
 
 
@@ -350,15 +356,17 @@ def print_table(res: dict[str, Any]) -> None:
                   f"{fmt_s(by['total'], 1000):<22} {fmt_s(by['redone']):<8} {'ok' if by['correct'] else 'WRONG'}")
     if "fleet" in res:
         fl = res["fleet"]
-        print(f"\nfleet: K engines, each its own run of {fl['n']} no-op steps, started together on one PostgreSQL "
-              f"database; aggregate steps/s = K x N / (last done - first started), median (min-max) of {fl['rounds']} "
-              "round(s)")
-        print(f"{'K':<3} {'steps/s FULL':<22} {'per engine FULL':<20} {'steps/s NORMAL':<22} {'per engine NORMAL':<20} "
-              f"{'CPU µs/step F/N':<16}")
-        for k, by in fl["table"].items():
-            print(f"{k:<3} {fmt_s(by['FULL']['steps_per_s']):<22} {fmt_s(by['FULL']['per_engine']):<20} "
-                  f"{fmt_s(by['NORMAL']['steps_per_s']):<22} {fmt_s(by['NORMAL']['per_engine']):<20} "
-                  f"{by['FULL']['cpu_us_per_step']['median']:,.0f}/{by['NORMAL']['cpu_us_per_step']['median']:,.0f}")
+        print(f"\nfleet: K engines, each its own run of {fl['n']} no-op steps, started together on one log; aggregate "
+              f"steps/s = K x N / (last done - first started), median (min-max) of {fl['rounds']} round(s)")
+        print(f"{'log':<9} {'K':<3} {'steps/s FULL':<22} {'per engine FULL':<20} {'steps/s NORMAL':<22} "
+              f"{'per engine NORMAL':<20} {'CPU µs/step F/N':<16}")
+        for backend, ks in fl["table"].items():
+            for k, by in ks.items():
+                print(f"{backend:<9} {k:<3} {fmt_s(by['FULL']['steps_per_s']):<22} {fmt_s(by['FULL']['per_engine']):<20} "
+                      f"{fmt_s(by['NORMAL']['steps_per_s']):<22} {fmt_s(by['NORMAL']['per_engine']):<20} "
+                      f"{by['FULL']['cpu_us_per_step']['median']:,.0f}/{by['NORMAL']['cpu_us_per_step']['median']:,.0f}")
+        late = max(by[s]["late_start"] for ks in fl["table"].values() for by in ks.values() for s in by)
+        print(f"(the last engine to start began {late * 1000:,.0f} ms after the common start at worst)")
 
 
 def fmt_s(s: dict[str, float], scale: float = 1.0) -> str:
