@@ -202,6 +202,15 @@ def test_agents_filter_claims_only_those_agents(engine: Engine, tmp_path: Path) 
     assert bad.returncode == 2
 
 
+def test_run_prefix_claims_only_runs_whose_id_starts_with_it(engine: Engine) -> None:
+    theirs = submit(engine, f"{AGENTS}:noop", "--run-id", "theirs-1", "--param", "n=1")  # older: first in line
+    mine = [submit(engine, f"{AGENTS}:noop", "--run-id", f"mine-{i}", "--param", "n=1") for i in range(2)]
+    done = drain(engine, "--run-prefix", "mine-")
+    assert "runs mine-*" in done.stderr and "2 claimed, 2 succeeded" in done.stderr, done.stderr
+    assert [engine.status(r)["status"] for r in mine] == ["succeeded", "succeeded"]
+    assert engine.status(theirs)["status"] == "queued" and claims(engine, theirs) == 0
+
+
 def test_a_sigkilled_worker_takes_its_engines_with_it_and_another_takes_over_at_once(engine: Engine,
                                                                                      tmp_path: Path) -> None:
     witness = tmp_path / "w.db"
