@@ -396,14 +396,16 @@ def submit(agent: str, run_id: str | None, db: LogLocation | None, workdir: Path
               help="Lease of this worker's claims and engines (default 15): how long another host waits "
                    "for a silent one before taking its runs over.")
 @click.option("--agents", default=None, metavar="SPEC,...", help="Claim runs of these agents only.")
+@click.option("--run-prefix", default="", metavar="PREFIX",
+              help="Claim only runs whose id starts with PREFIX (the worker storm's own runs in a shared log).")
 @click.option("--drain", is_flag=True, help="Exit 0 once no run is left to claim and its engines are done.")
 @click.option("--poll", type=click.FloatRange(0.01, 60), default=0.2, show_default=True,
               help="Seconds between looks at the queue when idle.")
 @click.option("--grace", type=click.FloatRange(0, 3600), default=30.0, show_default=True,
               help="On SIGTERM: seconds the engines get to stop at a safe point before they are killed.")
 @_guard
-def worker(db: LogLocation | None, concurrency: int, lease_seconds: float | None, agents: str | None, drain: bool,
-           poll: float, grace: float) -> None:
+def worker(db: LogLocation | None, concurrency: int, lease_seconds: float | None, agents: str | None,
+           run_prefix: str, drain: bool, poll: float, grace: float) -> None:
     """Run queued runs, and runs whose engine is gone, until stopped (SIGTERM: exit 0).
 
     Many workers, on one host or many, may share one log. Exit 0 when stopped by a signal (or
@@ -421,7 +423,7 @@ def worker(db: LogLocation | None, concurrency: int, lease_seconds: float | None
     if agents is not None and not specs:
         raise UsageError("--agents needs at least one agent spec, e.g. --agents demo,my_pkg.agent:main")
     sys.exit(Worker(db or default_db_path(), concurrency=concurrency, lease_seconds=lease, agents=specs,
-                    drain=drain, poll=poll, grace=grace).run())
+                    run_prefix=run_prefix, drain=drain, poll=poll, grace=grace).run())
 
 
 def _drive_engine(go: Callable[[], Any]) -> Any:
@@ -619,7 +621,9 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
               help="Runs queued for the worker storm (with --workers).")
 @click.option("--db", type=_LogParam(), default=None,
               help="Run the kill test's runs in this PostgreSQL log (postgresql://USER@HOST:PORT/DBNAME), each under "
-                   "its own run id (default: a SQLite file per run, in the kill test's folder).")
+                   "its own run id (default: a SQLite file per run, in the kill test's folder). With --workers: "
+                   "new runs with ids storm-DATE-TIME-HEX-NNN that only the storm's workers claim and only its "
+                   "verdict counts; they stay in the database. Outbox and workdirs stay in the kill test's folder.")
 @_guard
 def killtest(agent: str, kills: int, seed: int, sweep: bool, as_json: bool, junit: Path | None,
              params: tuple[str, ...], jobs: int, time_limit: float, keep: Path | None, workers: int | None,
@@ -638,11 +642,8 @@ def killtest(agent: str, kills: int, seed: int, sweep: bool, as_json: bool, juni
     if workers is not None:
         if sweep or junit is not None:
             raise UsageError("--workers runs the worker storm, which has no --sweep or --junit; drop those")
-        if db is not None:
-            raise UsageError("the worker storm runs on a SQLite file of its own for now; drop --db, or drop --workers "
-                             "to run the kill test on PostgreSQL")
         sys.exit(run_worker_storm_command(agent, workers=workers, runs=runs, kills=kills, seed=seed, as_json=as_json,
-                                          params=_parse_params(params), time_limit=time_limit, keep=keep))
+                                          params=_parse_params(params), time_limit=time_limit, keep=keep, db=db))
     sys.exit(run_command(agent, kills=kills, seed=seed, sweep=sweep, as_json=as_json, junit=junit,
                          params=_parse_params(params), jobs=jobs, time_limit=time_limit, keep=keep, db=db))
 

@@ -46,9 +46,25 @@ APPLICATION = "steplog"
 
 META_DDL = f"CREATE TABLE {META_TABLE} (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
-PG_OVERRIDES: dict[int, tuple[str, ...]] = {}
-"""``PG_OVERRIDES[v]``: the PostgreSQL statements of ``MIGRATIONS[v]`` where translating the
-SQLite ones would be wrong (a table rebuild). None yet: a PostgreSQL log starts at ``FIRST_VERSION``."""
+_RUN_STATUSES_V2 = "'queued', 'running', 'waiting', 'succeeded', 'gave_up', 'failed', 'cancelled'"
+
+PG_OVERRIDES: dict[int, tuple[str, ...]] = {
+    # MIGRATIONS[1] rebuilds ``run`` because SQLite cannot change a CHECK in place; PostgreSQL
+    # can: the constraint is replaced under its own name and the new columns are added at the
+    # end, in the rebuilt table's order, so the result is the table a new log has.
+    1: ("ALTER TABLE run DROP CONSTRAINT run_status_check",
+        f"ALTER TABLE run ADD CONSTRAINT run_status_check CHECK (status IN ({_RUN_STATUSES_V2}))",
+        "ALTER TABLE run ADD COLUMN parent_run_id TEXT",
+        "ALTER TABLE run ADD COLUMN parent_step BIGINT",
+        "ALTER TABLE run ADD COLUMN waiting_for TEXT",
+        "ALTER TABLE run ADD COLUMN waiting_since DOUBLE PRECISION",
+        "ALTER TABLE run ADD COLUMN cancel_requested TEXT"),
+}
+"""``PG_OVERRIDES[v]``: the PostgreSQL statements of ``MIGRATIONS[v]`` that replace those of
+its SQLite ones that would be wrong here (a table rebuild); the migration's other statements
+(``_OVERRIDDEN``: those not named there) are translated as usual."""
+
+_OVERRIDDEN: dict[int, re.Pattern[str]] = {1: re.compile(r"(CREATE TABLE run_v2|INSERT INTO run_v2|DROP TABLE run$|ALTER TABLE run_v2)")}
 
 NOTIFY_CHANNEL = "steplog_event"
 """What the ``event`` trigger notifies on commit; the payload is the newest event id inserted."""
@@ -63,7 +79,8 @@ PG_ONLY: tuple[tuple[str, ...], ...] = (
 Append only; never edit a step a log may already have."""
 
 FIRST_VERSION = SCHEMA_VERSION
-"""A new PostgreSQL log is created at the current schema in one go (there never was an older one)."""
+"""A new PostgreSQL log is created at the current schema in one go; one made by an older steplog
+(any version from 1) is brought up to it by ``upgrade_statements``, as a file is by its migrations."""
 
 _TRIGGER = re.compile(
     r"CREATE TRIGGER (\w+) (BEFORE|AFTER) (UPDATE|DELETE|INSERT) ON (\w+)\s+"
@@ -174,11 +191,11 @@ def upgrade_statements(version: int) -> tuple[str, ...]:
     """The PostgreSQL statements that take a log from ``version`` to ``SCHEMA_VERSION``."""
     out: list[str] = []
     for v in range(version, SCHEMA_VERSION):
-        if v in PG_OVERRIDES:
-            out.extend(PG_OVERRIDES[v])
-        else:
-            for statement in split_statements(MIGRATIONS[v]):
-                out.extend(translate(statement))
+        out.extend(PG_OVERRIDES.get(v, ()))
+        for statement in split_statements(MIGRATIONS[v]):
+            if v in _OVERRIDDEN and _OVERRIDDEN[v].match(statement.rstrip(";")):
+                continue
+            out.extend(translate(statement))
     out.append(f"UPDATE {META_TABLE} SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version'")
     return tuple(out)
 

@@ -29,7 +29,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -71,12 +71,33 @@ class WorkerStats:
     parked: list[str] = field(default_factory=list)
 
 
+class _Skipped(Collection[str]):
+    """The run ids a worker will not claim now: ``ids``, and with a ``prefix`` every id without it.
+
+    ``queue.claim_next_run`` asks its ``skip`` only ``id in skip``; this answers for ids it has
+    never seen. (A prefix in the candidate query itself would spare paging past other runs;
+    that query is the queue's.)"""
+
+    def __init__(self, ids: set[str], prefix: str) -> None:
+        self.ids, self.prefix = ids, prefix
+
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self.ids or not str(run_id).startswith(self.prefix)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
 class Worker:
     def __init__(self, db: LogLocation, *, concurrency: int = 1, lease_seconds: float = DEFAULT_LEASE_SECONDS,
-                 agents: Collection[str] = (), drain: bool = False, poll: float = 0.2,
+                 agents: Collection[str] = (), run_prefix: str = "", drain: bool = False, poll: float = 0.2,
                  grace: float = STOP_GRACE_SECONDS, say: Callable[[str], None] | None = None) -> None:
         self.db, self.concurrency, self.lease_seconds = db, concurrency, lease_seconds
         self.agents, self.drain, self.poll, self.grace = tuple(agents), drain, poll, grace
+        self.run_prefix = run_prefix
         self._say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self._engines: dict[str, _Engine] = {}
         self._abnormal: dict[str, int] = {}
@@ -95,7 +116,8 @@ class Worker:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
         try:
             self._say(f"steplog worker {self.name}: working on {self.db} ({self.concurrency} at a time"
-                      + (f", agents {', '.join(self.agents)}" if self.agents else "") + ")")
+                      + (f", agents {', '.join(self.agents)}" if self.agents else "")
+                      + (f", runs {self.run_prefix}*" if self.run_prefix else "") + ")")
             while self._stopping is None:
                 self._reap(conn)
                 claimed = self._fill(conn)
@@ -126,7 +148,7 @@ class Worker:
         while len(self._engines) < self.concurrency and self._stopping is None:
             waiting = {rid for rid, t in self._not_before.items() if t > now}
             job = claim_next_run(conn, agents=self.agents, lease_seconds=self.lease_seconds,
-                                 skip={*self._engines, *self._parked, *waiting})
+                                 skip=_Skipped({*self._engines, *self._parked, *waiting}, self.run_prefix))
             if job is None:
                 break
             claimed = True

@@ -3,7 +3,8 @@
 Most engine tests run on both logs (``@pytest.mark.backends``: kills, leases and fencing,
 budgets, run control, effects). These are the PostgreSQL-only ones: the schema made from the one
 definition, the append-only trigger, foreign and newer databases refused untouched, the URL's
-password never shown, the same JSON as on SQLite, and ``killtest demo --db postgresql://…``.
+password never shown, the same JSON as on SQLite, ``killtest demo --db postgresql://…``, and a
+log made by an older steplog (schemas 1-4) brought to the current one with its runs going on.
 """
 
 from __future__ import annotations
@@ -265,3 +266,154 @@ def test_history_reads_a_postgresql_log_as_typed_rows(engine: Engine) -> None:
         assert [r.id for r in h.runs()] == ["h"]
         assert [s.seq for s in h.steps("h")] == [1, 2, 3]
         assert h.events("h")[0].kind == "run_created"
+
+
+# -- the upgrade path --------------------------------------------------------------------------
+
+def _columns(db: PgUrl, table: str) -> list[str]:
+    return [r[0] for r in query_log(db, "SELECT column_name FROM information_schema.columns WHERE table_name = ?"
+                                        " AND table_schema = current_schema() ORDER BY ordinal_position", table)]
+
+
+def _shape(db: PgUrl) -> dict[str, Any]:
+    """What a log's schema is: every column with its type and default, constraint, index, trigger
+    and function."""
+    return {
+        "constraints": sorted(query_log(db, "SELECT r.relname, c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint c"
+                                            " JOIN pg_class r ON r.oid = c.conrelid JOIN pg_namespace n"
+                                            " ON n.oid = r.relnamespace WHERE n.nspname = current_schema()")),
+        "columns": query_log(db, "SELECT table_name, column_name, data_type, is_nullable, column_default"
+                                 " FROM information_schema.columns WHERE table_schema = current_schema()"
+                                 " ORDER BY table_name, ordinal_position"),
+        "indexes": sorted(query_log(db, "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()")),
+        "triggers": sorted(query_log(db, "SELECT c.relname, t.tgname, pg_get_triggerdef(t.oid) FROM pg_trigger t"
+                                         " JOIN pg_class c ON c.oid = t.tgrelid WHERE NOT t.tgisinternal")),
+        "functions": sorted(query_log(db, "SELECT proname, prosrc FROM pg_proc p JOIN pg_namespace n"
+                                          " ON n.oid = p.pronamespace WHERE n.nspname = current_schema()")),
+    }
+
+
+def _old_log(db: PgUrl, version: int, source: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Make ``db`` the log an older steplog (schema ``version``) would have left, holding the
+    rows of the SQLite log ``source``: the DDL of ``MIGRATIONS[:version]`` translated as
+    ``pgschema`` translates, the meta rows of that version, and each table's rows in the
+    columns that version had (events inserted in order, their ids given by the identity column,
+    as the old engine's inserts were). Schema 2 predates the PostgreSQL-only steps. The rows
+    as written, by table."""
+    import sqlite3
+
+    from steplog.pgschema import create_statements, pg_only_statements
+
+    pg_only = set(pg_only_statements(0))
+    ddl = [s for s in create_statements(version) if version >= 4 or s not in pg_only]
+    with admin(db) as conn:
+        for statement in ddl:
+            conn.execute(statement)
+    lite = sqlite3.connect(source)
+    written: dict[str, list[tuple[Any, ...]]] = {}
+    try:
+        with admin(db) as conn:
+            for table, order in (("run", "id"), ("step", "run_id, seq"), ("effect", "key"), ("event", "id")):
+                names = [c for c in _columns(db, table) if c != "id" or table != "event"]
+                rows = lite.execute(f"SELECT {', '.join(names)} FROM {table} ORDER BY {order}").fetchall()
+                marks = ", ".join("%s" for _ in names)
+                for row in rows:
+                    conn.execute(f"INSERT INTO {table} ({', '.join(names)}) VALUES ({marks})", row)
+                written[table] = [tuple(r) for r in rows]
+    finally:
+        lite.close()
+    return written
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
+def test_a_log_of_an_older_schema_is_upgraded_and_its_runs_go_on(engine: Engine, tmp_path: Path, version: int,
+                                                                  postgres_server: Any) -> None:
+    """A log an older steplog made on PostgreSQL (schema 1: before run control, whose ``run``
+    table SQLite rebuilds and PostgreSQL alters; 2: before pruning and the queue; 3: before the
+    queue; 4: before the boot-clock lease), holding a run its engine died in after step 3 of 5, is
+    brought to the current schema by the first engine that opens it for writing: the same
+    tables, indexes, triggers and functions a new log has, the old rows as they were, the event
+    table still append-only, the run resumed where it stopped, and new runs written and read."""
+    import sqlite3
+
+    from steplog.pgschema import META_TABLE, PG_ONLY
+    from steplog.schema import SCHEMA_VERSION
+
+    source = tmp_path / "old.db"
+    died = engine.run("run", f"{AGENTS}:noop", "--run-id", "old", "--param", "n=5", "--db", str(source),
+                      "--workdir", str(tmp_path / "w"), env={"STEPLOG_CRASH_AT": "after_step_record@3"})
+    assert died.returncode == 86, died.stderr
+    written = _old_log(engine.db, version, source)
+    assert [len(written[t]) for t in ("run", "step")] == [1, 3] and written["event"]
+    meta = dict(query_log(engine.db, f"SELECT key, value FROM {META_TABLE}"))
+    assert meta["schema_version"] == str(version) and ("pg_only" in meta) == (version >= 4)
+    assert bool(_columns(engine.db, "signal")) == (version >= 2)
+    assert bool(_columns(engine.db, "pruned")) == (version >= 3)
+    assert ("launch" in _columns(engine.db, "run")) == (version >= 4)
+    assert "lease_expires_boot" not in _columns(engine.db, "run")
+
+    # Reading it changes nothing and shows the run as it was left.
+    before = log_bytes(engine.db)
+    s = engine.status("old")
+    assert (s["status"], s["steps_committed"], s["incarnations"]) == ("running", 3, 1), s
+    assert log_bytes(engine.db) == before
+
+    # The next engine upgrades the log and resumes the run from step 4.
+    resumed = engine.run("run", f"{AGENTS}:noop", "--run-id", "old", "--db", str(engine.db),
+                         "--workdir", str(tmp_path / "w"))
+    assert resumed.returncode == 0, resumed.stderr
+    meta = dict(query_log(engine.db, f"SELECT key, value FROM {META_TABLE}"))
+    assert (meta["schema_version"], meta["pg_only"]) == (str(SCHEMA_VERSION), str(len(PG_ONLY)))
+    s = engine.status("old")
+    assert (s["status"], s["steps_committed"], s["step_executions"], s["incarnations"]) == ("succeeded", 5, 5, 2), s
+    step_cols = [c for c in _columns(engine.db, "step") if c in _columns_of_sqlite(source, "step")]
+    old_steps = query_log(engine.db, f"SELECT {', '.join(step_cols)} FROM step WHERE seq <= 3 ORDER BY seq")
+    assert old_steps == written["step"]
+    event_cols = [c for c in _columns_of_sqlite(source, "event") if c != "id"]
+    events = query_log(engine.db, f"SELECT {', '.join(event_cols)} FROM event ORDER BY id")
+    assert events[:len(written["event"])] == written["event"]
+    assert [k for (k,) in query_log(engine.db, "SELECT kind FROM event WHERE id > ? ORDER BY id",
+                                    len(written["event"]))][:1] == ["lease_acquired"]
+
+    # The same schema as a log made new by this version, pruning's triggers and the notify trigger included.
+    fresh = PgUrl(postgres_server.create())
+    assert engine.run("run", f"{AGENTS}:noop", "--run-id", "x", "--param", "n=1", "--db", fresh).returncode == 0
+    assert _shape(engine.db) == _shape(fresh)
+
+    # Still append-only, and a run leaves only by pruning (steplog.pg raises sqlite3's error classes).
+    from steplog.db import open_log
+
+    log = open_log(engine.db)
+    try:
+        for statement in ("UPDATE event SET kind = 'x'", "DELETE FROM event", "TRUNCATE event"):
+            with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+                log.execute(statement)
+        with pytest.raises(sqlite3.IntegrityError, match="only by steplog prune"):
+            log.execute("DELETE FROM run WHERE id = 'old'")
+        with pytest.raises(sqlite3.IntegrityError, match="only a finished run can be pruned"):
+            log.execute("INSERT INTO pruned (run_id, agent, status, created_at, pruned_at) VALUES ('nope', 'a', 's', 1, 1)")
+    finally:
+        log.close()
+
+    # New runs are written and read, a queued one by a worker too.
+    new = engine.run("run", f"{AGENTS}:noop", "--run-id", "new", "--param", "n=2", "--db", str(engine.db))
+    assert new.returncode == 0, new.stderr
+    assert engine.status("new")["steps_committed"] == 2
+    queued = engine.run("submit", f"{AGENTS}:noop", "--run-id", "q", "--param", "n=2", "--db", str(engine.db))
+    assert queued.returncode == 0, queued.stderr
+    drained = engine.run("worker", "--db", str(engine.db), "--drain", "--poll", "0.05")
+    assert drained.returncode == 0 and "1 claimed, 1 succeeded" in drained.stderr, drained.stderr
+    listed = json.loads(engine.run("runs", "--db", str(engine.db), "--json").stdout)
+    assert sorted(r["run_id"] for r in listed) == ["new", "old", "q"]
+    check = engine.run("check", "--db", str(engine.db))
+    assert check.returncode == 0 and check.stdout.startswith("ok: 3 runs, "), check.stdout + check.stderr
+
+
+def _columns_of_sqlite(path: Path, table: str) -> list[str]:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+    finally:
+        conn.close()

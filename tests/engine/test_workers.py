@@ -1,5 +1,6 @@
 """The queue and its workers, as real processes on real SQLite files: ``steplog submit`` and
-``steplog worker``, SIGTERM and SIGKILL of whole workers, and the worker storm."""
+``steplog worker``, SIGTERM and SIGKILL of whole workers, and the worker storm (on a file, and
+on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -203,6 +204,15 @@ def test_agents_filter_claims_only_those_agents(engine: Engine, tmp_path: Path) 
     assert bad.returncode == 2
 
 
+def test_run_prefix_claims_only_runs_whose_id_starts_with_it(engine: Engine) -> None:
+    theirs = submit(engine, f"{AGENTS}:noop", "--run-id", "theirs-1", "--param", "n=1")  # older: first in line
+    mine = [submit(engine, f"{AGENTS}:noop", "--run-id", f"mine-{i}", "--param", "n=1") for i in range(2)]
+    done = drain(engine, "--run-prefix", "mine-")
+    assert "runs mine-*" in done.stderr and "2 claimed, 2 succeeded" in done.stderr, done.stderr
+    assert [engine.status(r)["status"] for r in mine] == ["succeeded", "succeeded"]
+    assert engine.status(theirs)["status"] == "queued" and claims(engine, theirs) == 0
+
+
 @pytest.mark.backends("sqlite", "postgres")
 def test_a_sigkilled_worker_takes_its_engines_with_it_and_another_takes_over_at_once(engine: Engine,
                                                                                      tmp_path: Path) -> None:
@@ -250,6 +260,37 @@ def test_worker_storm_three_workers_thirty_demo_runs_every_message_once(tmp_path
     assert result.takeovers >= 1 and not result.orphans
     # Taken over at once (a free slot away), never after the 15 s lease of a dead engine.
     assert result.takeover_seconds and max(result.takeover_seconds) < 12, result.takeover_seconds
+
+
+@pytest.mark.slow
+@pytest.mark.backends("postgres")
+def test_worker_storm_on_postgresql_every_message_once_and_other_runs_untouched(engine: Engine,
+                                                                                 tmp_path: Path) -> None:
+    """The worker storm with the log on PostgreSQL, from the command line: 3 workers, 15 queued
+    demo runs, whole workers SIGKILLed at random and restarted: all its runs succeed, the outbox's
+    ledger holds every message once, and a run of someone else's in the same database (queued
+    before the storm, so first in line) is neither claimed nor counted."""
+    other = submit(engine, f"{AGENTS}:noop", "--run-id", "someone-elses", "--param", "n=1")
+    done = engine.run("killtest", "demo", "--workers", "3", "--runs", "15", "--kills", "8", "--seed", "12",
+                      "--param", "tickets=2", "--db", str(engine.db), "--json", "--keep", str(tmp_path / "kept"),
+                      timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    print({k: v for k, v in result.items() if k != "details"})
+    assert result["passed"]
+    assert result["statuses"] == {"succeeded": 15}
+    assert result["deliveries"] == 15 * 3  # two replies and a digest per run
+    assert not result["duplicate_keys"] and not result["stray_deliveries"] and not result["duplicate_bodies"]
+    assert result["worker_kills"] >= 5 and result["kills_landed"] >= 3 and result["engines_killed"] >= 3
+    assert result["takeovers"] >= 1 and not result["orphans"]
+    assert result["clean_exits"] == result["workers_stopped"] == 3
+    assert result["takeover_seconds"] and max(result["takeover_seconds"]) < 12, result["takeover_seconds"]
+    # The storm's runs are new ones of its own in that database; its workdirs and outbox are files.
+    ids = [r for (r,) in engine.query("SELECT id FROM run WHERE id <> ? ORDER BY id", other)]
+    assert len(ids) == 15 and all(r.startswith("storm-") for r in ids)
+    assert {p.name for p in (tmp_path / "kept" / "runs").iterdir()} == set(ids)
+    assert (tmp_path / "kept" / "outbox.db").exists() and not (tmp_path / "kept" / "steplog.db").exists()
+    assert engine.status(other)["status"] == "queued" and claims(engine, other) == 0
 
 
 def test_the_readme_scale_out_commands_do_what_it_says(engine: Engine, tmp_path: Path) -> None:

@@ -74,7 +74,8 @@ def run_command(agent: str, *, kills: int, seed: int, sweep: bool, as_json: bool
 
 
 def run_worker_storm_command(agent: str, *, workers: int, runs: int, kills: int, seed: int, as_json: bool,
-                             params: dict[str, str], time_limit: float, keep: Path | None) -> int:
+                             params: dict[str, str], time_limit: float, keep: Path | None,
+                             db: PgUrl | None = None) -> int:
     """``steplog killtest AGENT --workers N``: the worker storm (``killtest.workers``)."""
     from dataclasses import asdict
 
@@ -82,7 +83,7 @@ def run_worker_storm_command(agent: str, *, workers: int, runs: int, kills: int,
 
     def storm(root: Path) -> WorkerStormResult:
         return worker_storm(root, agent=agent, runs=runs, workers=workers, kills=kills, seed=seed,
-                            params=params, time_limit=time_limit)
+                            params=params, time_limit=time_limit, db=db)
 
     if keep is not None:
         result = storm(keep)

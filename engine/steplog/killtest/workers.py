@@ -6,11 +6,18 @@ What it proves: a worker's death loses nothing and duplicates nothing. Its engin
 holder is seen dead), every run ends ``succeeded``, and the outbox's own ledger holds each
 message exactly once: every key a run's log says it completed delivered once, no delivery
 without one, and no body delivered under two keys.
+
+The log is a SQLite file in the storm's folder, or a PostgreSQL database that others may use too
+(``db``): there the storm's runs get ids of their own (``storm-DATE-TIME-HEX-NNN``), its workers
+claim only those (``steplog worker --run-prefix``), and it judges only those; the runs stay in the
+database when it is done. The outbox and the runs' workdirs are files in the storm's folder on both.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import secrets
 import sqlite3
 import subprocess
 import time
@@ -19,10 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from ..agent import resolve
+from ..db import LogConnection, open_readonly
 from ..errors import SteplogError
 from ..evidence import completed_post_keys
 from ..launch import Launch
 from ..lease import process_alive
+from ..location import LogLocation, PgUrl
 from ..outbox import start_outbox
 from ..procs import child_env, kill_group, python_argv, spawn, stop_group
 from ..queue import submit
@@ -91,19 +100,23 @@ class WorkerStormResult:
 
 def worker_storm(root: Path, *, agent: str = "demo", runs: int = 30, workers: int = 3, concurrency: int = 2,
                  kills: int = 10, seed: int = 0, params: dict[str, Any] | None = None, pace: float = 0.0,
-                 gap: tuple[float, float] = (0.3, 1.2), time_limit: float = 120.0) -> WorkerStormResult:
-    """Queue ``runs`` runs of ``agent`` in a fresh log under ``root``, work them with ``workers``
-    workers, SIGKILL a random worker ``kills`` times (``gap`` seconds apart, drawn from
-    ``random.Random(seed)``) and start a new one each time; then stop the workers with SIGTERM
-    and judge from the log and the outbox's ledger."""
+                 gap: tuple[float, float] = (0.3, 1.2), time_limit: float = 120.0,
+                 db: PgUrl | None = None) -> WorkerStormResult:
+    """Queue ``runs`` runs of ``agent`` in a fresh log under ``root`` (or as new runs in the
+    PostgreSQL log ``db``), work them with ``workers`` workers, SIGKILL a random worker ``kills``
+    times (``gap`` seconds apart, drawn from ``random.Random(seed)``) and start a new one each
+    time; then stop the workers with SIGTERM and judge from the log and the outbox's ledger."""
     root.mkdir(parents=True, exist_ok=True)
-    db = root / "steplog.db"
+    log: LogLocation = db if db is not None else root / "steplog.db"
+    # On a shared database the storm's runs are told apart from everyone else's by their ids.
+    prefix = f"storm-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}-" if db is not None else "w"
     rng = random.Random(seed)
     started = time.monotonic()
     spec = resolve(agent)
     with start_outbox(root / "outbox.db") as outbox:
-        ids = [submit(spec, run_id=f"w{i:03d}", db=db, outbox=outbox.url, params=dict(params or {}),
-                      launch=Launch(pace=pace, sync="normal")) for i in range(runs)]
+        ids = [submit(spec, run_id=f"{prefix}{i:03d}", db=log, workdir=root / "runs" / f"{prefix}{i:03d}",
+                      outbox=outbox.url, params=dict(params or {}), launch=Launch(pace=pace, sync="normal"))
+               for i in range(runs)]
         procs: list[_WorkerProc] = []
         engines_of: dict[int, list[int]] = {}
         n_started = 0
@@ -111,12 +124,12 @@ def worker_storm(root: Path, *, agent: str = "demo", runs: int = 30, workers: in
         def start() -> None:
             nonlocal n_started
             n_started += 1
-            log = root / f"worker-{n_started}.log"
-            with open(log, "wb") as err:
-                proc = spawn(python_argv("steplog", "worker", "--db", str(db), "--concurrency", str(concurrency),
-                                         "--poll", "0.05", "--grace", "20"),
+            out = root / f"worker-{n_started}.log"
+            with open(out, "wb") as err:
+                proc = spawn(python_argv("steplog", "worker", "--db", str(log), "--concurrency", str(concurrency),
+                                         "--run-prefix", prefix, "--poll", "0.05", "--grace", "20"),
                              env=child_env(), stdout=subprocess.DEVNULL, stderr=err)
-            procs.append(_WorkerProc(proc, log))
+            procs.append(_WorkerProc(proc, out))
 
         for _ in range(workers):
             start()
@@ -125,8 +138,9 @@ def worker_storm(root: Path, *, agent: str = "demo", runs: int = 30, workers: in
         killed_at: dict[int, float] = {}
         deadline = time.monotonic() + time_limit
         next_kill = time.monotonic() + rng.uniform(*gap)
+        reader = open_readonly(log)
         try:
-            while not _all_ended(db, ids):
+            while not _all_ended(reader, ids):
                 if time.monotonic() > deadline:
                     raise SteplogError(f"the worker storm did not finish within {time_limit:.0f} s; "
                                        f"its logs are in {root}")
@@ -145,36 +159,43 @@ def worker_storm(root: Path, *, agent: str = "demo", runs: int = 30, workers: in
                     next_kill = time.monotonic() + rng.uniform(*gap)
                 time.sleep(0.02)
         finally:
+            reader.close()
             codes = [stop_group(w.proc, grace=30.0) for w in procs]
         time.sleep(0.5)  # an engine SIGKILLed by its parent's death is reaped by init meanwhile
         orphans = [pid for w in killed for pid in engines_of.get(w.proc.pid, []) if process_alive(pid)]
         ledger = outbox.ledger()
-    return _judge(db, ids, ledger, killed_at, worker_kills=worker_kills, kills_asked=kills, landed=landed,
+    return _judge(log, ids, ledger, killed_at, worker_kills=worker_kills, kills_asked=kills, landed=landed,
                   engines_killed=engines_killed,
                   orphans=orphans, codes=codes, seconds=time.monotonic() - started)
 
 
-def _judge(db: Path, ids: list[str], ledger: Any, killed_at: dict[int, float], *, worker_kills: int, kills_asked: int, landed: int, engines_killed: int,
-           orphans: list[int], codes: list[int], seconds: float) -> WorkerStormResult:
-    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+def _judge(log: LogLocation, ids: list[str], ledger: Any, killed_at: dict[int, float], *, worker_kills: int,
+           kills_asked: int, landed: int, engines_killed: int, orphans: list[int], codes: list[int],
+           seconds: float) -> WorkerStormResult:
+    """The verdict on the storm's runs ``ids`` (only those: a shared log holds others)."""
+    conn = open_readonly(log, one_shot=True)
     try:
+        mine = _in(ids)
         statuses: dict[str, int] = {}
-        for (status,) in conn.execute("SELECT status FROM run"):
+        for (status,) in conn.execute(f"SELECT status FROM run WHERE id IN {mine}", ids):
             statuses[status] = statuses.get(status, 0) + 1
         completed = {key for rid in ids for key in completed_post_keys(conn, rid)}
-        takeovers = conn.execute("SELECT count(*) FROM event WHERE kind = 'worker_claimed'"
-                                 " AND json_extract(data, '$.takeover') IS NOT NULL").fetchone()[0]
-        latencies = [ts - killed_at[int(pid)] for ts, pid in conn.execute(
-            "SELECT ts, json_extract(data, '$.previous_pid') FROM event WHERE kind = 'lease_acquired'"
-            " AND json_extract(data, '$.previous_pid') IS NOT NULL") if int(pid) in killed_at]
+        # Payloads are read here, not with json_extract: the same SQL on SQLite and PostgreSQL.
+        claimed = [json.loads(data) for (data,) in conn.execute(
+            f"SELECT data FROM event WHERE kind = 'worker_claimed' AND run_id IN {mine}", ids)]
+        acquired = [(ts, json.loads(data)) for ts, data in conn.execute(
+            f"SELECT ts, data FROM event WHERE kind = 'lease_acquired' AND run_id IN {mine}", ids)]
     finally:
         conn.close()
+    takeovers = sum(1 for data in claimed if data.get("takeover") is not None)
+    latencies = [ts - killed_at[int(data["previous_pid"])] for ts, data in acquired
+                 if data.get("previous_pid") is not None and int(data["previous_pid"]) in killed_at]
     delivered: dict[str, int] = {}
     for d in ledger.deliveries:
         delivered[d.key] = delivered.get(d.key, 0) + 1
     return WorkerStormResult(
         runs=len(ids), statuses=statuses, worker_kills=worker_kills, kills_asked=kills_asked, kills_landed=landed,
-        engines_killed=engines_killed, orphans=orphans, takeovers=int(takeovers),
+        engines_killed=engines_killed, orphans=orphans, takeovers=takeovers,
         takeover_seconds=[round(x, 3) for x in latencies], deliveries=len(ledger.deliveries),
         duplicate_keys=sorted(k for k in completed if delivered.get(k, 0) != 1),
         stray_deliveries=sorted(k for k in delivered if k not in completed),
@@ -182,15 +203,17 @@ def _judge(db: Path, ids: list[str], ledger: Any, killed_at: dict[int, float], *
         workers_stopped=len(codes), seconds=seconds)
 
 
-def _all_ended(db: Path, ids: list[str]) -> bool:
-    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=5)
+def _in(ids: list[str]) -> str:
+    return f"({', '.join('?' for _ in ids)})"
+
+
+def _all_ended(conn: LogConnection, ids: list[str]) -> bool:
+    marks = ", ".join("?" for _ in TERMINAL)
     try:
-        marks = ", ".join("?" for _ in TERMINAL)
-        done = conn.execute(f"SELECT count(*) FROM run WHERE status IN ({marks})", tuple(TERMINAL)).fetchone()[0]
-    except sqlite3.OperationalError:
+        done = conn.execute(f"SELECT count(*) FROM run WHERE id IN {_in(ids)} AND status IN ({marks})",
+                            (*ids, *TERMINAL)).fetchone()[0]
+    except sqlite3.OperationalError:  # a file log busy for a moment (PgOperationalError is one too)
         return False
-    finally:
-        conn.close()
     return int(done) >= len(ids)
 
 
