@@ -117,15 +117,20 @@ def _vacant(row: sqlite3.Row, worker: Holder, lease_seconds: float, now: float) 
 
 
 def claim_next_run(conn: LogConnection, *, worker: Holder | None = None, agents: Collection[str] = (),
-                   skip: Collection[str] = (), lease_seconds: float = DEFAULT_LEASE_SECONDS) -> Job | None:
+                   prefix: str = "", skip: Collection[str] = (),
+                   lease_seconds: float = DEFAULT_LEASE_SECONDS) -> Job | None:
     """Claim the oldest run nobody works on for ``worker`` (default: this process), or ``None``.
 
     The one place the queue's claim lives. ``agents``: only runs of these agent specs;
-    ``skip``: run ids this worker will not take now (its own engines' runs, parked ones).
+    ``prefix``: only runs whose id starts with it (case-sensitive on both logs, unlike ``LIKE``
+    in SQLite); ``skip``: run ids this worker will not take now (its own engines' runs, parked ones).
     """
     holder = worker or me()
     now = time.time()
-    sql = _CANDIDATES.format(agents=f" AND agent IN ({', '.join('?' for _ in agents)})" if agents else "")
+    filters = (f" AND agent IN ({', '.join('?' for _ in agents)})" if agents else "") \
+        + (" AND substr(id, 1, ?) = ?" if prefix else "")
+    wanted = (*agents, *((len(prefix), prefix) if prefix else ()))
+    sql = _CANDIDATES.format(agents=filters)
     lock = for_update(conn, skip_locked=True)
     one = _CANDIDATE.format(lock=lock)
 
@@ -134,7 +139,7 @@ def claim_next_run(conn: LogConnection, *, worker: Holder | None = None, agents:
         ``locked``: in the claim's transaction, where a server database locks the one it takes."""
         offset = 0
         while True:
-            rows = conn.execute(sql, (now, holder.host, now, *agents, CLAIM_BATCH, offset)).fetchall()
+            rows = conn.execute(sql, (now, holder.host, now, *wanted, CLAIM_BATCH, offset)).fetchall()
             for row in rows:
                 why = _vacant(row, holder, lease_seconds, now) if row["id"] not in skip else None
                 if why is not None and locked and lock:

@@ -29,7 +29,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -69,26 +69,6 @@ class WorkerStats:
     finished: dict[str, int] = field(default_factory=dict)
     """Engine exits by what they meant (``succeeded``, ``waits for a signal``, ...)."""
     parked: list[str] = field(default_factory=list)
-
-
-class _Skipped(Collection[str]):
-    """The run ids a worker will not claim now: ``ids``, and with a ``prefix`` every id without it.
-
-    ``queue.claim_next_run`` asks its ``skip`` only ``id in skip``; this answers for ids it has
-    never seen. (A prefix in the candidate query itself would spare paging past other runs;
-    that query is the queue's.)"""
-
-    def __init__(self, ids: set[str], prefix: str) -> None:
-        self.ids, self.prefix = ids, prefix
-
-    def __contains__(self, run_id: object) -> bool:
-        return run_id in self.ids or not str(run_id).startswith(self.prefix)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.ids)
-
-    def __len__(self) -> int:
-        return len(self.ids)
 
 
 class Worker:
@@ -147,8 +127,8 @@ class Worker:
         now = time.monotonic()
         while len(self._engines) < self.concurrency and self._stopping is None:
             waiting = {rid for rid, t in self._not_before.items() if t > now}
-            job = claim_next_run(conn, agents=self.agents, lease_seconds=self.lease_seconds,
-                                 skip=_Skipped({*self._engines, *self._parked, *waiting}, self.run_prefix))
+            job = claim_next_run(conn, agents=self.agents, prefix=self.run_prefix, lease_seconds=self.lease_seconds,
+                                 skip={*self._engines, *self._parked, *waiting})
             if job is None:
                 break
             claimed = True

@@ -10,6 +10,7 @@ duration instead. The judging is ``steplog.verdict``'s, never this module's.
 
 from __future__ import annotations
 
+import math
 import random
 import secrets
 import subprocess
@@ -80,7 +81,8 @@ class Target:
     mode: Literal["start-up", "step", "act", "time"]
     seq: int
     delay: float
-    """Seconds after the launch (start-up, time) or after the step is seen starting (step)."""
+    """Seconds after the launch (start-up, time) or after the step is seen starting (step); a
+    start-up kill lands when the engine takes its lease at the latest."""
 
 
 def plan_kills(rng: random.Random, n: int, ref: Reference) -> list[Target]:
@@ -157,6 +159,7 @@ def run_storm(opts: Options, ref: Reference, root: Path, tell: Progress) -> Stor
     # Kills per step: one while there are fewer kills than steps, else a few each; never so many
     # that the run's recovery budget (a poison-pill guard, 20 by default) would fail it.
     per_step = 1 if len(targets) <= len(ref.steps) else MAX_KILLS_PER_STEP
+    step_time = max(0.0, ref.duration - ref.startup) / max(1, len(ref.steps))
     landed: dict[int, int] = {}
     previous_kill: float | None = None
     with start_outbox(box.outbox_db) as outbox:
@@ -177,9 +180,14 @@ def run_storm(opts: Options, ref: Reference, root: Path, tell: Progress) -> Stor
                         target = replace(target, seq=at + 1)
                     elif at >= last and landed.get(at, 0) >= MAX_KILLS_PER_STEP:
                         target = None
+                # A step or effect aimed at may never show in this engine (an effect finished
+                # before the last kill is replayed, not run again; parallel steps pass each
+                # other): the kill then lands anyway, by twice the time the reference took to get
+                # there, instead of letting the run finish unkilled.
+                backstop = 2 * ref.startup + 2 * step_time * (max(0, (target.seq if target else 0) - at) + 3) + 0.2
                 proc = box.launch(killed_at=previous_kill)
                 try:
-                    killed_at = _kill_when(proc, target, watch, deadline)
+                    killed_at = _kill_when(proc, target, watch, deadline, backstop)
                 finally:
                     if proc.poll() is None:  # the deadline passed, or we were interrupted
                         kill_group(proc)
@@ -211,12 +219,17 @@ def run_storm(opts: Options, ref: Reference, root: Path, tell: Progress) -> Stor
                        wall_time=time.monotonic() - started, error=error)
 
 
-def _kill_when(proc: subprocess.Popen[bytes], target: Target | None, watch: LogWatch, deadline: float) -> float | None:
+def _kill_when(proc: subprocess.Popen[bytes], target: Target | None, watch: LogWatch, deadline: float,
+               backstop: float = math.inf) -> float | None:
     """Wait for the target moment and SIGKILL the group then (returns the kill time), or for
-    the engine to exit by itself (returns ``None``). Past ``deadline``: ``KilltestError``."""
+    the engine to exit by itself (returns ``None``). Past ``deadline``: ``KilltestError``. A
+    step or effect target not reached ``backstop`` seconds after the launch fires then."""
     t0 = time.monotonic()
     watch.poll()  # skip what earlier engines wrote
     fire_at = t0 + target.delay if target is not None and target.mode in ("start-up", "time") else None
+    seen = False  # a step or effect target: its step or effect has shown
+    if target is not None and target.mode in ("step", "act"):
+        fire_at = t0 + backstop
     while True:
         if proc.poll() is not None:
             return None
@@ -224,12 +237,18 @@ def _kill_when(proc: subprocess.Popen[bytes], target: Target | None, watch: LogW
         if now > deadline:
             raise KilltestError(f"the storm took longer than its time limit; the run is not finished "
                                 f"(engine pid {proc.pid} still going)")
-        if target is not None and fire_at is None:
+        if target is not None and target.mode == "start-up":
+            # The reference's start-up was a cold one (first imports, a new log), and a warm
+            # engine may finish a short remainder within it: a start-up kill lands at the latest
+            # when this engine has its lease, or it would not land at all.
+            if any(e.kind == EventKind.LEASE_ACQUIRED for e in watch.poll()):
+                fire_at = min(fire_at or now, now)
+        elif target is not None and target.mode in ("step", "act") and not seen:
             for e in watch.poll():
                 if e.seq is not None and e.seq >= target.seq and (
                         (target.mode == "step" and e.kind == EventKind.STEP_STARTED)
                         or (target.mode == "act" and e.kind == EventKind.EFFECT_STARTED)):
-                    fire_at = now + target.delay
+                    seen, fire_at = True, min(t0 + backstop, now + target.delay)
                     break
         if fire_at is not None and now >= fire_at:
             return kill_group(proc)
