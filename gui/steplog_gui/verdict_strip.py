@@ -21,8 +21,13 @@ LABEL_TEXT = {"PASS": "PASS", "FAIL": "FAIL", "UNTESTED": "not kill-tested", "RU
 
 
 def decision(verdict: Any) -> str:
-    """What the strip's big label says for a ``steplog.verdict.Verdict`` (``''`` for none)."""
-    return "" if verdict is None else LABEL_TEXT[verdict.label]
+    """What the strip's big label says for a ``steplog.verdict.Verdict`` (``''`` for none): a
+    run no engine has started yet is not "running"."""
+    if verdict is None:
+        return ""
+    if verdict.label == "RUNNING" and verdict.status in ("queued", "waiting"):
+        return f"{verdict.status}…"
+    return LABEL_TEXT[verdict.label]
 
 
 def _plain(label: QLabel) -> QLabel:
@@ -110,7 +115,7 @@ class VerdictStrip(QFrame):
                                              f"{v.deliveries} messages delivered for {v.attempts} attempts "
                                              "(this run's own, in its outbox's ledger)")
         label = v.label
-        self.labels["verdict"].setText(LABEL_TEXT[label])
+        self.labels["verdict"].setText(decision(v))
         self._colour(self.labels["verdict"], {"PASS": pal.status["succeeded"], "FAIL": pal.status["failed"],
                                               "UNTESTED": pal.status["stopped"]}.get(label))
         self.evidence.setText(v.explanation)
