@@ -214,8 +214,8 @@ class Verdict:
             if self.status == "waiting":
                 return f"the run waits for a signal ({len(self.kills)} kill(s) so far)"
             if self.status == "queued":
-                return (f"the run is queued: no engine has started it yet, a worker will "
-                        f"({len(self.kills)} kill(s) so far)")
+                so_far = f" ({len(self.kills)} kill(s) so far)" if self.kills else ""
+                return f"the run is queued: no engine works on it yet; a worker or `steplog run` starts it{so_far}"
             return f"the run is still going ({len(self.kills)} kill(s) so far)"
         if not self.kills:
             return "not kill-tested yet: the run finished without being killed"

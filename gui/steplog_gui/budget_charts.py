@@ -27,6 +27,9 @@ REFRESH_MS = 300
 redraw here, time the timeline's commit → pixel needs more."""
 CATCH_UP_REDRAW_S = 1.0
 """While a backlog is read (a big log opening), redraw at most this often."""
+LIMIT_IN_VIEW = 0.25
+"""A chart's y range takes in its limit once the usage is past this share of it; until then the
+range fits the usage."""
 PROJECTION_POINTS = 30
 TITLE_POINTS = 9
 AXIS_ROOM = 60
@@ -143,9 +146,9 @@ class BudgetCharts(QWidget):
 
     def set_run(self, run_id: str | None) -> None:
         self._run_id = run_id
-        self.refresh()
         for chart in self.charts.values():
-            chart.widget.enableAutoRange()
+            chart.widget.enableAutoRange()  # first: the refresh may fix the y range (see ``_draw``)
+        self.refresh()
 
     def _tick(self) -> None:
         if self._dirty and self._monitor.catching_up and time.monotonic() - self._last_refresh < CATCH_UP_REDRAW_S:
@@ -169,6 +172,7 @@ class BudgetCharts(QWidget):
                 chart.estimated.setData([], [])
             chart.limit.setVisible(False)
             chart.set_title(title, pal)
+            chart.widget.getViewBox().setRange(xRange=(0, 1), yRange=(0, 1), padding=0)  # not the last run's
             return
         s = run.usage_series
         t0 = run.created if math.isfinite(run.created) else float(s["ts"][0])
@@ -179,8 +183,13 @@ class BudgetCharts(QWidget):
             chart.estimated.setData(x, s["tokens_estimated"])
         limit = run.limits.get(key)
         box = chart.widget.getViewBox()
-        if not limit and not np.any(y):  # all zero, no limit: 0..1, not auto-range's -0.4..0.4
+        top = float(np.max(y))
+        if not limit and not top:  # all zero, no limit: 0..1, not auto-range's -0.4..0.4
             box.setYRange(0, 1, padding=0)
+        elif limit and top < limit * LIMIT_IN_VIEW:
+            # Far from its limit (15 steps of 100,000): the usage fills the chart, not a flat line
+            # along its floor; the title gives the limit, and the line comes into view later.
+            box.setYRange(0, top * 1.15 if top else 1.0, padding=0)
         else:
             box.enableAutoRange(axis=pg.ViewBox.YAxis)
         chart.limit.setVisible(bool(limit))

@@ -34,7 +34,7 @@ def test_a_queued_run_reads_queued_and_then_names_the_worker_that_ran_it(
     assert text == "queued" and "worker" in (why or "")
     window.select_run("q1")
     qtbot.waitUntil(lambda: window.verdict.labels["verdict"].text() == "queued…", timeout=10_000)
-    assert "a worker will" in window.verdict.evidence.text()  # not "the run is still going"
+    assert "no engine works on it yet" in window.verdict.evidence.text()  # not "the run is still going"
 
     worker = engine.start("worker", "--db", str(engine.db), "--drain", "--poll", "0.05")
     try:

@@ -81,6 +81,11 @@ def test_budget_charts_show_usage_limits_and_the_estimated_series(qtbot, crashed
         x, y = steps.used.getData()
         assert y is not None and y[-1] == 15 and np.all(np.diff(x) >= 0)
         assert steps.limit.isVisible() and steps.limit.value() == 100_000
+        # 15 steps of 100,000: the chart fits the usage (not a flat line at the floor of 0..100,000)
+        # and its title names the limit.
+        low, high = steps.widget.getViewBox().viewRange()[1]
+        assert low == 0 and 15 < high < 30
+        assert "15 / 100000" in steps.widget.getPlotItem().titleLabel.text
         tokens = charts.charts["tokens"]
         _ex, est = tokens.estimated.getData()  # type: ignore[union-attr]
         assert est is not None and est[-1] > 0  # the offline model reports no usage: all estimated
