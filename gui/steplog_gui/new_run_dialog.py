@@ -8,13 +8,12 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
                                QHBoxLayout, QLabel, QLineEdit, QMessageBox, QPushButton, QSpinBox, QWidget)
 
 from steplog.location import PgUrl
 
-from . import interpreter
+from . import interpreter, jobs
 from .demo import DEMO_AGENTS, DEMO_PACE
 from .engine_process import LaunchSpec
 from .settings import Settings
@@ -96,6 +95,8 @@ class NewRunDialog(QDialog):
         form.addRow("Max cost (USD)", self.max_cost)
         form.addRow("Outbox URL", self.outbox)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        self._ok = buttons.button(QDialogButtonBox.StandardButton.Ok)
+        self._checking: tuple[str, str] | None = None
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
@@ -130,23 +131,49 @@ class NewRunDialog(QDialog):
             return None
         return str(Path(text).expanduser())
 
+    @property
+    def checking(self) -> bool:
+        """A check of the chosen interpreter is under way (OK waits for it)."""
+        return self._checking is not None
+
     def accept(self) -> None:
-        """Check the chosen interpreter (and that the agent loads there) before the run starts."""
+        """Check the chosen interpreter (and that the agent loads there) before the run starts.
+
+        Off the GUI thread: an agent whose import hangs keeps the check busy for up to its
+        timeout, and the window must go on drawing meanwhile. OK is disabled until it answers;
+        Cancel still closes the dialog (the answer is then dropped)."""
         python = self.chosen_python()
         agent = self.agent.currentText().strip()
-        if python is not None:
-            QGuiApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
-            try:
-                found = interpreter.check(python, agent)
-            finally:
-                QGuiApplication.restoreOverrideCursor()
-            self._note(found.message)
-            if not found.ok:
-                QMessageBox.warning(self, "This agent cannot run there", found.message)
-                return
+        if python is None:
+            self._accepted(agent, None)
+            return
+        if self._checking is not None:
+            return
+        self._checking = (python, agent)
+        self._ok.setEnabled(False)
+        self._note(f"checking {python}: steplog there, and that {agent or 'the agent'} imports…")
+        jobs.submit(lambda: interpreter.check(python, agent), self._checked,
+                    lambda exc: self._checked(interpreter.Check(False, f"checking {python} failed: {exc}")), owner=self)
+
+    def _checked(self, found: interpreter.Check) -> None:
+        asked, self._checking = self._checking, None
+        self._ok.setEnabled(True)
+        if asked is None:  # cancelled meanwhile
+            return
+        self._note(found.message)
+        if not found.ok:
+            QMessageBox.warning(self, "This agent cannot run there", found.message)
+            return
+        self._accepted(asked[1], asked[0])
+
+    def _accepted(self, agent: str, python: str | None) -> None:
         if self._settings is not None and agent not in BUILTIN_AGENTS:
             self._settings.remember_interpreter(interpreter.canonical_agent(agent), python)
         super().accept()
+
+    def reject(self) -> None:
+        self._checking = None
+        super().reject()
 
     def _browse(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Agent file", "", "Python (*.py)")

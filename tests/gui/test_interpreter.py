@@ -11,14 +11,16 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from gui_helpers import answer_next_modal, gui_env, settings, window  # noqa: F401 (fixtures)
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QDialog, QMessageBox
 
 from conftest import AGENTS, Engine
-from steplog_gui import interpreter
+from steplog_gui import interpreter, jobs
 from steplog_gui.main_window import MainWindow
 from steplog_gui.new_run_dialog import OWN_PYTHON, NewRunDialog
 from steplog_gui.settings import Settings
@@ -112,8 +114,10 @@ def test_the_dialog_refuses_an_interpreter_that_cannot_run_the_agent_and_stays_o
                                    box.button(QMessageBox.StandardButton.Ok).click()))  # type: ignore[attr-defined]
 
     dialog.accept()
+    assert dialog.checking and not dialog._ok.isEnabled()  # noqa: SLF001 - checked off the GUI thread, OK waits
+    qtbot.waitUntil(lambda: not dialog.checking and bool(warned), timeout=30_000)
 
-    assert dialog.result() != QDialog.DialogCode.Accepted
+    assert dialog.result() != QDialog.DialogCode.Accepted and dialog._ok.isEnabled()  # noqa: SLF001
     assert warned and "has no steplog" in warned[0]
     assert "has no steplog" in dialog.python_note.text()
     assert settings.interpreters == []  # nothing remembered from a refusal
@@ -139,6 +143,7 @@ def test_an_own_agent_runs_with_the_chosen_python_which_is_remembered_and_used_a
     dialog.python.setEditText(str(launcher))
     dialog.run_id.setText("own-1")
     dialog.accept()
+    qtbot.waitUntil(lambda: not dialog.checking, timeout=30_000)
     assert dialog.result() == QDialog.DialogCode.Accepted, dialog.python_note.text()
 
     window.start_spec(dialog.spec(engine.db))
@@ -169,3 +174,27 @@ def test_from_the_desktop_app_another_python_gets_the_library_path_the_person_ha
     assert outside_env({"LD_LIBRARY_PATH": "/opt/steplog/_internal", "HOME": "/h"}) == {"HOME": "/h"}
     monkeypatch.setattr(sys, "frozen", False)
     assert outside_env(bundle) == bundle  # not frozen: nothing of the person's is touched
+
+
+def test_a_check_that_hangs_leaves_the_window_drawing_and_cancel_closes_the_dialog(
+        qtbot, settings: Settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """An agent whose import hangs: the check runs off the GUI thread, so the event loop keeps
+    going; Cancel closes the dialog at once and the late answer changes nothing."""
+    hangs = tmp_path / "hangs.py"
+    hangs.write_text("import time\ntime.sleep(3)\nimport steplog\n\n@steplog.agent\ndef agent(run):\n    return 1\n")
+    dialog = NewRunDialog(settings=settings)
+    qtbot.addWidget(dialog)
+    dialog.agent.setEditText(f"{hangs}:agent")
+    dialog.python.setEditText(sys.executable)
+    dialog.accept()
+    ticks: list[float] = []
+    timer = QTimer()
+    timer.timeout.connect(lambda: ticks.append(time.monotonic()))
+    timer.start(20)
+    qtbot.wait(500)
+    assert dialog.checking and len(ticks) >= 10  # the loop ran while the check waited on the import
+    dialog.reject()
+    assert not dialog.checking and dialog.result() == QDialog.DialogCode.Rejected
+    qtbot.waitUntil(lambda: jobs.wait_idle(100), timeout=10_000)
+    timer.stop()
+    assert dialog.result() == QDialog.DialogCode.Rejected and settings.interpreters == []
