@@ -37,6 +37,7 @@ class NewRunDialog(QDialog):
                  settings: Settings | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Start a new run")
+        self.setMinimumWidth(560)  # agent specs and interpreter paths are long
         self._settings = settings
         self.agent = QComboBox()
         self.agent.setEditable(True)
@@ -118,6 +119,7 @@ class NewRunDialog(QDialog):
         """What the last check found, under the Python row; no empty row while there is nothing."""
         self.python_note.setText(text)
         self.python_note.setVisible(bool(text))
+        self.adjustSize()  # a refusal wraps to several lines: the dialog grows to show all of them
 
     def _browse_python(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Python interpreter", str(Path(sys.executable).parent))
@@ -151,7 +153,7 @@ class NewRunDialog(QDialog):
             return
         self._checking = (python, agent)
         self._ok.setEnabled(False)
-        self._note(f"checking {python}: steplog there, and that {agent or 'the agent'} imports…")
+        self._note("checking that this Python has steplog and imports the agent…")
         jobs.submit(lambda: interpreter.check(python, agent), self._checked,
                     lambda exc: self._checked(interpreter.Check(False, f"checking {python} failed: {exc}")), owner=self)
 
