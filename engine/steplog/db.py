@@ -12,6 +12,7 @@ which ``pg.PgConnection`` speaks too.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -250,17 +251,29 @@ def inspect(path: LogLocation) -> int:
     return int(version)
 
 
+_TABLE_DDL = re.compile(r"^\s*(CREATE TABLE|DROP TABLE|ALTER TABLE)\s+(?:IF (?:NOT )?EXISTS\s+)?\"?(\w+)\"?"
+                        r"(?:\s+RENAME TO\s+\"?(\w+)\"?)?", re.I | re.M)
+
+
 @cache
 def expected_tables(version: int) -> frozenset[str]:
-    """The tables a log at schema ``version`` has: the migrations, run on an in-memory database."""
-    conn = sqlite3.connect(":memory:")
-    try:
-        for step in MIGRATIONS[:version]:
-            for statement in split_statements(step):
-                conn.execute(statement)
-        return frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
-    finally:
-        conn.close()
+    """The tables a log at schema ``version`` has, read off the migrations' ``CREATE``, ``DROP``
+    and ``RENAME`` statements. (Running them on an in-memory database gives the same set, which a
+    test checks for every version, but costs ~9 ms on every engine start.)"""
+    tables: set[str] = set()
+    for step in MIGRATIONS[:version]:
+        for verb, name, renamed in _TABLE_DDL.findall(step):
+            verb = verb.upper()
+            if verb == "CREATE TABLE":
+                tables.add(name)
+            elif verb == "DROP TABLE":
+                tables.discard(name)
+            elif renamed:
+                tables.discard(name)
+                tables.add(renamed)
+        if re.search(r"\bAUTOINCREMENT\b", step, re.I):
+            tables.add("sqlite_sequence")  # SQLite's own, made with the first AUTOINCREMENT table
+    return frozenset(tables)
 
 
 def is_damage(exc: BaseException) -> bool:

@@ -197,6 +197,10 @@ def _execute(agent: Agent[..., Any], spec: str, bound: dict[str, Any], *, run_id
         # between is raised once the journal exists, and the except below releases the lease.
         with interrupts.critical():
             conn.row_factory = sqlite3.Row
+            # The claim is not fsynced on its own: the run's first durable checkpoint syncs the
+            # log past it (a kill loses neither; a power cut before that checkpoint loses both,
+            # and the next engine claims again). One fsync less between a kill and the first new step.
+            conn.execute("PRAGMA synchronous = NORMAL")
             claimed = claim(conn, Request(agent=agent, spec=spec, run_id=run_id or new_run_id(), db_path=db_path,
                                           workdir=workdir, outbox=outbox, params=bound, limits=limits or {},
                                           model=model, lease_seconds=lease_seconds, killed_at=killed_at))
@@ -204,6 +208,7 @@ def _execute(agent: Agent[..., Any], spec: str, bound: dict[str, Any], *, run_id
                 r = claimed.row
                 return Outcome(r["id"], r["status"], r["reason"], json.loads(r["result"] or "null"), True,
                                r["incarnation"])
+            conn.execute(f"PRAGMA synchronous = {synchronous}")
             row, resumed = claimed.row, claimed.resumed
             conn.row_factory = None
             usage = Usage(steps=row["used_steps"], tokens=row["used_tokens"], tokens_estimated=row["tokens_estimated"],

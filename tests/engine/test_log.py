@@ -103,6 +103,24 @@ def test_a_log_missing_a_table_of_its_schema_is_refused_untouched(db: Path) -> N
     assert digest(db) == before
 
 
+@pytest.mark.parametrize("version", range(SCHEMA_VERSION + 1))
+def test_the_tables_a_schema_must_have_are_the_ones_its_migrations_make(version: int) -> None:
+    """``expected_tables`` reads them off the migrations' text (start-up cost); SQLite running
+    the migrations must agree, table for table."""
+    from steplog.db import expected_tables
+    from steplog.schema import MIGRATIONS, split_statements
+
+    conn = sqlite3.connect(":memory:")
+    try:
+        for step in MIGRATIONS[:version]:
+            for statement in split_statements(step):
+                conn.execute(statement)
+        made = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        conn.close()
+    assert expected_tables(version) == made
+
+
 def test_a_log_from_a_newer_steplog_is_refused(db: Path) -> None:
     conn = open_log(db)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
