@@ -20,6 +20,7 @@ runs like any other (``steplog retry``/``fork`` do that right after).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -336,6 +337,7 @@ def prepare_fork(parent_id: str, at_step: int, *, agent: Agent[..., Any], new_ru
         target = (workdir or path.parent / "runs" / new_run_id).expanduser().resolve()
         if target.exists() and any(target.iterdir()):
             raise UsageError(f"workdir {target} for the fork is not empty; pass --workdir with a new folder")
+        _refuse_beyond(conn, parent_id, at_step)  # before copying a workdir for nothing (again under the lock)
         staged = _stage_workdir(Path(parent["workdir"]) if parent["workdir"] else None, target)
         try:
             with immediate(conn):
@@ -350,13 +352,35 @@ def prepare_fork(parent_id: str, at_step: int, *, agent: Agent[..., Any], new_ru
     return ForkPrepared(new_run_id, parent_id, at_step, copied, target)
 
 
+_IN_FLIGHT = re.compile(r"^\..+\.[0-9a-f]{12}\.tmp$")
+"""A file effect's temporary file (``effects.write_file``): half a write, renamed away when done."""
+
+
 def _stage_workdir(source: Path | None, target: Path) -> Path:
-    """Copy the parent's workdir beside the target first; it is moved in once the log says so."""
+    """Copy the parent's workdir beside the target first; it is moved in once the log says so.
+
+    The parent may be running: a file effect's temporary file is left out (its engine renames it
+    into place, or the fork writes the file again when it gets there), and one that vanishes
+    while the tree is copied is skipped, not an error."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.fork-", dir=target.parent))
     if source is not None and source.is_dir():
-        shutil.copytree(source, staged, symlinks=True, dirs_exist_ok=True)
+        shutil.copytree(source, staged, symlinks=True, dirs_exist_ok=True, copy_function=_copy_if_there,
+                        ignore=lambda _folder, names: [n for n in names if _IN_FLIGHT.match(n)])
     return staged
+
+
+def _copy_if_there(src: str, dst: str) -> None:
+    try:
+        shutil.copy2(src, dst)
+    except FileNotFoundError:
+        pass  # renamed or removed by the running parent since the folder was listed
+
+
+def _refuse_beyond(conn: LogConnection, parent_id: str, at_step: int) -> None:
+    have = _contiguous_committed(conn, parent_id, at_step)
+    if have < at_step - 1:
+        raise ControlRefused(f"run {parent_id} has committed steps 1..{have} only; fork it at a step from 1 to {have + 1}")
 
 
 def _move_into(staged: Path, target: Path) -> None:
@@ -377,9 +401,7 @@ def _insert_fork(conn: LogConnection, parent: sqlite3.Row, at_step: int, new_id:
                  budget: Any, workdir: Path, outbox: str | None, model: str | None, now: float) -> int:
     pid = parent["id"]
     _refuse_taken(conn, new_id)  # again, under the write lock
-    have = _contiguous_committed(conn, pid, at_step)
-    if have < at_step - 1:
-        raise ControlRefused(f"run {pid} has committed steps 1..{have} only; fork it at a step from 1 to {have + 1}")
+    _refuse_beyond(conn, pid, at_step)
     sums = conn.execute(
         "SELECT COUNT(*), COALESCE(SUM(tokens_in + tokens_out), 0), COALESCE(SUM(tokens_estimated *"
         " (tokens_in + tokens_out)), 0), COALESCE(SUM(cost_usd), 0) FROM step WHERE run_id = ? AND seq < ?",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from steplog.location import LogLocation, PgUrl
@@ -73,24 +74,37 @@ class _TailWorker(QObject):
         self._notified_upto = 0
         """The highest event id a commit notification named (PostgreSQL)."""
         self._timer: QTimer | None = None
+        """The poll timer, once polling (SQLite)."""
         self.cancelled = False
         """Set from the GUI thread when the tail stops: a bulk load in progress gives up between runs."""
+        # Every timer is made and connected here, on the GUI thread, before ``moveToThread`` takes
+        # them along: a connect made later on the tail's thread holds the GIL while it waits for
+        # Qt's signal-slot lock, and the GUI thread, holding that lock in a disconnect, waited for
+        # the GIL: the monitor froze for good (seen once in the full test run, in the compare window).
+        self._poll = self._timer_to(self.check, single_shot=False)
+        self._poll.setInterval(POLL_MS)
+        self._soon = self._timer_to(self._hinted_check)
+        self._recheck = self._timer_to(self.check)
+
+    def _timer_to(self, slot: Callable[[], object], *, single_shot: bool = True) -> QTimer:
+        timer = QTimer(self)
+        timer.setSingleShot(single_shot)
+        timer.timeout.connect(slot)
+        return timer
 
     @Slot()
     def start(self) -> None:
         if self.repo.on_postgres:  # the log notifies commits (pg_watch): nothing to poll
             self.check(force=True)
             return
-        self._timer = QTimer(self)
-        self._timer.setInterval(POLL_MS)
-        self._timer.timeout.connect(self.check)
+        self._timer = self._poll
         self._timer.start()
         self.check(force=True)
 
     @Slot()
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.stop()
+        for timer in (self._poll, self._soon, self._recheck):
+            timer.stop()
         self.repo.close()
 
     @Slot()
@@ -99,8 +113,8 @@ class _TailWorker(QObject):
         if self._hinted:
             return
         self._hinted = True
-        QTimer.singleShot(0, self._hinted_check)
-        QTimer.singleShot(RECHECK_MS, self.check)
+        self._soon.start(0)
+        self._recheck.start(RECHECK_MS)
 
     @Slot(int)
     def notified(self, newest: int) -> None:
@@ -112,7 +126,7 @@ class _TailWorker(QObject):
         if self._hinted:
             return
         self._hinted = True
-        QTimer.singleShot(0, self._hinted_check)
+        self._soon.start(0)
 
     def _hinted_check(self) -> None:
         self._hinted = False
@@ -172,7 +186,7 @@ class _TailWorker(QObject):
                     # Held back behind a transaction still open (or one that rolled back and will
                     # notify nobody): look again soon rather than wait for the next commit.
                     self._hinted = True
-                    QTimer.singleShot(SETTLE_MS, self._hinted_check)
+                    self._soon.start(SETTLE_MS)
                 return
             except LogNotReady:
                 self.repo.close()

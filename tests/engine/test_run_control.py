@@ -499,3 +499,20 @@ def test_a_crash_at_every_point_of_a_forks_own_steps_and_of_a_signalled_wait_los
     assert len(keys) == len(set(keys)), "an effect was applied twice"
     print(f"{cases} crash cases")
     assert cases >= 8
+
+
+def test_a_forks_copy_of_a_running_parents_workdir_leaves_out_half_written_files(tmp_path: Path) -> None:
+    """The parent writes files atomically (a temporary file renamed into place): the fork copies
+    the finished files, not the temporary ones, and one renamed away mid-copy is skipped, not an error."""
+    from steplog.control import _copy_if_there, _stage_workdir
+
+    parent = tmp_path / "parent"
+    (parent / "out").mkdir(parents=True)
+    (parent / "out" / "7.txt").write_text("seven")
+    (parent / "out" / ".8.txt.0b63710ce3cb.tmp").write_text("half of eig")
+    (parent / ".notes.tmp").write_text("a person's own file that happens to end in .tmp")
+    staged = _stage_workdir(parent, tmp_path / "runs" / "fork")
+    copied = sorted(str(p.relative_to(staged)) for p in staged.rglob("*") if p.is_file())
+    assert copied == [".notes.tmp", "out/7.txt"]
+    _copy_if_there(str(parent / "out" / "gone.txt"), str(staged / "gone.txt"))  # vanished: no error
+    assert not (staged / "gone.txt").exists()
