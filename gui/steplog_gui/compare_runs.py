@@ -14,9 +14,12 @@ import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from steplog.status import TERMINAL
+
 from .demo import DemoConfig, DemoLauncher
 from .engine_process import EngineProcess, LaunchSpec
 from .monitor import Monitor
+from .repository import LogRepository, LogUnavailable
 
 
 class CompareRuns(QObject):
@@ -43,6 +46,7 @@ class CompareRuns(QObject):
         self.naive_id: str | None = None
         self.durable_id: str | None = None
         self.kills = 0
+        self._repo: LogRepository | None = None  # opened on the first auto-kill tick
         self._starting = False
         self._auto = QTimer(self)
         self._auto.timeout.connect(self._auto_kill)
@@ -124,12 +128,29 @@ class CompareRuns(QObject):
         return n
 
     def _auto_kill(self) -> None:
-        run = self._monitor.run(self.durable_id) if self.durable_id else None
-        # Done when its terminal record is in the log: its process may take a moment more to exit.
-        if not self.durable.running or (run is not None and run.terminal):
+        if not self.durable.running or self._durable_done():
             self._stop_auto()
             return
         self.kill_both()
+
+    def _durable_done(self) -> bool:
+        """Whether the durable run's terminal record is in the log. Its process may take a moment
+        more to exit, and the tail may be a poll behind: a kill then would land after its end and
+        count for the naive run alone, so the log itself is asked (one indexed row, well under a
+        millisecond on a file)."""
+        run = self._monitor.run(self.durable_id) if self.durable_id else None
+        if run is not None and run.terminal:
+            return True
+        if self.durable_id is None:
+            return False
+        try:
+            if self._repo is None or self._repo.path != self._monitor.path:
+                if self._repo is not None:
+                    self._repo.close()
+                self._repo = LogRepository(self._monitor.path)
+            return self._repo.run_status(self.durable_id) in TERMINAL
+        except LogUnavailable:
+            return False  # the tail's view stands; it will say what is wrong with the log
 
     def _stop_auto(self) -> None:
         # The durable run is done: the comparison is decided. Killing the naive one on and on
@@ -148,6 +169,9 @@ class CompareRuns(QObject):
     def terminate_now(self, grace: float = 3.0) -> None:
         """Stop both engines without relaunch (the window closing, a test's teardown)."""
         self._auto.stop()
+        if self._repo is not None:
+            self._repo.close()
+            self._repo = None
         for engine in self.engines:
             engine.terminate_now(grace)
 

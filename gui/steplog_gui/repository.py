@@ -284,6 +284,12 @@ class LogRepository:
             raise LogUnavailable(f"{self.path} cannot be read ({exc})") from exc
         return dict(zip(names, row)) if row else None
 
+    def run_status(self, run_id: str) -> str | None:
+        """The run's status as committed right now (``None`` if there is no such run): fresher
+        than the tail, which may be a poll behind."""
+        rows = self._query("SELECT status FROM run WHERE id = ?", (run_id,))
+        return str(rows[0][0]) if rows else None
+
     def step_detail(self, run_id: str, seq: int) -> StepDetail | None:
         rows = self._query(
             "SELECT run_id, seq, name, kind, status, phase, decision, result, error, attempts, recoveries,"
