@@ -19,7 +19,7 @@ from steplog.status import TERMINAL
 from .demo import DemoConfig, DemoLauncher
 from .engine_process import EngineProcess, LaunchSpec
 from .monitor import Monitor
-from .repository import LogRepository, LogUnavailable
+from .repository import LogRepository, LogUnavailable, RunNow
 
 
 class CompareRuns(QObject):
@@ -128,29 +128,53 @@ class CompareRuns(QObject):
         return n
 
     def _auto_kill(self) -> None:
-        if not self.durable.running or self._durable_done():
+        durable = self._now(self.durable_id)
+        view = self._monitor.run(self.durable_id) if self.durable_id else None
+        # Done when its terminal record is in the log: its process may take a moment more to exit,
+        # and the tail may be a poll behind (a kill then would count for the naive run alone).
+        if not self.durable.running or (view is not None and view.terminal) or (
+                durable is not None and durable.status in TERMINAL):
             self._stop_auto()
             return
-        self.kill_both()
+        # A kill interrupts work: an engine still starting (relaunched, its lease not taken yet)
+        # leaves no trace of being killed in its log, so the tick waits for both to be at work.
+        # Either way both runs' logs record the same kills, however slow a start is.
+        if not all(self._at_work(engine, run_id) for engine, run_id in
+                   ((self.durable, self.durable_id), (self.naive, self.naive_id))):
+            return
+        # The durable engine first, then its row, frozen now it is dead: had it committed its end
+        # a moment before the kill (a starved monitor can take tens of ms from the check above to
+        # here), the kill interrupted nothing and the naive run is spared it, so both logs agree.
+        at = time.time()
+        if not self.durable.kill_now():
+            return  # it exited since the check: the next tick stops
+        if (now := self._now(self.durable_id)) is not None and now.status in TERMINAL:
+            self._stop_auto()
+            return
+        n = 1 + self.naive.kill_now()
+        self.kills += 1
+        self.killed.emit(at, n)
 
-    def _durable_done(self) -> bool:
-        """Whether the durable run's terminal record is in the log. Its process may take a moment
-        more to exit, and the tail may be a poll behind: a kill then would land after its end and
-        count for the naive run alone, so the log itself is asked (one indexed row, well under a
-        millisecond on a file)."""
-        run = self._monitor.run(self.durable_id) if self.durable_id else None
-        if run is not None and run.terminal:
+    def _at_work(self, engine: EngineProcess, run_id: str | None) -> bool:
+        """Whether ``engine`` holds its run's lease, or its run is over (nothing to wait for)."""
+        now = self._now(run_id)
+        if now is not None and now.status in TERMINAL:
             return True
-        if self.durable_id is None:
-            return False
+        return engine.running and now is not None and now.lease_pid == engine.pid
+
+    def _now(self, run_id: str | None) -> RunNow | None:
+        """The run's row as committed now (one indexed row, well under a millisecond on a file);
+        ``None`` when it is not in the log yet or the log cannot be read (the tail says why)."""
+        if run_id is None:
+            return None
         try:
             if self._repo is None or self._repo.path != self._monitor.path:
                 if self._repo is not None:
                     self._repo.close()
                 self._repo = LogRepository(self._monitor.path)
-            return self._repo.run_status(self.durable_id) in TERMINAL
+            return self._repo.run_now(run_id)
         except LogUnavailable:
-            return False  # the tail's view stands; it will say what is wrong with the log
+            return None
 
     def _stop_auto(self) -> None:
         # The durable run is done: the comparison is decided. Killing the naive one on and on

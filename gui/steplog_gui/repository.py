@@ -60,6 +60,14 @@ class LogNotReady(LogUnavailable):
 
 
 @dataclass(frozen=True)
+class RunNow:
+    """A run's row as committed at the moment of asking (``LogRepository.run_now``)."""
+
+    status: str
+    lease_pid: int | None
+
+
+@dataclass(frozen=True)
 class StepDetail:
     """What the step and effect tables hold for one step (for the detail pane)."""
 
@@ -284,11 +292,14 @@ class LogRepository:
             raise LogUnavailable(f"{self.path} cannot be read ({exc})") from exc
         return dict(zip(names, row)) if row else None
 
-    def run_status(self, run_id: str) -> str | None:
-        """The run's status as committed right now (``None`` if there is no such run): fresher
-        than the tail, which may be a poll behind."""
-        rows = self._query("SELECT status FROM run WHERE id = ?", (run_id,))
-        return str(rows[0][0]) if rows else None
+    def run_now(self, run_id: str) -> RunNow | None:
+        """The run's status and lease holder as committed right now (``None`` if there is no such
+        run): fresher than the tail, which may be a poll behind."""
+        rows = self._query("SELECT status, lease_pid FROM run WHERE id = ?", (run_id,))
+        if not rows:
+            return None
+        status, pid = rows[0]
+        return RunNow(str(status), int(pid) if pid is not None else None)
 
     def step_detail(self, run_id: str, seq: int) -> StepDetail | None:
         rows = self._query(
