@@ -106,6 +106,7 @@ def lines_in_one_run(tmp_path: Path) -> int:
     return counter.count
 
 
+@pytest.mark.timeout(900)  # ~400 traced runs and their resumes: 170 s with three other test processes on 2 cores
 def test_a_stop_at_any_line_of_the_engine_stops_cleanly_and_the_run_resumes_exactly_once(
         tmp_path: Path, unraisable: list[str]) -> None:
     total = lines_in_one_run(tmp_path)
