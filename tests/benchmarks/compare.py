@@ -47,19 +47,24 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from peers import MARK_BEGIN, MARK_END, PEERS, RESUMABLE, expected_result  # noqa: E402
+from peers import MARK_BEGIN, MARK_END, PEERS, RESUMABLE, as_installed, expected_result  # noqa: E402
 
 RESUME_STEPS = 200
 RESUME_PAUSE = 0.01
 RESUME_KILL_AFTER = 100  # bodies run (~1 s at 10 ms a step) before the kill
 
 
+_ENV: dict[str, str] = {}
+
+
 def env() -> dict[str, str]:
-    """This checkout's steplog first, then the benchmark folder (the agents and workers)."""
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(ROOT / "engine"), str(HERE), e.get("PYTHONPATH", "")])
-    e.pop("BENCH_KILL_AT", None)
-    return e
+    """This checkout's steplog first, then the benchmark folder (the agents and workers), imported
+    from bytecode as installed code is (compiled on the first call)."""
+    if not _ENV:
+        _ENV.update(as_installed(dict(os.environ), ROOT / "engine" / "steplog", HERE))
+        _ENV["PYTHONPATH"] = os.pathsep.join([str(ROOT / "engine"), str(HERE), _ENV.get("PYTHONPATH", "")])
+        _ENV.pop("BENCH_KILL_AT", None)
+    return dict(_ENV)
 
 
 def summary(values: Sequence[float]) -> dict[str, float]:

@@ -162,7 +162,10 @@ def drop_db(name: str) -> None:
 
 
 def bench_env(**extra: str) -> dict[str, str]:
-    return {**os.environ, **extra,
+    """This checkout's steplog and this folder, imported from bytecode as installed code is."""
+    from peers import as_installed  # this folder: sys.path[0] when run as a script
+
+    return {**as_installed(dict(os.environ), ROOT / "engine" / "steplog", HERE), **extra,
             "PYTHONPATH": os.pathsep.join([str(ROOT / "engine"), str(HERE), os.environ.get("PYTHONPATH", "")])}
 
 
@@ -300,7 +303,7 @@ def summary(values: list[float]) -> dict[str, float]:
 # -- the driver ----------------------------------------------------------------------------------
 
 def run_worker(peer: str, n: int, sync: str, tmp: Path) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "engine"), str(HERE), os.environ.get("PYTHONPATH", "")])}
+    env = bench_env()
     done = subprocess.run([sys.executable, __file__, "--worker", peer, "--n", str(n), "--sync", sync, "--tmp", str(tmp)],
                           capture_output=True, text=True, env=env, timeout=1800)
     if done.returncode != 0:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import steplog
+from peers import as_installed
 
 STEPS = 3000
 KILLS = 20
@@ -60,7 +61,9 @@ def resume_latencies(tmp: Path, kills: int) -> list[float]:
     import random
 
     db = tmp / "resume.db"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "engine"), os.environ.get("PYTHONPATH", "")])}
+    engine = Path(__file__).parents[2] / "engine"
+    env = {**as_installed(dict(os.environ), engine / "steplog"),
+           "PYTHONPATH": os.pathsep.join([str(engine), os.environ.get("PYTHONPATH", "")])}
     argv = [sys.executable, "-m", "steplog", "run", f"{__file__}:noop", "--run-id", "r", "--db", str(db),
             "--param", "n=100000000"]
     rng = random.Random(5)
