@@ -183,6 +183,8 @@ class BudgetCharts(QWidget):
             chart.estimated.setData(x, s["tokens_estimated"])
         limit = run.limits.get(key)
         box = chart.widget.getViewBox()
+        # Time follows the data: the empty chart's fixed 0..1 (above) turned auto-range off.
+        box.enableAutoRange(axis=pg.ViewBox.XAxis)
         top = float(np.max(y))
         if not limit and not top:  # all zero, no limit: 0..1, not auto-range's -0.4..0.4
             box.setYRange(0, 1, padding=0)

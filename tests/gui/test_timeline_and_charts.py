@@ -95,6 +95,31 @@ def test_budget_charts_show_usage_limits_and_the_estimated_series(qtbot, crashed
         monitor.stop()
 
 
+def test_charts_chosen_before_their_run_has_usage_follow_it_once_it_comes(qtbot, crashed_run: Engine) -> None:  # type: ignore[no-untyped-def]
+    """A run picked as it starts has no usage yet: its charts show 0..1, and once the usage
+    arrives both axes fit it (the time axis stayed at 0..1 s: a 40 s run drew a stub at its left
+    edge, this 0.15 s one a short line)."""
+    monitor = Monitor(crashed_run.db)
+    charts = BudgetCharts(monitor)
+    qtbot.addWidget(charts)
+    charts.show()  # pyqtgraph fits auto-ranged axes as it paints
+    charts.set_run("R")  # nothing read yet
+    assert charts.charts["steps"].widget.getViewBox().viewRange() == [[0, 1], [0, 1]]
+    monitor.start()
+    try:
+        qtbot.waitUntil(lambda: (r := monitor.run("R")) is not None and r.terminal, timeout=10_000)
+        charts.refresh()
+        for key in ("steps", "seconds"):
+            box = charts.charts[key].widget.getViewBox()
+            x, y = charts.charts[key].used.getData()
+            assert x is not None and y is not None and 0 < x[-1] < 0.5  # the run took well under 1 s
+            qtbot.waitUntil(lambda: box.viewRange()[0][0] <= x[0] and x[-1] <= box.viewRange()[0][1] < 1.25 * x[-1],
+                            timeout=5_000)
+            assert box.viewRange()[1][1] >= y.max()
+    finally:
+        monitor.stop()
+
+
 def test_projection_reaches_the_limit_at_the_recent_rate() -> None:
     x = np.arange(10, dtype=float)
     p = project(x, 2 * x, 100.0)
