@@ -69,8 +69,9 @@ def figures(result: ComparedRuns, naive_verdict: Any, durable_verdict: Any, naiv
                naive_bad=trace.redone > len(n.kills)),
         Figure("Tokens spent", f"{trace.tokens:,}" + (" (est.)" if trace.estimated else ""),
                f"{durable_tokens:,}" + (" (est.)" if d.usage.get("tokens_estimated") else ""),
-               "naive: every model call it made, in every process (its trace); durable: tokens charged in the "
-               "log, a call cut short by a kill included", naive_bad=trace.tokens > durable_tokens),
+               "every model call made, in every process; a call cut short by a kill is charged the most it "
+               "could cost, as the provider may have billed it (naive: its trace; durable: the log)",
+               naive_bad=trace.tokens > durable_tokens),
         Figure("Cost", _cost(trace.cost_usd, n.model), _cost(float(d.usage.get("cost_usd", 0.0)), d.model),
                "USD at the model's list price (the offline scripted model costs nothing); token counts marked "
                "est. are estimated from text length, the model reported none"),

@@ -92,16 +92,33 @@ def _naive_usage(run: RunState, trace: Sequence[TraceRecord]) -> None:
     def seconds_until(ts: float) -> float:
         return sum(min(last_ts[i], ts) - first_ts[i] for i in first_ts)
 
+    # Model calls in flight: one cut short by a kill is charged its reservation at the kill, as
+    # the engine charges the durable run's (``cut_short``), so both sides count alike.
+    calls: dict[tuple[int, int], TraceRecord] = {}
+
+    def forfeit(before: int) -> None:
+        nonlocal tokens, estimated, cost
+        for key in [k for k in calls if k[0] < before]:
+            r = calls.pop(key)
+            tokens += r.reserve_tokens
+            estimated += r.reserve_tokens
+            cost += r.reserve_cost_usd
+
     pending = list(kills)
     for r in sorted(trace, key=lambda r: r.ts):
         while pending and pending[0][0] <= r.ts:  # a kill: the steps kept drop to 0
-            at, _inc = pending.pop(0)
+            at, inc = pending.pop(0)
+            forfeit(inc + 1)
             series.append(ts=at, steps=0, tokens=tokens, tokens_estimated=estimated, cost_usd=cost,
                           seconds=seconds_until(at))
+        forfeit(r.incarnation)  # a death the log has no kill for: charged once a later process runs
         first_ts.setdefault(r.incarnation, r.ts)
         last_ts[r.incarnation] = r.ts
         if r.event != "done":
+            if r.reserve_tokens:
+                calls[(r.incarnation, r.seq)] = r
             continue
+        calls.pop((r.incarnation, r.seq), None)
         kept.setdefault(r.incarnation, set()).add(r.seq)
         tokens += r.tokens
         estimated += r.tokens if r.estimated else 0

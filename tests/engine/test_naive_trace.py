@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Engine, kill_group
-from steplog.agents.trace import TRACE_FILE, Trace, read_trace, summarize
+from steplog.agents.trace import TRACE_FILE, Trace, cut_short, read_trace, summarize
 from steplog.outbox import OutboxProcess, start_outbox
 
 
@@ -77,6 +77,10 @@ def test_after_a_sigkill_the_trace_starts_over_at_step_one_and_shows_each_resend
     s = summarize(records)
     assert s.redone >= 2 * 4  # at least two tickets' four steps again
     assert s.done == 15 and s.steps == 15
+    # Each model call gives the most it can cost; one the kill cut short is charged that much.
+    calls = [r for r in records if r.event == "started" and r.kind == "chat"]
+    assert calls and all(r.reserve_tokens > max(r.tokens for r in records) for r in calls)
+    assert s.tokens == sum(r.tokens for r in records if r.event == "done") + sum(r.reserve_tokens for r in cut_short(records))
 
 
 def test_a_torn_last_line_is_ignored_and_a_raising_action_has_no_done_line(tmp_path: Path) -> None:

@@ -67,3 +67,20 @@ def test_steps_kept_drop_to_zero_at_a_kill_while_tokens_spent_keep_adding_up() -
     trace.append(TraceRecord(110.0, 1002, 2, 3, "step 3", "chat", "started"))
     naive = compare("n", log("n", 100.0, [105.0], None), trace, "d", log("d", 100.0, [], None)).naive
     assert naive.executions["outcome"][-1] == RUNNING and math.isnan(naive.executions["end"][-1])
+
+
+def test_a_model_call_cut_short_by_a_kill_is_charged_its_reservation_on_both_sides() -> None:
+    """The engine charges a durable run's call cut short by a kill the most it could cost (the
+    provider may have billed it); the naive side's trace gives each call's reservation, and a call
+    its process never finished is charged the same, at the kill."""
+    trace = traced(1, 100.5, 2, killed=False)
+    trace.append(TraceRecord(102.6, 1001, 1, 3, "step 3", "chat", "started", reserve_tokens=700, reserve_cost_usd=0.01))
+    trace += traced(2, 106.0, 4, killed=False)
+    trace.append(TraceRecord(110.5, 1002, 2, 5, "step 5", "chat", "started", reserve_tokens=700))  # in flight
+    result = compare("n", log("n", 100.0, [105.0], None), trace, "d", log("d", 100.0, [], None))
+    s = result.naive.usage_series
+    kill = list(s["ts"]).index(105.0)
+    assert s["tokens"][kill - 1] == 100 and s["tokens"][kill] == 800 and s["tokens_estimated"][kill] == 800
+    assert s["cost_usd"][kill] == 0.01
+    assert s["tokens"][-1] == 800 + 200  # the call still running is not charged yet
+    assert result.trace.tokens == 1000 and result.naive.usage["tokens"] == 1000

@@ -55,10 +55,13 @@ def naive(run: steplog.Run, tickets: int = 0, trace: bool = False, approve: bool
                    " reply_file)")  # no primary key: a second INSERT is a second row
         rows: list[dict[str, str]] = []
         for t in todo:
-            with steps.step(f"triage {t['id']}", "chat") as step:
+            messages = prompt(t)
+            most = model.estimate(messages, max_tokens=600)  # charged if a kill cuts the call short
+            with steps.step(f"triage {t['id']}", "chat", reserve_tokens=most.tokens,
+                            reserve_cost_usd=most.cost_usd) as step:
                 if run.pace:
                     time.sleep(run.pace)
-                answer = model.complete(prompt(t), max_tokens=600, idempotency_key=str(uuid.uuid4()))
+                answer = model.complete(messages, max_tokens=600, idempotency_key=str(uuid.uuid4()))
                 step.tokens, step.estimated = answer.usage.total, answer.usage.estimated
                 step.cost_usd = answer.cost_usd
             triage = parse_triage(answer.text)

@@ -4,7 +4,8 @@ The ``naive`` agent checkpoints nothing, so the steplog log cannot show its work
 compare mode must draw it beside the durable agent. Like any agent's debug log, it can append a
 line per action to a file: ``{"ts", "pid", "incarnation", "seq", "name", "kind", "event"}`` with
 ``event`` ``started`` or ``done`` (a ``done`` line adds ``tokens``, ``estimated`` and
-``cost_usd``). Its sequence numbers count from 1 in every process, because a naive agent starts
+``cost_usd``; a model call's ``started`` line adds ``reserve_tokens`` and ``reserve_cost_usd``,
+the most it can cost, which a call cut short by a kill is charged, as the engine charges it). Its sequence numbers count from 1 in every process, because a naive agent starts
 over: that is exactly what the trace is there to show.
 
 One ``os.write`` per line on a file opened ``O_APPEND``: a SIGKILL leaves whole lines behind (the
@@ -41,6 +42,9 @@ class TraceRecord:
     tokens: int = 0
     estimated: bool = False
     cost_usd: float = 0.0
+    reserve_tokens: int = 0
+    """On a model call's ``started`` line: the most it can cost (the model's ``estimate``)."""
+    reserve_cost_usd: float = 0.0
 
 
 @dataclass
@@ -67,12 +71,14 @@ class Trace:
             self._fd = None
 
     @contextmanager
-    def step(self, name: str, kind: str) -> Iterator[Step]:
+    def step(self, name: str, kind: str, *, reserve_tokens: int = 0, reserve_cost_usd: float = 0.0) -> Iterator[Step]:
         """Trace one action: ``started`` now, ``done`` if the body returns (nothing if it raises
-        or the process dies: an unfinished action has no ``done`` line)."""
+        or the process dies: an unfinished action has no ``done`` line). A model call gives its
+        ``reserve_*``: what it is charged if a kill cuts it short."""
         self._seq += 1
         seq = self._seq
-        self._write(seq, name, kind, "started")
+        reserve = {"reserve_tokens": reserve_tokens, "reserve_cost_usd": reserve_cost_usd} if reserve_tokens else {}
+        self._write(seq, name, kind, "started", **reserve)
         step = Step()
         yield step
         self._write(seq, name, kind, "done", tokens=step.tokens, estimated=step.estimated, cost_usd=step.cost_usd)
@@ -99,7 +105,9 @@ def read_trace(path: Path) -> list[TraceRecord]:
                                    seq=int(d["seq"]), name=str(d["name"]), kind=str(d["kind"]),
                                    event=str(d["event"]), tokens=int(d.get("tokens", 0)),
                                    estimated=bool(d.get("estimated", False)),
-                                   cost_usd=float(d.get("cost_usd", 0.0))))
+                                   cost_usd=float(d.get("cost_usd", 0.0)),
+                                   reserve_tokens=int(d.get("reserve_tokens", 0)),
+                                   reserve_cost_usd=float(d.get("reserve_cost_usd", 0.0))))
         except (ValueError, KeyError, TypeError):
             continue  # a line torn by a kill mid-write, or not ours
     return out
@@ -126,11 +134,23 @@ class TraceSummary:
         return self.executions - self.steps
 
 
+def cut_short(records: list[TraceRecord]) -> list[TraceRecord]:
+    """The ``started`` lines of model calls that never finished because their process died (a
+    later process ran): each is charged its reservation, as the engine charges a durable run's
+    call cut short by a kill (it cannot know whether the provider billed it)."""
+    last = max((r.incarnation for r in records), default=0)
+    finished = {(r.incarnation, r.seq) for r in records if r.event == "done"}
+    return [r for r in records if r.event == "started" and r.reserve_tokens and r.incarnation < last
+            and (r.incarnation, r.seq) not in finished]
+
+
 def summarize(records: list[TraceRecord]) -> TraceSummary:
     started = [r for r in records if r.event == "started"]
     done = [r for r in records if r.event == "done"]
+    forfeited = cut_short(records)
     last = max((r.incarnation for r in records), default=0)
     return TraceSummary(executions=len(started), steps=len({r.seq for r in started}),
                         done=len({r.seq for r in done if r.incarnation == last}),
-                        tokens=sum(r.tokens for r in done), estimated=any(r.estimated for r in done),
-                        cost_usd=sum(r.cost_usd for r in done))
+                        tokens=sum(r.tokens for r in done) + sum(r.reserve_tokens for r in forfeited),
+                        estimated=any(r.estimated for r in done) or bool(forfeited),
+                        cost_usd=sum(r.cost_usd for r in done) + sum(r.reserve_cost_usd for r in forfeited))
