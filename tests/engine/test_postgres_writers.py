@@ -126,18 +126,22 @@ def test_an_engine_waits_for_a_takeover_holding_its_row_and_is_then_fenced(db: P
     try:
         takeover.execute("BEGIN IMMEDIATE")
         takeover.execute("SELECT id FROM run WHERE id = 'r' FOR UPDATE")
-        done = threading.Event()
+        committed_at: list[float] = []
 
         def commit_later() -> None:
             time.sleep(0.3)
             takeover.execute("UPDATE run SET incarnation = 2 WHERE id = 'r'")
+            committed_at.append(time.monotonic())  # just before: the server may wake the engine first
             takeover.execute("COMMIT")
-            done.set()
 
-        threading.Thread(target=commit_later).start()
+        thread = threading.Thread(target=commit_later)
+        thread.start()
         with pytest.raises(Fenced):
             journal.begin_attempt(1, "s", "call", attempt=1, recoveries=0, fresh=True, durable=True)
-        assert done.is_set()  # the fence waited for the takeover's commit, then saw it
+        fenced_at = time.monotonic()
+        thread.join(10)
+        # The fence waited for the takeover's commit (not only for its row lock), then saw it.
+        assert committed_at and fenced_at >= committed_at[0]
         assert conn.execute("SELECT count(*) FROM step").fetchone()[0] == 0
     finally:
         for c in (conn, journal.conn, takeover):
