@@ -76,6 +76,14 @@ class _Chart:
         self.widget.addItem(self.projection, ignoreBounds=True)
         self.full_title = title
         self._shown: tuple[str, str] = ("", "")
+        self._palette: theme.Palette | None = None
+        # The y axis widens once new data's tick labels are laid out, after the title was cut for
+        # the old width: cut it again then, or it overhangs the plot's right edge by a few pixels.
+        self.widget.getAxis("left").geometryChanged.connect(self._recut)
+
+    def _recut(self) -> None:
+        if self._palette is not None:
+            self.set_title(self.full_title, self._palette)
 
     def set_title(self, text: str, pal: theme.Palette) -> None:
         """The title, cut with "…" to the chart's width (a title wider than its column would
@@ -87,7 +95,7 @@ class _Chart:
         axis = max(int(self.widget.getAxis("left").width()), AXIS_ROOM)
         room = max(40, self.widget.width() - axis - 24)
         shown = QFontMetrics(font).elidedText(text, Qt.TextElideMode.ElideRight, room)
-        self.full_title = text
+        self.full_title, self._palette = text, pal
         if (shown, pal.foreground) != self._shown:
             self._shown = (shown, pal.foreground)
             self.widget.setTitle(shown, color=pal.foreground, size=f"{TITLE_POINTS}pt")
