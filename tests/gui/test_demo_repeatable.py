@@ -101,6 +101,16 @@ def test_a_run_started_elsewhere_appears_within_a_second_and_is_not_followed_by_
         window.start_spec(LaunchSpec(agent="demo", run_id=spec_run, db=engine.db, params={"tickets": "2"}, pace=0.3))
         qtbot.waitUntil(lambda: window._run_id == spec_run, timeout=5_000)
         assert window.runs_model.row_of(spec_run) == 0  # newest first
+        # Followed from before its first usage point: its charts' time axis still follows it to the end.
+        qtbot.waitUntil(lambda: (r := window.monitor.run(spec_run)) is not None and r.terminal, timeout=60_000)
+        steps = window.charts.charts["steps"]
+
+        def chart_fits_the_run() -> bool:
+            x, _y = steps.used.getData()
+            low, high = steps.widget.getViewBox().viewRange()[0]
+            return x is not None and len(x) > 1 and x[-1] > 1 and low <= x[0] and x[-1] <= high < 1.25 * x[-1]
+
+        qtbot.waitUntil(chart_fits_the_run, timeout=5_000)
     finally:
         proc.kill()
         proc.wait()
