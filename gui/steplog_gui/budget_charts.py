@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QFont, QFontMetrics, QResizeEvent
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QGridLayout, QWidget
 
 from . import theme
@@ -118,6 +118,7 @@ class BudgetCharts(QWidget):
             chart = _Chart(title)
             self.charts[key] = chart
             grid.addWidget(chart.widget, i // 2, i % 2)
+            chart.widget.installEventFilter(self)
         tokens = self.charts["tokens"]
         legend = tokens.widget.addLegend(offset=(5, 5))
         legend.addItem(tokens.used, "tokens (reported + estimated)")
@@ -147,10 +148,14 @@ class BudgetCharts(QWidget):
                 chart.estimated.setPen(pg.mkPen(pal.estimated, width=2, style=Qt.PenStyle.DashLine))
         self._dirty = True
 
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
-        super().resizeEvent(event)
-        for chart in self.charts.values():  # titles are cut to the new widths
-            chart.set_title(chart.full_title, self._palette)
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        # A chart's title is cut to its new width as it resizes: the grid can move a chart's width
+        # without this widget resizing, and a title cut for a wider chart overhangs its right edge.
+        if event.type() == QEvent.Type.Resize:
+            for chart in self.charts.values():
+                if chart.widget is watched:
+                    chart.set_title(chart.full_title, self._palette)
+        return super().eventFilter(watched, event)
 
     def set_run(self, run_id: str | None) -> None:
         self._run_id = run_id
