@@ -64,8 +64,46 @@ def window(qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> Iterator
     """``open_window`` on this test's log; closed with its engines (and any compare engines and
     the demo outbox) stopped: nothing left running after the test."""
     win = open_window(qtbot, engine, settings, gui_env)
+    stray = StrayModals()
     yield win
+    stray.stop()
     win.shutdown(stop_engine=True)
+    assert not stray.seen, f"a modal dialog nobody answered was shut after {STRAY_MODAL_S:.0f} s: {stray.seen}"
+
+
+STRAY_MODAL_S = 10.0
+
+
+class StrayModals:
+    """Shuts a modal dialog left open ``STRAY_MODAL_S`` seconds (one a test did not expect) and
+    remembers its text. Its ``exec`` blocks the test in a nested event loop where pytest-timeout's
+    exception is swallowed by the slot that raises it: without this the test run hangs for good."""
+
+    def __init__(self) -> None:
+        import time
+
+        from PySide6.QtCore import QTimer
+        from PySide6.QtWidgets import QApplication
+
+        self.seen: list[str] = []
+        self._since: dict[int, float] = {}
+
+        def check() -> None:
+            modal = QApplication.activeModalWidget()
+            if modal is None:
+                self._since.clear()
+                return
+            first = self._since.setdefault(id(modal), time.monotonic())
+            if time.monotonic() - first >= STRAY_MODAL_S:
+                self.seen.append(getattr(modal, "text", modal.windowTitle)())
+                modal.reject()  # type: ignore[attr-defined]
+
+        self._timer = QTimer()
+        self._timer.timeout.connect(check)
+        self._timer.start(500)
+
+    def stop(self) -> None:
+        self._timer.stop()
 
 
 @pytest.fixture

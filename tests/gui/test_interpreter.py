@@ -149,6 +149,9 @@ def test_an_own_agent_runs_with_the_chosen_python_which_is_remembered_and_used_a
     window.start_spec(dialog.spec(engine.db))
     qtbot.waitUntil(lambda: (window.monitor.run("own-1") or None) is not None
                     and window.monitor.run("own-1").status == "succeeded", timeout=30_000)  # type: ignore[union-attr]
+    # Its end is in the log a moment before its process exits: until then the window refuses another
+    # engine with a modal message, which would stop this test for good.
+    qtbot.waitUntil(lambda: not window.engine.running, timeout=10_000)
     assert any(" -m steplog run " in line and "own-1" in line for line in starts.read_text().splitlines())
 
     # Remembered: a new dialog for the same agent offers it, and resuming the run uses it.
