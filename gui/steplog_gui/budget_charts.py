@@ -80,6 +80,15 @@ class _Chart:
         # The y axis widens once new data's tick labels are laid out, after the title was cut for
         # the old width: cut it again then, or it overhangs the plot's right edge by a few pixels.
         self.widget.getAxis("left").geometryChanged.connect(self._recut)
+        # And whatever the cut, the title never makes the plot wider than its view: pyqtgraph sets
+        # a label's minimum width to its text's on every text change and resize.
+        label = self.widget.getPlotItem().titleLabel
+
+        def title_min_size() -> None:
+            pg.LabelItem.updateMin(label)
+            label.setMinimumWidth(0)
+
+        label.updateMin = title_min_size
 
     def _recut(self) -> None:
         if self._palette is not None:
