@@ -294,18 +294,21 @@ def serve(
         released = store.release_orphans()
         if released:
             log.warning("released %d idempotency key(s) left in flight by a killed outbox", released)
-        if port_file is not None:
-            write_port_file(Path(port_file), server.port)
-        if ready is not None:
-            ready(server.port)
-        _serve_until_signalled(server)
+
+        def announce() -> None:  # once SIGTERM is handled: a stop right after it is a clean one
+            if port_file is not None:
+                write_port_file(Path(port_file), server.port)
+            if ready is not None:
+                ready(server.port)
+
+        _serve_until_signalled(server, announce)
     finally:
         server.server_close()  # joins the requests still in progress, before their store closes
         if store is not None:
             store.close()
 
 
-def _serve_until_signalled(server: OutboxServer) -> None:
+def _serve_until_signalled(server: OutboxServer, announce: Callable[[], None]) -> None:
     stop = threading.Event()
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
@@ -325,6 +328,7 @@ def _serve_until_signalled(server: OutboxServer) -> None:
     thread = threading.Thread(target=loop, name="steplog-outbox-http", daemon=True)
     thread.start()
     try:
+        announce()
         # A timed wait, so the main thread regularly returns to the interpreter to run handlers.
         while not stop.wait(0.5):
             pass
