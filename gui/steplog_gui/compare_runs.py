@@ -139,8 +139,7 @@ class CompareRuns(QObject):
         # A kill interrupts work: an engine still starting (relaunched, its lease not taken yet)
         # leaves no trace of being killed in its log, so the tick waits for both to be at work.
         # Either way both runs' logs record the same kills, however slow a start is.
-        if not all(self._at_work(engine, run_id) for engine, run_id in
-                   ((self.durable, self.durable_id), (self.naive, self.naive_id))):
+        if not (self._at_work(self.durable, durable) and self._at_work(self.naive, self._now(self.naive_id))):
             return
         # The durable engine first, then its row, frozen now it is dead: had it committed its end
         # a moment before the kill (a starved monitor can take tens of ms from the check above to
@@ -155,9 +154,9 @@ class CompareRuns(QObject):
         self.kills += 1
         self.killed.emit(at, n)
 
-    def _at_work(self, engine: EngineProcess, run_id: str | None) -> bool:
-        """Whether ``engine`` holds its run's lease, or its run is over (nothing to wait for)."""
-        now = self._now(run_id)
+    @staticmethod
+    def _at_work(engine: EngineProcess, now: RunNow | None) -> bool:
+        """Whether ``engine`` holds the lease of its run (``now``), or the run is over (nothing to wait for)."""
         if now is not None and now.status in TERMINAL:
             return True
         return engine.running and now is not None and now.lease_pid == engine.pid

@@ -5,8 +5,9 @@ compare mode must draw it beside the durable agent. Like any agent's debug log, 
 line per action to a file: ``{"ts", "pid", "incarnation", "seq", "name", "kind", "event"}`` with
 ``event`` ``started`` or ``done`` (a ``done`` line adds ``tokens``, ``estimated`` and
 ``cost_usd``; a model call's ``started`` line adds ``reserve_tokens`` and ``reserve_cost_usd``,
-the most it can cost, which a call cut short by a kill is charged, as the engine charges it). Its sequence numbers count from 1 in every process, because a naive agent starts
-over: that is exactly what the trace is there to show.
+the most it can cost, which a call cut short by a kill is charged, as the engine charges it).
+Its sequence numbers count from 1 in every process, because a naive agent starts over: that is
+exactly what the trace is there to show.
 
 One ``os.write`` per line on a file opened ``O_APPEND``: a SIGKILL leaves whole lines behind (the
 reader drops a torn last line anyway). Nothing is fsynced: this is evidence for a person watching,
