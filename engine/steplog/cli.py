@@ -489,7 +489,10 @@ def _describe(s: dict[str, Any]) -> str:
         return f"{b['used']}" + (f"/{b['limit']}" if b["limit"] is not None else "")
 
     budget = s["budget"]
-    redone = s["step_executions"] - s["steps_committed"]
+    # Executions beyond the committed steps are retries after errors, steps cut short by a stop,
+    # a kill or a wait, and the step in progress: `steplog verdict` tells which were redone by kills.
+    extra = s["step_executions"] - s["steps_committed"]
+    beyond = f" ({extra} beyond the committed: retries, interrupted or in progress)" if extra > 0 else ""
     engine = {"gone": " (its engine is gone: run the same command to resume)",
               "none": " (no engine holds it: run the same command to resume)"}
     state = s["status"] + (f" for signal {s['waiting_for']!r}" if s["status"] == "waiting" else "")
@@ -500,7 +503,7 @@ def _describe(s: dict[str, Any]) -> str:
         state += f"  (worker {s['worker']['host']}:{s['worker']['pid']})"
     return (f"{s['run_id']}  {s['agent']}  {state}"
             + (f" ({s['reason']})" if s["reason"] else "")
-            + f"\n  steps {fmt(budget['steps'])}  executions {s['step_executions']} (redone/retried {redone})"
+            + f"\n  steps {fmt(budget['steps'])}  executions {s['step_executions']}{beyond}"
             + f"  incarnations {s['incarnations']}"
             + f"\n  tokens {fmt(budget['tokens'])}" + (" (estimated)" if budget["tokens"]["estimated"] else "")
             + f"  cost ${fmt(budget['cost_usd'])}  seconds {fmt(budget['seconds'])}")
@@ -552,7 +555,7 @@ def verdict(run_id: str, db: LogLocation | None, outbox: str | None, as_json: bo
     if as_json:
         click.echo(json.dumps(v.summary_json(), ensure_ascii=False))
     else:
-        click.echo(f"{v.label}  {run_id}: {v.explanation}")
+        click.echo(f"{v.label}  {run_id} ({'outcome ' if v.passed is not None else ''}{v.status}): {v.explanation}")
         for c in v.checks:
             mark = {True: "ok  ", False: "FAIL", None: "--  "}[c.ok]
             click.echo(f"  {mark} {c.name}: {c.detail}  [{c.source}]")

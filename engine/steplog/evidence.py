@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .outbox.ledger import Ledger
 
@@ -51,16 +51,20 @@ def completed_post_keys(conn: LogConnection, run_id: str) -> set[str]:
 
 
 def read_ledger(run_id: str, *, outbox: str | None, recorded_url: str | None, log: LogLocation,
-                completed: set[str], timeout: float = 2.0) -> RunLedger:
+                completed: set[str], timeout: float = 2.0, transport: Any = None) -> RunLedger:
     """The run's ledger from ``outbox`` (a URL or an outbox file) if given, else from the URL the
-    run recorded, else from the outbox file beside the log."""
+    run recorded, else from the outbox file beside the log.
+
+    A ledger that holds none of the posts the log records as completed is another outbox's
+    (a new demo outbox on the same port, a file of another data directory): it is not this
+    run's evidence, and reading it as such would call every post lost."""
     tried: list[str] = []
     if outbox:
         if outbox.startswith(("http://", "https://")):
-            return _from_url(run_id, outbox, timeout)
+            return _from_url(run_id, outbox, timeout, completed, transport)
         return _from_file(run_id, Path(outbox).expanduser(), completed)
     if recorded_url:
-        found = _from_url(run_id, recorded_url, timeout)
+        found = _from_url(run_id, recorded_url, timeout, completed, transport)
         if found.ledger is not None:
             return found
         tried.append(found.problem or recorded_url)
@@ -76,14 +80,22 @@ def read_ledger(run_id: str, *, outbox: str | None, recorded_url: str | None, lo
                      "its outbox could not be read (" + "; ".join(tried) + "); pass --outbox URL or FILE")
 
 
-def _from_url(run_id: str, url: str, timeout: float) -> RunLedger:
+def _from_url(run_id: str, url: str, timeout: float, completed: set[str], transport: Any) -> RunLedger:
     from .outbox.client import fetch_ledger
 
     source = f"outbox ledger at {url}"
     try:
-        return RunLedger(fetch_ledger(url, timeout=timeout).for_run(run_id), source)
+        ledger = fetch_ledger(url, timeout=timeout, transport=transport).for_run(run_id)
     except Exception as exc:  # unreachable, refused, not an outbox: all mean "no evidence here"
-        return RunLedger(None, source, f"the outbox at {url} is not answering ({plain_error(exc)})")
+        return RunLedger(None, source, f"the outbox at {url} is not answering as an outbox ({plain_error(exc)})")
+    return _plausible(ledger, source, completed, f"the outbox at {url}")
+
+
+def _plausible(ledger: Ledger, source: str, completed: set[str], where: str) -> RunLedger:
+    """``ledger`` as this run's evidence, unless it holds none of the run's completed posts."""
+    if completed and not completed & {d.key for d in ledger.deliveries}:
+        return RunLedger(None, source, f"{where} holds none of this run's messages (not the outbox it posted to?)")
+    return RunLedger(ledger, source)
 
 
 def _from_file(run_id: str, path: Path, completed: set[str]) -> RunLedger:
@@ -99,10 +111,7 @@ def _from_file(run_id: str, path: Path, completed: set[str]) -> RunLedger:
             store.close()
     except (LogError, sqlite3.Error, OSError) as exc:
         return RunLedger(None, source, f"{path} cannot be read as an outbox ({exc})")
-    delivered = {d.key for d in ledger.deliveries}
-    if completed and not completed & delivered:
-        return RunLedger(None, source, f"{path} holds none of this run's messages (another outbox's file?)")
-    return RunLedger(ledger, source)
+    return _plausible(ledger, source, completed, str(path))
 
 
 def plain_error(exc: BaseException) -> str:
@@ -112,4 +121,6 @@ def plain_error(exc: BaseException) -> str:
         return "connection refused: it is not running"
     if "timed out" in text.lower():
         return "no answer in time"
+    if isinstance(exc, (KeyError, TypeError, ValueError)):
+        return f"it answered, but not with an outbox's ledger: {type(exc).__name__}: {text}"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

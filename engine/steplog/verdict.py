@@ -35,6 +35,7 @@ from typing import Any
 from .db import location, open_readonly
 from .events import EventKind
 from .evidence import RunLedger, completed_post_keys, read_ledger
+from .kills import Account, account
 from .location import LogLocation
 from .logread import Event, events_since
 from .outputs import Finding, Outputs, compare, snapshot
@@ -155,12 +156,16 @@ class Evidence:
     completed_posts: set[str] | None = None
     """Keys of the posts the log records as completed; each must be a delivery in the ledger
     (checked when there is no reference run to compare with)."""
+    account: Account = field(default_factory=Account)
+    """Deaths and re-runs as the log shows them (``steplog.kills``): what counts as redone."""
 
 
 @dataclass
 class Verdict:
     run_id: str
     status: str
+    """The run's outcome (``succeeded``, ``failed``, ``gave_up``, ``cancelled``) or its state while
+    it goes on: shown beside the verdict, never folded into it."""
     reason: str | None
     passed: bool | None
     """``None`` while the run is not terminal."""
@@ -172,11 +177,16 @@ class Verdict:
     steps_committed: int = 0
     step_executions: int = 0
     redone_steps: int = 0
-    """``step_executions - steps_committed`` (the engine's own count)."""
+    """Step executions repeated because an engine was killed (``steplog.kills``): not retries after
+    an error, nor steps interrupted by a stop, a cancel or a wait."""
     incarnations: int = 0
     deliveries: int | None = None
     attempts: int | None = None
     budget: dict[str, Any] = field(default_factory=dict)
+    engine: str = "none"
+    """``steplog status``'s ``engine``: ``live``, ``gone``, ``none`` or ``remote``."""
+    waiting_for: str | None = None
+    account: Account = field(default_factory=Account)
 
     @property
     def failing(self) -> bool:
@@ -187,17 +197,19 @@ class Verdict:
     def label(self) -> str:
         """``FAIL``, ``RUNNING``, ``UNTESTED`` or ``PASS`` (CONTRACT ``steplog verdict``).
 
-        FAIL as soon as a check failed (a duplicate cannot be undone); RUNNING while the run goes
-        on; UNTESTED when it was never killed, or when evidence is missing (``unchecked`` says
-        which); PASS only for a killed, finished run whose every check passed.
+        PASS and FAIL come from kills only: a run never killed is ``UNTESTED`` once it ends
+        (``RUNNING`` before), whatever its outcome, retries, stops, waits or cancels. A killed
+        run is FAIL as soon as a check failed (a duplicate cannot be undone; a live verdict makes
+        no check it could take back), RUNNING while it goes on, UNTESTED when evidence is
+        missing (``unchecked`` says which), and PASS when it ended and every check passed.
         """
+        if not self.kills:
+            return "RUNNING" if self.passed is None else "UNTESTED"
         if self.failing:
             return "FAIL"
         if self.passed is None:
             return "RUNNING"
-        if not self.kills or self.unchecked:
-            return "UNTESTED"
-        return "PASS"
+        return "UNTESTED" if self.unchecked else "PASS"
 
     @property
     def unchecked(self) -> list[Check]:
@@ -207,27 +219,48 @@ class Verdict:
     def explanation(self) -> str:
         """One line saying why the label is what it is."""
         label = self.label
+        bad = "; ".join(f"{c.name}: {c.detail}" for c in self.checks if c.ok is False)
         if label == "FAIL":
-            bad = [c for c in self.checks if c.ok is False]
-            return "; ".join(f"{c.name}: {c.detail}" for c in bad)
+            return bad
+        but = f"; but {bad}" if bad else ""
+        kills = f" ({len(self.kills)} kill(s) so far)" if self.kills else ""
         if label == "RUNNING":
-            if self.status == "waiting":
-                return f"the run waits for a signal ({len(self.kills)} kill(s) so far)"
-            if self.status == "queued":
-                so_far = f" ({len(self.kills)} kill(s) so far)" if self.kills else ""
-                return f"the run is queued: no engine works on it yet; a worker or `steplog run` starts it{so_far}"
-            return f"the run is still going ({len(self.kills)} kill(s) so far)"
+            return self._state() + kills + but
         if not self.kills:
-            return "not kill-tested yet: the run finished without being killed"
+            return f"not kill-tested: the run {self.status} without being killed{self._not_redone()}{but}"
         if self.unchecked:
             return "; ".join(f"{c.name}: {c.detail}" for c in self.unchecked)
         return f"{len(self.kills)} kill(s), nothing duplicated, at most one step redone per kill"
+
+    def _state(self) -> str:
+        """What a run that has not ended is doing."""
+        if self.status == "waiting":
+            return f"the run waits for signal {self.waiting_for!r}" if self.waiting_for else "the run waits"
+        if self.status == "queued":
+            return "the run is queued: no engine works on it yet; a worker or `steplog run` starts it"
+        if self.engine == "none":
+            return ("stopped: no engine works on the run; Resume (or the same `steplog run` command) "
+                    "continues it from its last checkpoint")
+        if self.engine == "gone":
+            return ("its engine died and none has resumed the run yet; Resume (or the same `steplog run` "
+                    "command) continues it from its last checkpoint")
+        if self.engine == "remote":
+            return "an engine on another host works on the run"
+        return "the run is still going"
+
+    def _not_redone(self) -> str:
+        """Steps that ran again for reasons other than a kill, said as such (or nothing)."""
+        parts = [f"{n} {what}" for n, what in (
+            (self.account.count("retry"), "retried after an error"),
+            (self.account.count("stop"), "run again after a stop or cancel"),
+            (self.account.count("wait"), "wait(s) taken up again")) if n]
+        return f" ({', '.join(parts)}: not redone work)" if parts else ""
 
     def summary_json(self) -> dict[str, Any]:
         """The ``steplog verdict --json`` object (CONTRACT.md)."""
         return {
             "run_id": self.run_id, "verdict": self.label, "explanation": self.explanation, "status": self.status,
-            "kills": len(self.kills), "redone": self.redone_steps, "duplicates": len(self.duplicates),
+            "outcome": self.status, "kills": len(self.kills), "redone": self.redone_steps, "duplicates": len(self.duplicates),
             "missing": len(self.missing), "deliveries": self.deliveries,
             "checks": [{"name": c.name, "passed": c.ok, "evidence": c.detail, "source": c.source} for c in self.checks],
             "resume_latency": self.latency_stats(),
@@ -256,6 +289,8 @@ class Verdict:
             "deliveries": self.deliveries, "attempts": self.attempts, "budget": self.budget,
             "resume_latency": self.latency_stats(),
             "redone_per_kill": {str(k): v for k, v in self.redone_histogram().items()},
+            "reruns": {c: self.account.count(c) for c in ("kill", "retry", "stop", "wait", "committed",
+                                                           "unexplained")},
         }
 
 
@@ -283,6 +318,10 @@ def collect(db: LogLocation, run_id: str, *, ledger: Ledger | None = None,
 
     ``kill_times``: the kills as their maker knows them; by default the ones the log records
     (``logged_kills``), so a run reopened later is judged exactly as it was live.
+
+    The log is read status first, then events, then effects: each read sees at least what the
+    one before it saw. A ``ledger`` must have been read *after* this call (``verdict_of`` does):
+    an outbox read earlier can lack a post the log already records as completed.
     """
     db = location(db)
     conn = open_readonly(db)
@@ -295,53 +334,50 @@ def collect(db: LogLocation, run_id: str, *, ledger: Ledger | None = None,
         completed = completed_post_keys(conn, run_id)
     finally:
         conn.close()
-    given = logged_kills(events) if kill_times is None else kill_times
+    found = account(events)
+    given = [KillMark(d.at) for d in found.deaths] if kill_times is None else kill_times
     marks = sorted((m if isinstance(m, KillMark) else KillMark(float(m)) for m in given), key=lambda m: m.at)
     outputs = snapshot(Path(status["workdir"])) if reference is not None and status["status"] in TERMINAL else None
-    return Evidence(status=status, kills=_kills(events, marks, steps), ledger=ledger, reference=reference,
-                    outputs=outputs, lease_refusals=lease_refusals, ledger_source=ledger_source,
-                    ledger_problem=ledger_problem, posts=int(posts), completed_posts=completed)
+    return Evidence(status=status, kills=_kills(events, marks, steps, found), ledger=ledger,
+                    reference=reference, outputs=outputs, lease_refusals=lease_refusals,
+                    ledger_source=ledger_source, ledger_problem=ledger_problem, posts=int(posts),
+                    completed_posts=completed, account=found)
 
 
-def verdict_of(db: LogLocation, run_id: str, *, outbox: str | None = None, ledger: Ledger | None = None,
-               ledger_source: str | None = None) -> Verdict:
+def verdict_of(db: LogLocation, run_id: str, *, outbox: str | None = None,
+               transport: Any = None) -> Verdict:
     """One run's verdict as the monitor's strip and ``steplog verdict`` show it: kills as the log
-    records them, and this run's own deliveries from its outbox (``ledger`` if the caller already
-    polls it, else read by ``steplog.evidence.read_ledger``: ``outbox``, the recorded URL, the
-    outbox file beside the log). No reference run: the checks that need one are not made."""
-    evidence = collect(db, run_id)  # the log read once; the ledger is added below
-    if ledger is not None:
-        found = RunLedger(ledger.for_run(run_id), ledger_source or "outbox ledger")
-    else:
-        found = read_ledger(run_id, outbox=outbox, recorded_url=evidence.status["outbox"], log=location(db),
-                            completed=evidence.completed_posts or set())
+    records them, and this run's own deliveries from its outbox (read by
+    ``steplog.evidence.read_ledger``: ``outbox``, the recorded URL, the outbox file beside the
+    log). No reference run: the checks that need one are not made.
+
+    The log is read first and the outbox after it, so the verdict sees the outbox at least as
+    late as the log: every post the log records as completed had reached the outbox by then.
+    ``transport``: an ``httpx`` transport to reuse for the outbox's URL (the monitor polls often).
+    """
+    evidence = collect(db, run_id)
+    found = read_ledger(run_id, outbox=outbox, recorded_url=evidence.status["outbox"], log=location(db),
+                        completed=evidence.completed_posts or set(), transport=transport)
     return judge(replace(evidence, ledger=found.ledger, ledger_source=found.source, ledger_problem=found.problem))
 
 
 def logged_kills(events: Sequence[Event]) -> list[KillMark]:
-    """The kills a log records: every takeover of an engine that died holding the lease
-    (``lease_acquired`` with a ``previous_pid``), dated by ``killed_at`` when the killer handed
-    the time to the engine it relaunched (``steplog run --killed-at``: Kill now, auto-kill,
-    killtest), else by the dead engine's last event. ``events``: the run's, oldest first."""
-    last_ts: dict[int, float] = {}
-    out: list[KillMark] = []
-    for e in events:
-        if e.kind == EventKind.LEASE_ACQUIRED and e.data.get("previous_pid") is not None:
-            at = e.data.get("killed_at")
-            out.append(KillMark(float(at) if at is not None else last_ts.get(e.incarnation - 1, e.ts)))
-        last_ts[e.incarnation] = e.ts
-    return out
+    """The kills a log records (``steplog.kills``): every takeover of an engine that died holding
+    the lease, dated by ``killed_at`` when the killer handed the time to the engine it relaunched
+    (``steplog run --killed-at``: Kill now, auto-kill, killtest), else by the dead engine's last
+    event. ``events``: the run's, oldest first."""
+    return [KillMark(d.at) for d in account(events).deaths]
 
 
-def _kills(events: list[Event], marks: list[KillMark], steps: dict[int, str]) -> list[Kill]:
+def _kills(events: list[Event], marks: list[KillMark], steps: dict[int, str], found: Account) -> list[Kill]:
     out: list[Kill] = []
     for i, m in enumerate(marks):
         since = marks[i - 1].at if i else -math.inf
-        before = [e for e in events if e.ts <= m.at]
-        window = [e for e in before if e.ts > since]
+        window = [e for e in events if since < e.ts <= m.at]
         leases = [e for e in window if e.kind == EventKind.LEASE_ACQUIRED]
         seq: int | None = None
         incarnation: int | None = None
+        in_flight, redone = 0, 0
         if not leases:
             phase = "start-up"
         else:
@@ -350,20 +386,23 @@ def _kills(events: list[Event], marks: list[KillMark], steps: dict[int, str]) ->
             phase, seq = PHASES.get(last.kind, last.kind), last.seq
             if last.kind == EventKind.STEP_STARTED and last.data.get("kind") == "chat":
                 phase = "deciding"
+            death = found.death_of(incarnation)
+            if death is not None:
+                in_flight = len(death.in_flight)
+            else:  # not taken over yet (or it ended cleanly): what it had started and not finished
+                mine = [e for e in window if e.incarnation == incarnation]
+                in_flight = len({e.seq for e in mine if e.kind == EventKind.STEP_STARTED} - {
+                    e.seq for e in mine if e.kind in (EventKind.STEP_COMMITTED, EventKind.STEP_ATTEMPT_FAILED)})
+            redone = found.redone_after(incarnation)
         nexts = [e for e in events if e.ts > m.at and e.kind == EventKind.LEASE_ACQUIRED]
         latency = None
         if nexts:
             inc = nexts[0].incarnation
             commits = [e.ts for e in events if e.incarnation == inc and e.kind == EventKind.STEP_COMMITTED]
             latency = commits[0] - m.at if commits else None
-        # Steps the killed engine had started and not committed, started again by a later one
-        # (not necessarily the next: that one may have died before starting anything).
-        unfinished = {e.seq for e in window if e.kind == EventKind.STEP_STARTED} - {
-            e.seq for e in window if e.kind == EventKind.STEP_COMMITTED}
-        redone = len(unfinished & {e.seq for e in events if e.ts > m.at and e.kind == EventKind.STEP_STARTED})
         out.append(Kill(at=m.at, seq=seq, step_name=steps.get(seq) if seq is not None else None, phase=phase,
                         incarnation=incarnation, resume_latency=latency, redone=redone,
-                        point=m.point, proved=m.proved, in_flight=len(unfinished)))
+                        point=m.point, proved=m.proved, in_flight=in_flight))
     return out
 
 
@@ -410,10 +449,15 @@ def _messages(ledger: Ledger, ref: Reference | None) -> tuple[list[Finding], lis
 
 
 def judge(ev: Evidence) -> Verdict:
-    """Apply the PASS rules to the evidence. Pure: no I/O."""
-    s, ref, ledger, kills = ev.status, ev.reference, ev.ledger, ev.kills
+    """Apply the PASS rules to the evidence. Pure: no I/O.
+
+    A check is ``False`` only on evidence that cannot change later (a duplicate delivery, a post
+    recorded as sent that the outbox never got, a committed step run again, a budget overrun);
+    checks that compare what may still be in motion wait for the run to end (``None`` until
+    then), so a live verdict never shows a FAIL it takes back.
+    """
+    s, ref, ledger, kills, acct = ev.status, ev.reference, ev.ledger, ev.kills, ev.account
     terminal = s["status"] in TERMINAL
-    redone = s["step_executions"] - s["steps_committed"]
     dup: list[Finding] = []
     missing: list[Finding] = []
     different: list[Finding] = []
@@ -428,13 +472,11 @@ def judge(ev: Evidence) -> Verdict:
     src = ev.ledger_source
     checks = [Check("terminal state", True if terminal else None,
                     f"the run ended {s['status']}" + (f": {s['reason']}" if s["reason"] else "") if terminal else pending)]
-    if not terminal:
-        checks.append(Check("outcome", None, pending))
-    elif ref is not None:
-        checks.append(Check("outcome", s["status"] == ref.status, f"{s['status']}, the reference {ref.status}",
+    if ref is not None:  # kills must not change how a run ends; on its own, an outcome is no verdict
+        checks.append(Check("outcome as the uninterrupted reference's",
+                            s["status"] == ref.status if terminal else None,
+                            f"{s['status']}, the reference {ref.status}" if terminal else pending,
                             "log, reference run"))
-    else:
-        checks.append(Check("outcome", s["status"] == "succeeded", f"the run {s['status']}"))
     if ledger is not None or ev.outputs is not None:
         sources = ", ".join(x for x in (src if ledger is not None else "", "workdir" if ev.outputs else "") if x)
         checks.append(Check("no duplicate effects", not dup, f"{len(dup)} duplicated, e.g. {dup[0]}" if dup
@@ -464,31 +506,8 @@ def judge(ev: Evidence) -> Verdict:
                             else f"{len(dup)} duplicated, {len(missing)} missing, {len(different)} different"
                             + (f", e.g. {different[0]}" if different else "") if off
                             else "files byte for byte, tables row for row, message bodies", "reference run, workdir"))
-    # A live run has one step executing but not committed yet: that is not a redone step.
-    allowed = sum(k.may_redo for k in kills) + (ref.redone if ref else 0) + (0 if terminal else 1)
-    worst = max((k.redone for k in kills), default=0)
-    overdone = [k for k in kills if k.redone > k.may_redo]  # parallel steps: each kill may cost its steps in flight
-    parallel = max((k.in_flight for k in kills), default=0) > 1
-    if kills and not s["step_executions"] and terminal:
-        # Nothing checkpointed (a naive agent): work redone after a kill is invisible to the log,
-        # and "0 redone" would be a tick for the worst case.
-        checks.append(Check("at most one redone step per kill", None,
-                            "not checked: the run records no steps, so the work it redid after each kill "
-                            "cannot be counted (the outputs show it)"))
-    else:
-        checks.append(Check("at most one redone step per kill", redone <= allowed and not overdone,
-                            f"{redone} step(s) redone after {len(kills)} kill(s); at most {worst} for one kill"
-                            + (" (parallel steps: each kill may redo the steps it interrupted, "
-                               f"up to {max(k.in_flight for k in kills)} at once)" if parallel else "")))
-    if ledger is not None:
-        resends = _resends(ledger)
-        # A kill may re-send what it interrupted: one post, or every post in flight (parallel steps).
-        ok = resends <= sum(k.may_redo for k in kills) + (ref.resends if ref else 0)
-        checks.append(Check("re-sends only after kills", ok, f"{len(ledger.attempts)} attempts for "
-                            f"{len(ledger.deliveries)} deliveries: {resends} re-sent after {len(kills)} kill(s)", src))
-    elif ev.posts:
-        checks.append(Check("re-sends only after kills", None,
-                            "not checked: " + (ev.ledger_problem or "no outbox ledger was given"), src))
+    checks.append(_redone_check(ev, terminal))
+    checks.append(_resend_check(ev, terminal))
     over = [f"{name} {b['used']} > {b['limit']}" for name, b in s["budget"].items()
             if b.get("limit") is not None and b["used"] > b["limit"]]
     checks.append(Check("budgets not exceeded", not over, "; ".join(over) or "every budget within its limit"))
@@ -505,6 +524,70 @@ def judge(ev: Evidence) -> Verdict:
     return Verdict(run_id=s["run_id"], status=s["status"], reason=s["reason"],
                    passed=(not failed) if terminal else None, checks=checks, kills=kills, duplicates=dup,
                    missing=missing, different=different, steps_committed=s["steps_committed"],
-                   step_executions=s["step_executions"], redone_steps=redone, incarnations=s["incarnations"],
+                   step_executions=s["step_executions"], redone_steps=acct.redone, incarnations=s["incarnations"],
                    deliveries=len(ledger.deliveries) if ledger else None,
-                   attempts=len(ledger.attempts) if ledger else None, budget=s["budget"])
+                   attempts=len(ledger.attempts) if ledger else None, budget=s["budget"],
+                   engine=s.get("engine", "none"), waiting_for=s.get("waiting_for"), account=acct)
+
+
+REDONE_CHECK = "at most one redone step per kill"
+
+
+def _redone_check(ev: Evidence, terminal: bool) -> Check:
+    """Work repeated because of kills, and only because of them: each kill may redo the steps it
+    interrupted (one for a sequential agent), and no step runs again once it has committed."""
+    kills, acct = ev.kills, ev.account
+    faulty = acct.faulty()
+    if faulty:
+        r = faulty[0]
+        why = ("after it had committed (its checkpoint was not honoured)" if r.cause == "committed"
+               else "in the same engine with no failure before it")
+        return Check(REDONE_CHECK, False, f"{len(faulty)} step execution(s) repeated without a cause, e.g. "
+                     f"step {r.seq} {r.name!r} ran again {why}")
+    if not kills:
+        return Check(REDONE_CHECK, None, "not checked: the run was never killed, so nothing was redone"
+                     + _others(acct))
+    if not ev.status["step_executions"] and terminal:
+        # Nothing checkpointed (a naive agent): work redone after a kill is invisible to the log,
+        # and "0 redone" would be a tick for the worst case.
+        return Check(REDONE_CHECK, None, "not checked: the run records no steps, so the work it redid after "
+                     "each kill cannot be counted (the outputs show it)")
+    overdone = [k for k in kills if k.redone > k.may_redo]  # parallel steps: each kill may cost its steps in flight
+    worst = max((k.redone for k in kills), default=0)
+    parallel = max((k.in_flight for k in kills), default=0) > 1
+    return Check(REDONE_CHECK, not overdone,
+                 f"{acct.redone} step(s) redone after {len(kills)} kill(s); at most {worst} for one kill"
+                 + (" (parallel steps: each kill may redo the steps it interrupted, "
+                    f"up to {max(k.in_flight for k in kills)} at once)" if parallel else "") + _others(acct))
+
+
+def _others(acct: Account) -> str:
+    n = acct.count("retry") + acct.count("stop") + acct.count("wait")
+    return f"; {n} step execution(s) repeated after errors, stops or waits are not redone work" if n else ""
+
+
+def _resend_check(ev: Evidence, terminal: bool) -> Check:
+    """Every request the outbox saw for this run is one the log records sending (each send is an
+    ``effect_started`` first), under the key it recorded: nothing sent behind the log's back."""
+    name, src, ledger = "every re-send recorded, under its own key", ev.ledger_source, ev.ledger
+    if ledger is None:
+        if not ev.posts:
+            return Check(name, True, "the run posted no messages", "log")
+        return Check(name, None, "not checked: " + (ev.ledger_problem or "no outbox ledger was given"), src)
+    if not terminal:  # the log was read before the outbox: a send may be in the outbox and not in our read
+        return Check(name, None, "not checked: the run is still going", src)
+    seen: dict[str, int] = {}
+    for a in ledger.attempts:
+        if a.key is not None:
+            seen[a.key] = seen.get(a.key, 0) + 1
+    unrecorded = {k: n for k, n in seen.items() if n > ev.account.resends.get(k, 0)}
+    if unrecorded:
+        k, n = next(iter(sorted(unrecorded.items())))
+        return Check(name, False, f"the outbox saw {len(unrecorded)} key(s) sent more often than the log "
+                     f"records, e.g. {k}: {n} request(s), {ev.account.resends.get(k, 0)} recorded", f"log, {src}")
+    resends = sum(n - 1 for n in seen.values())
+    causes = ev.account.resend_causes
+    words = {"kill": "kills", "retry": "errors", "stop": "stops or cancels", "wait": "waits"}
+    why = ", ".join(f"{n} after {words.get(c, c)}" for c, n in sorted(causes.items()))
+    return Check(name, True, f"{len(ledger.attempts)} attempts for {len(ledger.deliveries)} deliveries: "
+                 f"{resends} re-sent with the same key" + (f" ({why})" if resends and why else ""), f"log, {src}")

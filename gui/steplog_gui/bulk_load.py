@@ -25,8 +25,8 @@ from steplog.events import EventKind
 from steplog.logread import Event
 
 from .repository import KIND_CODES, NULL_SEQ, LogRepository
-from .run_state import (COMMITTED, COPIED, EXECUTION_FIELDS, FAILED, GAVE_UP, REDONE, RUNNING, Columns, Kill,
-                        RunState)
+from .run_state import (COMMITTED, COPIED, EXECUTION_FIELDS, FAILED, GAVE_UP, INTERRUPTED, REDONE, RUNNING,
+                        Columns, Kill, RunState)
 
 I = npt.NDArray[np.int64]
 
@@ -134,13 +134,13 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
 
     decisions = np.flatnonzero((code == DECIDED) & has_seq)
     tokens = repo.decision_tokens(cols["id"][decisions])
-    _executions(run, cols, n, lease_end, finishes, decisions, tokens, copied)
+    _executions(run, cols, n, lease_end, finishes, decisions, tokens, copied, kill_at)
     return run
 
 
 def _executions(run: RunState, cols: npt.NDArray[Any], n: int, lease_end: dict[int, float],
                 finishes: dict[int, Event], decisions: I, tokens: npt.NDArray[Any],
-                copied: list[tuple[int, Event]]) -> None:
+                copied: list[tuple[int, Event]], kill_at: list[tuple[int, Kill]]) -> None:
     """Every step execution's bar, with array operations. Positions index ``cols`` (id order);
     ``n`` stands for "never"."""
     code, seq, ts, inc = cols["code"], cols["seq"], cols["ts"], cols["incarnation"]
@@ -186,8 +186,9 @@ def _executions(run: RunState, cols: npt.NDArray[Any], n: int, lease_end: dict[i
     end[by_step] = ts[close[by_step]]
     closing_outcome = np.full(n + 1, RUNNING, dtype=np.int8)  # by position of a takeover or finish
     closing_end = np.full(n + 1, math.nan)
-    for p, dead_end in lease_end.items():
-        closing_outcome[p], closing_end[p] = REDONE, dead_end
+    kills = {p for p, _kill in kill_at}
+    for p, dead_end in lease_end.items():  # lost to a kill, or put down by a stop
+        closing_outcome[p], closing_end[p] = REDONE if p in kills else INTERRUPTED, dead_end
     for p, ev in finishes.items():
         closing_outcome[p] = GAVE_UP if ev.data.get("status", "failed") in ("gave_up", "cancelled") else FAILED
         closing_end[p] = ev.ts

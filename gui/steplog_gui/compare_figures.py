@@ -63,9 +63,11 @@ def figures(result: ComparedRuns, naive_verdict: Any, durable_verdict: Any, naiv
                _duplicates(durable_verdict, durable_ledger),
                "messages the outside world received more than once: each run's verdict, from its part of the "
                "outbox's own ledger", naive_bad=bool(naive_verdict is not None and naive_verdict.duplicates)),
-        Figure("Steps redone", f"{trace.redone}", f"{d.redone}",
+        Figure("Steps redone", f"{trace.redone}",
+               f"{durable_verdict.redone_steps if durable_verdict is not None else d.redone}",
                "naive: actions it started again after a kill, counted from its trace (the log records none of "
-               "its steps); durable: step executions minus steps committed, from the log",
+               "its steps); durable: steps run again because an engine was killed, from the log (its "
+               "verdict's count: retries after errors are not redone work)",
                naive_bad=trace.redone > len(n.kills)),
         Figure("Tokens spent", f"{trace.tokens:,}" + (" (est.)" if trace.estimated else ""),
                f"{durable_tokens:,}" + (" (est.)" if d.usage.get("tokens_estimated") else ""),

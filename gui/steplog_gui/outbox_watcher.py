@@ -37,6 +37,12 @@ class OutboxWatcher(QObject):
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self.refresh)
 
+    @property
+    def transport(self) -> Any:
+        """The ``httpx`` transport the polls share (``None`` before the first poll), for other
+        readers of the same outbox: a fresh client per read costs an SSL context each time."""
+        return self._transport
+
     def set_url(self, url: str | None) -> None:
         if url == self.url:
             return

@@ -33,9 +33,10 @@ from .repository import USAGE_KEYS
 ALIVE_CHECK_S = 0.5
 """How long an answer to "is the engine's process alive" is kept (see ``RunState.engine_gone``)."""
 # Outcome of one step execution (a bar's colour).
-RUNNING, COMMITTED, REDONE, FAILED, GAVE_UP, COPIED = range(6)
+RUNNING, COMMITTED, REDONE, FAILED, GAVE_UP, COPIED, INTERRUPTED = range(7)
 OUTCOME_NAMES = ("in progress", "committed", "redone (interrupted by a kill)", "failed", "gave up",
-                 "copied from the parent run (not run again)")
+                 "copied from the parent run (not run again)",
+                 "interrupted by a stop (run again on resume: not redone work)")
 # Phase reached by one execution (engine's step.phase).
 PHASES = ("started", "decided", "acting", "recorded")
 EXECUTION_FIELDS = {"start": "f8", "end": "f8", "lane": "i4", "outcome": "i1", "seq": "i8", "phase": "i1",
@@ -163,8 +164,9 @@ class RunState:
 
     @property
     def redone(self) -> int:
-        """Step executions that did not commit and ran again (CONTRACT: executions - committed)."""
-        return max(0, self.step_executions - self.steps_committed - self.in_progress)
+        """Step executions a kill cut short (they run again): the timeline's redone bars. Retries
+        after an error and steps put down by a stop are not redone work (``steplog.kills``)."""
+        return int(np.count_nonzero(self.executions["outcome"] == REDONE))
 
     @property
     def engine_elsewhere(self) -> str | None:
@@ -326,10 +328,12 @@ class RunState:
             self.kills.append(Kill(previous, at, exact, ev.ts))
             if exact:
                 dead_end = at  # the interrupted step ran until the kill
-        for seq, i in list(self._open.items()):  # the dead engine's open steps: they will run again
+        # The previous engine's open steps will run again: lost to a kill, or put down by a stop.
+        outcome = REDONE if self.kills and self.kills[-1].killed_incarnation == previous else INTERRUPTED
+        for seq, i in list(self._open.items()):
             ex = self.executions
             ex["end"][i] = dead_end
-            ex["outcome"][i] = REDONE
+            ex["outcome"][i] = outcome
             del self._open[seq]
         self.incarnation = ev.incarnation
         if self.status == "queued":

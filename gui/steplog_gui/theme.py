@@ -12,7 +12,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
-from .run_state import COMMITTED, COPIED, FAILED, GAVE_UP, REDONE, RUNNING
+from .run_state import COMMITTED, COPIED, FAILED, GAVE_UP, INTERRUPTED, REDONE, RUNNING
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Palette:
 LIGHT = Palette(
     dark=False, background="#ffffff", foreground="#202124", grid="#d0d0d0",
     outcome={COMMITTED: "#2e9d4f", REDONE: "#e8930c", FAILED: "#d03030", RUNNING: "#2f74d0", GAVE_UP: "#8a5cc2",
-             COPIED: "#a3acb9"},
+             COPIED: "#a3acb9", INTERRUPTED: "#bfa77f"},
     status={"running": "#2f74d0", "succeeded": "#2e9d4f", "gave_up": "#b27300", "failed": "#d03030", "stopped": "#7a7a7a",
             "waiting": "#00838f", "cancelled": "#6d6d6d", "queued": "#7a7a7a"},
     kill="#d00000", limit="#d03030", estimated="#8a5cc2", projection="#888888", duplicate="#d00000",
@@ -41,7 +41,7 @@ LIGHT = Palette(
 DARK = Palette(
     dark=True, background="#1e1f22", foreground="#e6e6e6", grid="#444444",
     outcome={COMMITTED: "#3fbf66", REDONE: "#f0a030", FAILED: "#ff5c5c", RUNNING: "#5a9cff", GAVE_UP: "#b48cf0",
-             COPIED: "#5f6773"},
+             COPIED: "#5f6773", INTERRUPTED: "#8a7a5c"},
     status={"running": "#5a9cff", "succeeded": "#3fbf66", "gave_up": "#f0b040", "failed": "#ff5c5c", "stopped": "#9a9a9a",
             "waiting": "#26c6da", "cancelled": "#9a9a9a", "queued": "#9a9a9a"},
     kill="#ff4040", limit="#ff6060", estimated="#b48cf0", projection="#aaaaaa", duplicate="#ff4040",

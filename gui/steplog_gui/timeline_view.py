@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QToolTip, QVBox
 
 from . import theme
 from .monitor import Monitor
-from .run_state import COMMITTED, COPIED, FAILED, GAVE_UP, REDONE, RUNNING, RunState
+from .run_state import COMMITTED, COPIED, FAILED, GAVE_UP, INTERRUPTED, REDONE, RUNNING, RunState
 from .timeline_data import BAR_HEIGHT, bars, describe, kill_marks, name_filter, nearest, spans
 
 REFRESH_MS = 100
@@ -40,7 +40,7 @@ PICK_PIXELS = 6
 OUTLINE_MAX_BARS = 5000
 OVERVIEW_EVERY_S = 0.5
 """A live run's overview strip (the whole run at a glance) is redrawn at most this often."""
-OUTCOMES = (COPIED, COMMITTED, REDONE, FAILED, GAVE_UP, RUNNING)
+OUTCOMES = (COPIED, COMMITTED, INTERRUPTED, REDONE, FAILED, GAVE_UP, RUNNING)
 
 
 class TimelineView(QWidget):

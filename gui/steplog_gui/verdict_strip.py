@@ -22,12 +22,23 @@ LABEL_TEXT = {"PASS": "PASS", "FAIL": "FAIL", "UNTESTED": "not kill-tested", "RU
 
 def decision(verdict: Any) -> str:
     """What the strip's big label says for a ``steplog.verdict.Verdict`` (``''`` for none): a
-    run no engine has started yet is not "running"."""
+    run no engine has started yet is not "running", nor is one that no engine works on."""
     if verdict is None:
         return ""
-    if verdict.label == "RUNNING" and verdict.status in ("queued", "waiting"):
-        return f"{verdict.status}…"
+    if verdict.label == "RUNNING":
+        if verdict.status in ("queued", "waiting"):
+            return f"{verdict.status}…"
+        if verdict.engine in ("none", "gone"):
+            return "stopped"
     return LABEL_TEXT[verdict.label]
+
+
+def outcome(verdict: Any) -> str:
+    """The run's outcome, shown beside the verdict and never folded into it."""
+    if verdict.status not in ("succeeded", "failed", "gave_up", "cancelled"):
+        return ""
+    words = {"gave_up": "gave up"}.get(verdict.status, verdict.status)
+    return f"Outcome: {words}"
 
 
 def _plain(label: QLabel) -> QLabel:
@@ -54,7 +65,7 @@ class VerdictStrip(QFrame):
         grid.addWidget(verdict, 0, 0, 2, 1, Qt.AlignmentFlag.AlignVCenter)
         figures = QHBoxLayout()
         figures.setSpacing(12)
-        for key in ("kills", "redone", "duplicates", "latency", "deliveries"):
+        for key in ("outcome", "kills", "redone", "duplicates", "latency", "deliveries"):
             label = _plain(QLabel(""))
             label.setObjectName(f"verdict_{key}")
             label.setMinimumWidth(40)  # below its text's width when space is short: never widens the window
@@ -79,10 +90,6 @@ class VerdictStrip(QFrame):
         watcher.verdict_changed.connect(self.show_verdict)
         self.show_verdict(None)
 
-    def _in_progress(self) -> int:
-        """Steps the engine is executing right now (counted by the verdict as executions)."""
-        return self._watcher.in_progress()
-
     def _colour(self, label: QLabel, colour: str | None) -> None:
         pal = label.palette()
         pal.setColor(QPalette.ColorRole.WindowText,
@@ -98,10 +105,14 @@ class VerdictStrip(QFrame):
             self.evidence.setText("")
             self.labels["verdict"].setToolTip("")
             return
+        self.labels["outcome"].setText(outcome(v))
+        self.labels["outcome"].setToolTip(f"how the run ended{': ' + v.reason if v.reason else ''} "
+                                          "(the verdict judges its kills, not its outcome)" if outcome(v) else "")
+        self._colour(self.labels["outcome"], pal.status.get(v.status) if outcome(v) else None)
         self.labels["kills"].setText(f"Kills: {len(v.kills)}")
-        redone = v.redone_steps if v.passed is not None else max(0, v.redone_steps - self._in_progress())
-        self.labels["redone"].setText(f"Redone: {redone}")
-        self.labels["redone"].setToolTip("steps run again after kills (at most one per kill passes)")
+        self.labels["redone"].setText(f"Redone: {v.redone_steps}")
+        self.labels["redone"].setToolTip("steps run again because an engine was killed (at most one per kill "
+                                         "passes); retries after errors, stops and waits are not redone work")
         dup = "not checked" if v.deliveries is None and any(
             c.name == "no duplicate effects" and c.ok is None for c in v.checks) else str(len(v.duplicates))
         self.labels["duplicates"].setText(f"Duplicates: {dup}")

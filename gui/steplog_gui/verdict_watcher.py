@@ -22,10 +22,10 @@ from .outbox_watcher import OutboxWatcher
 DEBOUNCE_MS = 150
 
 
-def _evaluate(db: LogLocation, run_id: str, ledger: Any, source: str | None) -> Any:
+def _evaluate(db: LogLocation, run_id: str, outbox: str | None, transport: Any) -> Any:
     from steplog.verdict import verdict_of
 
-    return verdict_of(db, run_id, ledger=ledger, ledger_source=source)
+    return verdict_of(db, run_id, outbox=outbox, transport=transport)
 
 
 class VerdictWatcher(QObject):
@@ -56,10 +56,6 @@ class VerdictWatcher(QObject):
         self.verdict_changed.emit(None)
         self.schedule()
 
-    def in_progress(self) -> int:
-        run = self._monitor.run(self.run_id) if self.run_id else None
-        return run.in_progress if run is not None else 0
-
     def schedule(self) -> None:
         if self.run_id is None or self._monitor.catching_up:
             return  # a backlog is being read: judged once it is in (the last batch schedules again)
@@ -74,11 +70,12 @@ class VerdictWatcher(QObject):
             return
         self._busy, self._again = True, False
         run_id, db = self.run_id, self._monitor.path
-        # The ledger the outbox panel polls (the window points it at the selected run's outbox);
-        # without one verdict_of finds one (the run's URL, or the outbox file beside the log) or
-        # says why there is none.
-        ledger = self._outbox.ledger
-        source = f"outbox ledger at {self._outbox.url}" if ledger is not None else None
+        # The outbox the panel polls (the window points it at the selected run's outbox), read
+        # by verdict_of *after* the log: the panel's last poll may predate posts the log already
+        # records as completed, and judging with it flashed "not in the outbox". Without an
+        # answering URL verdict_of finds the ledger (the outbox file beside the log) or says why not.
+        outbox = self._outbox.url if self._outbox.problem == "" else None
+        transport = self._outbox.transport
         t0 = time.monotonic()
 
         def done(verdict: Any) -> None:
@@ -88,7 +85,7 @@ class VerdictWatcher(QObject):
                 self.verdict = verdict
                 self.verdict_changed.emit(verdict)
 
-        jobs.submit(lambda: _evaluate(db, run_id, ledger, source), done, lambda _exc: self._finish(), owner=self)
+        jobs.submit(lambda: _evaluate(db, run_id, outbox, transport), done, lambda _exc: self._finish(), owner=self)
 
     def _finish(self) -> None:
         self._busy = False

@@ -271,3 +271,40 @@ def nul_text(run: steplog.Run, fixed_when: str = "") -> str:
         return "ok"
 
     return first + run.step("check", check)
+
+
+def _fail_once(marker: str) -> str:
+    """Fails transiently the first time (the marker file is made then), succeeds after."""
+    import os
+
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        raise steplog.TransientError("the partner hiccupped; the retry policy sends it again")
+    return "ok"
+
+
+def _fail_until(path: str) -> str:
+    import os
+
+    if not os.path.exists(path):
+        raise steplog.PermanentError(f"{path} is missing")
+    return "fixed"
+
+
+@steplog.agent(retry=steplog.RetryPolicy(max_attempts=3, initial_interval=0.01), needs_outbox=True)
+def poster(run: steplog.Run, n: int = 4, pause: float = 0.0, hiccup: str = "", fixed_when: str = "",
+           wait: str = "") -> dict[str, Any]:
+    """``n`` items, each a computed step then a post to the run's outbox. Halfway: a step that fails
+    once then succeeds (``hiccup``: its marker file), one that fails for good until a file exists
+    (``fixed_when``), or a wait for the signal ``wait``."""
+    for i in range(n):
+        value = run.step(f"compute {i}", compute, i, pause)
+        if i == n // 2:
+            if hiccup:
+                run.step("call partner", _fail_once, hiccup)
+            if fixed_when:
+                run.step("check", _fail_until, fixed_when)
+            if wait:
+                run.wait_for(wait)
+        run.http_post(f"{run.outbox}/messages", {"item": i, "value": value}, name=f"post {i}")
+    return {"sent": n}
