@@ -444,6 +444,22 @@ class _SignalTaken(Exception):
     """Rolls ``commit_wait`` back: the signal was consumed in between (by a newer engine)."""
 
 
+def deaths_inside(conn: LogConnection, run_id: str, seq: int, *, current: int) -> int:
+    """How many engines died inside step ``seq``: incarnations before ``current`` that started it
+    and never ended cleanly (no ``lease_released`` or ``run_finished``). A stop (SIGTERM, cancel,
+    exit while waiting) ends cleanly: it is no death, and no poison pill. Read on the rare path of
+    resuming a step an earlier engine left running."""
+    started = {i for (i,) in conn.execute(
+        "SELECT DISTINCT incarnation FROM event WHERE run_id = ? AND seq = ? AND kind = ? AND incarnation < ?",
+        (run_id, seq, EventKind.STEP_STARTED, current))}
+    if not started:
+        return 0
+    clean = {i for (i,) in conn.execute(
+        "SELECT DISTINCT incarnation FROM event WHERE run_id = ? AND kind IN (?, ?) AND incarnation < ?",
+        (run_id, EventKind.LEASE_RELEASED, EventKind.RUN_FINISHED, current))}
+    return len(started - clean)
+
+
 def pending_signal(conn: LogConnection, run_id: str, name: str) -> tuple[int, str] | None:
     """The oldest unconsumed signal ``name`` for the run: ``(id, data JSON)``."""
     row = conn.execute(

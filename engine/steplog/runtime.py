@@ -22,7 +22,8 @@ from typing import Any, ParamSpec, TypeVar
 from . import crashpoints, effects, interrupts
 from .errors import (Cancelled, Fenced, GaveUp, NeedsReconciliation, NonDeterminism, RunFailed, RunStopped,
                      RunWaiting, SteplogError, StorageExhausted, UsageError, WaitTimeout)
-from .journal import Committed, Journal, StepRecord, cancel_request, dumps, load_effect, pending_signal, why_not_json
+from .journal import (Committed, Journal, StepRecord, cancel_request, deaths_inside, dumps, load_effect,
+                      pending_signal, why_not_json)
 from .llm.base import ChatModel, ChatReply, Estimate, Message
 from .policies import Budget, RetryPolicy
 from .redact import redact
@@ -536,12 +537,17 @@ class Run:
         attempts = prior.attempts if prior else 0
         recoveries = prior.recoveries if prior else 0
         if prior is not None and prior.status == "running" and prior.incarnation != j.incarnation:
-            recoveries += 1  # an earlier engine died inside this step
+            # An earlier engine went away inside this step: the attempt it cut short is no
+            # failure of the step. Only engines that *died* there count toward the poison pill;
+            # a stop (SIGTERM, Stop engine, a worker's drain) is not a death.
+            recoveries += 1
             limit = self.budget.max_recoveries
             if limit is not None and recoveries > limit:
-                raise self._stop(RunFailed(
-                    f"poison pill: {recoveries} engines died inside step {seq} '{name}' "
-                    f"(max_recoveries {limit}); fix the cause, then raise max_recoveries", run_id=self.id))
+                deaths = deaths_inside(j.conn, self.id, seq, current=j.incarnation)
+                if deaths > limit:
+                    raise self._stop(RunFailed(
+                        f"poison pill: {deaths} engines died inside step {seq} '{name}' "
+                        f"(max_recoveries {limit}); fix the cause, then raise max_recoveries", run_id=self.id))
         fresh = prior is None
         policy = self._retry
         while True:

@@ -308,3 +308,9 @@ def poster(run: steplog.Run, n: int = 4, pause: float = 0.0, hiccup: str = "", f
                 run.wait_for(wait)
         run.http_post(f"{run.outbox}/messages", {"item": i, "value": value}, name=f"post {i}")
     return {"sent": n}
+
+
+@steplog.agent(budget=steplog.Budget(max_recoveries=1))
+def patient(run: steplog.Run, n: int = 3, pause: float = 2.0) -> int:
+    """``n`` long steps, and a poison-pill limit of one engine death per step."""
+    return sum(run.step(f"think {i}", compute, i, pause) for i in range(n))

@@ -80,7 +80,7 @@ def test_the_readme_commands_after_the_example_run_as_printed(engine: Engine, tm
     assert shell is not None, "the README no longer says how to run the example"
     run, verdict = run_shell_block(engine, tmp_path, shell.group(1))
     assert run.returncode == 0 and 'succeeded: {"answered": 2}' in run.stdout, run.stderr
-    assert verdict.returncode == 0 and verdict.stdout.startswith("UNTESTED  first-try: not kill-tested yet"), \
+    assert verdict.returncode == 0 and verdict.stdout.startswith("UNTESTED  first-try (outcome succeeded): not kill-tested"), \
         verdict.stdout + verdict.stderr
 
 

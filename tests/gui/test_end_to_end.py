@@ -66,5 +66,5 @@ def test_a_run_without_kills_reads_running_then_not_kill_tested(qtbot, window: M
     assert window.verdict.labels["kills"].text() == "Kills: 0"
     # Nothing went wrong, but nothing was tested either: not a PASS.
     qtbot.waitUntil(lambda: window.verdict.labels["verdict"].text() == "not kill-tested", timeout=30_000)
-    assert window.verdict.evidence.text() == "not kill-tested yet: the run finished without being killed"
+    assert window.verdict.evidence.text() == "not kill-tested: the run succeeded without being killed"
     assert window.verdict.labels["redone"].text() == "Redone: 0"

@@ -256,3 +256,24 @@ def test_an_outbox_holding_none_of_the_runs_messages_is_another_outbox_not_a_los
     assert got["verdict"] == "UNTESTED", got
     assert not [ch for ch in got["checks"] if ch["passed"] is False], got["checks"]
     assert "holds none of this run's messages" in got["explanation"]
+
+
+def test_a_step_stopped_again_and_again_is_no_poison_pill_and_nothing_redone(engine: Engine) -> None:
+    """Stop engine three times inside one long step, with a limit of one engine death per step:
+    a stop is not a death, so the run resumes each time and finishes; nothing is redone."""
+    args = ["run", f"{AGENTS}:patient", "--run-id", "p", "--db", str(engine.db), "--param", "n=2",
+            "--param", "pause=3"]
+    for _ in range(3):
+        proc = engine.start(*args)
+        deadline = time.monotonic() + 60
+        while engine.events("step_started", 1) < 1 + _:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        time.sleep(0.2)  # inside the step's body
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=60)
+    done = engine.run(*args)
+    assert done.returncode == 0, done.stderr
+    got = verdict(engine, "p")
+    assert (got["verdict"], got["outcome"], got["redone"]) == ("UNTESTED", "succeeded", 0)
+    assert "3 run again after a stop or cancel: not redone work" in got["explanation"]
