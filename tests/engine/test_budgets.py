@@ -175,18 +175,16 @@ def test_a_step_still_running_when_the_seconds_run_out_is_ended_and_redone_when_
         engine: Engine, tmp_path: Path) -> None:
     """Checked only between steps, a 3 s step under a 1 s budget ran to 3 s. The engine now ends
     it at the limit (the run gives up, exit 3) and runs it again once the limit is raised."""
-    import time
-
     args = ["run", f"{AGENTS}:witness", "--run-id", "slow", "--db", str(engine.db), "--param", "n=1",
             "--param", f"witness={tmp_path / 'w.db'}", "--param", "pause=3"]
-    t0 = time.monotonic()
     done = engine.run(*args, "--max-seconds", "1")
-    took = time.monotonic() - t0  # start-up included
     assert done.returncode == 3, done.stdout + done.stderr
     assert "a step was still running at the limit" in done.stdout
-    assert took < 2.8, took  # well before the 3 s step would have ended on its own
     status = engine.status("slow")
+    # Ended at the limit, before the 3 s step could finish: the engine's own clock says so, and
+    # the step never committed (no wall-clock bound here: under load start-up alone takes seconds).
     assert status["status"] == "gave_up" and 1.0 <= status["budget"]["seconds"]["used"] < 1.5, status
+    assert status["steps_committed"] == 0, status
     again = engine.run(*args, "--max-seconds", "30")
     assert again.returncode == 0, again.stderr
     status = engine.status("slow")
