@@ -62,10 +62,16 @@ class VerdictStrip(QFrame):
         verdict.setFont(font)  # a font, not a style sheet: style sheets cascade into the tooltip
         verdict.setMinimumWidth(verdict.fontMetrics().horizontalAdvance("not kill-tested") + 8)
         self.labels["verdict"] = verdict
-        grid.addWidget(verdict, 0, 0, 2, 1, Qt.AlignmentFlag.AlignVCenter)
+        grid.addWidget(verdict, 0, 0, Qt.AlignmentFlag.AlignVCenter)
+        # The outcome under the verdict, beside it and never folded into it; it takes no room
+        # from the figures' row.
+        outcome_label = _plain(QLabel(""))
+        outcome_label.setObjectName("verdict_outcome")
+        self.labels["outcome"] = outcome_label
+        grid.addWidget(outcome_label, 1, 0, Qt.AlignmentFlag.AlignTop)
         figures = QHBoxLayout()
         figures.setSpacing(12)
-        for key in ("outcome", "kills", "redone", "duplicates", "latency", "deliveries"):
+        for key in ("kills", "redone", "duplicates", "latency", "deliveries"):
             label = _plain(QLabel(""))
             label.setObjectName(f"verdict_{key}")
             label.setMinimumWidth(40)  # below its text's width when space is short: never widens the window

@@ -112,7 +112,8 @@ def test_charts_chosen_before_their_run_has_usage_follow_it_once_it_comes(qtbot,
         for key in ("steps", "seconds"):
             box = charts.charts[key].widget.getViewBox()
             x, y = charts.charts[key].used.getData()
-            assert x is not None and y is not None and 0 < x[-1] < 0.5  # the run took well under 1 s
+            # No bound on how long the run took (under load it took 1.8 s): the axis must fit it.
+            assert x is not None and y is not None and 0 < x[-1]
             qtbot.waitUntil(lambda: box.viewRange()[0][0] <= x[0] and x[-1] <= box.viewRange()[0][1] < 1.25 * x[-1],
                             timeout=5_000)
             assert box.viewRange()[1][1] >= y.max()
