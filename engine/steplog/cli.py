@@ -310,6 +310,8 @@ def retry(run_id: str, db: LogLocation | None, force: bool, no_start: bool, **en
     from .agent import resolve
     from .control import prepare_retry
 
+    if not no_start:
+        _check_tracing()
     prepared = prepare_retry(run_id, db=db, force=force, launch=_launch_given(engine))
     for warning in prepared.warnings:
         click.echo(f"steplog: {warning}", err=True)
@@ -337,6 +339,8 @@ def fork(run_id: str, at_step: int, new_run_id: str | None, db: LogLocation | No
          outbox: str | None, params: tuple[str, ...], no_start: bool, **engine: Any) -> None:
     """Start a new run from RUN_ID's steps before --at-step (copied, not run again), then run it."""
     from .control import fork as fork_run
+    if not no_start:
+        _check_tracing()
     path = _log_path({"db": db})
     agent, prepared = fork_run(run_id, at_step, new_run_id=new_run_id, db=path, params=_parse_params(params),
                                limits=_limits(engine), workdir=workdir, outbox=outbox, model=engine["model"],
@@ -419,11 +423,20 @@ def worker(db: LogLocation | None, concurrency: int, lease_seconds: float | None
 
     lease = DEFAULT_LEASE_SECONDS if lease_seconds is None else lease_seconds
     check_seconds("--lease-seconds", lease, zero_ok=False, most=MAX_LEASE_SECONDS)
+    _check_tracing()  # its engines would each refuse them
     specs = [resolve(a.strip()).default_spec() for a in (agents or "").split(",") if a.strip()]
     if agents is not None and not specs:
         raise UsageError("--agents needs at least one agent spec, e.g. --agents demo,my_pkg.agent:main")
     sys.exit(Worker(db or default_db_path(), concurrency=concurrency, lease_seconds=lease, agents=specs,
                     run_prefix=run_prefix, drain=drain, poll=poll, grace=grace).run())
+
+
+def _check_tracing() -> None:
+    """Tracing settings an engine would refuse (``otelenv.check_environment``), refused before
+    a command that then runs one writes anything (``run`` is checked by the engine itself)."""
+    from .otelenv import check_environment
+
+    check_environment()
 
 
 def _drive_engine(go: Callable[[], Any]) -> Any:

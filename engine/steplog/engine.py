@@ -28,6 +28,7 @@ from .journal import Journal, Usage, dumps, load_steps, why_not_json
 from .lease import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, boot_clock
 from .location import LogLocation
 from .observe import RunObserver, from_environment, incarnation_of
+from .otelenv import check_environment
 from .policies import check_seconds
 from .redact import redact
 from .runtime import Run
@@ -177,6 +178,7 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: LogLocatio
                         lease_seconds=lease_seconds, new=run_id is None)
     if killed_at is not None and not (math.isfinite(killed_at) and 0 < killed_at <= time.time() + 60):
         raise UsageError(f"--killed-at must be the Unix time of a kill that happened (got {killed_at})")
+    check_environment()  # tracing settings: refused before the log is opened, never echoed
     db_path = location(db)
     load_driver(db_path)  # before the stop handler: a stop inside an import cannot be handled
     with interrupts.installed():

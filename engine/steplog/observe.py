@@ -18,13 +18,13 @@ When tracing is on (README "Tracing"):
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .events import EventKind
+from .otelenv import tracing_wanted
 
 if TYPE_CHECKING:
     from .db import LogConnection
@@ -70,22 +70,6 @@ class RunObserver(Protocol):
     def close(self) -> None:
         """The engine is done with the run however it ended: end what is open, flush."""
         ...
-
-
-def tracing_wanted(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
-    """Do the environment or the program ask for traces? (Imports nothing.)"""
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    if exporter:
-        return exporter != "none"
-    if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        return True
-    trace = sys.modules.get("opentelemetry.trace")
-    if trace is None:
-        return False
-    provider = trace.get_tracer_provider()
-    return type(provider).__name__ not in ("ProxyTracerProvider", "NoOpTracerProvider")
 
 
 def from_environment() -> RunObserver | None:

@@ -11,8 +11,10 @@ Imported only when tracing is on (``steplog.observe.from_environment``). The sha
 Spans go through the program's own ``TracerProvider`` when it installed one; otherwise through
 one built here from the standard variables (``OTEL_SERVICE_NAME``, ``OTEL_EXPORTER_OTLP_*``,
 ``OTEL_BSP_*``), installed as the global provider so spans agent code makes inside a step nest
-under that step (the step's span is the current span while it runs). A killed engine's trace
-simply stops: its root span never ends, spans still queued in the batch processor die with it,
+under that step (the step's span is the current span while it runs). Ours sends them from a
+thread of its own and waits for them at most ``STEPLOG_OTEL_FLUSH_SECONDS`` when the process ends
+(``steplog.otelexport``): a collector that is down or does not answer never holds a run up. A
+killed engine's trace simply stops: its root span never ends, spans still queued die with it,
 and the next incarnation's root says ``steplog.takeover`` (how it found the previous holder)
 with ``steplog.previous_pid`` and ``steplog.killed_at``.
 """
@@ -31,15 +33,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from opentelemetry import context, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from .otelenv import flush_seconds
+from .otelexport import BoundedSpanProcessor, destination, guard_logs
+
 if TYPE_CHECKING:  # observe chooses this module: a type-only import keeps the two acyclic
     from .observe import Incarnation
 
-FLUSH_TIMEOUT_MS = 3000
-"""How long the end of an incarnation waits for its spans to be sent (an unreachable collector
-must not hold a finished run for the exporter's whole retry schedule)."""
-
 _lock = threading.Lock()
 _own_provider: Any = None
+_own_processors: list[BoundedSpanProcessor] = []
 
 
 def _version() -> str:
@@ -68,14 +70,18 @@ def tracer_provider() -> trace.TracerProvider:
 def _build_provider() -> trace.TracerProvider:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
-    provider = TracerProvider(resource=Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "steplog")}))
+    # shutdown_on_exit: the provider's atexit shutdown is the process's bounded flush
+    # (``BoundedSpanProcessor.shutdown``), after a normal end, a stop by a signal or a cancel.
+    service = os.environ.get("OTEL_SERVICE_NAME", "steplog")
+    provider = TracerProvider(resource=Resource.create({"service.name": service}),
+                              shutdown_on_exit=True)
     wanted = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
-    exporters: list[SpanExporter] = []
+    exporters: list[tuple[SpanExporter, str]] = []
     for name in (n.strip() for n in wanted.split(",")):
         if name == "console":
-            exporters.append(ConsoleSpanExporter(out=sys.stderr))
+            exporters.append((ConsoleSpanExporter(out=sys.stderr), "stderr (the console exporter)"))
         elif name == "otlp":
             protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
                         or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf")
@@ -84,13 +90,45 @@ def _build_provider() -> trace.TracerProvider:
                       "http/protobuf (the collector's port 4318)", file=sys.stderr)
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            exporters.append(OTLPSpanExporter())
+            endpoint = _traces_endpoint()
+            exporters.append((OTLPSpanExporter(endpoint=endpoint), destination(endpoint)))
         elif name != "none":
             print(f"steplog: OTEL_TRACES_EXPORTER={name} is not supported (use otlp or console); ignored",
                   file=sys.stderr)
-    for exporter in exporters:
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+    for exporter, where in exporters:
+        processor = BoundedSpanProcessor(exporter, destination=where)
+        _own_processors.append(processor)
+        provider.add_span_processor(processor)
+    guard_logs(_own_processors)
     return provider
+
+
+def _traces_endpoint() -> str:
+    """Where OTLP traces go, as the exporter library resolves it (given to it explicitly, so the
+    drop warning names the very URL it used)."""
+    if url := os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return url
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318"
+    return f"{base.removesuffix('/')}/v1/traces"
+
+
+def _flush_theirs(provider: trace.TracerProvider, seconds: float) -> None:
+    """Flush a provider the program installed, waiting at most ``seconds``: the SDK's own batch
+    processor exports on the flushing thread and ignores its timeout, so it flushes on a thread
+    of its own that is left behind if the collector does not answer."""
+    flush = getattr(provider, "force_flush", None)
+    if not callable(flush):
+        return
+
+    def go() -> None:
+        try:
+            flush(int(seconds * 1000))
+        except Exception:  # noqa: BLE001 (the program's exporter: its trouble, not the run's)
+            pass
+
+    helper = threading.Thread(target=go, name="steplog-otel-flush", daemon=True)
+    helper.start()
+    helper.join(seconds)
 
 
 _F = TypeVar("_F", bound=Callable[..., None])
@@ -178,9 +216,14 @@ class OtelObserver:
         if self._root is not None:
             self._root.set_attribute("steplog.incarnation.end", "stopped")
             self.incarnation_ended(None, None)
-        flush = getattr(self._provider, "force_flush", None)
-        if callable(flush):  # the process may end right after the run: send what is queued now
-            flush(FLUSH_TIMEOUT_MS)
+        # The process may end right after the run: send what is queued now. Ours goes out from
+        # its thread, and the process's end waits for it (boundedly); never wait here, where a
+        # Python program running many runs would wait once per run.
+        if self._provider is _own_provider:
+            for processor in _own_processors:
+                processor.send_now()
+        else:
+            _flush_theirs(self._provider, flush_seconds())
 
     # -- steps -------------------------------------------------------------------------------
 
