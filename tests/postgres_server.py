@@ -54,9 +54,12 @@ def _binaries() -> tuple[str, str] | None:
 
 
 class Throwaway:
-    """A server of our own: ``initdb`` + ``pg_ctl`` in a temp folder, on a Unix socket."""
+    """A server of our own: ``initdb`` + ``pg_ctl`` in a temp folder, on a Unix socket (``tcp``:
+    on a free TCP port of 127.0.0.1 too, the way a remote server is reached). A test that stops or
+    restarts a server does it to one of these, never to the shared one."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tcp: bool = False) -> None:
+        self.tcp = tcp
         found = _binaries()
         if found is None:
             raise NoServer("no initdb/pg_ctl")
@@ -83,9 +86,29 @@ class Throwaway:
 
     def start(self) -> str:
         self._run(self.initdb, "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8")
-        opts = f"-k {self.root} -c listen_addresses='' -p {self.port} -c fsync=on"
-        self._run(self.pg_ctl, "-D", str(self.data), "-o", opts, "-l", str(self.root / "log"), "-w", "start")
+        self.up()
+        if self.tcp:
+            return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         return f"postgresql://postgres@/postgres?host={quote(str(self.root), safe='')}&port={self.port}"
+
+    def up(self) -> None:
+        """Start the server (again, after ``down``); returns once it answers."""
+        listen = "127.0.0.1" if self.tcp else ""
+        opts = f"-k {self.root} -c listen_addresses='{listen}' -p {self.port} -c fsync=on"
+        self._run(self.pg_ctl, "-D", str(self.data), "-o", opts, "-l", str(self.root / "log"), "-w",
+                  "start")
+
+    def down(self, mode: str = "fast") -> None:
+        """``pg_ctl stop -m MODE``: the server ends every session and stops (``up`` again)."""
+        self._run(self.pg_ctl, "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def restart(self, mode: str = "fast") -> None:
+        """``pg_ctl restart -m MODE``: every session is ended (``fast``: at once, open
+        transactions rolled back), then the server starts again with the same options; returns
+        once it answers."""
+        # -l again: without it the new server would write to (and hold open) pg_ctl's stdout pipe.
+        self._run(self.pg_ctl, "-D", str(self.data), "-m", mode, "-l", str(self.root / "log"), "-w",
+                  "restart")
 
     def stop(self) -> None:
         try:

@@ -54,15 +54,13 @@ def _guard(fn: F) -> F:
             if "disk is full" in str(exc) or "disk I/O" in str(exc):
                 _fail(f"the log could not be written ({exc}); free disk space and run the same command again: "
                       "the run resumes from its last checkpoint", 1)
+            _fail_on_postgres(exc, kwargs)  # a lost connection, a server restarting: one line too
             raise
         except sqlite3.DatabaseError as exc:
             from .db import is_damage
             from .integrity import damaged
 
-            if getattr(exc, "sqlstate", False) is not False:  # a PostgreSQL log (steplog.pg.PgError)
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                _fail(f"the log at {_log_path(kwargs)} failed ({first}); nothing was half-written: check the "
-                      "server, then run the same command again", 1)
+            _fail_on_postgres(exc, kwargs)
 
             if not is_damage(exc):
                 raise
@@ -70,6 +68,14 @@ def _guard(fn: F) -> F:
             _fail(str(damaged(_log_path(kwargs), str(exc))), EXIT_USAGE)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _fail_on_postgres(exc: BaseException, kwargs: dict[str, Any]) -> None:
+    """Exit 1 with one line if ``exc`` is a PostgreSQL log's error (``steplog.pg.PgError``)."""
+    if getattr(exc, "sqlstate", False) is not False:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        _fail(f"the log at {_log_path(kwargs)} failed ({first}); nothing was half-written: "
+              "check the server, then run the same command again", 1)
 
 
 class _LogParam(click.ParamType):  # type: ignore[type-arg]

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from . import interrupts, openfiles
-from .errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema, ReadOnlyLog
+from .errors import (CorruptDatabase, ForeignDatabase, LogError, LogUnavailable, NewerSchema,
+                     ReadOnlyLog)
 from .location import LogLocation, PgUrl, resolve
 from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, split_statements
 
@@ -290,6 +291,35 @@ def is_read_only(exc: BaseException) -> bool:
     return name.startswith("SQLITE_READONLY") or "readonly database" in str(exc)
 
 
+_AWAY = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN",
+         "SQLITE_PROTOCOL")
+_AWAY_TEXT = ("database is locked", "database table is locked", "disk I/O error",
+              "unable to open database file", "database or disk is full")
+"""SQLite errors of a log that is away for now (by name; by text where an error has no name)."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Is the log only away for now, so that the same work may succeed later on a new connection?
+
+    Yes for ``LogUnavailable``; on PostgreSQL for a lost, closed or refused connection, a server
+    shutting down, restarting or short of connections, a deadlock or timeout (``pg.transient``);
+    on SQLite for a file still locked past the busy timeout, an I/O error or a full disk. No for
+    a damaged, foreign, newer or read-only log, or a statement the log refuses: those stay wrong
+    however long one waits."""
+    if isinstance(exc, LogUnavailable):
+        return True
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    if getattr(exc, "sqlstate", False) is not False:  # a PostgreSQL log (steplog.pg.PgError)
+        from . import pg
+
+        return pg.transient(exc)
+    if is_damage(exc) or is_read_only(exc):
+        return False
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    return name.startswith(_AWAY) if name else any(t in str(exc) for t in _AWAY_TEXT)
+
+
 def read_only_log(path: LogLocation, why: str) -> ReadOnlyLog:
     return ReadOnlyLog(
         f"{path} cannot be written ({why}); steplog run records every step there: make it writable "
@@ -455,7 +485,9 @@ def open_log(path: LogLocation, *, synchronous: Synchronous = "FULL") -> LogConn
         _apply_pragmas(conn, readonly=False, synchronous=synchronous)
         _migrate(conn)
     except sqlite3.OperationalError as exc:
-        raise LogError(f"cannot open {path} for writing: {exc}; check the path, its permissions and free disk space") from exc
+        cls = LogUnavailable if is_transient(exc) else LogError
+        raise cls(f"cannot open {path} for writing: {exc}; check the path, its permissions "
+                  "and free disk space") from exc
     except sqlite3.DatabaseError as exc:
         raise CorruptDatabase(f"{path} is a damaged SQLite file ({exc}); restore it or use a new --db") from exc
     return conn

@@ -14,7 +14,9 @@ SteplogError
 │   ├── ForeignDatabase      not a steplog file (application_id differs)
 │   ├── CorruptDatabase      not SQLite at all, truncated, or failing integrity checks
 │   ├── NewerSchema          written by a newer steplog; refuse rather than guess
-│   └── ReadOnlyLog          ``run`` cannot write it (read-only file or folder)
+│   ├── ReadOnlyLog          ``run`` cannot write it (read-only file or folder)
+│   └── LogUnavailable       away for now: the server is unreachable or restarting,
+│                            the file locked past the busy timeout or failing I/O
 ├── LogWriteError            a checkpoint could not be written (disk full, I/O)    (exit 1)
 │   └── StorageExhausted     a step's effect met a full disk or an I/O error      (exit 1)
 ├── UnknownRun               no run with that id in this log                        (exit 2)
@@ -65,6 +67,14 @@ EXIT_WAITING = 6
 EXIT_LEASE_HELD = 75
 EXIT_STOPPED = 130
 """Stopped by a signal at a safe point (SIGTERM, SIGINT): the run is resumable, nothing is wrong."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (its type's name if it has none): a driver's error can
+    run to several lines (libpq's "server closed the connection unexpectedly" does), and what
+    steplog prints is one line."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 class SteplogError(Exception):
@@ -118,6 +128,12 @@ class NewerSchema(LogError):
 class ReadOnlyLog(LogError):
     """A log that ``run`` cannot write: the file, or the folder its -wal and -shm files live in,
     is read-only. Readers (``status``, ``runs``, ``check``) can still read it."""
+
+
+class LogUnavailable(LogError):
+    """The log cannot be reached *now*, though nothing says it is wrong: its server refuses
+    connections or is restarting, or the file stays locked or fails I/O. A command exits 2 as for
+    any ``LogError``; ``steplog worker`` waits and reconnects instead (``db.is_transient``)."""
 
 
 class LogWriteError(SteplogError):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import interrupts
 from .db import RUN_WRITE, LogConnection, rollback
-from .errors import Fenced, LogWriteError
+from .errors import Fenced, LogWriteError, first_line
 from .events import EventKind, StepStarted
 from .lease import boot_clock
 
@@ -222,8 +222,9 @@ class Journal:
                 vars(self.usage).update(self._committed)
                 if isinstance(exc, sqlite3.Error):
                     raise LogWriteError(
-                        f"writing the log failed ({exc}); nothing was half-written: free disk space or fix the "
-                        "file, then run the same command again to resume from the last checkpoint") from exc
+                        f"writing the log failed ({first_line(exc)}); nothing was half-written: "
+                        "free disk space or fix the file, then run the same command again to "
+                        "resume from the last checkpoint") from exc
                 raise
 
     def _event(self, kind: str, seq: int | None, data: Mapping[str, Any]) -> None:

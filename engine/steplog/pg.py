@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from .errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema
+from .errors import CorruptDatabase, ForeignDatabase, LogError, LogUnavailable, NewerSchema
 from .pgschema import (APPLICATION, META_TABLE, PG_ONLY, create_statements, expected_tables, pg_only_statements,
                        upgrade_statements)
 from .schema import SCHEMA_VERSION
@@ -93,6 +93,31 @@ class PgIntegrityError(PgError, sqlite3.IntegrityError):
 
 _AS_SQLITE_DOES = ("42P01", "42703")
 """Undefined table or column: SQLite's "no such table/column" is an ``OperationalError``."""
+
+
+_TRANSIENT_STATES = ("08", "40", "53", "55P03", "57", "58")
+"""SQLSTATEs after which the same work may succeed later, on a new connection: a connection
+exception, a rolled-back transaction (deadlock, serialization), insufficient resources (too
+many connections, a full disk), a lock not available, operator intervention (a shutdown or
+restart, the server starting up, a statement timeout) and a system (I/O) error."""
+
+
+def transient(exc: BaseException) -> bool:
+    """Is this PostgreSQL error the server being away for now (``db.is_transient`` asks)? An
+    operational error without a SQLSTATE is the connection's own: lost, closed or refused."""
+    if not isinstance(exc, PgOperationalError):
+        return False
+    if exc.sqlstate is None:
+        return True
+    # 57P04: the database was dropped, which no wait cures.
+    return exc.sqlstate.startswith(_TRANSIENT_STATES) and exc.sqlstate != "57P04"
+
+
+_REFUSED = ("does not exist", "authentication failed", "no pg_hba.conf entry")
+"""What a server that is up says when it refuses a connection for good: no such database or
+role, wrong password, not allowed from here. libpq gives a failed connection no SQLSTATE, only
+the server's words; said in another language they are not recognised, and the refusal is taken
+for the server being away."""
 
 
 def _wrap(exc: Exception) -> PgError:
@@ -285,8 +310,13 @@ def connect(url: PgUrl) -> PgConnection:
         raw = psycopg.connect(str.__str__(url), autocommit=True, connect_timeout=CONNECT_TIMEOUT,
                               row_factory=_row_factory)
     except psycopg.Error as exc:
-        raise LogError(f"cannot connect to {url} ({_first_line(exc)}); check that the server runs, the "
-                       "database exists and the user may log in (PGPASSWORD or ~/.pgpass for a password)") from exc
+        # Away for now (refused, starting up, too many connections) or wrong (no such database,
+        # bad password): both exit 2 from a command, but a worker waits out only the first.
+        away = transient(_wrap(exc)) and not any(words in str(exc) for words in _REFUSED)
+        cls = LogUnavailable if away else LogError
+        raise cls(f"cannot connect to {url} ({_first_line(exc)}); check that the server runs, the "
+                  "database exists and the user may log in (PGPASSWORD or ~/.pgpass for a "
+                  "password)") from exc
     raw.adapters.register_loader("numeric", _NumericLoader.make(NumericLoader))
     return PgConnection(raw, url)
 
