@@ -36,7 +36,7 @@ from .db import LogConnection, for_update, immediate, location, open_log, privat
 from .errors import ControlRefused, UnknownRun, UsageError
 from .events import EventKind
 from .integrity import probe
-from .journal import dumps
+from .journal import carried_effect, dumps
 from .launch import Launch
 from .lease import row_vacancy
 from .location import LogLocation
@@ -228,6 +228,7 @@ def prepare_retry(run_id: str, *, db: LogLocation | None = None, force: bool = F
         if kind == "needs_reconciliation":
             unconfirmed = [r[0] for r in conn.execute(
                 "SELECT key FROM effect WHERE run_id = ? AND status = 'started' AND idempotent = 0", (run_id,))]
+            unconfirmed += _carried_unconfirmed(conn, row)  # a fork's, left by its parent
             if not force:
                 raise ControlRefused(
                     f"run {run_id} stopped because effect(s) {', '.join(unconfirmed) or '?'} may or may not have "
@@ -247,6 +248,25 @@ def prepare_retry(run_id: str, *, db: LogLocation | None = None, force: bool = F
         _event(conn, row, now, EventKind.RETRIED, {"previous_reason": reason, "failure": kind, "forced": force,
                                                    "steps": failed, "resent": resent, "queued": True})
         return RetryPrepared(run_id, row["agent"], kind, tuple(warnings))
+
+
+def _carried_unconfirmed(conn: LogConnection, row: sqlite3.Row) -> list[str]:
+    """Keys of the non-idempotent effects a fork's unfinished steps carry on from its parent,
+    unconfirmed (``journal.carried_effect``). ``--force`` does not delete them (they are the
+    parent's record): the ``retried`` event lists them as ``resent``, and the fork then sends
+    them again under keys of its own (``journal.released_effects``)."""
+    if row["parent_run_id"] is None:
+        return []
+    forked_from = (str(row["parent_run_id"]), int(row["parent_step"]))
+    keys: list[str] = []
+    for (seq,) in conn.execute("SELECT seq FROM step WHERE run_id = ? AND status <> 'committed'",
+                               (row["id"],)).fetchall():
+        idx = 0
+        while (found := carried_effect(conn, forked_from, int(seq), idx)) is not None:
+            if found.status == "started" and not found.idempotent:
+                keys.append(found.key)
+            idx += 1
+    return keys
 
 
 def _why_not_retry(row: sqlite3.Row) -> str:

@@ -251,7 +251,8 @@ def _work(agent: Agent[..., Any], journal: Journal, row: sqlite3.Row, resumed: b
     run = Run(run_id=row["id"], workdir=Path(row["workdir"]), outbox=row["outbox"],
               params=json.loads(row["params"]), journal=journal, steps=load_steps(journal.conn, row["id"]),
               budget=budget_of(row), retry=agent.retry, model=chat_model, pace=pace, http=http,
-              exit_when_waiting=exit_when_waiting)
+              exit_when_waiting=exit_when_waiting,
+              forked_from=(row["parent_run_id"], int(row["parent_step"])) if row["parent_run_id"] else None)
     private_dir(Path(row["workdir"]))
     if on_start is not None:
         on_start(run.id, journal.incarnation, resumed)
