@@ -154,7 +154,8 @@ class AsyncRun:
             key, done = ctx.effect_begin(call.kind, call.target, call.request_hash, idempotent=call.idempotent)
             if done is not None:
                 return done[0]
-            with interrupts.acting():  # a cancel waits for the act and its record, as in ``StepContext.effect``
+            # A cancel waits for the act and its record, as in ``StepContext.effect``.
+            with interrupts.acting():
                 return ctx.effect_end(key, await asyncio.to_thread(call.do, key))
 
         return self._drive(seq, call.name, call.step_kind, prior, act)

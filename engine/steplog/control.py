@@ -14,7 +14,9 @@ runs like any other (``steplog retry``/``fork`` do that right after).
 - **retry**: a ``failed`` run back to ``running``, its failed step's attempt counters fresh.
 - **fork**: a new run whose steps ``1..N-1`` are copies of the parent's committed steps (results
   and decisions, never effects: those keep the parent's keys and are not sent again); from step
-  N on it has its own keys, so its effects are new effects. Its workdir starts as a copy.
+  N on it has its own keys, so its effects are new effects, except in a step the parent left
+  unfinished: that one's effect is carried on under the parent's key (``journal.carried_effect``),
+  as it may have reached its target already. Its workdir starts as a copy.
 """
 
 from __future__ import annotations

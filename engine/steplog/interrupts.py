@@ -128,8 +128,8 @@ class acting:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         _state.acting -= 1
-        if exc_type is None and _state.acting == 0 and _state.depth == 0 and _state.requested is not None \
-                and not _state.raised and _state.shield == 0:
+        if exc_type is None and _state.acting == 0 and _state.depth == 0 \
+                and _state.requested is not None and not _state.raised and _state.shield == 0:
             _state.raised = True
             raise StopRequested(_state.requested)
 

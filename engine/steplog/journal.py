@@ -479,7 +479,8 @@ def load_effect(conn: LogConnection, key: str) -> EffectRecord | None:
     return EffectRecord(row[0], row[1], row[2], row[3], bool(row[4])) if row else None
 
 
-def carried_effect(conn: LogConnection, forked_from: tuple[str, int], seq: int, idx: int) -> EffectRecord | None:
+def carried_effect(conn: LogConnection, forked_from: tuple[str, int], seq: int,
+                   idx: int) -> EffectRecord | None:
     """The ledger row a fork carries on for effect ``idx`` of its step ``seq``, if any.
 
     ``forked_from`` is the fork's ``(parent run, step it was forked at)``. A fork runs from that
@@ -499,7 +500,8 @@ def carried_effect(conn: LogConnection, forked_from: tuple[str, int], seq: int, 
     seen: set[str] = set()
     while parent is not None and seq >= at and parent not in seen:
         seen.add(parent)
-        step = conn.execute("SELECT status FROM step WHERE run_id = ? AND seq = ?", (parent, seq)).fetchone()
+        step = conn.execute("SELECT status FROM step WHERE run_id = ? AND seq = ?",
+                            (parent, seq)).fetchone()
         if step is not None and step[0] == "committed":
             return None
         row = conn.execute(
@@ -507,7 +509,8 @@ def carried_effect(conn: LogConnection, forked_from: tuple[str, int], seq: int, 
             " WHERE run_id = ? AND seq = ? AND idx = ?", (parent, seq, idx)).fetchone()
         if row is not None:
             return EffectRecord(row[0], row[1], row[2], row[3], bool(row[4]), row[5], row[6])
-        up = conn.execute("SELECT parent_run_id, parent_step FROM run WHERE id = ?", (parent,)).fetchone()
+        up = conn.execute("SELECT parent_run_id, parent_step FROM run WHERE id = ?",
+                          (parent,)).fetchone()
         if up is None or up[0] is None:
             return None
         parent, at = str(up[0]), int(up[1])
@@ -518,6 +521,7 @@ def released_effects(conn: LogConnection, run_id: str) -> set[str]:
     """Keys of unconfirmed non-idempotent effects that ``steplog retry --force`` told the run to
     send again (recorded with its ``retried`` events)."""
     keys: set[str] = set()
-    for (data,) in conn.execute("SELECT data FROM event WHERE run_id = ? AND kind = ?", (run_id, EventKind.RETRIED)):
+    for (data,) in conn.execute("SELECT data FROM event WHERE run_id = ? AND kind = ?",
+                                (run_id, EventKind.RETRIED)):
         keys.update(json.loads(data).get("resent") or ())
     return keys

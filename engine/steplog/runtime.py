@@ -22,8 +22,8 @@ from typing import Any, ParamSpec, TypeVar
 from . import crashpoints, effects, interrupts
 from .errors import (Cancelled, Fenced, GaveUp, NeedsReconciliation, NonDeterminism, RunFailed, RunStopped,
                      RunWaiting, SteplogError, StorageExhausted, UsageError, WaitTimeout)
-from .journal import (Committed, EffectRecord, Journal, StepRecord, cancel_request, carried_effect, dumps, load_effect,
-                      pending_signal, released_effects, why_not_json)
+from .journal import (Committed, EffectRecord, Journal, StepRecord, cancel_request, carried_effect,
+                      dumps, load_effect, pending_signal, released_effects, why_not_json)
 from .llm.base import ChatModel, ChatReply, Estimate, Message
 from .policies import Budget, RetryPolicy
 from .redact import redact
@@ -156,7 +156,7 @@ class StepContext:
         key = effect_key(run.id, self.seq, idx)
         prior = load_effect(run._journal.conn, key)
         if prior is None and run._forked_from is not None:
-            carried = self._carried(idx, kind, target, request_hash)
+            carried = self._carried(run._forked_from, idx, kind, target, request_hash)
             if carried is not None:
                 key, prior = carried.key, carried
         if prior is not None:
@@ -181,19 +181,21 @@ class StepContext:
             raise run._stop(Cancelled(run._journal.cancel_requested, run_id=run.id))
         return key, None
 
-    def _carried(self, idx: int, kind: str, target: str, request_hash: str) -> EffectRecord | None:
+    def _carried(self, forked_from: tuple[str, int], idx: int, kind: str, target: str,
+                 request_hash: str) -> EffectRecord | None:
         """The parent's ledger row this fork's effect carries on (``journal.carried_effect``):
         only the same effect (kind, target, request), and not a non-idempotent one that a forced
         retry of this run released to be sent again."""
         run = self.run
-        assert run._forked_from is not None
         conn = run._journal.conn
-        found = carried_effect(conn, run._forked_from, self.seq, idx)
-        if found is None or (found.kind, found.target, found.request_hash) != (kind, target, request_hash):
-            return None
-        if not found.idempotent and found.status != "completed" and found.key in released_effects(conn, run.id):
-            return None
-        return found
+        found = carried_effect(conn, forked_from, self.seq, idx)
+        if found is None or (found.kind, found.target) != (kind, target):
+            return None  # nothing to carry on here, or another effect: this one is new
+        if found.request_hash != request_hash:
+            return None  # the fork asks for something else (changed params): a new effect
+        released = not found.idempotent and found.status != "completed" \
+            and found.key in released_effects(conn, run.id)
+        return None if released else found
 
     def effect_end(self, key: str, response: Any) -> Any:
         """The log's half after the act: the far side's response, committed.
@@ -222,7 +224,8 @@ class Run:
                  forked_from: tuple[str, int] | None = None) -> None:
         self.id = run_id
         self._forked_from = forked_from
-        """``(parent run, step)`` of a fork: the effects of its parent's unfinished steps it carries on."""
+        """``(parent run, step)`` of a fork: it carries on the effects of its parent's unfinished
+        steps (``StepContext._carried``)."""
         self.workdir = workdir
         self.outbox = outbox
         self.params = params
