@@ -172,6 +172,35 @@ def test_a_graceful_stop_during_a_post_resumes_with_the_same_key(
     assert sent_once_each(outbox.ledger()) == {"T-1001": 1, "T-1002": 1, "digest": 1}
 
 
+def test_a_fork_of_a_fork_carries_on_what_the_first_parent_left_unconfirmed(
+        engine: Engine, tmp_path: Path) -> None:
+    """The engine dies right after its far side applied step 3's effect, before the ledger heard
+    of it; the run is cancelled. A fork at 2 stops at its budget before step 3, and a fork of
+    that fork runs step 3: it still carries the first run's effect on, under its key."""
+    witness = tmp_path / "witness.db"
+    db = str(engine.db)
+    args = ("run", f"{AGENTS}:witness", "--run-id", "base", "--db", db,
+            "--param", f"witness={witness}", "--param", "n=2")
+    crashed = engine.run(*args, env={"STEPLOG_CRASH_AT": "after_effect_applied@3"})
+    assert crashed.returncode == 86
+    assert engine.run("cancel", "base", "--db", db).returncode == 0
+    first = engine.run("fork", "base", "--at-step", "2", "--run-id", "f1", "--db", db,
+                       "--max-steps", "2")
+    assert first.returncode == 3, first.stderr  # gave up before step 3: it never got there
+    second = engine.run("fork", "f1", "--at-step", "3", "--run-id", "f2", "--db", db,
+                        "--max-steps", "100")
+    assert second.returncode == 0, second.stderr
+
+    conn = sqlite3.connect(witness)
+    try:
+        applied = conn.execute("SELECT key, i FROM applied ORDER BY rowid").fetchall()
+        tries = conn.execute("SELECT key FROM attempt ORDER BY n").fetchall()
+    finally:
+        conn.close()
+    assert applied == [("base:3", 0), ("f2:8", 1)], "item 0 applied once, under the first run's key"
+    assert tries == [("base:3",), ("base:3",), ("f2:8",)]
+
+
 def test_a_fork_refuses_to_resend_an_unconfirmed_effect_its_target_cannot_deduplicate(
         engine: Engine, tmp_path: Path) -> None:
     """The non-idempotent kind: started by the parent, never confirmed, then the parent cancelled.
@@ -197,3 +226,32 @@ def test_a_fork_refuses_to_resend_an_unconfirmed_effect_its_target_cannot_dedupl
     assert "effect(s) nr:2 will be sent again" in forced.stderr
     assert sent.read_text().splitlines() == ["nr-2:2"]
     assert effect_row(engine, "nr:2") == ("nr", "started", 1), "the parent's record stays"
+
+
+def test_an_async_agent_cancelled_with_posts_in_flight_records_them_and_a_fork_sends_each_once(
+        engine: Engine, outbox: OutboxProcess) -> None:
+    """``demo_async`` sends both replies at once (steps 6 and 7). The cancel waits for the acts
+    in flight: the first to end is recorded with its answer; another may still be torn down with
+    the event loop, left ``started``. Either way a fork carries both on."""
+    db = str(engine.db)
+    proc = engine.start("run", "demo_async", "--run-id", "a", "--db", db, "--param", "tickets=2",
+                        "--outbox", outbox.url, "--lease-seconds", "3")
+    for key in ("a:6", "a:7"):
+        wait_until(lambda key=key: key_state(outbox, key) == "pending", f"the outbox holds {key}")
+    cancel = engine.run("cancel", "a", "--db", db, "--reason", "stop now")
+    assert cancel.returncode == 0, cancel.stderr
+    code, _, err = finish(proc)
+    assert code == 5, err
+    states = dict(engine.query("SELECT key, status FROM effect WHERE run_id = 'a'"
+                               " AND kind = 'http_post'"))
+    assert "completed" in states.values(), states
+    assert engine.query("SELECT count(*) FROM step WHERE run_id = 'a' AND seq IN (6, 7)"
+                        " AND status = 'committed'") == [(0,)]
+    for key in ("a:6", "a:7"):
+        wait_until(lambda key=key: key_state(outbox, key) == "done", f"the outbox delivered {key}")
+
+    forked = engine.run("fork", "a", "--at-step", "6", "--run-id", "a2", "--db", db)
+    assert forked.returncode == 0, forked.stderr
+    ledger = outbox.ledger()
+    assert sent_once_each(ledger) == {"T-1001": 1, "T-1002": 1, "digest": 1}
+    assert sorted(d.key for d in ledger.deliveries if "ticket_id" in d.body) == ["a:6", "a:7"]
