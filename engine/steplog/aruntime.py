@@ -17,6 +17,7 @@ import json
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
+from . import interrupts
 from .llm.base import ChatReply, Estimate, Message
 from .journal import Committed
 from .runtime import EffectCall, Run, StepContext, _current, effect_key
@@ -153,7 +154,9 @@ class AsyncRun:
             key, done = ctx.effect_begin(call.kind, call.target, call.request_hash, idempotent=call.idempotent)
             if done is not None:
                 return done[0]
-            return ctx.effect_end(key, await asyncio.to_thread(call.do, key))
+            # A cancel waits for the act and its record, as in ``StepContext.effect``.
+            with interrupts.acting():
+                return ctx.effect_end(key, await asyncio.to_thread(call.do, key))
 
         return self._drive(seq, call.name, call.step_kind, prior, act)
 

@@ -14,7 +14,9 @@ runs like any other (``steplog retry``/``fork`` do that right after).
 - **retry**: a ``failed`` run back to ``running``, its failed step's attempt counters fresh.
 - **fork**: a new run whose steps ``1..N-1`` are copies of the parent's committed steps (results
   and decisions, never effects: those keep the parent's keys and are not sent again); from step
-  N on it has its own keys, so its effects are new effects. Its workdir starts as a copy.
+  N on it has its own keys, so its effects are new effects, except in a step the parent left
+  unfinished: that one's effect is carried on under the parent's key (``journal.carried_effect``),
+  as it may have reached its target already. Its workdir starts as a copy.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from .db import LogConnection, for_update, immediate, location, open_log, privat
 from .errors import ControlRefused, UnknownRun, UsageError
 from .events import EventKind
 from .integrity import probe
-from .journal import dumps
+from .journal import carried_effect, dumps
 from .launch import Launch
 from .lease import row_vacancy
 from .location import LogLocation
@@ -228,6 +230,7 @@ def prepare_retry(run_id: str, *, db: LogLocation | None = None, force: bool = F
         if kind == "needs_reconciliation":
             unconfirmed = [r[0] for r in conn.execute(
                 "SELECT key FROM effect WHERE run_id = ? AND status = 'started' AND idempotent = 0", (run_id,))]
+            unconfirmed += _carried_unconfirmed(conn, row)  # a fork's, left by its parent
             if not force:
                 raise ControlRefused(
                     f"run {run_id} stopped because effect(s) {', '.join(unconfirmed) or '?'} may or may not have "
@@ -247,6 +250,25 @@ def prepare_retry(run_id: str, *, db: LogLocation | None = None, force: bool = F
         _event(conn, row, now, EventKind.RETRIED, {"previous_reason": reason, "failure": kind, "forced": force,
                                                    "steps": failed, "resent": resent, "queued": True})
         return RetryPrepared(run_id, row["agent"], kind, tuple(warnings))
+
+
+def _carried_unconfirmed(conn: LogConnection, row: sqlite3.Row) -> list[str]:
+    """Keys of the non-idempotent effects a fork's unfinished steps carry on from its parent,
+    unconfirmed (``journal.carried_effect``). ``--force`` does not delete them (they are the
+    parent's record): the ``retried`` event lists them as ``resent``, and the fork then sends
+    them again under keys of its own (``journal.released_effects``)."""
+    if row["parent_run_id"] is None:
+        return []
+    forked_from = (str(row["parent_run_id"]), int(row["parent_step"]))
+    keys: list[str] = []
+    for (seq,) in conn.execute("SELECT seq FROM step WHERE run_id = ? AND status <> 'committed'",
+                               (row["id"],)).fetchall():
+        idx = 0
+        while (found := carried_effect(conn, forked_from, int(seq), idx)) is not None:
+            if found.status == "started" and not found.idempotent:
+                keys.append(found.key)
+            idx += 1
+    return keys
 
 
 def _why_not_retry(row: sqlite3.Row) -> str:

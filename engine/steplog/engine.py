@@ -253,7 +253,7 @@ def _work(agent: Agent[..., Any], journal: Journal, row: sqlite3.Row, resumed: b
     run = Run(run_id=row["id"], workdir=Path(row["workdir"]), outbox=row["outbox"],
               params=json.loads(row["params"]), journal=journal, steps=load_steps(journal.conn, row["id"]),
               budget=budget_of(row), retry=agent.retry, model=chat_model, pace=pace, http=http,
-              exit_when_waiting=exit_when_waiting)
+              exit_when_waiting=exit_when_waiting, forked_from=_forked_from(row))
     private_dir(Path(row["workdir"]))
     if on_start is not None:
         on_start(run.id, journal.incarnation, resumed)
@@ -271,6 +271,12 @@ def _work(agent: Agent[..., Any], journal: Journal, row: sqlite3.Row, resumed: b
             heartbeat.stop()
             http.close()
             close_model(chat_model)
+
+
+def _forked_from(row: sqlite3.Row) -> tuple[str, int] | None:
+    """``(parent run, step)`` when the run is a fork, else ``None``."""
+    parent = row["parent_run_id"]
+    return (str(parent), int(row["parent_step"])) if parent is not None else None
 
 
 def _drive(agent: Agent[..., Any], run: Run, journal: Journal, resumed: bool) -> Outcome:

@@ -14,6 +14,13 @@ when it is collected). So the engine's handler only *records* the request, and:
 - ``check()`` raises it at every step boundary too, so agent code that swallows
   ``KeyboardInterrupt`` cannot swallow the stop.
 
+A cancel (``request_from_thread("cancel")``, from the engine's heartbeat) waits for more: inside
+an ``acting()`` section (an effect being done and its completion recorded) it is not raised at all
+until the section ends. Cut there, a request the far side has already received would be left
+``started`` in the ledger (its delivery unknown; a non-idempotent one then needs reconciliation by
+hand), where a moment later it is known. A stop from outside (a signal) still cuts it: an
+unfinished effect is sent again with its key on resume, and a fork carries it on with that key.
+
 The handler raises asynchronously at most once per request; ``shielded()`` marks code after which
 the process ends anyway (the terminal record, closing the log) and never raises there.
 ``StopRequested`` is a ``KeyboardInterrupt``: no ``except Exception`` (a retry policy, agent code)
@@ -58,6 +65,8 @@ class _State:
     """How many of them are ``shielded()``: nothing is raised while one is open."""
     reason: str | None = None
     """Set by ``request_from_thread``: why the process itself asked to stop."""
+    acting = 0
+    """How many ``acting()`` sections are open: a cancel waits for all of them to end."""
     handled: frozenset[int] = frozenset()
     """The signals ``installed()`` took over."""
 
@@ -70,10 +79,15 @@ def requested() -> int | None:
     return _state.requested
 
 
+def _held_back() -> bool:
+    """Is the pending stop a cancel that waits for an effect in flight (``acting()``)?"""
+    return _state.acting > 0 and _state.reason == "cancel"
+
+
 def _on_signal(signum: int, _frame: FrameType | None) -> None:
     if _state.requested is None:
         _state.requested = signum
-    if _state.depth == 0 and not _state.raised:
+    if _state.depth == 0 and not _state.raised and not _held_back():
         _state.raised = True
         raise StopRequested(signum)
 
@@ -96,7 +110,26 @@ class critical:
                  tb: TracebackType | None) -> None:
         _state.depth -= 1
         if exc_type is None and _state.depth == 0 and _state.requested is not None and not _state.raised \
-                and _state.shield == 0:
+                and _state.shield == 0 and not _held_back():
+            _state.raised = True
+            raise StopRequested(_state.requested)
+
+
+class acting:
+    """An effect being done and its outcome recorded: a cancel asked for meanwhile is raised as
+    the section ends (once no other is open), not inside it; a stop signal still cuts it.
+
+    Sections may overlap (an async agent's effects run side by side): it is a count, not a stack.
+    """
+
+    def __enter__(self) -> None:
+        _state.acting += 1
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        _state.acting -= 1
+        if exc_type is None and _state.acting == 0 and _state.depth == 0 \
+                and _state.requested is not None and not _state.raised and _state.shield == 0:
             _state.raised = True
             raise StopRequested(_state.requested)
 
@@ -144,7 +177,7 @@ def installed() -> Iterator[None]:
             current = signal.getsignal(sig)
             if current in (signal.SIG_DFL, signal.default_int_handler):
                 previous[sig] = signal.signal(sig, _on_signal)
-    _state.requested, _state.raised, _state.reason = None, False, None
+    _state.requested, _state.raised, _state.reason, _state.acting = None, False, None, 0
     _state.handled = frozenset(previous)
     try:
         yield

@@ -22,8 +22,8 @@ from typing import Any, ParamSpec, TypeVar
 from . import crashpoints, effects, interrupts
 from .errors import (Cancelled, Fenced, GaveUp, NeedsReconciliation, NonDeterminism, RunFailed, RunStopped,
                      RunWaiting, SteplogError, StorageExhausted, UsageError, WaitTimeout)
-from .journal import (Committed, Journal, StepRecord, cancel_request, deaths_inside, dumps, load_effect,
-                      pending_signal, why_not_json)
+from .journal import (Committed, EffectRecord, Journal, StepRecord, cancel_request, carried_effect,
+                      deaths_inside, dumps, load_effect, pending_signal, released_effects, why_not_json)
 from .llm.base import ChatModel, ChatReply, Estimate, Message
 from .policies import Budget, RetryPolicy
 from .redact import redact
@@ -135,11 +135,16 @@ class StepContext:
 
     def effect(self, kind: str, target: str, request_hash: str, do: Callable[[str], Any],
                *, idempotent: bool = True) -> Any:
-        """One ledgered effect: "started" committed, done with its key, "completed" committed."""
+        """One ledgered effect: "started" committed, done with its key, "completed" committed.
+
+        A cancel that comes meanwhile waits for the act and its record (``interrupts.acting``):
+        the run then ends ``cancelled`` with this step unfinished and the ledger knowing the
+        far side's answer, instead of a request sent and its outcome lost."""
         key, done = self.effect_begin(kind, target, request_hash, idempotent=idempotent)
         if done is not None:
             return done[0]
-        return self.effect_end(key, do(key))
+        with interrupts.acting():
+            return self.effect_end(key, do(key))
 
     def effect_begin(self, kind: str, target: str, request_hash: str, *,
                      idempotent: bool = True) -> tuple[str, tuple[Any] | None]:
@@ -150,6 +155,10 @@ class StepContext:
         self._next_effect += 1
         key = effect_key(run.id, self.seq, idx)
         prior = load_effect(run._journal.conn, key)
+        if prior is None and run._forked_from is not None:
+            carried = self._carried(run._forked_from, idx, kind, target, request_hash)
+            if carried is not None:
+                key, prior = carried.key, carried
         if prior is not None:
             if prior.request_hash != request_hash:
                 raise NonDeterminism(
@@ -172,11 +181,35 @@ class StepContext:
             raise run._stop(Cancelled(run._journal.cancel_requested, run_id=run.id))
         return key, None
 
+    def _carried(self, forked_from: tuple[str, int], idx: int, kind: str, target: str,
+                 request_hash: str) -> EffectRecord | None:
+        """The parent's ledger row this fork's effect carries on (``journal.carried_effect``):
+        only the same effect (kind, target, request), and not a non-idempotent one that a forced
+        retry of this run released to be sent again."""
+        run = self.run
+        conn = run._journal.conn
+        found = carried_effect(conn, forked_from, self.seq, idx)
+        if found is None or (found.kind, found.target) != (kind, target):
+            return None  # nothing to carry on here, or another effect: this one is new
+        if found.request_hash != request_hash:
+            return None  # the fork asks for something else (changed params): a new effect
+        released = not found.idempotent and found.status != "completed" \
+            and found.key in released_effects(conn, run.id)
+        return None if released else found
+
     def effect_end(self, key: str, response: Any) -> Any:
-        """The log's half after the act: the far side's response, committed."""
+        """The log's half after the act: the far side's response, committed.
+
+        A cancel known by now (asked for during the act) leaves the step unfinished: a fork from
+        it or before then carries this effect on under its key (``journal.carried_effect``)
+        instead of redoing the step as new work, so the message is not sent a second time."""
         crashpoints.reached("after_effect_applied", self.seq)
-        self.run._journal.effect_completed(key, self.seq, dumps(response))
+        journal = self.run._journal
+        journal.effect_completed(key, self.seq, dumps(response))
         crashpoints.reached("after_effect_completed", self.seq)
+        if journal.cancel_requested is not None:
+            raise self.run._stop(Cancelled(journal.cancel_requested, run_id=self.run.id,
+                                           details={"abandoned_step": self.seq}))
         return response
 
 
@@ -187,8 +220,12 @@ class Run:
     def __init__(self, *, run_id: str, workdir: Path, outbox: str | None, params: dict[str, Any],
                  journal: Journal, steps: dict[int, Committed | StepRecord], budget: Budget, retry: RetryPolicy,
                  model: ChatModel, pace: float = 0.0, sleep: Callable[[float], None] = time.sleep,
-                 http: effects.HttpClient, exit_when_waiting: bool = False) -> None:
+                 http: effects.HttpClient, exit_when_waiting: bool = False,
+                 forked_from: tuple[str, int] | None = None) -> None:
         self.id = run_id
+        self._forked_from = forked_from
+        """``(parent run, step)`` of a fork: it carries on the effects of its parent's unfinished
+        steps (``StepContext._carried``)."""
         self.workdir = workdir
         self.outbox = outbox
         self.params = params
