@@ -469,12 +469,13 @@ def _open_for_reading(db: LogLocation | None) -> Any:
 @_guard
 def status(run_id: str, db: LogLocation | None, as_json: bool) -> None:
     """Show one run."""
-    from .integrity import refusing_damage
+    from .integrity import probe, refusing_damage
     from .status import run_status
 
     path, conn = _open_for_reading(db)
     try:
         with refusing_damage(path):
+            probe(conn, path, run_id)
             s = run_status(conn, run_id, db=path)
     finally:
         conn.close()
@@ -512,12 +513,13 @@ def _describe(s: dict[str, Any]) -> str:
 @_guard
 def runs(db: LogLocation | None, as_json: bool) -> None:
     """List the runs in the log."""
-    from .integrity import refusing_damage
+    from .integrity import probe, refusing_damage
     from .status import all_runs
 
     path, conn = _open_for_reading(db)
     try:
         with refusing_damage(path):
+            probe(conn, path, None)
             rows = all_runs(conn)
     finally:
         conn.close()
@@ -545,10 +547,17 @@ def verdict(run_id: str, db: LogLocation | None, outbox: str | None, as_json: bo
 
     Exit 1 on FAIL, else 0 (PASS, UNTESTED, RUNNING).
     """
+    from .integrity import probe, refusing_damage
     from .verdict import verdict_of
 
-    path = _log_path({"db": db})
-    v = verdict_of(path, run_id, outbox=outbox)
+    path, conn = _open_for_reading(db)
+    try:
+        with refusing_damage(path):
+            probe(conn, path, run_id)
+    finally:
+        conn.close()
+    with refusing_damage(path):
+        v = verdict_of(path, run_id, outbox=outbox, one_shot=True)
     if as_json:
         click.echo(json.dumps(v.summary_json(), ensure_ascii=False))
     else:
@@ -701,26 +710,55 @@ def prune(run_ids: tuple[str, ...], db: LogLocation | None, older_than: float | 
 @click.option("--format", "fmt", type=click.Choice(["jsonl"]), default="jsonl", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write to this new file (gzip if it ends in .gz) instead of stdout.")
+@click.option("--force", is_flag=True, help="Replace the --output file if it exists (it stays whole until then).")
 @_guard
-def export_run(run_id: str, db: LogLocation | None, fmt: str, output: Path | None) -> None:
-    """Print one run's whole history (run row, steps, effects, events) as JSON lines: what `import` loads."""
-    from .archive import durable_output, run_lines
-    from .integrity import refusing_damage
+def export_run(run_id: str, db: LogLocation | None, fmt: str, output: Path | None, force: bool) -> None:
+    """Print one finished run's whole history (run row, steps, effects, events) as JSON lines: what `import` loads.
 
+    A run that has not finished is refused (exit 2): its copy could run again elsewhere.
+    """
+    from .archive import durable_output, refuse_existing, run_lines
+    from .integrity import probe, refusing_damage
+
+    if output is not None and not force:
+        refuse_existing(output, "steplog export", force_option="--force")  # before the log is read
     path, conn = _open_for_reading(db)
+    lines = None
     try:
         with refusing_damage(path):
+            probe(conn, path, run_id)
             lines = run_lines(conn, run_id)
-            first = next(lines)  # an unknown run id is refused before anything is written
+            first = next(lines)  # an unknown or unfinished run is refused before anything is written
             if output is None:
-                sys.stdout.write(first)
-                sys.stdout.writelines(lines)
+                _print_whole(first, lines)
             else:
-                with durable_output(output, compress=output.suffix == ".gz") as out:
+                with durable_output(output, compress=output.suffix == ".gz", overwrite=force) as out:
                     out.write(first)
                     out.writelines(lines)
     finally:
+        if lines is not None:
+            lines.close()  # ends its read transaction while the connection is open
         conn.close()
+
+
+def _print_whole(first: str, rest: Any) -> None:
+    """Print an export only once it has all been read: a log that fails half-way (a damaged
+    page) prints nothing, as ``-o`` leaves no file. Kept in memory up to 16 MiB, then in a
+    private temporary file."""
+    import shutil
+    import tempfile
+
+    from .errors import OutputError
+
+    with tempfile.SpooledTemporaryFile(max_size=16 << 20, mode="w+", encoding="utf-8") as spool:
+        try:
+            spool.write(first)
+            spool.writelines(rest)
+            spool.seek(0)
+        except OSError as exc:
+            raise OutputError(f"the export could not be held in {tempfile.gettempdir()} before printing "
+                              f"({exc.strerror or exc}); free some space there or use -o FILE") from None
+        shutil.copyfileobj(spool, sys.stdout)
 
 
 @cli.command(name="import")
@@ -742,6 +780,10 @@ def import_file(file: str, db: LogLocation | None) -> None:
     n = len(loaded)
     click.echo(f"imported {n} run{'s' if n != 1 else ''} into {path}: "
                + ", ".join(r.run_id for r in loaded[:5]) + (f" and {n - 5} more" if n > 5 else ""))
+    for r in loaded:
+        if r.unfinished:
+            click.echo(f"steplog: run {r.run_id} was {r.unfinished} when it was archived: imported as cancelled, "
+                       "so this copy never runs (fork it to carry on from a step)", err=True)
 
 
 def main() -> None:

@@ -278,14 +278,16 @@ def redone_histogram(kills: Sequence[Kill]) -> dict[int, int]:
 def collect(db: LogLocation, run_id: str, *, ledger: Ledger | None = None,
             kill_times: Sequence[float | KillMark] | None = None, reference: Reference | None = None,
             lease_refusals: int | None = None, ledger_source: str = "outbox ledger",
-            ledger_problem: str | None = None) -> Evidence:
+            ledger_problem: str | None = None, one_shot: bool = False) -> Evidence:
     """Read the evidence for ``run_id`` from the log (read-only) and, with a reference, the workdir.
 
     ``kill_times``: the kills as their maker knows them; by default the ones the log records
-    (``logged_kills``), so a run reopened later is judged exactly as it was live.
+    (``logged_kills``), so a run reopened later is judged exactly as it was live. ``one_shot``:
+    the caller is a command that reads once (``db.connect_readonly``: no -wal or -shm left
+    beside an idle log), not the monitor.
     """
     db = location(db)
-    conn = open_readonly(db)
+    conn = open_readonly(db, one_shot=one_shot)
     try:
         status = run_status(conn, run_id, db=db)
         events = events_since(conn, run_id=run_id)
@@ -304,12 +306,12 @@ def collect(db: LogLocation, run_id: str, *, ledger: Ledger | None = None,
 
 
 def verdict_of(db: LogLocation, run_id: str, *, outbox: str | None = None, ledger: Ledger | None = None,
-               ledger_source: str | None = None) -> Verdict:
+               ledger_source: str | None = None, one_shot: bool = False) -> Verdict:
     """One run's verdict as the monitor's strip and ``steplog verdict`` show it: kills as the log
     records them, and this run's own deliveries from its outbox (``ledger`` if the caller already
     polls it, else read by ``steplog.evidence.read_ledger``: ``outbox``, the recorded URL, the
     outbox file beside the log). No reference run: the checks that need one are not made."""
-    evidence = collect(db, run_id)  # the log read once; the ledger is added below
+    evidence = collect(db, run_id, one_shot=one_shot)  # the log read once; the ledger is added below
     if ledger is not None:
         found = RunLedger(ledger.for_run(run_id), ledger_source or "outbox ledger")
     else:
