@@ -26,7 +26,7 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +51,8 @@ class ArchivedRun:
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     unfinished: str | None = None
     """Set by ``insert_run`` to the status the run had in the archive when it was not finished
-    there (an archive from an older steplog): it was imported ``cancelled`` (``IMPORTED_UNFINISHED``)."""
+    there (an archive from an older steplog): it was imported ``cancelled``
+    (``IMPORTED_UNFINISHED``)."""
 
     def counts(self) -> dict[str, int]:
         return {table: len(self.rows.get(table, [])) for table, _ in RUN_TABLES}
@@ -70,7 +71,7 @@ def _order_by(conn: sqlite3.Connection, table: str) -> str:
     return ", ".join(f'"{name}"' for _, name in pk) or "rowid"
 
 
-def run_lines(conn: sqlite3.Connection, run_id: str) -> Iterator[str]:
+def run_lines(conn: sqlite3.Connection, run_id: str) -> Generator[str, None, None]:
     """The export lines of one finished run, read in one snapshot.
 
     Raises ``UnknownRun`` if the log has no such run, and ``RunNotFinished`` if it is queued,
@@ -87,9 +88,9 @@ def run_lines(conn: sqlite3.Connection, run_id: str) -> Iterator[str]:
             raise UnknownRun(f"no run {run_id!r} in this log; `steplog runs` lists the runs there")
         if found[0] not in TERMINAL:
             raise RunNotFinished(
-                f"run {run_id} is {found[0]}; only a finished run is exported (a copy of a live one could run "
-                f"again elsewhere and repeat its effects): wait for it to end, or stop it for good with "
-                f"`steplog cancel {run_id}`, then export it")
+                f"run {run_id} is {found[0]}; only a finished run is exported (a copy of a live "
+                "one could run again elsewhere and repeat its effects): wait for it to end, or "
+                f"stop it for good with `steplog cancel {run_id}`, then export it")
         yield _dumps({"steplog_export": FORMAT_VERSION, "schema": SCHEMA_VERSION, "run_id": run_id,
                       "exported_at": time.time()})
         counts: dict[str, int] = {}
@@ -115,7 +116,8 @@ def refuse_existing(path: Path, what: str, *, force_option: str | None = None) -
     """``OutputError`` if ``path`` exists (``force_option``: the option that allows overwriting)."""
     if path.exists():
         how = f"pass {force_option} to replace it, or " if force_option else ""
-        raise OutputError(f"{path} exists; {what} never overwrites a file unasked: {how}choose a new name or move it away")
+        raise OutputError(f"{path} exists; {what} never overwrites a file unasked: {how}choose "
+                          "a new name or move it away")
 
 
 @contextmanager
@@ -151,14 +153,16 @@ def durable_output(path: Path, *, compress: bool, overwrite: bool = False) -> It
             os.close(dir_fd)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise OutputError(f"cannot write {path} ({exc.strerror or exc}); nothing of it was left and the log is "
-                          "unchanged: free some space or choose another file") from None
+        raise OutputError(f"cannot write {path} ({exc.strerror or exc}); nothing of it was left "
+                          "and the log is unchanged: free some space or choose another "
+                          "file") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
 
-def write_runs(conn: sqlite3.Connection, run_ids: Iterable[str], out: IO[str]) -> dict[str, dict[str, int]]:
+def write_runs(conn: sqlite3.Connection, run_ids: Iterable[str],
+               out: IO[str]) -> dict[str, dict[str, int]]:
     """Write the runs one after another; returns the rows per table of each run written.
 
     A run that is no longer finished when its turn comes (``steplog retry`` set it going again
@@ -168,11 +172,13 @@ def write_runs(conn: sqlite3.Connection, run_ids: Iterable[str], out: IO[str]) -
         lines = run_lines(conn, run_id)
         try:
             last = next(lines)  # refused (and nothing written) before its first line
+            out.write(last)
+            for last in lines:
+                out.write(last)
         except RunNotFinished:
             continue
-        out.write(last)
-        for last in lines:
-            out.write(last)
+        finally:
+            lines.close()  # a failed write ends the read transaction here, on an open connection
         written[run_id] = json.loads(last)["rows"]  # the end line
     return written
 
@@ -238,9 +244,10 @@ def _valid_run_id(value: Any, where: str) -> str:
             raise UsageError("not text")
         check_run_id(value)
     except UsageError:
-        raise ArchiveError(f"{where}: {value!r} is not a run id (letters, digits, '-', '_' and '.', at most 100, "
-                           "starting with a letter or digit); nothing was imported: this file was not written by "
-                           "`steplog export` as it is") from None
+        raise ArchiveError(f"{where}: {value!r} is not a run id (letters, digits, '-', '_' "
+                           "and '.', at most 100, starting with a letter or digit); nothing was "
+                           "imported: this file was not written by `steplog export` as it "
+                           "is") from None
     return value
 
 
@@ -330,7 +337,8 @@ def insert_run(conn: sqlite3.Connection, run: ArchivedRun, targets: dict[str, _T
         from .claim import finish_cancelled
 
         row = {"id": run.run_id, "incarnation": run.rows["run"][0].get("incarnation") or 0}
-        conn.execute("UPDATE run SET cancel_requested = ? WHERE id = ?", (IMPORTED_UNFINISHED, run.run_id))
+        conn.execute("UPDATE run SET cancel_requested = ? WHERE id = ?",
+                     (IMPORTED_UNFINISHED, run.run_id))
         finish_cancelled(conn, row, IMPORTED_UNFINISHED, time.time())  # type: ignore[arg-type]
         run.unfinished = str(status)
 

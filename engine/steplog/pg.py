@@ -284,7 +284,7 @@ def connect(url: PgUrl) -> PgConnection:
     try:
         raw = psycopg.connect(str.__str__(url), autocommit=True, connect_timeout=CONNECT_TIMEOUT,
                               row_factory=_row_factory)
-    except psycopg.Error as exc:
+    except (psycopg.Error, ValueError) as exc:  # ValueError: a URL Python cannot decode
         raise LogError(f"cannot connect to {url} ({_first_line(exc)}); check that the server runs, the "
                        "database exists and the user may log in (PGPASSWORD or ~/.pgpass for a password)") from exc
     raw.adapters.register_loader("numeric", _NumericLoader.make(NumericLoader))

@@ -281,8 +281,9 @@ def _prune_batch(conn: sqlite3.Connection, batch: list[Candidate], archive: str 
                                        if row[0] not in FINISHED else "an engine took it since it was selected"))
                 continue
             if archived is not None and _rows_now(conn, c.run_id) != archived.get(c.run_id):
-                report.skipped.append((c.run_id, "it changed since it was archived (the archive holds it as it "
-                                       "was; prune it again to archive and remove it as it is)"))
+                report.skipped.append((c.run_id, "it changed since it was archived (the archive "
+                                       "holds it as it was; prune it again to archive and remove "
+                                       "it as it is)"))
                 continue
             cur = conn.execute(
                 "INSERT INTO pruned (run_id, agent, status, created_at, finished_at, pruned_at, archive)"
@@ -301,7 +302,8 @@ def _prune_batch(conn: sqlite3.Connection, batch: list[Candidate], archive: str 
 
 def _rows_now(conn: sqlite3.Connection, run_id: str) -> dict[str, int]:
     """The run's rows per table, counted as ``archive.run_lines`` counts them (zeros included)."""
-    return {table: int(conn.execute(f'SELECT count(*) FROM "{table}" WHERE "{column}" = ?', (run_id,)).fetchone()[0])
+    count = 'SELECT count(*) FROM "{}" WHERE "{}" = ?'
+    return {table: int(conn.execute(count.format(table, column), (run_id,)).fetchone()[0])
             for table, column in RUN_TABLES}
 
 

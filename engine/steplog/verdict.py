@@ -311,7 +311,7 @@ def verdict_of(db: LogLocation, run_id: str, *, outbox: str | None = None, ledge
     records them, and this run's own deliveries from its outbox (``ledger`` if the caller already
     polls it, else read by ``steplog.evidence.read_ledger``: ``outbox``, the recorded URL, the
     outbox file beside the log). No reference run: the checks that need one are not made."""
-    evidence = collect(db, run_id, one_shot=one_shot)  # the log read once; the ledger is added below
+    evidence = collect(db, run_id, one_shot=one_shot)  # the log read once; the ledger is added next
     if ledger is not None:
         found = RunLedger(ledger.for_run(run_id), ledger_source or "outbox ledger")
     else:

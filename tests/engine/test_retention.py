@@ -321,8 +321,8 @@ def test_a_cancelled_run_and_a_run_with_a_signal_leave_and_come_back_whole(engin
 # -- only finished runs leave the log (issue 27) -----------------------------------------------
 
 
-def test_a_running_run_is_not_exported_and_its_export_once_it_ended_round_trips(engine: Engine,
-                                                                                 tmp_path: Path) -> None:
+def test_a_running_run_is_not_exported_and_its_export_once_it_ended_round_trips(
+        engine: Engine, tmp_path: Path) -> None:
     """An export of a live run, imported into another log, was a second run an engine there
     resumed in the same workdir: 22 of 40 step bodies ran again and 23 posts were re-sent. Now
     the export is refused (exit 2, one line naming ``steplog cancel``, no file, nothing on
@@ -338,13 +338,13 @@ def test_a_running_run_is_not_exported_and_its_export_once_it_ended_round_trips(
         try:
             deadline = time.monotonic() + 60
             while engine.events("step_committed") < 2:
-                assert time.monotonic() < deadline and proc.poll() is None, "the demo did not get going"
+                assert time.monotonic() < deadline and proc.poll() is None, "the demo never started"
                 time.sleep(0.02)
 
             to_stdout = engine.run("export", "d", "--db", db)
             to_file = engine.run("export", "d", "--db", db, "-o", str(out / "d.jsonl.gz"))
 
-            assert engine.status("d")["status"] == "running", "the demo was still running throughout"
+            assert engine.status("d")["status"] == "running", "the demo ran throughout"
             stdout, stderr = proc.communicate(timeout=120)
         finally:
             if proc.poll() is None:
@@ -353,7 +353,8 @@ def test_a_running_run_is_not_exported_and_its_export_once_it_ended_round_trips(
     for done in (to_stdout, to_file):
         assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
         lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and "run d is running" in lines[0] and "`steplog cancel d`" in lines[0], done.stderr
+        assert len(lines) == 1, done.stderr
+        assert "run d is running" in lines[0] and "`steplog cancel d`" in lines[0], lines[0]
     assert list(out.iterdir()) == [], "no archive and no temporary file"
 
     exported = out / "d.jsonl.gz"
@@ -373,11 +374,13 @@ def _as_an_older_steplog_exported(db: Path, run_id: str) -> str:
     conn = sqlite3.connect(db)
     conn.row_factory = sqlite3.Row
     try:
-        lines = [{"steplog_export": 1, "schema": int(conn.execute("PRAGMA user_version").fetchone()[0]),
-                  "run_id": run_id, "exported_at": time.time()}]
+        schema = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        lines = [{"steplog_export": 1, "schema": schema, "run_id": run_id,
+                  "exported_at": time.time()}]
         counts = {}
         for table, column in RUN_TABLES:
-            rows = conn.execute(f'SELECT * FROM "{table}" WHERE "{column}" = ? ORDER BY rowid', (run_id,)).fetchall()
+            rows = conn.execute(f'SELECT * FROM "{table}" WHERE "{column}" = ? ORDER BY rowid',
+                                (run_id,)).fetchall()
             lines += [{"table": table, "row": dict(r)} for r in rows]
             counts[table] = len(rows)
         lines.append({"end": run_id, "rows": counts})
@@ -386,13 +389,14 @@ def _as_an_older_steplog_exported(db: Path, run_id: str) -> str:
     return "".join(json.dumps(line) + "\n" for line in lines)
 
 
-def test_an_unfinished_run_in_an_older_archive_is_imported_cancelled_and_never_runs(engine: Engine,
-                                                                                     tmp_path: Path) -> None:
+def test_an_unfinished_run_in_an_older_archive_is_imported_cancelled_and_never_runs(
+        engine: Engine, tmp_path: Path) -> None:
     """An archive from before the refusal may hold a run that was running: it is imported as
     ``cancelled``, with a reason that says why, so no engine or worker ever resumes the copy."""
     db = str(engine.db)
     witness = tmp_path / "witness.db"
-    args = ["run", WITNESS, "--run-id", "k", "--db", db, "--param", "n=40", "--param", f"witness={witness}"]
+    args = ["run", WITNESS, "--run-id", "k", "--db", db, "--param", "n=40",
+            "--param", f"witness={witness}"]
     proc = engine.start(*args)
     try:
         deadline = time.monotonic() + 60
@@ -411,7 +415,8 @@ def test_an_unfinished_run_in_an_older_archive_is_imported_cancelled_and_never_r
     assert done.returncode == 0, done.stderr
     assert "run k was running when it was archived: imported as cancelled" in done.stderr
     copy = other.status("k")
-    assert (copy["status"], copy["reason"]) == ("cancelled", "imported from an archive taken while it ran")
+    assert copy["status"] == "cancelled"
+    assert copy["reason"] == "imported from an archive taken while it ran"
     assert copy["engine"] == "none"
     attempts = _attempts(witness)
     again = other.run(*[a if a != db else str(other.db) for a in args])
@@ -430,13 +435,15 @@ def _attempts(witness: Path) -> int:
         conn.close()
 
 
-def test_prune_archives_and_removes_only_runs_that_are_finished_when_archived(engine: Engine) -> None:
+def test_prune_archives_and_removes_only_runs_that_are_finished_when_archived(
+        engine: Engine) -> None:
     """``prune --archive`` chooses finished runs; one set going again before it is written (a
     ``steplog retry`` in between) is left out of the archive (``write_runs``), and so kept."""
     from steplog.archive import write_runs
 
     noop_runs(engine, "done")
-    proc = engine.start("run", NOOP, "--run-id", "live", "--db", str(engine.db), "--param", "n=100000")
+    proc = engine.start("run", NOOP, "--run-id", "live", "--db", str(engine.db),
+                        "--param", "n=100000")
     try:
         deadline = time.monotonic() + 60
         while engine.events("step_committed") < 30:
