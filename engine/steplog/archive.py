@@ -26,14 +26,15 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
-from .errors import ArchiveError, UsageError
+from .errors import ArchiveError, OutputError, RunNotFinished, UsageError
 from .schema import RUN_TABLES, SCHEMA_VERSION
+from .status import TERMINAL
 
 FORMAT_VERSION = 1
 """``steplog_export`` in the first line; bumped only if a reader of version 1 would misread."""
@@ -48,6 +49,10 @@ class ArchivedRun:
     run_id: str
     schema: int
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    unfinished: str | None = None
+    """Set by ``insert_run`` to the status the run had in the archive when it was not finished
+    there (an archive from an older steplog): it was imported ``cancelled``
+    (``IMPORTED_UNFINISHED``)."""
 
     def counts(self) -> dict[str, int]:
         return {table: len(self.rows.get(table, [])) for table, _ in RUN_TABLES}
@@ -66,16 +71,26 @@ def _order_by(conn: sqlite3.Connection, table: str) -> str:
     return ", ".join(f'"{name}"' for _, name in pk) or "rowid"
 
 
-def run_lines(conn: sqlite3.Connection, run_id: str) -> Iterator[str]:
-    """The export lines of one run, read in one snapshot (a consistent picture of a live run too).
+def run_lines(conn: sqlite3.Connection, run_id: str) -> Generator[str, None, None]:
+    """The export lines of one finished run, read in one snapshot.
 
-    Raises ``UsageError`` if the log has no such run."""
+    Raises ``UnknownRun`` if the log has no such run, and ``RunNotFinished`` if it is queued,
+    running or waiting in that snapshot, before the first line: a copy of an unfinished run,
+    imported into another log, would be a second run that an engine there resumes, in the same
+    workdir and with the same idempotency keys, repeating step bodies and effects the first one
+    is doing (or did after the snapshot)."""
     conn.execute("BEGIN")  # a read transaction: every table read from the same snapshot (PostgreSQL: REPEATABLE READ)
     try:
-        if conn.execute("SELECT 1 FROM run WHERE id = ?", (run_id,)).fetchone() is None:
+        found = conn.execute("SELECT status FROM run WHERE id = ?", (run_id,)).fetchone()
+        if found is None:
             from .errors import UnknownRun
 
             raise UnknownRun(f"no run {run_id!r} in this log; `steplog runs` lists the runs there")
+        if found[0] not in TERMINAL:
+            raise RunNotFinished(
+                f"run {run_id} is {found[0]}; only a finished run is exported (a copy of a live "
+                "one could run again elsewhere and repeat its effects): wait for it to end, or "
+                f"stop it for good with `steplog cancel {run_id}`, then export it")
         yield _dumps({"steplog_export": FORMAT_VERSION, "schema": SCHEMA_VERSION, "run_id": run_id,
                       "exported_at": time.time()})
         counts: dict[str, int] = {}
@@ -97,20 +112,28 @@ def _dumps(obj: dict[str, Any]) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n"
 
 
-def refuse_existing(path: Path, what: str) -> None:
+def refuse_existing(path: Path, what: str, *, force_option: str | None = None) -> None:
+    """``OutputError`` if ``path`` exists (``force_option``: the option that allows overwriting)."""
     if path.exists():
-        raise UsageError(f"{path} exists; {what} never overwrites a file: choose a new name or move it away")
+        how = f"pass {force_option} to replace it, or " if force_option else ""
+        raise OutputError(f"{path} exists; {what} never overwrites a file unasked: {how}choose "
+                          "a new name or move it away")
 
 
 @contextmanager
-def durable_output(path: Path, *, compress: bool) -> Iterator[IO[str]]:
+def durable_output(path: Path, *, compress: bool, overwrite: bool = False) -> Iterator[IO[str]]:
     """A text file written beside ``path`` and moved into place only once complete and fsynced
-    (with its folder), so ``path`` is either absent or whole. Mode 0600: it holds the log's data."""
-    refuse_existing(path, "steplog")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    (with its folder), so ``path`` is either absent (as it was, with ``overwrite``) or whole.
+    Mode 0600: it holds the log's data.
+
+    A file system error (a full disk, a read-only or missing folder) is an ``OutputError`` and
+    the temporary file is removed: nothing is left half written."""
+    if not overwrite:
+        refuse_existing(path, "steplog")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as raw:
             binary = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if compress else raw
             with io.TextIOWrapper(binary, encoding="utf-8", newline="\n") as text:
@@ -120,25 +143,44 @@ def durable_output(path: Path, *, compress: bool) -> Iterator[IO[str]]:
                     binary.close()  # writes the gzip trailer into ``raw``
                 raw.flush()
                 os.fsync(raw.fileno())
-        refuse_existing(path, "steplog")
+        if not overwrite:
+            refuse_existing(path, "steplog")
         os.replace(tmp, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"cannot write {path} ({exc.strerror or exc}); nothing of it was left "
+                          "and the log is unchanged: free some space or choose another "
+                          "file") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
-def write_runs(conn: sqlite3.Connection, run_ids: Iterable[str], out: IO[str]) -> int:
-    """Write the runs one after another; returns how many."""
-    n = 0
+def write_runs(conn: sqlite3.Connection, run_ids: Iterable[str],
+               out: IO[str]) -> dict[str, dict[str, int]]:
+    """Write the runs one after another; returns the rows per table of each run written.
+
+    A run that is no longer finished when its turn comes (``steplog retry`` set it going again
+    since it was chosen) is left out, and so out of the result: it is not archived."""
+    written: dict[str, dict[str, int]] = {}
     for run_id in run_ids:
-        out.writelines(run_lines(conn, run_id))
-        n += 1
-    return n
+        lines = run_lines(conn, run_id)
+        try:
+            last = next(lines)  # refused (and nothing written) before its first line
+            out.write(last)
+            for last in lines:
+                out.write(last)
+        except RunNotFinished:
+            continue
+        finally:
+            lines.close()  # a failed write ends the read transaction here, on an open connection
+        written[run_id] = json.loads(last)["rows"]  # the end line
+    return written
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -192,6 +234,23 @@ def read_runs(source: str | Path) -> Iterator[ArchivedRun]:
         raise ArchiveError(f"{name} is empty; give the file `steplog export` wrote")
 
 
+def _valid_run_id(value: Any, where: str) -> str:
+    """The header's run id, if it is one ``steplog run --run-id`` accepts (``engine.check_run_id``):
+    every tool that names runs (status, cancel, workdirs ``runs/RUN_ID``) relies on that charset."""
+    from .engine import check_run_id
+
+    try:
+        if not isinstance(value, str):
+            raise UsageError("not text")
+        check_run_id(value)
+    except UsageError:
+        raise ArchiveError(f"{where}: {value!r} is not a run id (letters, digits, '-', '_' "
+                           "and '.', at most 100, starting with a letter or digit); nothing was "
+                           "imported: this file was not written by `steplog export` as it "
+                           "is") from None
+    return value
+
+
 def _take(obj: dict[str, Any], current: ArchivedRun | None, name: str, lineno: int) -> ArchivedRun | None:
     """Fold one line into the run being read; returns it (finished when ``obj`` is its end line)."""
     where = f"{name} line {lineno}"
@@ -204,7 +263,7 @@ def _take(obj: dict[str, Any], current: ArchivedRun | None, name: str, lineno: i
         if obj["schema"] > SCHEMA_VERSION:
             raise ArchiveError(f"{where}: exported from a newer steplog (schema {obj['schema']}, this one knows "
                                f"{SCHEMA_VERSION}); upgrade steplog to import it")
-        return ArchivedRun(str(obj.get("run_id")), int(obj["schema"]))
+        return ArchivedRun(_valid_run_id(obj.get("run_id"), where), int(obj["schema"]))
     if current is None:
         raise ArchiveError(f"{where} is not the start of a steplog export; give the file `steplog export` wrote")
     if "end" in obj:
@@ -247,8 +306,18 @@ _NO_LEASE = {"lease_pid": None, "lease_host": None, "lease_boot": None, "lease_p
              "lease_expires": None, "lease_expires_boot": None}
 
 
+IMPORTED_UNFINISHED = "imported from an archive taken while it ran"
+"""The reason of a run imported ``cancelled`` because the archive held it unfinished."""
+
+
 def insert_run(conn: sqlite3.Connection, run: ArchivedRun, targets: dict[str, _Target]) -> None:
-    """Insert every row of ``run`` (inside the caller's transaction)."""
+    """Insert every row of ``run`` (inside the caller's transaction).
+
+    A run the archive holds unfinished (queued, running or waiting: only an older steplog
+    exported one) goes in ``cancelled``, as ``steplog cancel`` ends a run no engine holds, with
+    reason ``IMPORTED_UNFINISHED``: no engine will ever claim or resume it, so this copy can
+    never redo a step body or send an effect again. (Its original may still be running where it
+    came from, in the same workdir, under the same idempotency keys.)"""
     for table, _ in RUN_TABLES:
         target = targets[table]
         for row in run.rows.get(table, []):
@@ -263,6 +332,15 @@ def insert_run(conn: sqlite3.Connection, run: ArchivedRun, targets: dict[str, _T
             names = ", ".join(f'"{k}"' for k in values)
             marks = ", ".join("?" for _ in values)
             conn.execute(f'INSERT INTO "{table}" ({names}) VALUES ({marks})', tuple(values.values()))
+    status = run.rows["run"][0].get("status") if run.rows.get("run") else None
+    if status not in TERMINAL:
+        from .claim import finish_cancelled
+
+        row = {"id": run.run_id, "incarnation": run.rows["run"][0].get("incarnation") or 0}
+        conn.execute("UPDATE run SET cancel_requested = ? WHERE id = ?",
+                     (IMPORTED_UNFINISHED, run.run_id))
+        finish_cancelled(conn, row, IMPORTED_UNFINISHED, time.time())  # type: ignore[arg-type]
+        run.unfinished = str(status)
 
 
 IMPORT_BATCH_ROWS = 20_000
@@ -312,7 +390,7 @@ def import_runs(source: str | Path, db: Path) -> list[ArchivedRun]:
             except sqlite3.IntegrityError as exc:
                 raise ArchiveError(f"a run of {source} clashes with rows already in {db} ({exc}); runs before "
                                    f"it were imported: {', '.join(r.run_id for r in loaded) or 'none'}") from None
-            loaded.extend(ArchivedRun(r.run_id, r.schema) for r in pending)
+            loaded.extend(ArchivedRun(r.run_id, r.schema, unfinished=r.unfinished) for r in pending)
             pending.clear()
 
         rows = 0

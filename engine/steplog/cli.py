@@ -12,6 +12,7 @@ import click
 
 from .errors import EXIT_USAGE, SteplogError, UsageError
 from .location import LogLocation
+from .options import Seconds
 
 if TYPE_CHECKING:
     from .launch import Launch
@@ -89,7 +90,10 @@ class _LogParam(click.ParamType):  # type: ignore[type-arg]
         try:
             return parse(value)
         except UsageError as exc:
-            self.fail(str(exc).removeprefix(f"--db {value!r}").lstrip(": ") or str(exc), param, ctx)
+            # The message without "--db URL:": click names the option.
+            detail = getattr(exc, "detail", None)
+            detail = detail or str(exc).removeprefix(f"--db {value!r}").lstrip(": ")
+            self.fail(detail or str(exc), param, ctx)
 
 
 db_option = click.option("--db", type=_LogParam(), default=None,
@@ -168,6 +172,17 @@ def _limit(field: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
     return check
 
 
+def _model(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``--model`` checked while parsing: ``retry`` writes before its engine starts."""
+    from .llm import check_model
+
+    try:
+        check_model(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--model ")) from None
+    return value
+
+
 _ENGINE_OPTIONS = (
     click.option("--pace", type=float, default=0.0, show_default=True,
                  help="Seconds of simulated thinking added to each model call."),
@@ -177,7 +192,8 @@ _ENGINE_OPTIONS = (
     click.option("--max-cost", type=float, default=None, callback=_limit("max_cost_usd")),
     click.option("--max-retries", type=int, default=None, callback=_limit("max_retries"),
                  help="Retries of all steps together."),
-    click.option("--model", default=None, help="Chat model: 'offline' (default) or a model name at --base-url."),
+    click.option("--model", default=None, callback=_model,
+                 help="Chat model: 'offline' (default) or a model name at --base-url."),
     click.option("--base-url", default=None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI)."),
     click.option("--lease-seconds", type=float, default=None, help="How long a silent engine keeps the run (default 15)."),
     click.option("--sync", "synchronous", type=click.Choice(["full", "normal"]), default="full", show_default=True,
@@ -253,7 +269,7 @@ def run(agent: str, run_id: str | None, db: LogLocation | None, workdir: Path | 
 @click.argument("run_id")
 @db_option
 @click.option("--reason", default=None, help="Why: recorded with the cancellation.")
-@click.option("--wait", "wait_seconds", type=click.FloatRange(min=0), default=30.0, show_default=True,
+@click.option("--wait", "wait_seconds", type=Seconds(min=0), default=30.0, show_default=True,
               help="Seconds to wait for a live engine to stop (0: ask and return).")
 @_guard
 def cancel(run_id: str, db: LogLocation | None, reason: str | None, wait_seconds: float) -> None:
@@ -409,9 +425,9 @@ def submit(agent: str, run_id: str | None, db: LogLocation | None, workdir: Path
 @click.option("--run-prefix", default="", metavar="PREFIX",
               help="Claim only runs whose id starts with PREFIX (the worker storm's own runs in a shared log).")
 @click.option("--drain", is_flag=True, help="Exit 0 once no run is left to claim and its engines are done.")
-@click.option("--poll", type=click.FloatRange(0.01, 60), default=0.2, show_default=True,
+@click.option("--poll", type=Seconds(0.01, 60), default=0.2, show_default=True,
               help="Seconds between looks at the queue when idle.")
-@click.option("--grace", type=click.FloatRange(0, 3600), default=30.0, show_default=True,
+@click.option("--grace", type=Seconds(0, 3600), default=30.0, show_default=True,
               help="On SIGTERM: seconds the engines get to stop at a safe point before they are killed.")
 @_guard
 def worker(db: LogLocation | None, concurrency: int, lease_seconds: float | None, agents: str | None,
@@ -488,12 +504,13 @@ def _open_for_reading(db: LogLocation | None) -> Any:
 @_guard
 def status(run_id: str, db: LogLocation | None, as_json: bool) -> None:
     """Show one run."""
-    from .integrity import refusing_damage
+    from .integrity import probe, refusing_damage
     from .status import run_status
 
     path, conn = _open_for_reading(db)
     try:
         with refusing_damage(path):
+            probe(conn, path, run_id)
             s = run_status(conn, run_id, db=path)
     finally:
         conn.close()
@@ -534,12 +551,13 @@ def _describe(s: dict[str, Any]) -> str:
 @_guard
 def runs(db: LogLocation | None, as_json: bool) -> None:
     """List the runs in the log."""
-    from .integrity import refusing_damage
+    from .integrity import probe, refusing_damage
     from .status import all_runs
 
     path, conn = _open_for_reading(db)
     try:
         with refusing_damage(path):
+            probe(conn, path, None)
             rows = all_runs(conn)
     finally:
         conn.close()
@@ -567,10 +585,17 @@ def verdict(run_id: str, db: LogLocation | None, outbox: str | None, as_json: bo
 
     Exit 1 on FAIL, else 0 (PASS, UNTESTED, RUNNING).
     """
+    from .integrity import probe, refusing_damage
     from .verdict import verdict_of
 
-    path = _log_path({"db": db})
-    v = verdict_of(path, run_id, outbox=outbox)
+    path, conn = _open_for_reading(db)
+    try:
+        with refusing_damage(path):
+            probe(conn, path, run_id)
+    finally:
+        conn.close()
+    with refusing_damage(path):
+        v = verdict_of(path, run_id, outbox=outbox, one_shot=True)
     if as_json:
         click.echo(json.dumps(v.summary_json(), ensure_ascii=False))
     else:
@@ -604,7 +629,8 @@ def check(db: LogLocation | None) -> None:
               help="The outbox's own SQLite file (default: outbox.db in the user data directory).")
 @click.option("--port-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the bound port number here once listening.")
-@click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds each delivery takes (tests).")
+@click.option("--delay", type=Seconds(0, 3600), default=0.0,
+              help="Seconds each delivery takes (tests).")
 @_guard
 def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay: float) -> None:
     """Run the outbox: an idempotent messages service on HOST:PORT."""
@@ -632,7 +658,7 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
               help="Write a JUnit XML file: one testcase per check, one per sweep case.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="An agent parameter (repeatable).")
 @click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Sweep cases run at once.")
-@click.option("--time-limit", type=click.FloatRange(min=1), default=600.0, show_default=True,
+@click.option("--time-limit", type=Seconds(1, 7 * 86_400), default=600.0, show_default=True,
               help="Seconds allowed for each of the reference, the storm and the sweep.")
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep every run's log, workdir and outbox in this folder (default: a temp folder, removed).")
@@ -723,26 +749,60 @@ def prune(run_ids: tuple[str, ...], db: LogLocation | None, older_than: float | 
 @click.option("--format", "fmt", type=click.Choice(["jsonl"]), default="jsonl", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write to this new file (gzip if it ends in .gz) instead of stdout.")
+@click.option("--force", is_flag=True,
+              help="Replace the --output file if it exists (it stays whole until then).")
 @_guard
-def export_run(run_id: str, db: LogLocation | None, fmt: str, output: Path | None) -> None:
-    """Print one run's whole history (run row, steps, effects, events) as JSON lines: what `import` loads."""
-    from .archive import durable_output, run_lines
-    from .integrity import refusing_damage
+def export_run(run_id: str, db: LogLocation | None, fmt: str, output: Path | None,
+               force: bool) -> None:
+    """Print one finished run's whole history (run row, steps, effects, events) as JSON lines:
+    what `import` loads.
 
+    A run that has not finished is refused (exit 2): its copy could run again elsewhere.
+    """
+    from .archive import durable_output, refuse_existing, run_lines
+    from .integrity import probe, refusing_damage
+
+    if output is not None and not force:
+        refuse_existing(output, "steplog export", force_option="--force")  # before the log is read
     path, conn = _open_for_reading(db)
+    lines = None
     try:
         with refusing_damage(path):
+            probe(conn, path, run_id)
             lines = run_lines(conn, run_id)
-            first = next(lines)  # an unknown run id is refused before anything is written
+            first = next(lines)  # an unknown or unfinished run: refused before anything is written
             if output is None:
-                sys.stdout.write(first)
-                sys.stdout.writelines(lines)
+                _print_whole(first, lines)
             else:
-                with durable_output(output, compress=output.suffix == ".gz") as out:
+                gz = output.suffix == ".gz"
+                with durable_output(output, compress=gz, overwrite=force) as out:
                     out.write(first)
                     out.writelines(lines)
     finally:
+        if lines is not None:
+            lines.close()  # ends its read transaction while the connection is open
         conn.close()
+
+
+def _print_whole(first: str, rest: Any) -> None:
+    """Print an export only once it has all been read: a log that fails half-way (a damaged
+    page) prints nothing, as ``-o`` leaves no file. Kept in memory up to 16 MiB, then in a
+    private temporary file."""
+    import shutil
+    import tempfile
+
+    from .errors import OutputError
+
+    with tempfile.SpooledTemporaryFile(max_size=16 << 20, mode="w+", encoding="utf-8") as spool:
+        try:
+            spool.write(first)
+            spool.writelines(rest)
+            spool.seek(0)
+        except OSError as exc:
+            raise OutputError(f"the export could not be held in {tempfile.gettempdir()} before "
+                              f"printing ({exc.strerror or exc}); free some space there or use "
+                              "-o FILE") from None
+        shutil.copyfileobj(spool, sys.stdout)
 
 
 @cli.command(name="import")
@@ -764,6 +824,11 @@ def import_file(file: str, db: LogLocation | None) -> None:
     n = len(loaded)
     click.echo(f"imported {n} run{'s' if n != 1 else ''} into {path}: "
                + ", ".join(r.run_id for r in loaded[:5]) + (f" and {n - 5} more" if n > 5 else ""))
+    for r in loaded:
+        if r.unfinished:
+            click.echo(f"steplog: run {r.run_id} was {r.unfinished} when it was archived: imported "
+                       "as cancelled, so this copy never runs (fork it to carry on from a step)",
+                       err=True)
 
 
 def main() -> None:

@@ -294,11 +294,16 @@ class ForkPrepared:
     workdir: Path
 
 
+_MAX_SEQ = 2**63 - 1
+"""The largest integer the log stores (SQLite, PostgreSQL ``bigint``): no step number is above."""
+
+
 def _contiguous_committed(conn: LogConnection, run_id: str, before: int) -> int:
-    """How many of steps ``1, 2, ...`` (below ``before``) are committed without a gap."""
+    """How many of steps ``1, 2, ...`` (below ``before``) are committed without a gap. A
+    ``before`` past any step number the log can hold reads as that limit (it would not bind)."""
     n = 0
     for (seq,) in conn.execute("SELECT seq FROM step WHERE run_id = ? AND seq < ? AND status = 'committed'"
-                               " ORDER BY seq", (run_id, before)):
+                               " ORDER BY seq", (run_id, min(before, _MAX_SEQ))):
         if seq != n + 1:
             break
         n = seq
@@ -314,11 +319,13 @@ def fork(parent_id: str, at_step: int, *, new_run_id: str | None = None, db: Log
     from .agent import resolve
     from .db import open_readonly
     from .engine import check_run_id, new_run_id as make_id
+    from .llm import check_model
     from .status import run_status
 
     path = location(db)
     if outbox is not None and not outbox.startswith(("http://", "https://")):
         raise UsageError(f"--outbox {outbox!r} is not an http(s) URL")
+    check_model(model)
     conn = open_readonly(path, one_shot=True)
     try:
         spec = run_status(conn, parent_id, db=path)["agent"]
@@ -384,11 +391,13 @@ def _stage_workdir(source: Path | None, target: Path) -> Path:
     The parent may be running: a file effect's temporary file is left out (its engine renames it
     into place, or the fork writes the file again when it gets there), and one that vanishes
     while the tree is copied is skipped, not an error."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(target.parent)
     staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.fork-", dir=target.parent))
     if source is not None and source.is_dir():
         shutil.copytree(source, staged, symlinks=True, dirs_exist_ok=True, copy_function=_copy_if_there,
                         ignore=lambda _folder, names: [n for n in names if _IN_FLIGHT.match(n)])
+        # copytree gave it the parent workdir's mode (0755 for a folder the person made).
+        staged.chmod(0o700)
     return staged
 
 

@@ -141,7 +141,8 @@ class _SecondsWatchdog(threading.Thread):
 
 
 def check_start(agent: Agent[..., Any], *, run_id: str | None, outbox: str | None, params: dict[str, Any] | None,
-                limits: dict[str, Any] | None, pace: float, lease_seconds: float, new: bool) -> dict[str, Any]:
+                limits: dict[str, Any] | None, pace: float, lease_seconds: float, new: bool,
+                model: str | None = None) -> dict[str, Any]:
     """Refuse a bad start before the log is even opened (``steplog run`` and ``steplog submit``
     alike): the params bound to the agent's signature, or ``UsageError``. ``new``: surely a new
     run, so a missing outbox the agent needs is refused now too."""
@@ -152,6 +153,9 @@ def check_start(agent: Agent[..., Any], *, run_id: str | None, outbox: str | Non
         raise UsageError(f"--outbox {outbox!r} is not an http(s) URL; start one with `steplog outbox --port 0`")
     if new:
         agent.require_outbox(outbox)
+    from .llm import check_model
+
+    check_model(model)
     check_seconds("--pace", pace, zero_ok=True, most=MAX_PACE_SECONDS)
     check_seconds("--lease-seconds", lease_seconds, zero_ok=False, most=MAX_LEASE_SECONDS)
     agent.budget.merged(**(limits or {}))  # out-of-range limits are refused before the log is opened
@@ -175,7 +179,7 @@ def execute(agent: Agent[..., Any], *, run_id: str | None = None, db: LogLocatio
     """
     spec = agent.default_spec()
     bound = check_start(agent, run_id=run_id, outbox=outbox, params=params, limits=limits, pace=pace,
-                        lease_seconds=lease_seconds, new=run_id is None)
+                        lease_seconds=lease_seconds, new=run_id is None, model=model)
     if killed_at is not None and not (math.isfinite(killed_at) and 0 < killed_at <= time.time() + 60):
         raise UsageError(f"--killed-at must be the Unix time of a kill that happened (got {killed_at})")
     check_environment()  # tracing settings: refused before the log is opened, never echoed

@@ -7,9 +7,11 @@ what to do next, on one line, because the CLI prints them as they are.
 SteplogError
 ├── UsageError               bad input: unknown agent, malformed option or param   (exit 2)
 │   ├── AgentSpecError       an AGENT argument that cannot be resolved             (exit 2)
-│   ├── RunNotFinished       prune asked for a run that is not finished or is live (exit 2)
+│   ├── RunNotFinished       prune or export asked for a run that is not finished  (exit 2)
 │   ├── RunExists            import would overwrite a run already in the log        (exit 2)
-│   └── ArchiveError         an export/archive file import cannot read             (exit 2)
+│   ├── ArchiveError         an export/archive file import cannot read             (exit 2)
+│   └── OutputError          export/archive file that cannot be written (exists,
+│                            disk full): nothing of it is left                      (exit 2)
 ├── LogError                 the log file itself is unusable                        (exit 2)
 │   ├── ForeignDatabase      not a steplog file (application_id differs)
 │   ├── CorruptDatabase      not SQLite at all, truncated, or failing integrity checks
@@ -95,7 +97,8 @@ class AgentSpecError(UsageError):
 
 class RunNotFinished(UsageError):
     """``steplog prune`` was asked for a run that is queued, running or waiting, or whose engine
-    still holds its lease: only whole finished runs are ever pruned."""
+    still holds its lease: only whole finished runs are ever pruned. ``steplog export`` of a run
+    that is not finished: imported elsewhere, the copy could run again and repeat its effects."""
 
 
 class RunExists(UsageError):
@@ -105,6 +108,12 @@ class RunExists(UsageError):
 class ArchiveError(UsageError):
     """A file ``steplog import`` cannot load: not a steplog export, truncated, or written by a
     newer steplog. Nothing was imported."""
+
+
+class OutputError(UsageError):
+    """A file ``steplog export -o`` or ``prune --archive`` was to write and could not: it exists
+    (export overwrites only with ``--force``), the disk is full, the folder is not writable.
+    Nothing of it is left behind, and the log was not changed."""
 
 
 class LogError(SteplogError):

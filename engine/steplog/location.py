@@ -13,6 +13,7 @@ and an URL on a command line is visible to other users of the machine.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Union
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -93,19 +94,61 @@ def parse(value: str | os.PathLike[str]) -> LogLocation:
         return value
     text = os.fspath(value)
     if is_url(text):
-        parts = urlsplit(text)
-        try:
-            parts.port  # noqa: B018 - raises on a malformed port
-        except ValueError:
-            raise UsageError(f"--db {redact_url(text)!r}: the port is not a number") from None
-        if not parts.path.strip("/"):
-            raise UsageError(f"--db {redact_url(text)!r} names no database; use postgresql://USER@HOST:PORT/DBNAME")
+        _check_url(text)
         return PgUrl(text)
     if "://" in text:
         scheme = text.split("://", 1)[0]
         raise UsageError(f"--db {redact_url(text)!r}: {scheme}:// logs are not supported; give a file path "
                          "(SQLite) or a postgresql://USER@HOST:PORT/DBNAME URL")
     return Path(text).expanduser()
+
+
+_FORM = "use postgresql://USER@HOST:PORT/DBNAME"
+_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _check_url(text: str) -> None:
+    """Refuse a PostgreSQL URL that no connection could be made from, before anything reads it
+    (``UsageError``, its password left out): libpq, or ``urlsplit`` itself, would fail on it
+    later with a traceback or a message about something else."""
+    def refuse(why: str) -> UsageError:
+        exc = UsageError(f"--db {_shown(text)!r}: {why}; {_FORM}")
+        # What --db's parser says after the option's name.
+        exc.detail = f"{why}; {_FORM}"  # type: ignore[attr-defined]
+        return exc
+
+    try:
+        parts = urlsplit(text)
+        netloc = parts.netloc  # raises on an unclosed "[" (an IPv6 address)
+    except ValueError as exc:
+        raise refuse(f"not a URL ({exc})") from None
+    if any(c in text for c in "\x00\r\n\t "):
+        raise refuse("it holds a space or control character (percent-encode it: %20)")
+    if _PERCENT.search(text):
+        raise refuse("a '%' that does not start a %XX escape (write a literal % as %25)")
+    for piece in (netloc, parts.path, parts.query):
+        try:
+            decoded = unquote(piece, errors="strict")
+        except UnicodeDecodeError:
+            raise refuse("a %XX escape that is not UTF-8 text") from None
+        if "\x00" in decoded:
+            raise refuse("it holds %00, a NUL character")
+    port = netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
+    if port and not (port.isdigit() and 0 < int(port) <= 65535):
+        # Not echoed unless a number: in "user:secret/db" (no "@") the password reads as the port.
+        raise refuse(f"the port is out of range (1 to 65535): {port}" if port.isdigit()
+                     else "the port is not a number")
+    if not unquote(parts.path).strip("/"):
+        raise refuse("it names no database")
+
+
+def _shown(text: str) -> str:
+    """``text`` as a message may show it: without its password, even when it does not parse."""
+    try:
+        return redact_url(text)
+    except ValueError:
+        scheme, _, rest = text.partition("://")
+        return f"{scheme}://" + (f"...@{rest.rpartition('@')[2]}" if "@" in rest else rest)
 
 
 def resolve(db: str | os.PathLike[str] | None) -> LogLocation:

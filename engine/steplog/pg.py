@@ -309,10 +309,12 @@ def connect(url: PgUrl) -> PgConnection:
     try:
         raw = psycopg.connect(str.__str__(url), autocommit=True, connect_timeout=CONNECT_TIMEOUT,
                               row_factory=_row_factory)
-    except psycopg.Error as exc:
+    except (psycopg.Error, ValueError) as exc:  # ValueError: a URL Python cannot decode
         # Away for now (refused, starting up, too many connections) or wrong (no such database,
-        # bad password): both exit 2 from a command, but a worker waits out only the first.
-        away = transient(_wrap(exc)) and not any(words in str(exc) for words in _REFUSED)
+        # bad password, a URL that cannot be decoded): both exit 2 from a command, but a worker
+        # waits out only the first.
+        away = (isinstance(exc, psycopg.Error) and transient(_wrap(exc))
+                and not any(words in str(exc) for words in _REFUSED))
         cls = LogUnavailable if away else LogError
         raise cls(f"cannot connect to {url} ({_first_line(exc)}); check that the server runs, the "
                   "database exists and the user may log in (PGPASSWORD or ~/.pgpass for a "

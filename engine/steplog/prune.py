@@ -264,7 +264,10 @@ def _batches(candidates: list[Candidate]) -> Iterable[list[Candidate]]:
 
 
 def _prune_batch(conn: sqlite3.Connection, batch: list[Candidate], archive: str | None,
-                 report: Report) -> None:
+                 report: Report, archived: dict[str, dict[str, int]] | None = None) -> None:
+    """Prune ``batch`` in one transaction. ``archived``: the rows per table each run had when it
+    was written to the archive; a run that has other rows now (it was retried, ran and ended
+    again in between) is left alone, so nothing is deleted that the archive does not hold."""
     now = time.time()
     done: list[str] = []
     with immediate(conn):
@@ -276,6 +279,11 @@ def _prune_batch(conn: sqlite3.Connection, batch: list[Candidate], archive: str 
             if row[0] not in FINISHED or _live(row[1:], now):
                 report.skipped.append((c.run_id, f"it became {row[0]} since it was selected"
                                        if row[0] not in FINISHED else "an engine took it since it was selected"))
+                continue
+            if archived is not None and _rows_now(conn, c.run_id) != archived.get(c.run_id):
+                report.skipped.append((c.run_id, "it changed since it was archived (the archive "
+                                       "holds it as it was; prune it again to archive and remove "
+                                       "it as it is)"))
                 continue
             cur = conn.execute(
                 "INSERT INTO pruned (run_id, agent, status, created_at, finished_at, pruned_at, archive)"
@@ -290,6 +298,13 @@ def _prune_batch(conn: sqlite3.Connection, batch: list[Candidate], archive: str 
         if done:
             conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES ('', ?, 0, ?, NULL, ?)",
                          (now, EventKind.RUNS_PRUNED, dumps({"runs": done, "archive": archive})))
+
+
+def _rows_now(conn: sqlite3.Connection, run_id: str) -> dict[str, int]:
+    """The run's rows per table, counted as ``archive.run_lines`` counts them (zeros included)."""
+    count = 'SELECT count(*) FROM "{}" WHERE "{}" = ?'
+    return {table: int(conn.execute(count.format(table, column), (run_id,)).fetchone()[0])
+            for table, column in RUN_TABLES}
 
 
 def _reclaim(conn: sqlite3.Connection, how: str, report: Report) -> None:
@@ -355,6 +370,8 @@ def prune(path: Path, selection: Selection, *, archive: Path | None = None, dry_
         raise UsageError(f"--reclaim {reclaim!r}: use one of {', '.join(RECLAIM)}")
     started = time.monotonic()
     report = Report(dry_run=dry_run, archive=str(archive) if archive else None)
+    if not path.exists():  # open_log would make an empty log there
+        raise UsageError(f"no log at {path}; pass --db with the log to prune (nothing was created)")
     if archive is not None:
         refuse_existing(archive, "prune --archive")
     if dry_run:
@@ -382,16 +399,22 @@ def prune(path: Path, selection: Selection, *, archive: Path | None = None, dry_
         _check_reclaim(conn, reclaim)
         candidates, report.skipped = select(conn, selection, measure=False)
         phase("choosing")
+        written: dict[str, dict[str, int]] | None = None
         if archive is not None and candidates:
             with durable_output(archive, compress=archive.suffix == ".gz") as out:
-                write_runs(conn, [c.run_id for c in candidates], out)
+                written = write_runs(conn, [c.run_id for c in candidates], out)
             phase("archiving")
+            # Only what the archive holds is removed: a run set going again since it was chosen
+            # (``steplog retry``) was left out of it, and stays.
+            report.skipped += [(c.run_id, "it was set going again before it was archived")
+                               for c in candidates if c.run_id not in written]
+            candidates = [c for c in candidates if c.run_id in written]
         archived = str(archive.resolve()) if archive is not None else None
         done = 0
         pacer = _Pacer()
         for batch in _batches(candidates):
             with pacer:
-                _prune_batch(conn, batch, archived, report)
+                _prune_batch(conn, batch, archived, report, written)
             done += len(batch)
             if progress is not None:
                 progress(done, len(candidates))

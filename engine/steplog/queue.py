@@ -53,7 +53,7 @@ def submit(agent: Agent[..., Any], *, run_id: str | None = None, db: LogLocation
 
     lease = launch.lease_seconds if launch.lease_seconds is not None else DEFAULT_LEASE_SECONDS
     bound = check_start(agent, run_id=run_id, outbox=outbox, params=params, limits=limits, pace=launch.pace,
-                        lease_seconds=lease, new=True)
+                        lease_seconds=lease, new=True, model=model)
     rid = run_id or new_run_id()
     path = location(db)
     conn = open_log(path)

@@ -34,7 +34,7 @@ from typing import Any
 
 from .db import location, open_readonly
 from .events import EventKind
-from .evidence import RunLedger, completed_post_keys, read_ledger
+from .evidence import completed_post_keys, read_ledger
 from .kills import Account, account
 from .location import LogLocation
 from .logread import Event, events_since
@@ -313,18 +313,20 @@ def redone_histogram(kills: Sequence[Kill]) -> dict[int, int]:
 def collect(db: LogLocation, run_id: str, *, ledger: Ledger | None = None,
             kill_times: Sequence[float | KillMark] | None = None, reference: Reference | None = None,
             lease_refusals: int | None = None, ledger_source: str = "outbox ledger",
-            ledger_problem: str | None = None) -> Evidence:
+            ledger_problem: str | None = None, one_shot: bool = False) -> Evidence:
     """Read the evidence for ``run_id`` from the log (read-only) and, with a reference, the workdir.
 
     ``kill_times``: the kills as their maker knows them; by default the ones the log records
-    (``logged_kills``), so a run reopened later is judged exactly as it was live.
+    (``logged_kills``), so a run reopened later is judged exactly as it was live. ``one_shot``:
+    the caller is a command that reads once (``db.connect_readonly``: no -wal or -shm left
+    beside an idle log), not the monitor.
 
     The log is read status first, then events, then effects: each read sees at least what the
     one before it saw. A ``ledger`` must have been read *after* this call (``verdict_of`` does):
     an outbox read earlier can lack a post the log already records as completed.
     """
     db = location(db)
-    conn = open_readonly(db)
+    conn = open_readonly(db, one_shot=one_shot)
     try:
         status = run_status(conn, run_id, db=db)
         events = events_since(conn, run_id=run_id)
@@ -345,7 +347,7 @@ def collect(db: LogLocation, run_id: str, *, ledger: Ledger | None = None,
 
 
 def verdict_of(db: LogLocation, run_id: str, *, outbox: str | None = None,
-               transport: Any = None) -> Verdict:
+               transport: Any = None, one_shot: bool = False) -> Verdict:
     """One run's verdict as the monitor's strip and ``steplog verdict`` show it: kills as the log
     records them, and this run's own deliveries from its outbox (read by
     ``steplog.evidence.read_ledger``: ``outbox``, the recorded URL, the outbox file beside the
@@ -355,7 +357,7 @@ def verdict_of(db: LogLocation, run_id: str, *, outbox: str | None = None,
     late as the log: every post the log records as completed had reached the outbox by then.
     ``transport``: an ``httpx`` transport to reuse for the outbox's URL (the monitor polls often).
     """
-    evidence = collect(db, run_id)
+    evidence = collect(db, run_id, one_shot=one_shot)
     found = read_ledger(run_id, outbox=outbox, recorded_url=evidence.status["outbox"], log=location(db),
                         completed=evidence.completed_posts or set(), transport=transport)
     return judge(replace(evidence, ledger=found.ledger, ledger_source=found.source, ledger_problem=found.problem))

@@ -21,7 +21,6 @@ import pytest
 from steplog.schema import SCHEMA_VERSION
 
 from conftest import AGENTS, TESTS, Engine
-from steplog.schema import SCHEMA_VERSION
 
 RUNS = ("a", "b", "c")
 STEPS_PER_RUN = 60
@@ -86,36 +85,67 @@ def one_line(stderr: str) -> str:
 
 DAMAGES = [("run", "root"), ("event", "root"), ("step", "root"), ("step", "leaf"), ("event", "leaf"),
            ("effect", "root")]
-COMMANDS = {
-    "status": ["status", "a"],
-    "runs": ["runs"],
+WRITERS = {
     "run-new": ["run", f"{AGENTS}:noop", "--run-id", "new", "--param", "n=5"],
     "run-finished": ["run", f"{AGENTS}:noop", "--run-id", "a", "--param", f"n={STEPS_PER_RUN}"],
 }
+READERS = {
+    "status": ["status", "a"],
+    "status-json": ["status", "a", "--json"],
+    "runs": ["runs"],
+    "runs-json": ["runs", "--json"],
+    "verdict": ["verdict", "a", "--json"],
+    "export": ["export", "a"],
+    "export-file": ["export", "a", "-o", "{tmp}/a.jsonl.gz"],
+    "check": ["check"],
+}
 
 
-@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("command", [*WRITERS, *READERS])
 @pytest.mark.parametrize(("table", "where"), DAMAGES)
 def test_a_damaged_log_is_refused_in_one_line_and_never_written(engine: Engine, healthy: Path, tmp_path: Path,
                                                                table: str, where: str, command: str) -> None:
-    """``status`` and ``runs`` read only the run table: they fail (exit 2, one line) exactly when
-    its pages are damaged. ``run`` reads every page it would write before writing any, so it
-    refuses every one of these logs, and the file keeps its bytes."""
+    """Every command that reads the log refuses it when a page it depends on is damaged: exit 2,
+    one line on stderr, nothing on stdout, the file byte for byte as it was and no -wal written.
+
+    ``run`` reads every page it would write before writing any. The readers read what they show
+    (``status``, ``verdict`` and ``export``: the run's row, steps and effects in full and the
+    tail of its events; ``runs``: the whole run table) and, all of them, the path to the newest
+    row of every table: a damaged page there is where the next write of any engine lands, so a
+    listing that read "ok" would be a lie about the log. (``check`` reads every page.)"""
     path = tmp_path / "steplog.db"
     shutil.copy(healthy, path)
     damage(path, table, where)
     before = sha(path)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in {**WRITERS, **READERS}[command]]
 
-    done = engine.run(*COMMANDS[command], "--db", str(path))
+    done = engine.run(*args, "--db", str(path))
 
-    expect_refusal = command.startswith("run-") or table == "run"
-    assert done.returncode == (2 if expect_refusal else 0), done.stdout + done.stderr
-    if expect_refusal:
-        line = one_line(done.stderr)
-        assert "is damaged" in line and f"steplog check --db {path}" in line, line
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = one_line(done.stderr)
+    assert f"{path} is damaged" in line, line
+    if command != "check":  # check lists every problem on stdout, and is itself the way to see them
+        assert "steplog check --db" in line and done.stdout == "", done.stdout
     assert sha(path) == before
     wal = Path(f"{path}-wal")
     assert not wal.exists() or wal.stat().st_size == 0, "nothing was written to the -wal either"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["steplog.db"], "no archive, -wal or -shm"
+
+
+@pytest.mark.parametrize("command", list(READERS))
+def test_the_readers_read_a_healthy_log_without_writing_to_it(engine: Engine, healthy: Path,
+                                                            tmp_path: Path, command: str) -> None:
+    """The same commands on the same log undamaged: exit 0, and still not a byte written."""
+    path = tmp_path / "steplog.db"
+    shutil.copy(healthy, path)
+    before = sha(path)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in READERS[command]]
+
+    done = engine.run(*args, "--db", str(path))
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sha(path) == before
+    assert not Path(f"{path}-wal").exists() and not Path(f"{path}-shm").exists()
 
 
 def test_check_says_ok_with_what_the_log_holds(engine: Engine, healthy: Path) -> None:

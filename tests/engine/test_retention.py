@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import sqlite3
 import time
@@ -315,3 +316,147 @@ def test_a_cancelled_run_and_a_run_with_a_signal_leave_and_come_back_whole(engin
     assert engine.run("import", str(archive), "--db", db).returncode == 0
     assert {r: engine.status(r) for r in ("s", "c")} == before
     assert rows_of(engine, "s")["signal"] == 1
+
+
+# -- only finished runs leave the log (issue 27) -----------------------------------------------
+
+
+def test_a_running_run_is_not_exported_and_its_export_once_it_ended_round_trips(
+        engine: Engine, tmp_path: Path) -> None:
+    """An export of a live run, imported into another log, was a second run an engine there
+    resumed in the same workdir: 22 of 40 step bodies ran again and 23 posts were re-sent. Now
+    the export is refused (exit 2, one line naming ``steplog cancel``, no file, nothing on
+    stdout) while the demo runs, and once it has ended the export imports as the same run."""
+    from steplog.outbox import start_outbox
+
+    db = str(engine.db)
+    out = tmp_path / "out"
+    out.mkdir()
+    with start_outbox(tmp_path / "outbox.db") as outbox:
+        proc = engine.start("run", "demo", "--run-id", "d", "--db", db, "--outbox", outbox.url,
+                            "--pace", "0.5", "--param", "tickets=4")
+        try:
+            deadline = time.monotonic() + 60
+            while engine.events("step_committed") < 2:
+                assert time.monotonic() < deadline and proc.poll() is None, "the demo never started"
+                time.sleep(0.02)
+
+            to_stdout = engine.run("export", "d", "--db", db)
+            to_file = engine.run("export", "d", "--db", db, "-o", str(out / "d.jsonl.gz"))
+
+            assert engine.status("d")["status"] == "running", "the demo ran throughout"
+            stdout, stderr = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                kill_group(proc)
+        assert proc.returncode == 0, stderr
+    for done in (to_stdout, to_file):
+        assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1, done.stderr
+        assert "run d is running" in lines[0] and "`steplog cancel d`" in lines[0], lines[0]
+    assert list(out.iterdir()) == [], "no archive and no temporary file"
+
+    exported = out / "d.jsonl.gz"
+    assert engine.run("export", "d", "--db", db, "-o", str(exported)).returncode == 0
+    other = tmp_path / "other" / "steplog.db"
+    done = engine.run("import", str(exported), "--db", str(other))
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert Engine(db=other, env=engine.env).status("d") == engine.status("d")
+    back = engine.run("export", "d", "--db", str(other)).stdout
+    assert _without_export_time_and_event_ids(back) == _without_export_time_and_event_ids(
+        engine.run("export", "d", "--db", db).stdout)
+
+
+def _as_an_older_steplog_exported(db: Path, run_id: str) -> str:
+    """The export lines of ``run_id`` whatever its status, in the format of ``steplog.archive``:
+    what a steplog from before issue 27 wrote for a run that had not finished."""
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    try:
+        schema = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        lines = [{"steplog_export": 1, "schema": schema, "run_id": run_id,
+                  "exported_at": time.time()}]
+        counts = {}
+        for table, column in RUN_TABLES:
+            rows = conn.execute(f'SELECT * FROM "{table}" WHERE "{column}" = ? ORDER BY rowid',
+                                (run_id,)).fetchall()
+            lines += [{"table": table, "row": dict(r)} for r in rows]
+            counts[table] = len(rows)
+        lines.append({"end": run_id, "rows": counts})
+    finally:
+        conn.close()
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def test_an_unfinished_run_in_an_older_archive_is_imported_cancelled_and_never_runs(
+        engine: Engine, tmp_path: Path) -> None:
+    """An archive from before the refusal may hold a run that was running: it is imported as
+    ``cancelled``, with a reason that says why, so no engine or worker ever resumes the copy."""
+    db = str(engine.db)
+    witness = tmp_path / "witness.db"
+    args = ["run", WITNESS, "--run-id", "k", "--db", db, "--param", "n=40",
+            "--param", f"witness={witness}"]
+    proc = engine.start(*args)
+    try:
+        deadline = time.monotonic() + 60
+        while engine.events("step_committed") < 12:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.01)
+    finally:
+        kill_group(proc)
+    assert engine.status("k")["status"] == "running"
+    archive = tmp_path / "old.jsonl"
+    archive.write_text(_as_an_older_steplog_exported(engine.db, "k"))
+    other = Engine(db=tmp_path / "other" / "steplog.db", env=engine.env)
+
+    done = engine.run("import", str(archive), "--db", str(other.db))
+
+    assert done.returncode == 0, done.stderr
+    assert "run k was running when it was archived: imported as cancelled" in done.stderr
+    copy = other.status("k")
+    assert copy["status"] == "cancelled"
+    assert copy["reason"] == "imported from an archive taken while it ran"
+    assert copy["engine"] == "none"
+    attempts = _attempts(witness)
+    again = other.run(*[a if a != db else str(other.db) for a in args])
+    assert again.returncode == 5, again.stdout + again.stderr
+    assert other.status("k") == copy, "the copy ran nothing"
+    assert _attempts(witness) == attempts, "and sent nothing"
+    worker = other.run("worker", "--db", str(other.db), "--drain")
+    assert worker.returncode == 0 and other.status("k") == copy, "no worker claims it either"
+
+
+def _attempts(witness: Path) -> int:
+    conn = sqlite3.connect(witness)
+    try:
+        return int(conn.execute("SELECT count(*) FROM attempt").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_prune_archives_and_removes_only_runs_that_are_finished_when_archived(
+        engine: Engine) -> None:
+    """``prune --archive`` chooses finished runs; one set going again before it is written (a
+    ``steplog retry`` in between) is left out of the archive (``write_runs``), and so kept."""
+    from steplog.archive import write_runs
+
+    noop_runs(engine, "done")
+    proc = engine.start("run", NOOP, "--run-id", "live", "--db", str(engine.db),
+                        "--param", "n=100000")
+    try:
+        deadline = time.monotonic() + 60
+        while engine.events("step_committed") < 30:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.01)
+    finally:
+        kill_group(proc)
+    conn = sqlite3.connect(engine.db, isolation_level=None)
+    try:
+        out = io.StringIO()
+        written = write_runs(conn, ["live", "done"], out)
+    finally:
+        conn.close()
+    assert list(written) == ["done"] and written["done"] == rows_of(engine, "done")
+    assert [json.loads(line).get("run_id") for line in out.getvalue().splitlines()][0] == "done"
+    assert "live" not in out.getvalue()

@@ -27,9 +27,26 @@ __all__ = [
     "Price",
     "PriceTable",
     "Usage",
+    "check_model",
     "close_model",
     "make_model",
 ]
+
+
+def check_model(name: str | None) -> None:
+    """Refuse a model name no endpoint can serve (``UsageError``) before a run is started or
+    queued: an empty ``--model ''`` was taken for a model name and the run failed only at its
+    first model step, with whatever the endpoint said about it."""
+    from ..errors import UsageError
+
+    if name is None:
+        return
+    if not name.strip():
+        raise UsageError("--model names no model; leave it out for the offline model, or name one, "
+                         "e.g. --model gpt-4o-mini")
+    if name != name.strip() or any(not c.isprintable() for c in name):
+        raise UsageError(f"--model {name!r} has spaces around it or control characters; give the "
+                         "model's name as the endpoint knows it, e.g. --model gpt-4o-mini")
 
 
 def make_model(name: str | None, *, base_url: str | None = None) -> ChatModel:

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import SteplogError
+from ..options import Seconds
 from .server import serve
 
 
@@ -26,7 +27,8 @@ from .server import serve
     default=None,
     help="Write the bound port here (atomically) once listening.",
 )
-@click.option("--delay", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Seconds of simulated processing per delivery.")
+@click.option("--delay", type=Seconds(0, 3600), default=0.0, show_default=True,
+              help="Seconds of simulated processing per delivery.")
 def main(host: str, port: int, db: Path | None, port_file: Path | None, delay: float) -> None:
     """Serve POST/GET /messages with idempotency keys until SIGTERM or Ctrl-C."""
     try:

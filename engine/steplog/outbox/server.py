@@ -3,8 +3,10 @@
 ``POST /messages`` (``Idempotency-Key`` + JSON object) → 201 ``{"id": n}`` first, 200 replay of
 that answer with ``Idempotent-Replayed: true`` for the same key and body, 422 for the same key with
 another body, 409 while the first request with the key is still being processed, 400 without a key
-or a JSON object. ``GET /messages`` lists deliveries and attempts, ``GET /health`` says it is up,
-anything else is a JSON 404. ``serve`` runs it until SIGTERM or SIGINT.
+or a JSON object or with a body shorter than its Content-Length (408 when the rest never comes:
+each read waits ``OutboxHandler.timeout`` seconds at most). ``GET /messages`` lists deliveries
+and attempts, ``GET /health`` says it is up, anything else is a JSON 404. ``serve`` runs it until
+SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -111,7 +113,13 @@ class OutboxHandler(BaseHTTPRequestHandler):
             return
         store = self.server.store
         key = self.headers.get("Idempotency-Key")
-        raw = self._read_body()
+        try:
+            raw = self._read_body()
+        except _IncompleteBody as cut:
+            store.record(key or None, None, cut.status, "rejected")
+            self.close_connection = True
+            self._error(cut.status, cut.code, cut.message)
+            return
         if raw is None:
             store.record(key, None, 413, "rejected")
             self._error(413, "body_too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
@@ -168,14 +176,30 @@ class OutboxHandler(BaseHTTPRequestHandler):
         self._error(code, codes.get(code, "bad_request"), message or explain or "the request could not be read")
 
     def _read_body(self) -> bytes | None:
-        """The request body, ``b""`` without a Content-Length, ``None`` when too large."""
+        """The request body, ``b""`` without a Content-Length, ``None`` when too large.
+
+        ``_IncompleteBody`` when fewer bytes came than the Content-Length announced: the client
+        closed its side early (400), or sent nothing more for ``timeout`` seconds (408). The
+        bytes that did come may happen to parse as a JSON object, but they are not what the
+        client sent: nothing is delivered."""
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             return b""
         if length > MAX_BODY_BYTES:
             return None
-        return self.rfile.read(max(length, 0))
+        length = max(length, 0)
+        try:
+            raw = self.rfile.read(length)
+        except TimeoutError:
+            raise _IncompleteBody(
+                408, "request_timeout", f"the body did not arrive within {self.timeout:g} s "
+                f"(Content-Length {length}); nothing was delivered: send the whole body") from None
+        if len(raw) < length:
+            raise _IncompleteBody(
+                400, "incomplete_body", f"the body ended after {len(raw)} of the {length} bytes "
+                "its Content-Length announced; nothing was delivered: send the whole body")
+        return raw
 
     def _not_found(self) -> None:
         self._error(404, "not_found", f"no such resource: {self.command} {self.path}; try POST /messages or GET /messages")
@@ -196,6 +220,14 @@ class OutboxHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib's name)
         log.debug("%s " + format, self.address_string(), *args)
+
+
+class _IncompleteBody(Exception):
+    """A request body cut short (``OutboxHandler._read_body``): the answer to give."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
 
 
 def _parse_object(raw: bytes) -> JSONObject | str:
