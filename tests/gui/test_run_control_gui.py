@@ -65,6 +65,10 @@ def test_cancel_run_from_the_menu_ends_a_waiting_engine(
     qtbot.waitUntil(lambda: not window.engine.running, timeout=10_000)
     assert engine.status("c")["reason"] == "cancelled from the monitor"
     assert not window.control.act_cancel.isEnabled()
+    qtbot.waitUntil(lambda: window.engine.last_exit is not None, timeout=5_000)
+    code, said = window.engine.last_exit  # type: ignore[misc]
+    assert code == 5 and said == "engine exit 5: cancelled — run c was cancelled: cancelled from the monitor"
+    assert window.statusBar().currentMessage() == said
 
 
 def test_fork_from_the_selected_step_creates_the_fork_runs_it_and_draws_its_copied_prefix(
