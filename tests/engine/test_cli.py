@@ -234,3 +234,20 @@ def test_every_exit_code_the_readme_documents_has_words_in_the_one_table() -> No
     assert exit_meaning(5) == "cancelled"
     assert exit_meaning(-9) == "killed by SIGKILL"
     assert "exit code 86" in exit_meaning(86)
+
+
+def test_no_help_text_points_at_a_page_the_project_does_not_have(engine: Engine) -> None:
+    """Every command's ``--help`` is read as a person reads it: none sends them to a CONTRACT.md
+    (there is none in the project); the ``--json`` options say what the object holds."""
+    top = engine.run("--help")
+    assert top.returncode == 0, top.stderr
+    commands = top.stdout[top.stdout.index("Commands:"):].split("\n")[1:]
+    names = [line.split()[0] for line in commands if line.startswith("  ") and line.split()]
+    assert {"run", "status", "verdict", "prune", "worker"} <= set(names)
+    texts = {name: engine.run(name, "--help") for name in names}
+    for name, done in texts.items():
+        assert done.returncode == 0, f"{name}: {done.stderr}"
+        assert "CONTRACT" not in done.stdout, f"steplog {name} --help points at CONTRACT.md"
+    flat = {name: " ".join(done.stdout.split()) for name, done in texts.items()}
+    assert "One JSON object: run_id, agent, status, reason, result, steps_committed" in flat["status"]
+    assert "One JSON object: verdict (PASS, FAIL, UNTESTED or RUNNING)" in flat["verdict"]
