@@ -56,6 +56,16 @@ def _remote_why(run_id: str, host: str) -> str:
             "monitor started here. Use Run ▸ Cancel run… instead (it ends at its next step)")
 
 
+def about_text(version: str, path: LogLocation) -> str:
+    """Help → About: what steplog is, and what this window does to runs (it is no mere viewer)."""
+    return (f"steplog {version}\n\nCrash-safe AI agents on SQLite or PostgreSQL: checkpointed steps, idempotent "
+            "effects, budgets, leases, and the kill test that proves it.\n\n"
+            f"This monitor follows the log {path} live. It also acts on runs: it starts engines (New run, Resume "
+            "run, the demo), kills them (Kill now and auto-kill: SIGKILL to the engine's process group, then a "
+            "relaunch), stops them, and cancels, retries, forks, signals and prunes runs by running the steplog "
+            "commands that do it. It never writes the log itself: the engines and those commands do.")
+
+
 class MainWindow(QMainWindow):
     def __init__(self, monitor: Monitor, settings: Settings, *, engine_env: dict[str, str] | None = None) -> None:
         super().__init__()
@@ -294,6 +304,8 @@ class MainWindow(QMainWindow):
         if run_id == self._run_id:
             return
         self._run_id = run_id
+        self.loader.forget()  # the step shown was the last run's
+        self.detail.clear()
         self.watcher.set_run(run_id)  # its own deliveries: another run's equal message is no duplicate
         self.timeline.set_run(run_id)
         self.charts.set_run(run_id)
@@ -469,9 +481,7 @@ class MainWindow(QMainWindow):
             v = version("steplog")
         except PackageNotFoundError:
             v = "development"
-        QMessageBox.about(self, "About steplog",
-                          f"steplog {v}\n\nCrash-safe AI agents on SQLite: checkpointed steps, idempotent effects, "
-                          "budgets, leases, and the kill test that proves it.\n\nThis monitor tails the log read-only.")
+        QMessageBox.about(self, "About steplog", about_text(v, self.monitor.path))
 
     def _update_actions(self) -> None:
         running = self.engine.running
