@@ -56,6 +56,10 @@ def _remote_why(run_id: str, host: str) -> str:
             "monitor started here. Use Run ▸ Cancel run… instead (it ends at its next step)")
 
 
+SAMPLE_RUN_ID = "demo-20261201-120000"
+"""A typical run id: the runs list is sized for it (longer ones are cut in the middle)."""
+
+
 def about_text(version: str, path: LogLocation) -> str:
     """Help → About: what steplog is, and what this window does to runs (it is no mere viewer)."""
     return (f"steplog {version}\n\nCrash-safe AI agents on SQLite or PostgreSQL: checkpointed steps, idempotent "
@@ -115,6 +119,12 @@ class MainWindow(QMainWindow):
         self.runs_view.verticalHeader().hide()
         self.runs_view.horizontalHeader().setStretchLastSection(True)
         self.runs_view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # A column fits its contents up to the width of a typical run id: a longer one (a fork of
+        # a fork) is cut in the middle, both ends kept, whole in its tooltip; it no longer pushes
+        # Status and Steps out of the dock.
+        self.runs_view.horizontalHeader().setMaximumSectionSize(self._column_cap())
+        self.runs_view.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.runs_view.setWordWrap(False)  # cut on one line, not wrapped into a taller row
         self.runs_view.selectionModel().selectionChanged.connect(self._on_run_selected)
         self.loader = StepDetailLoader(lambda: self.monitor.path, self)
         self.detail = StepDetailView(self.loader, self.watcher)
@@ -176,7 +186,7 @@ class MainWindow(QMainWindow):
         runs = self.runs_view
         fm = runs.fontMetrics()
         pad = 2 * runs.style().pixelMetric(QStyle.PixelMetric.PM_HeaderMargin) + 4
-        samples = (("Run", "demo-20261201-120000"), ("Status", "succeeded"), ("Steps", "1000 / 2000"))
+        samples = (("Run", SAMPLE_RUN_ID), ("Status", "succeeded"), ("Steps", "1000 / 2000"))
         key_columns = sum(max(fm.horizontalAdvance(a), fm.horizontalAdvance(b)) + pad for a, b in samples)
         key_columns += runs.verticalScrollBar().sizeHint().width() + 4
         left = max(200, min(int(width * 0.24), key_columns))
@@ -185,6 +195,12 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self._runs_dock, self._detail_dock], [left, right], Qt.Orientation.Horizontal)
         self.resizeDocks([self._detail_dock, self._outbox_dock], [int(self.height() * 0.55), int(self.height() * 0.4)],
                          Qt.Orientation.Vertical)
+
+    def _column_cap(self) -> int:
+        """The widest a runs list column gets: a typical run id, a little more than a timestamp."""
+        runs = self.runs_view
+        pad = 2 * runs.style().pixelMetric(QStyle.PixelMetric.PM_HeaderMargin) + 12
+        return runs.fontMetrics().horizontalAdvance(SAMPLE_RUN_ID + "-00") + pad
 
     def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self)

@@ -51,3 +51,39 @@ def test_about_says_the_monitor_starts_kills_cancels_and_prunes_runs(qtbot, wind
     for deed in ("starts engines", "kills them", "cancels, retries, forks, signals and prunes runs"):
         assert deed in text, text
     assert str(window.monitor.path) in text
+
+
+LONG_ID = "triage-20261203-094500-fork-094501-fork-094502-fork-094503"
+
+
+def test_a_long_run_id_is_cut_in_the_runs_list_and_whole_in_the_fork_dialog(  # type: ignore[no-untyped-def]
+        qtbot, window: MainWindow, engine: Engine) -> None:
+    from steplog_gui.runs_model import RUN, STATUS, STEPS
+
+    finished(engine, "short", "--param", "n=3")
+    finished(engine, LONG_ID, "--param", "n=3")
+    window.resize(1280, 720)
+    window.size_docks()
+    shown(qtbot, window, LONG_ID)
+    view, model = window.runs_view, window.runs_model
+    qtbot.waitUntil(lambda: model.data(model.index(model.row_of(LONG_ID), STATUS)) == "succeeded", timeout=5_000)
+    qtbot.wait(100)
+    full = view.fontMetrics().horizontalAdvance(LONG_ID)
+    assert view.columnWidth(RUN) < full, "the long id is cut, not given a column of its own width"
+    for column in (STATUS, STEPS):  # still in view beside it
+        assert view.columnViewportPosition(column) + view.columnWidth(column) <= view.viewport().width() + 2
+    row = model.row_of(LONG_ID)
+    assert model.data(model.index(row, RUN)) == LONG_ID
+    assert model.data(model.index(row, RUN), 3).startswith(LONG_ID)  # ToolTipRole: the whole id
+
+    seen: dict[str, int] = {}
+
+    def look(dialog: QDialog) -> None:
+        edit = dialog.run_id  # type: ignore[attr-defined]
+        seen["text"] = edit.fontMetrics().horizontalAdvance(edit.text())
+        seen["room"] = edit.contentsRect().width()
+        dialog.reject()
+
+    answer_next_modal(look)
+    window.control.act_fork.trigger()
+    assert seen["room"] >= seen["text"], f"the fork's id is cut: {seen}"
