@@ -87,3 +87,99 @@ def test_a_long_run_id_is_cut_in_the_runs_list_and_whole_in_the_fork_dialog(  # 
     answer_next_modal(look)
     window.control.act_fork.trigger()
     assert seen["room"] >= seen["text"], f"the fork's id is cut: {seen}"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def colour_runs(window: MainWindow, lane: int, colour: str) -> list[tuple[int, int]]:
+    """Runs of pixel columns of the timeline plot, as drawn, whose pixel at the middle of
+    ``lane`` is ``colour``: what a person sees as separate bars (a grid line drawn across a
+    bar, a pixel or two, does not split it)."""
+    from PySide6.QtCore import QPointF
+    from PySide6.QtGui import QColor
+
+    plot = window.timeline.plot
+    box = plot.getViewBox()
+    y = plot.mapFromScene(box.mapViewToScene(QPointF(0, lane))).y()
+    image = plot.grab().toImage()
+    want = QColor(colour).rgb()
+    columns = [x for x in range(image.width()) if image.pixel(x, y) == want]
+    runs: list[tuple[int, int]] = []
+    for x in columns:
+        if runs and x <= runs[-1][1] + 3:
+            runs[-1] = (runs[-1][0], x)
+        else:
+            runs.append((x, x))
+    return runs
+
+
+def test_a_failed_run_shows_every_step_and_every_failed_attempt_however_thin(  # type: ignore[no-untyped-def]
+        qtbot, window: MainWindow, engine: Engine) -> None:
+    """The demo posting to an outbox that is not there: its three steps commit in a few ms, then
+    the post fails three times, a second apart; each of those bars is far below a pixel wide
+    at the run's scale. Every one of them is drawn (they were painted over by their outline)."""
+    from steplog_gui import theme
+    from steplog_gui.run_state import COMMITTED, FAILED
+
+    done = engine.run("run", "demo", "--run-id", "dead-outbox", "--db", str(engine.db), "--param", "tickets=1",
+                      "--outbox", f"http://127.0.0.1:{free_port()}")
+    assert done.returncode == 4, done.stderr
+    window.resize(1280, 720)
+    shown(qtbot, window, "dead-outbox")
+    qtbot.waitUntil(lambda: (r := window.monitor.run("dead-outbox")) is not None and r.terminal, timeout=5_000)
+    qtbot.wait(200)
+    pal = theme.current()
+    failed = colour_runs(window, 1, pal.outcome[FAILED])
+    assert len(failed) == 3, f"three failed attempts, three red bars: {failed}"
+    assert colour_runs(window, 1, pal.outcome[COMMITTED]), "the steps before them are drawn too"
+
+
+def test_a_queued_run_shows_an_empty_axis_of_its_own_not_the_last_runs(  # type: ignore[no-untyped-def]
+        qtbot, window: MainWindow, engine: Engine) -> None:
+    finished(engine, "before", "--param", "n=30")
+    done = engine.run("submit", NOOP, "--run-id", "waits", "--db", str(engine.db))
+    assert done.returncode == 0, done.stderr
+    shown(qtbot, window, "before")
+    box = window.timeline.plot.getViewBox()
+    qtbot.waitUntil(lambda: box.viewRange()[0][1] < 0.99 or box.viewRange()[0][1] > 1.01, timeout=5_000)
+    shown(qtbot, window, "waits")
+    qtbot.wait(200)
+    assert box.viewRange()[0] == [0.0, 1.0]
+    assert window.timeline._empty.isVisible()
+    assert window.timeline._empty.textItem.toPlainText() == "queued: no engine has started it yet"
+    shown(qtbot, window, "before")  # and a run with steps fits its own again
+    qtbot.waitUntil(lambda: box.viewRange()[0] != [0.0, 1.0], timeout=5_000)
+    assert not window.timeline._empty.isVisible()
+
+
+def test_a_kill_label_is_never_cut_at_the_plots_edge(  # type: ignore[no-untyped-def]
+        qtbot, window: MainWindow, crashed_run: Engine) -> None:
+    """Wherever the view puts a kill (panned, zoomed, or following the run), its label ("kill →
+    engine up in …", "step committed in …") is inside the plot, on the side where it fits."""
+    window.resize(1000, 650)
+    shown(qtbot, window, "R")
+    view = window.timeline
+    qtbot.waitUntil(lambda: bool(view._kill_labels), timeout=5_000)
+    run = window.monitor.run("R")
+    assert run is not None and len(run.kills) == 1
+    kill = run.kills[0].ts - run.created
+    box = view.plot.getViewBox()
+    [label] = view._kill_labels
+
+    def inside() -> bool:
+        shown_at, plot_at = label.sceneBoundingRect(), box.sceneBoundingRect()
+        return shown_at.left() >= plot_at.left() - 1 and shown_at.right() <= plot_at.right() + 1
+
+    qtbot.waitUntil(inside, timeout=2_000)  # as opened, following the run
+    span = max(run.duration(run.finished or run.last_ts), 0.1)
+    for where in (0.05, 0.5, 0.7, 0.85, 0.97):
+        box.setXRange(kill - where * span, kill + (1 - where) * span, padding=0)
+        qtbot.wait(50)
+        assert inside(), f"the kill at {where:.0%} of the view: label {label.sceneBoundingRect()}, " \
+                         f"plot {box.sceneBoundingRect()}"
