@@ -539,7 +539,10 @@ class MainWindow(QMainWindow):
             self.compare.apply_palette(pal)
         self.timeline.apply_palette(pal)
         self.charts.apply_palette(pal)
-        self.verdict.show_verdict(self.judge.verdict)
+        # The strip colours its figures from its own palette, which the application's new one
+        # reaches only once this event is handled: shown again after that, or "Duplicates: 0"
+        # kept the old theme's text colour (black on the dark theme's grey).
+        QTimer.singleShot(0, lambda: self.verdict.show_verdict(self.judge.verdict))
 
     # -- closing ----------------------------------------------------------------------------
 

@@ -107,6 +107,22 @@ class StrayModals:
 
 
 @pytest.fixture
+def theme_restored(qtbot) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """The application's style, palette and theme choice as they were, after a test that
+    switches the theme (they are the process's: the next test in it would start dark)."""
+    from PySide6.QtWidgets import QApplication
+
+    from steplog_gui import theme
+
+    app = QApplication.instance()
+    style, palette, chosen = app.style().name(), app.palette(), theme._chosen  # type: ignore[union-attr]
+    yield
+    theme.choose(chosen)
+    app.setStyle(style)  # type: ignore[union-attr]
+    app.setPalette(palette)  # type: ignore[union-attr]
+
+
+@pytest.fixture
 def gui_env(engine: Engine) -> dict[str, str]:
     """The environment for engines the GUI launches (no STEPLOG_* from the developer's shell)."""
     return {**engine.env, "PATH": os.environ.get("PATH", "")}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gui_helpers import answer_next_modal, crashed_run, gui_env, settings, window  # noqa: F401 (fixtures)
+from gui_helpers import answer_next_modal, crashed_run, gui_env, settings, theme_restored, window  # noqa: F401
 from PySide6.QtWidgets import QDialog
 
 from conftest import AGENTS, Engine
@@ -183,3 +183,22 @@ def test_a_kill_label_is_never_cut_at_the_plots_edge(  # type: ignore[no-untyped
         qtbot.wait(50)
         assert inside(), f"the kill at {where:.0%} of the view: label {label.sceneBoundingRect()}, " \
                          f"plot {box.sceneBoundingRect()}"
+
+
+def test_the_verdict_strips_figures_follow_a_switch_to_the_dark_theme(  # type: ignore[no-untyped-def]
+        qtbot, window: MainWindow, crashed_run: Engine, theme_restored: None) -> None:
+    """View → Theme → Dark with a run shown: "Duplicates: 0" stayed in the light theme's
+    near-black on the dark grey (the strip copied its colour before the new palette arrived)."""
+    from PySide6.QtGui import QPalette
+    from PySide6.QtWidgets import QApplication
+
+    window.set_theme("light")
+    shown(qtbot, window, "R")
+    labels = window.verdict.labels
+    qtbot.waitUntil(lambda: labels["duplicates"].text().startswith("Duplicates: "), timeout=10_000)
+    window.set_theme("dark")
+    text = QApplication.palette().color(QPalette.ColorRole.WindowText)
+    assert text.lightness() > 128
+    for key in ("kills", "redone", "duplicates", "latency"):
+        qtbot.waitUntil(lambda key=key: labels[key].palette().color(QPalette.ColorRole.WindowText) == text,
+                        timeout=2_000)
