@@ -81,7 +81,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"steplog monitor — {monitor.path}")
         self.setWindowIcon(resources.app_icon())
         self.engine = EngineProcess(monitor, self, env=engine_env)
-        self.watcher = OutboxWatcher(self)
+        self.watcher = OutboxWatcher(self, log=lambda: self.monitor.path)  # a stopped outbox: its file
         self.demo: DemoLauncher | None = None
         self.compare: CompareWindow | None = None
         self._engine_env = engine_env

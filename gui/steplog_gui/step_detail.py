@@ -181,4 +181,4 @@ class StepDetailView(QWidget):
         d = self._detail
         if d is None:
             return
-        self.effects.set_records([{**e, "ledger": ledger_status(e, self._watcher.ledger)} for e in d.effects])
+        self.effects.set_records([{**e, "ledger": ledger_status(e, self._watcher.shown)} for e in d.effects])

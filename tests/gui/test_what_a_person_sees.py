@@ -202,3 +202,26 @@ def test_the_verdict_strips_figures_follow_a_switch_to_the_dark_theme(  # type: 
     for key in ("kills", "redone", "duplicates", "latency"):
         qtbot.waitUntil(lambda key=key: labels[key].palette().color(QPalette.ColorRole.WindowText) == text,
                         timeout=2_000)
+
+
+def test_an_old_runs_outbox_panel_reads_the_deliveries_from_the_outbox_file_when_it_is_gone(  # type: ignore[no-untyped-def]
+        qtbot, window: MainWindow, engine: Engine) -> None:
+    """A demo run whose outbox has stopped since (its port answers nothing): the strip counts
+    its deliveries from the outbox's own file beside the log, and the panel shows the same
+    ones from there (it said "not answering" over an empty table)."""
+    from steplog.evidence import outbox_file_for
+    from steplog.outbox import start_outbox
+
+    with start_outbox(outbox_file_for(engine.db)) as outbox:
+        finished(engine, "old-demo", "--param", "tickets=2", "--outbox", outbox.url, agent="demo")
+        delivered = [d.key for d in outbox.ledger().deliveries]
+        url = outbox.url
+    assert len(delivered) == 3  # two replies and the digest
+    shown(qtbot, window, "old-demo")
+    panel = window.outbox_panel
+    qtbot.waitUntil(lambda: panel.deliveries.rowCount() == 3, timeout=15_000)
+    assert [panel.deliveries.record(r)["key"] for r in range(3)] == delivered
+    assert panel.summary.text().startswith(f"outbox file {outbox_file_for(engine.db)}: 3 deliveries, 3 attempts")
+    assert f"the outbox at {url} is not answering" in panel.summary.text()
+    qtbot.waitUntil(lambda: window.verdict.labels["deliveries"].text() == "Outbox: 3/3", timeout=10_000)
+    assert window.watcher.ledger is None  # what the URL answered: nothing
