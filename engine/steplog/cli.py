@@ -467,9 +467,10 @@ def _open_for_reading(db: LogLocation | None) -> Any:
 @click.argument("run_id")
 @db_option
 @click.option("--json", "as_json", is_flag=True,
-              help="One JSON object: run_id, agent, status, reason, result, steps_committed, step_executions "
-                   "(beyond steps_committed: work redone), incarnations, budget (used and limit of each), "
-                   "workdir, outbox; forked_from, waiting_for and blocked when they apply.")
+              help="One JSON object: run_id, agent, status, reason, result, "
+                   "steps_committed, step_executions (beyond steps_committed: work redone), "
+                   "incarnations, budget (used and limit of each), workdir, outbox; "
+                   "forked_from, waiting_for and blocked when they apply.")
 @_guard
 def status(run_id: str, db: LogLocation | None, as_json: bool) -> None:
     """Show one run."""
@@ -543,8 +544,9 @@ def runs(db: LogLocation | None, as_json: bool) -> None:
 @click.option("--outbox", default=None, metavar="URL|FILE",
               help="Read the run's deliveries here (default: the URL the run recorded, else outbox.db beside the log).")
 @click.option("--json", "as_json", is_flag=True,
-              help="One JSON object: verdict (PASS, FAIL, UNTESTED or RUNNING), explanation, kills, redone, "
-                   "duplicates, missing, deliveries, checks (name, passed, evidence, source), resume_latency.")
+              help="One JSON object: verdict (PASS, FAIL, UNTESTED or RUNNING), explanation, "
+                   "kills, redone, duplicates, missing, deliveries, checks (name, passed, "
+                   "evidence, source), resume_latency.")
 @_guard
 def verdict(run_id: str, db: LogLocation | None, outbox: str | None, as_json: bool) -> None:
     """Did RUN_ID survive its kills? The monitor's verdict strip, from the command line.

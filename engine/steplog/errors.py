@@ -96,7 +96,8 @@ def exit_meaning(code: int) -> str:
         except ValueError:
             name = f"signal {-code}"
         return f"killed by {name}"
-    return f"died with exit code {code}, which steplog does not use (the interpreter or the agent's process died)"
+    return (f"died with exit code {code}, which steplog does not use (the interpreter or the "
+            "agent's process died)")
 
 
 class SteplogError(Exception):

@@ -344,8 +344,9 @@ class Journal:
                       run_args=(name, since, decision.get("deadline"))):
             self.conn.execute("UPDATE step SET phase = 'waiting', decision = ? WHERE run_id = ? AND seq = ?",
                               (dumps(decision), self.run_id, seq))
-            self._event(EventKind.WAITING, seq, {"signal": name, "deadline": decision.get("deadline"),
-                                                 "since": since, "usage": self.usage.snapshot(self.seconds_used())})
+            self._event(EventKind.WAITING, seq, {
+                "signal": name, "deadline": decision.get("deadline"), "since": since,
+                "usage": self.usage.snapshot(self.seconds_used())})
 
     def commit_wait(self, seq: int, name: str, kind: str, result_json: str, *, signal_id: int | None,
                     duration: float) -> bool:

@@ -58,7 +58,8 @@ def figures(result: ComparedRuns, naive_verdict: Any, durable_verdict: Any, naiv
     now = time.time() if now is None else now
     n, d, trace = result.naive, result.durable, result.trace
     tokens = {"naive": int(spent(n, "tokens")), "durable": int(spent(d, "tokens"))}
-    estimated = {"naive": spent(n, "tokens_estimated") > 0, "durable": spent(d, "tokens_estimated") > 0}
+    said = {side: f"{tokens[side]:,}" + (" (est.)" if spent(run, "tokens_estimated") else "")
+            for side, run in (("naive", n), ("durable", d))}
     return [
         Figure("Messages duplicated", _duplicates(naive_verdict, naive_ledger),
                _duplicates(durable_verdict, durable_ledger),
@@ -68,10 +69,10 @@ def figures(result: ComparedRuns, naive_verdict: Any, durable_verdict: Any, naiv
                "naive: actions it started again after a kill, counted from its trace (the log records none of "
                "its steps); durable: step executions minus steps committed, from the log",
                naive_bad=trace.redone > len(n.kills)),
-        Figure("Tokens spent", *(f"{tokens[side]:,}" + (" (est.)" if estimated[side] else "") for side in SIDES),
+        Figure("Tokens spent", said["naive"], said["durable"],
                "every model call made, in every process; a call cut short by a kill is charged the most it "
-               "could cost, as the provider may have billed it (naive: its trace; durable: the log); the "
-               "Tokens spent chart's last point (compare_state.spent)",
+               "could cost, as the provider may have billed it (naive: its trace; durable: the "
+               "log); the Tokens spent chart's last point (compare_state.spent)",
                naive_bad=tokens["naive"] > tokens["durable"]),
         Figure("Cost", _cost(spent(n, "cost_usd"), n.model), _cost(spent(d, "cost_usd"), d.model),
                "USD at the model's list price (the offline scripted model costs nothing); token counts marked "

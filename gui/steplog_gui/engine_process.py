@@ -233,17 +233,19 @@ class EngineProcess(QObject):
         detail = ""
         if self._output_path is not None:
             try:
-                lines = [ln for ln in self._output_path.read_text(errors="replace").splitlines() if ln.strip()]
+                text = self._output_path.read_text(errors="replace")
+                lines = [ln for ln in text.splitlines() if ln.strip()]
                 detail = lines[-1].removeprefix("steplog: ") if lines else ""
             except OSError:
                 pass
         if code == 2 and "import" in detail and self.spec is not None and self.spec.python is None:
             detail += "; if it lives in another Python environment, choose that Python in Run → New run"
         said = f"exit {code}" if code >= 0 else "no exit code"
-        return f"engine {said}: {exit_meaning(code)}" + (f" — {detail}" if detail and code != 0 else "")
+        ended = f" — {detail}" if detail and code != 0 else ""
+        return f"engine {said}: {exit_meaning(code)}{ended}"
 
     def _forget_output(self) -> None:
-        """The last engine's output file, once read (one per launch: a storm of kills made hundreds)."""
+        """The last engine's output file, once read (one per launch: a kill storm made hundreds)."""
         if self._output_path is not None:
             try:
                 self._output_path.unlink(missing_ok=True)

@@ -62,12 +62,13 @@ SAMPLE_RUN_ID = "demo-20261201-120000"
 
 def about_text(version: str, path: LogLocation) -> str:
     """Help → About: what steplog is, and what this window does to runs (it is no mere viewer)."""
-    return (f"steplog {version}\n\nCrash-safe AI agents on SQLite or PostgreSQL: checkpointed steps, idempotent "
-            "effects, budgets, leases, and the kill test that proves it.\n\n"
-            f"This monitor follows the log {path} live. It also acts on runs: it starts engines (New run, Resume "
-            "run, the demo), kills them (Kill now and auto-kill: SIGKILL to the engine's process group, then a "
-            "relaunch), stops them, and cancels, retries, forks, signals and prunes runs by running the steplog "
-            "commands that do it. It never writes the log itself: the engines and those commands do.")
+    return (f"steplog {version}\n\nCrash-safe AI agents on SQLite or PostgreSQL: checkpointed "
+            "steps, idempotent effects, budgets, leases, and the kill test that proves it.\n\n"
+            f"This monitor follows the log {path} live. It also acts on runs: it starts engines "
+            "(New run, Resume run, the demo), kills them (Kill now and auto-kill: SIGKILL to the "
+            "engine's process group, then a relaunch), stops them, and cancels, retries, forks, "
+            "signals and prunes runs by running the steplog commands that do it. It never writes "
+            "the log itself: the engines and those commands do.")
 
 
 class MainWindow(QMainWindow):
@@ -81,7 +82,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"steplog monitor — {monitor.path}")
         self.setWindowIcon(resources.app_icon())
         self.engine = EngineProcess(monitor, self, env=engine_env)
-        self.watcher = OutboxWatcher(self, log=lambda: self.monitor.path)  # a stopped outbox: its file
+        self.watcher = OutboxWatcher(self, log=lambda: self.monitor.path)  # a stopped one: its file
         self.demo: DemoLauncher | None = None
         self.compare: CompareWindow | None = None
         self._engine_env = engine_env

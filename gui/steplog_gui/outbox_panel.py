@@ -79,5 +79,5 @@ class OutboxPanel(QWidget):
         self.attempts.set_records(attempt_records(ledger))
         self.summary.setText(
             f"{self._watcher.source or self._watcher.url}: {len(ledger.deliveries)} deliveries, "
-            f"{len(ledger.attempts)} attempts, {replayed} deduplicated repeats, {dups} duplicate deliveries"
-            + (f" — {problem}" if problem else ""))
+            f"{len(ledger.attempts)} attempts, {replayed} deduplicated repeats, "
+            f"{dups} duplicate deliveries" + (f" — {problem}" if problem else ""))

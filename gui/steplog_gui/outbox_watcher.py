@@ -72,7 +72,8 @@ class OutboxWatcher(QObject):
     """Why the outbox cannot be read, or why what is shown comes from its file ('' when the
     URL answers)."""
 
-    def __init__(self, parent: QObject | None = None, *, log: Callable[[], LogLocation] | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, *,
+                 log: Callable[[], LogLocation] | None = None) -> None:
         super().__init__(parent)
         self.url: str | None = None
         self.run_id: str | None = None
@@ -147,13 +148,13 @@ class OutboxWatcher(QObject):
 
             try:
                 return fetch_ledger(url, timeout=2.0, transport=transport)
-            except Exception as exc:  # not answering, refused, not an outbox: its file, if there is one
+            except Exception as exc:  # not answering, refused, not an outbox: its file, if any
                 if log is None or run_id is None:
                     raise
                 return _read_file(run_id, log, url, exc)
 
-        jobs.submit(fetch, lambda got: self._done(url, run_id, got), lambda exc: self._failed(url, exc),
-                    owner=self)
+        jobs.submit(fetch, lambda got: self._done(url, run_id, got),
+                    lambda exc: self._failed(url, exc), owner=self)
 
     def _done(self, url: str, run_id: str | None, got: Any) -> None:
         self._busy = False
@@ -174,7 +175,7 @@ class OutboxWatcher(QObject):
             if self.ledger is not None:
                 self._timer.setInterval(POLL_MS)
             self.ledger_changed.emit(shown)
-        elif self.ledger is not None:  # nothing new for a while: poll slowly until something changes again
+        elif self.ledger is not None:  # nothing new for a while: poll slowly until it changes
             self._quiet += 1
             if self._quiet >= QUIET_POLLS:
                 self._timer.setInterval(IDLE_POLL_MS)

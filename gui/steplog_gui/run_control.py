@@ -62,7 +62,8 @@ def _fits(edit: QLineEdit, text: str) -> int:
     the screen: a long id (a fork of a fork) is not cut at the dialog's default width."""
     margins = edit.textMargins()
     frame = edit.style().pixelMetric(QStyle.PixelMetric.PM_DefaultFrameWidth, None, edit)
-    wanted = edit.fontMetrics().horizontalAdvance(text) + margins.left() + margins.right() + 2 * frame + 16
+    wanted = (edit.fontMetrics().horizontalAdvance(text) + margins.left() + margins.right()
+              + 2 * frame + 16)
     screen = edit.screen().availableGeometry().width() if edit.screen() is not None else 1600
     return min(wanted, int(screen * 0.8))
 

@@ -281,7 +281,8 @@ class RunState:
             self.executions.append(start=start, end=end, lane=0, outcome=COPIED, seq=ev.seq, phase=3)
         elif kind == EventKind.WAITING:
             signal, since = str(d.get("signal")), d.get("since")
-            again = self.status == "waiting" and self.waiting_for == signal and self._wait_seq == ev.seq
+            again = (self.status == "waiting" and self.waiting_for == signal
+                     and self._wait_seq == ev.seq)
             if isinstance(since, (int, float)):
                 self.waiting_since = float(since)
             elif not again or self.waiting_since is None:  # a log from before ``since``

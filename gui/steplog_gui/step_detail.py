@@ -53,7 +53,7 @@ class StepDetailLoader(QObject):
             self.load(*self._wanted)
 
     def forget(self) -> None:
-        """No step is wanted any more (another run was selected): a read still under way is dropped."""
+        """No step is wanted any more (another run was selected): a read under way is dropped."""
         self._wanted = None
 
 
@@ -181,4 +181,5 @@ class StepDetailView(QWidget):
         d = self._detail
         if d is None:
             return
-        self.effects.set_records([{**e, "ledger": ledger_status(e, self._watcher.shown)} for e in d.effects])
+        shown = self._watcher.shown
+        self.effects.set_records([{**e, "ledger": ledger_status(e, shown)} for e in d.effects])

@@ -47,6 +47,7 @@ back-to-back steps read as steps (an outline did it, and painted over every bar 
 OVERVIEW_EVERY_S = 0.5
 """A live run's overview strip (the whole run at a glance) is redrawn at most this often."""
 OUTCOMES = (COPIED, COMMITTED, REDONE, FAILED, GAVE_UP, RUNNING)
+Heights = npt.NDArray[np.float64] | float
 
 
 class TimelineView(QWidget):
@@ -271,8 +272,9 @@ class TimelineView(QWidget):
         self._empty.setVisible(empty)
         if run is None or not empty:
             return
-        self._empty.setText("no step ran: the run ended before its first one" if run.terminal else
-                            "queued: no engine has started it yet" if run.status == "queued" else "no steps yet")
+        self._empty.setText("no step ran: the run ended before its first one" if run.terminal
+                            else "queued: no engine has started it yet" if run.status == "queued"
+                            else "no steps yet")
         self._empty.setColor(self._palette.foreground)
         (lo, hi), (bottom, top) = self.plot.getViewBox().viewRange()
         self._empty.setPos((lo + hi) / 2, (bottom + top) / 2)
@@ -312,14 +314,15 @@ class TimelineView(QWidget):
                          np.maximum(b.width, MIN_BAR_PIXELS * unit))
         item.setOpts(x0=b.x0, width=width, y0=b.y0, height=self._with_gaps(b.height))
 
-    def _with_gaps(self, height: npt.NDArray[np.float64] | float) -> npt.NDArray[np.float64] | float:
+    def _with_gaps(self, height: Heights) -> Heights:
         """Parallel steps share their lane in sub-lanes: a pixel of background between them."""
         if isinstance(height, float) or not len(height) or height.min() >= BAR_HEIGHT - 1e-9:
             return height
         box = self.plot.getViewBox()
         (_, _), (bottom, top) = box.viewRange()
         unit = (top - bottom) / max(1.0, box.height())
-        return np.where(height < BAR_HEIGHT - 1e-9, np.maximum(height - GAP_PIXELS * unit, height / 2), height)
+        thinner = np.maximum(height - GAP_PIXELS * unit, height / 2)
+        return np.where(height < BAR_HEIGHT - 1e-9, thinner, height)
 
     def _draw_overview(self, run: RunState | None, now: float) -> None:
         """The whole run at a glance (aggregated to the strip's width), lanes squeezed to fit."""
@@ -374,7 +377,8 @@ class TimelineView(QWidget):
         backing = theme.qcolor(self._palette.background)
         backing.setAlpha(215)  # legible where it has to sit over the killed engine's bars
         for x, lane, text in marks[-MAX_KILL_LABELS:]:
-            label = pg.TextItem(text, color=self._palette.kill, anchor=(0, 0.5), fill=pg.mkBrush(backing))
+            label = pg.TextItem(text, color=self._palette.kill, anchor=(0, 0.5),
+                                fill=pg.mkBrush(backing))
             label.setPos(x, lane)
             self.plot.addItem(label, ignoreBounds=True)
             self._kill_labels.append(label)
@@ -394,7 +398,8 @@ class TimelineView(QWidget):
             x = label.pos().x()
             wide = label.textItem.boundingRect().width() * per_pixel
             right, left = x_max - x, x - x_min
-            label.setAnchor((0, 0.5) if wide <= right or (wide > left and right >= left) else (1, 0.5))
+            rightwards = wide <= right or (wide > left and right >= left)
+            label.setAnchor((0, 0.5) if rightwards else (1, 0.5))
 
     # -- interaction ------------------------------------------------------------------------
 

@@ -249,5 +249,6 @@ def test_no_help_text_points_at_a_page_the_project_does_not_have(engine: Engine)
         assert done.returncode == 0, f"{name}: {done.stderr}"
         assert "CONTRACT" not in done.stdout, f"steplog {name} --help points at CONTRACT.md"
     flat = {name: " ".join(done.stdout.split()) for name, done in texts.items()}
-    assert "One JSON object: run_id, agent, status, reason, result, steps_committed" in flat["status"]
+    assert "One JSON object: run_id, agent, status, reason, result, steps_committed" \
+        in flat["status"]
     assert "One JSON object: verdict (PASS, FAIL, UNTESTED or RUNNING)" in flat["verdict"]

@@ -115,11 +115,12 @@ def theme_restored(qtbot) -> Iterator[None]:  # type: ignore[no-untyped-def]
     from steplog_gui import theme
 
     app = QApplication.instance()
-    style, palette, chosen = app.style().name(), app.palette(), theme._chosen  # type: ignore[union-attr]
+    assert isinstance(app, QApplication)
+    style, palette, chosen = app.style().name(), app.palette(), theme._chosen
     yield
     theme.choose(chosen)
-    app.setStyle(style)  # type: ignore[union-attr]
-    app.setPalette(palette)  # type: ignore[union-attr]
+    app.setStyle(style)
+    app.setPalette(palette)
 
 
 @pytest.fixture

@@ -191,7 +191,8 @@ def title_tokens(compare: CompareWindow) -> dict[str, int]:
     text = compare.charts.plots["tokens"].getPlotItem().titleLabel.text
     found = re.search(r"naive ([\d,]+) · durable ([\d,]+)", text)
     assert found is not None, text
-    return {"naive": int(found.group(1).replace(",", "")), "durable": int(found.group(2).replace(",", ""))}
+    return {side: int(found.group(i).replace(",", ""))
+            for i, side in ((1, "naive"), (2, "durable"))}
 
 
 def table_tokens(compare: CompareWindow) -> dict[str, int]:
@@ -199,8 +200,8 @@ def table_tokens(compare: CompareWindow) -> dict[str, int]:
             for side in ("naive", "durable")}
 
 
-def test_one_token_total_per_run_in_the_table_and_the_chart_and_colours_that_follow_the_theme(  # type: ignore[no-untyped-def]
-        qtbot, window: MainWindow, theme_restored: None) -> None:
+def test_one_token_total_per_run_in_the_table_and_the_chart_and_colours_that_follow_the_theme(
+        qtbot: Any, window: MainWindow, theme_restored: None) -> None:
     """Mid-step (the durable run's reservation is in its last usage) and after a kill (the naive
     run's cut call is charged at the kill by its chart, at its next process by its trace), the
     figures table and the Tokens spent chart showed two totals for one run: both now read it
@@ -208,7 +209,8 @@ def test_one_token_total_per_run_in_the_table_and_the_chart_and_colours_that_fol
     (they kept the light theme's near-black), the naive run's failures in its red."""
     window.set_theme("light")
     compare = window.open_compare(DemoConfig(params={"tickets": "4"}, pace=0.5))
-    qtbot.waitUntil(lambda: compare.runs.naive.running and compare.runs.durable.running, timeout=20_000)
+    qtbot.waitUntil(lambda: compare.runs.naive.running and compare.runs.durable.running,
+                    timeout=20_000)
     naive_id, durable_id = compare.runs.naive_id, compare.runs.durable_id
     seen: list[tuple[dict[str, int], dict[str, int]]] = []
 
@@ -219,9 +221,11 @@ def test_one_token_total_per_run_in_the_table_and_the_chart_and_colours_that_fol
         seen.append((table_tokens(compare), title_tokens(compare)))
 
     def finished() -> bool:
-        return all(r is not None and r.terminal for r in (compare.view.run(naive_id), compare.view.run(durable_id)))
+        runs = (compare.view.run(naive_id), compare.view.run(durable_id))
+        return all(r is not None and r.terminal for r in runs)
 
-    qtbot.waitUntil(lambda: (r := compare.view.run(durable_id)) is not None and r.steps_committed >= 3, timeout=30_000)
+    qtbot.waitUntil(lambda: (r := compare.view.run(durable_id)) is not None
+                    and r.steps_committed >= 3, timeout=30_000)
     for _ in range(10):
         look()
         qtbot.wait(70)
@@ -233,7 +237,7 @@ def test_one_token_total_per_run_in_the_table_and_the_chart_and_colours_that_fol
     qtbot.wait(300)
     look()
     differ = [(table, title) for table, title in seen if table != title]
-    assert not differ, f"{len(differ)} of {len(seen)} looks: table != chart title, e.g. {differ[:3]}"
+    assert not differ, f"{len(differ)} of {len(seen)} looks: table != title, e.g. {differ[:3]}"
     assert seen[-1][0]["naive"] > 0 and seen[-1][0]["durable"] > 0
 
     window.set_theme("dark")
@@ -246,5 +250,6 @@ def test_one_token_total_per_run_in_the_table_and_the_chart_and_colours_that_fol
         bad = side == "naive" and next(f for f in compare.figures._rows if f.name == name).naive_bad
         assert shown_in == (red if bad else text.name()), f"{name} ({side}) is drawn in {shown_in}"
     strip = compare.strips["durable"].labels
-    qtbot.waitUntil(lambda: strip["duplicates"].palette().color(QPalette.ColorRole.WindowText).name()
-                    == text.name(), timeout=2_000)
+    duplicates = strip["duplicates"]
+    qtbot.waitUntil(lambda: duplicates.palette().color(QPalette.ColorRole.WindowText) == text,
+                    timeout=2_000)
