@@ -1,4 +1,4 @@
-"""The ``steplog`` command line (CONTRACT.md "Command line"). Exit codes come from the errors."""
+"""The ``steplog`` command line (README "Command line"). Exit codes come from the errors."""
 
 from __future__ import annotations
 
@@ -473,7 +473,8 @@ def _drive_engine(go: Callable[[], Any]) -> Any:
 
 
 def _report(outcome: Any, db: LogLocation | None) -> None:
-    """Print how the run ended and exit with its code (CONTRACT.md "Exit codes")."""
+    """Print how the run ended and exit with its code (README "Command line": the exit table;
+    ``errors.EXIT_MEANINGS`` has them in words)."""
     from .errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_GAVE_UP, EXIT_WAITING
 
     rid = outcome.run_id
@@ -500,7 +501,11 @@ def _open_for_reading(db: LogLocation | None) -> Any:
 @cli.command()
 @click.argument("run_id")
 @db_option
-@click.option("--json", "as_json", is_flag=True, help="One JSON object (CONTRACT.md).")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object: run_id, agent, status, reason, result, "
+                   "steps_committed, step_executions (beyond steps_committed: work redone), "
+                   "incarnations, budget (used and limit of each), workdir, outbox; "
+                   "forked_from, waiting_for and blocked when they apply.")
 @_guard
 def status(run_id: str, db: LogLocation | None, as_json: bool) -> None:
     """Show one run."""
@@ -578,7 +583,10 @@ def runs(db: LogLocation | None, as_json: bool) -> None:
 @db_option
 @click.option("--outbox", default=None, metavar="URL|FILE",
               help="Read the run's deliveries here (default: the URL the run recorded, else outbox.db beside the log).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object (CONTRACT.md).")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object: verdict (PASS, FAIL, UNTESTED or RUNNING), explanation, "
+                   "kills, redone, duplicates, missing, deliveries, checks (name, passed, "
+                   "evidence, source), resume_latency.")
 @_guard
 def verdict(run_id: str, db: LogLocation | None, outbox: str | None, as_json: bool) -> None:
     """Did RUN_ID survive its kills? The monitor's verdict strip, from the command line.

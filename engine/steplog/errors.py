@@ -69,6 +69,39 @@ EXIT_WAITING = 6
 EXIT_LEASE_HELD = 75
 EXIT_STOPPED = 130
 """Stopped by a signal at a safe point (SIGTERM, SIGINT): the run is resumable, nothing is wrong."""
+EXIT_WRITE_FAILED = 1
+"""The log or the agent's files could not be written (``LogWriteError``)."""
+
+EXIT_MEANINGS: dict[int, str] = {
+    EXIT_OK: "succeeded",
+    EXIT_WRITE_FAILED: "could not write the log or the agent's files (disk full, I/O error)",
+    EXIT_USAGE: "refused: bad usage or input, nothing written",
+    EXIT_GAVE_UP: "gave up: a budget ran out",
+    EXIT_FAILED: "failed",
+    EXIT_CANCELLED: "cancelled",
+    EXIT_WAITING: "waits for a signal (or its code no longer matches the run's recorded steps)",
+    EXIT_LEASE_HELD: "another live engine holds the run; nothing written",
+    EXIT_STOPPED: "stopped at a safe point; the same command resumes it",
+}
+"""What each documented exit code of ``steplog run`` means, in words: the one table that every
+caller showing an engine's end to a person (the monitor, say) reads."""
+
+
+def exit_meaning(code: int) -> str:
+    """Words for how an engine process ended: a documented code (``EXIT_MEANINGS``), a signal
+    that killed it (a negative ``returncode``), or any other code said as it is."""
+    if code in EXIT_MEANINGS:
+        return EXIT_MEANINGS[code]
+    if code < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}"
+    return (f"died with exit code {code}, which steplog does not use (the interpreter or the "
+            "agent's process died)")
 
 
 def first_line(exc: BaseException) -> str:

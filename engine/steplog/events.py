@@ -41,7 +41,9 @@ class EventKind(StrEnum):
     RUN_FINISHED = "run_finished"
     """The terminal record: status, reason, usage."""
     WAITING = "waiting"
-    """The run waits for a named signal (``run.wait_for``); ``deadline`` when it has a timeout."""
+    """The run waits for a named signal (``run.wait_for``); ``deadline`` when it has a timeout,
+    ``since`` when it began. An engine relaunched after a kill writes it again as it takes the
+    wait up: it is back at work (what ends a kill's resume latency, like a step committed)."""
     SIGNAL_SENT = "signal_sent"
     """Someone sent the run a named signal (``steplog signal``); a wait step consumes it once."""
     CANCEL_REQUESTED = "cancel_requested"
@@ -159,6 +161,8 @@ class RunFinished(TypedDict, total=False):
 class Waiting(TypedDict, total=False):
     signal: Required[str]
     deadline: float | None
+    since: float
+    """When the wait began: the first engine's time, the same after a kill (older logs lack it)."""
     usage: Usage
 
 

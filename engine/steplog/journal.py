@@ -340,13 +340,16 @@ class Journal:
     def begin_wait(self, seq: int, name: str, decision: dict[str, Any]) -> None:
         """The run now waits for signal ``name``: status ``waiting``, the wait's deadline kept in
         the step's decision (so a resumed engine keeps the same deadline)."""
-        now = self._clock()
+        # The wait's start is the first engine's, kept in the step's decision: an engine that
+        # takes the wait up again after a kill does not restart it (nor the monitor's "since").
+        since = decision.get("since") or self._clock()
         with self._tx(run_sets="status = 'waiting', waiting_for = ?, waiting_since = ?, waiting_until = ?",
-                      run_args=(name, now, decision.get("deadline"))):
+                      run_args=(name, since, decision.get("deadline"))):
             self.conn.execute("UPDATE step SET phase = 'waiting', decision = ? WHERE run_id = ? AND seq = ?",
                               (dumps(decision), self.run_id, seq))
-            self._event(EventKind.WAITING, seq, {"signal": name, "deadline": decision.get("deadline"),
-                                                 "usage": self.usage.snapshot(self.seconds_used())})
+            self._event(EventKind.WAITING, seq, {
+                "signal": name, "deadline": decision.get("deadline"), "since": since,
+                "usage": self.usage.snapshot(self.seconds_used())})
 
     def commit_wait(self, seq: int, name: str, kind: str, result_json: str, *, signal_id: int | None,
                     duration: float) -> bool:

@@ -23,7 +23,8 @@ command line reads it without importing ``procs``)."""
 
 @dataclass(frozen=True)
 class Launch:
-    """The engine options a worker passes when it starts a queued run (CONTRACT.md "run")."""
+    """The engine options a worker passes when it starts a queued run (README "A queue and
+    workers")."""
 
     pace: float = 0.0
     """Seconds of simulated thinking per model call (``--pace``)."""

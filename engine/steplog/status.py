@@ -1,4 +1,4 @@
-"""Reading runs back: the status JSON of CONTRACT.md, from the log, read-only.
+"""Reading runs back: the ``steplog status --json`` object, from the log, read-only.
 
 Import-light on purpose (the engine imports ``TERMINAL`` and ``outcome_error`` from here).
 """

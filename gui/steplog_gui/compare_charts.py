@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QHBoxLayout, QWidget
 
 from . import theme
 from .compare_monitor import CompareMonitor
+from .compare_state import spent
 from .run_state import RunState
 
 REFRESH_MS = 250
@@ -109,7 +110,7 @@ class CompareCharts(QWidget):
             for side in SIDES:
                 x, y = curve(runs[side], key, result.origin, until)
                 self.curves[(key, side)].setData(x, y)
-                last[side] = int(y[-1]) if len(y) else 0
+                last[side] = int(spent(runs[side], key))  # as the figures table says it
             self.plots[key].setTitle(f"{title}: naive {last['naive']:,} · durable {last['durable']:,}",
                                      color=pal.foreground, size="10pt")
 

@@ -13,12 +13,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
 from . import theme
-from .compare_state import ComparedRuns
+from .compare_state import ComparedRuns, spent
 from .run_state import RunState
 
 
@@ -57,7 +57,9 @@ def figures(result: ComparedRuns, naive_verdict: Any, durable_verdict: Any, naiv
             durable_ledger: Any = None, now: float | None = None) -> list[Figure]:
     now = time.time() if now is None else now
     n, d, trace = result.naive, result.durable, result.trace
-    durable_tokens = int(d.usage.get("tokens", 0))
+    tokens = {"naive": int(spent(n, "tokens")), "durable": int(spent(d, "tokens"))}
+    said = {side: f"{tokens[side]:,}" + (" (est.)" if spent(run, "tokens_estimated") else "")
+            for side, run in (("naive", n), ("durable", d))}
     return [
         Figure("Messages duplicated", _duplicates(naive_verdict, naive_ledger),
                _duplicates(durable_verdict, durable_ledger),
@@ -69,18 +71,21 @@ def figures(result: ComparedRuns, naive_verdict: Any, durable_verdict: Any, naiv
                "its steps); durable: steps run again because an engine was killed, from the log (its "
                "verdict's count: retries after errors are not redone work)",
                naive_bad=trace.redone > len(n.kills)),
-        Figure("Tokens spent", f"{trace.tokens:,}" + (" (est.)" if trace.estimated else ""),
-               f"{durable_tokens:,}" + (" (est.)" if d.usage.get("tokens_estimated") else ""),
+        Figure("Tokens spent", said["naive"], said["durable"],
                "every model call made, in every process; a call cut short by a kill is charged the most it "
-               "could cost, as the provider may have billed it (naive: its trace; durable: the log)",
-               naive_bad=trace.tokens > durable_tokens),
-        Figure("Cost", _cost(trace.cost_usd, n.model), _cost(float(d.usage.get("cost_usd", 0.0)), d.model),
+               "could cost, as the provider may have billed it (naive: its trace; durable: the "
+               "log); the Tokens spent chart's last point (compare_state.spent)",
+               naive_bad=tokens["naive"] > tokens["durable"]),
+        Figure("Cost", _cost(spent(n, "cost_usd"), n.model), _cost(spent(d, "cost_usd"), d.model),
                "USD at the model's list price (the offline scripted model costs nothing); token counts marked "
                "est. are estimated from text length, the model reported none"),
         Figure("Time to finish", _time(n, result.naive_created, now), _time(d, result.durable_created, now),
                "from the run's creation to its end, in the log"),
         Figure("Kills", f"{len(n.kills)}", f"{len(d.kills)}", "SIGKILLs of the engine's process group, in the log"),
     ]
+
+
+SIDES = ("naive", "durable")
 
 
 class CompareFigures(QWidget):
@@ -100,9 +105,10 @@ class CompareFigures(QWidget):
             self._grid.addWidget(head, 0, col)
         self.cells: dict[tuple[str, str], QLabel] = {}
         self._names: dict[str, QLabel] = {}
+        self._rows: list[Figure] = []
 
     def show_figures(self, rows: list[Figure]) -> None:
-        pal = theme.current()
+        self._rows = rows
         for r, fig in enumerate(rows, start=1):
             if fig.name not in self._names:
                 name = QLabel(fig.name)
@@ -119,11 +125,24 @@ class CompareFigures(QWidget):
                 cell = self.cells[(fig.name, side)]
                 cell.setText(value)
                 cell.setToolTip(fig.tip)
-                colour = pal.duplicate if side == "naive" and fig.naive_bad else None
-                p = cell.palette()
-                p.setColor(QPalette.ColorRole.WindowText,
-                           theme.qcolor(colour) if colour else self.palette().color(QPalette.ColorRole.WindowText))
-                cell.setPalette(p)
+        self._colour()
+
+    def _colour(self) -> None:
+        """A naive figure that is a failure in the theme's duplicate colour; every other cell
+        with no colour of its own (an empty palette: it inherits the window's text colour, so
+        it follows a theme change; a copied colour stayed black on the dark theme's grey)."""
+        pal = theme.current()
+        for fig in self._rows:
+            for side in SIDES:
+                p = QPalette()
+                if side == "naive" and fig.naive_bad:
+                    p.setColor(QPalette.ColorRole.WindowText, theme.qcolor(pal.duplicate))
+                self.cells[(fig.name, side)].setPalette(p)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and self._rows:
+            self._colour()  # the duplicate colour of the new theme
 
     def value(self, name: str, side: str) -> str:
         return self.cells[(name, side)].text()

@@ -38,6 +38,16 @@ class ComparedRuns:
     """The runs' own creation times (``created`` of both states is ``origin``)."""
 
 
+def spent(run: RunState, column: str) -> float:
+    """What ``run`` had used of ``column`` (``tokens``, ``tokens_estimated``, ``cost_usd``,
+    ``steps``) at its usage series' last point: the one number the figures table and the charts'
+    titles show. Not ``run.usage``: a step's start carries its model call's reservation, which
+    is not spent (yet), and the naive run's trace summary charges a call cut short by a kill
+    only once the next process runs, where its series charges it at the kill."""
+    series = run.usage_series
+    return float(series[column][-1]) if len(series) else 0.0
+
+
 def fold(run_id: str, events: Sequence[Event]) -> RunState:
     """A run's state from its log events, as the monitor's ``LogState`` folds them."""
     run = RunState(run_id)

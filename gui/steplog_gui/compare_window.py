@@ -294,8 +294,14 @@ class CompareWindow(QMainWindow):
             self.titles[side].setPalette(p)
             name, what = SIDE_TITLES[side]
             self.lanes[side].plot.setTitle(f"{name}: {what}", color=colour, size="10pt")
+        # After the widgets have their new palette (delivered once this event is handled): the
+        # strips colour their figures from it (see MainWindow._apply_palette).
+        QTimer.singleShot(0, self._show_verdicts)
+
+    def _show_verdicts(self) -> None:
         for side, strip in self.strips.items():
             strip.show_verdict(self.judges[side].verdict)
+        self._show_figures()
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
         super().showEvent(event)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from steplog.errors import exit_meaning
 from steplog.location import LogLocation
 from steplog.procs import child_env, hard_kill, outside_env, python_argv, request_stop, spawn, stop_group
 
@@ -26,8 +27,6 @@ from .monitor import Monitor
 
 POLL_MS = 50
 STOP_GRACE_S = 5.0
-EXIT_MEANINGS = {0: "succeeded", 3: "gave up (a budget ran out)", 4: "failed", 75: "another engine holds this run",
-                 2: "refused (bad input)"}
 
 
 @dataclass
@@ -80,7 +79,7 @@ class EngineProcess(QObject):
         self._env = env
         self.spec: LaunchSpec | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._stderr_path: Path | None = None
+        self._output_path: Path | None = None
         self._killed_by_us = False
         self._last_kill: float | None = None
         self._stopping = False
@@ -123,13 +122,16 @@ class EngineProcess(QObject):
 
     def _launch(self) -> None:
         assert self.spec is not None
+        self._forget_output()
         fd, name = tempfile.mkstemp(prefix="steplog-engine-", suffix=".log")
-        self._stderr_path = Path(name)
+        self._output_path = Path(name)
         killed_at, self._last_kill = self._last_kill, None
         try:
             # Another interpreter gets the environment as it is, none of the monitor's paths.
             env = child_env(self._env) if self.spec.python is None else outside_env(self._env)
-            self._proc = spawn(self.spec.argv(killed_at), stdout=subprocess.DEVNULL, stderr=fd, env=env)
+            # Both streams in one file: the engine says how its run ended on stdout, why it
+            # refused on stderr; the last line of either is shown with the exit code's meaning.
+            self._proc = spawn(self.spec.argv(killed_at), stdout=fd, stderr=fd, env=env)
         finally:
             os.close(fd)
         self._killed_by_us = False
@@ -218,23 +220,35 @@ class EngineProcess(QObject):
         self._auto.stop()
         self.window_armed = False
         message = self._describe_exit(code)
+        self._forget_output()
         self.last_exit = (code, message)
         self.engine_exited.emit(self.spec.run_id, code, message)
         self.state_changed.emit()
 
     def _describe_exit(self, code: int) -> str:
+        """One line: the exit code, its meaning (``steplog.errors.exit_meaning``, the one table of
+        them) and, unless the run succeeded, the engine's last line (how it ended, or why not)."""
         if self._stopping:
             return "stopped; Resume continues it from its last checkpoint"
-        meaning = EXIT_MEANINGS.get(code)
         detail = ""
-        if self._stderr_path is not None:
+        if self._output_path is not None:
             try:
-                lines = [ln for ln in self._stderr_path.read_text(errors="replace").splitlines() if ln.strip()]
-                detail = lines[-1] if lines else ""
+                text = self._output_path.read_text(errors="replace")
+                lines = [ln for ln in text.splitlines() if ln.strip()]
+                detail = lines[-1].removeprefix("steplog: ") if lines else ""
             except OSError:
                 pass
-        if meaning is None:
-            meaning = f"died (exit code {code})" if code >= 0 else f"was killed by signal {-code}"
         if code == 2 and "import" in detail and self.spec is not None and self.spec.python is None:
             detail += "; if it lives in another Python environment, choose that Python in Run → New run"
-        return f"engine {meaning}" + (f": {detail}" if detail and code not in (0,) else "")
+        said = f"exit {code}" if code >= 0 else "no exit code"
+        ended = f" — {detail}" if detail and code != 0 else ""
+        return f"engine {said}: {exit_meaning(code)}{ended}"
+
+    def _forget_output(self) -> None:
+        """The last engine's output file, once read (one per launch: a kill storm made hundreds)."""
+        if self._output_path is not None:
+            try:
+                self._output_path.unlink(missing_ok=True)
+            except OSError:  # Windows: an engine left running still has it open
+                pass
+            self._output_path = None

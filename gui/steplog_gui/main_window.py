@@ -56,6 +56,21 @@ def _remote_why(run_id: str, host: str) -> str:
             "monitor started here. Use Run ▸ Cancel run… instead (it ends at its next step)")
 
 
+SAMPLE_RUN_ID = "demo-20261201-120000"
+"""A typical run id: the runs list is sized for it (longer ones are cut in the middle)."""
+
+
+def about_text(version: str, path: LogLocation) -> str:
+    """Help → About: what steplog is, and what this window does to runs (it is no mere viewer)."""
+    return (f"steplog {version}\n\nCrash-safe AI agents on SQLite or PostgreSQL: checkpointed "
+            "steps, idempotent effects, budgets, leases, and the kill test that proves it.\n\n"
+            f"This monitor follows the log {path} live. It also acts on runs: it starts engines "
+            "(New run, Resume run, the demo), kills them (Kill now and auto-kill: SIGKILL to the "
+            "engine's process group, then a relaunch), stops them, and cancels, retries, forks, "
+            "signals and prunes runs by running the steplog commands that do it. It never writes "
+            "the log itself: the engines and those commands do.")
+
+
 class MainWindow(QMainWindow):
     def __init__(self, monitor: Monitor, settings: Settings, *, engine_env: dict[str, str] | None = None) -> None:
         super().__init__()
@@ -67,7 +82,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"steplog monitor — {monitor.path}")
         self.setWindowIcon(resources.app_icon())
         self.engine = EngineProcess(monitor, self, env=engine_env)
-        self.watcher = OutboxWatcher(self)
+        self.watcher = OutboxWatcher(self, log=lambda: self.monitor.path)  # a stopped one: its file
         self.demo: DemoLauncher | None = None
         self.compare: CompareWindow | None = None
         self._engine_env = engine_env
@@ -105,6 +120,12 @@ class MainWindow(QMainWindow):
         self.runs_view.verticalHeader().hide()
         self.runs_view.horizontalHeader().setStretchLastSection(True)
         self.runs_view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # A column fits its contents up to the width of a typical run id: a longer one (a fork of
+        # a fork) is cut in the middle, both ends kept, whole in its tooltip; it no longer pushes
+        # Status and Steps out of the dock.
+        self.runs_view.horizontalHeader().setMaximumSectionSize(self._column_cap())
+        self.runs_view.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.runs_view.setWordWrap(False)  # cut on one line, not wrapped into a taller row
         self.runs_view.selectionModel().selectionChanged.connect(self._on_run_selected)
         self.loader = StepDetailLoader(lambda: self.monitor.path, self)
         self.detail = StepDetailView(self.loader, self.watcher)
@@ -166,7 +187,7 @@ class MainWindow(QMainWindow):
         runs = self.runs_view
         fm = runs.fontMetrics()
         pad = 2 * runs.style().pixelMetric(QStyle.PixelMetric.PM_HeaderMargin) + 4
-        samples = (("Run", "demo-20261201-120000"), ("Status", "succeeded"), ("Steps", "1000 / 2000"))
+        samples = (("Run", SAMPLE_RUN_ID), ("Status", "succeeded"), ("Steps", "1000 / 2000"))
         key_columns = sum(max(fm.horizontalAdvance(a), fm.horizontalAdvance(b)) + pad for a, b in samples)
         key_columns += runs.verticalScrollBar().sizeHint().width() + 4
         left = max(200, min(int(width * 0.24), key_columns))
@@ -175,6 +196,12 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self._runs_dock, self._detail_dock], [left, right], Qt.Orientation.Horizontal)
         self.resizeDocks([self._detail_dock, self._outbox_dock], [int(self.height() * 0.55), int(self.height() * 0.4)],
                          Qt.Orientation.Vertical)
+
+    def _column_cap(self) -> int:
+        """The widest a runs list column gets: a typical run id, a little more than a timestamp."""
+        runs = self.runs_view
+        pad = 2 * runs.style().pixelMetric(QStyle.PixelMetric.PM_HeaderMargin) + 12
+        return runs.fontMetrics().horizontalAdvance(SAMPLE_RUN_ID + "-00") + pad
 
     def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self)
@@ -294,6 +321,8 @@ class MainWindow(QMainWindow):
         if run_id == self._run_id:
             return
         self._run_id = run_id
+        self.loader.forget()  # the step shown was the last run's
+        self.detail.clear()
         self.watcher.set_run(run_id)  # its own deliveries: another run's equal message is no duplicate
         self.timeline.set_run(run_id)
         self.charts.set_run(run_id)
@@ -469,9 +498,7 @@ class MainWindow(QMainWindow):
             v = version("steplog")
         except PackageNotFoundError:
             v = "development"
-        QMessageBox.about(self, "About steplog",
-                          f"steplog {v}\n\nCrash-safe AI agents on SQLite: checkpointed steps, idempotent effects, "
-                          "budgets, leases, and the kill test that proves it.\n\nThis monitor tails the log read-only.")
+        QMessageBox.about(self, "About steplog", about_text(v, self.monitor.path))
 
     def _update_actions(self) -> None:
         running = self.engine.running
@@ -513,7 +540,10 @@ class MainWindow(QMainWindow):
             self.compare.apply_palette(pal)
         self.timeline.apply_palette(pal)
         self.charts.apply_palette(pal)
-        self.verdict.show_verdict(self.judge.verdict)
+        # The strip colours its figures from its own palette, which the application's new one
+        # reaches only once this event is handled: shown again after that, or "Duplicates: 0"
+        # kept the old theme's text colour (black on the dark theme's grey).
+        QTimer.singleShot(0, lambda: self.verdict.show_verdict(self.judge.verdict))
 
     # -- closing ----------------------------------------------------------------------------
 

@@ -63,8 +63,8 @@ class OutboxPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.summary)
         layout.addWidget(split)
-        watcher.ledger_changed.connect(self._show)
-        watcher.problem_changed.connect(lambda text: self._show(watcher.ledger, text))
+        watcher.ledger_changed.connect(lambda ledger: self._show(ledger, watcher.problem))
+        watcher.problem_changed.connect(lambda text: self._show(watcher.shown, text))
 
     def _show(self, ledger: Any, problem: str = "") -> None:
         if ledger is None:
@@ -78,5 +78,6 @@ class OutboxPanel(QWidget):
         self.deliveries.set_records(delivery_records(ledger))
         self.attempts.set_records(attempt_records(ledger))
         self.summary.setText(
-            f"{self._watcher.url}: {len(ledger.deliveries)} deliveries, {len(ledger.attempts)} attempts, "
-            f"{replayed} deduplicated repeats, {dups} duplicate deliveries" + (f" — {problem}" if problem else ""))
+            f"{self._watcher.source or self._watcher.url}: {len(ledger.deliveries)} deliveries, "
+            f"{len(ledger.attempts)} attempts, {replayed} deduplicated repeats, "
+            f"{dups} duplicate deliveries" + (f" — {problem}" if problem else ""))

@@ -1,10 +1,20 @@
-"""Poll the outbox service's ledger (``steplog.outbox.fetch_ledger``) off the GUI thread."""
+"""Poll the outbox service's ledger (``steplog.outbox.fetch_ledger``) off the GUI thread.
+
+An old run's outbox is usually gone (a demo reopened next week: its port answers nothing), but
+the outbox kept every delivery in its own SQLite file, and the verdict strip reads them there
+(``steplog.evidence.read_ledger``). Given the log, the watcher does the same, through the same
+function, so the panel shows the deliveries the strip counts instead of "not answering".
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
+
+from steplog.location import LogLocation
 
 from . import jobs
 
@@ -14,22 +24,67 @@ QUIET_POLLS = 10
 """After this many polls without a change the watcher drops to ``IDLE_POLL_MS``."""
 
 
+@dataclass(frozen=True)
+class _FromFile:
+    """The outbox did not answer; this run's part of its ledger, read from the outbox's file."""
+
+    ledger: Any
+    source: str
+    """``outbox file PATH`` (``steplog.evidence.RunLedger.source``)."""
+    why: str
+    """Why the URL was not read: the outbox at URL is not answering (…)."""
+
+
+class _Unreachable(Exception):
+    """Neither the URL nor the outbox's file gave this run's ledger; ``str`` says both."""
+
+
+def _read_file(run_id: str, log: LogLocation, url: str, exc: BaseException) -> _FromFile:
+    """The run's ledger from the outbox file the verdict would read (``steplog.evidence``)."""
+    from steplog.db import open_readonly
+    from steplog.evidence import completed_post_keys, plain_error, read_ledger
+
+    why = f"the outbox at {url} is not answering ({plain_error(exc)})"
+    conn = open_readonly(log)
+    try:
+        completed = completed_post_keys(conn, run_id)
+    finally:
+        conn.close()
+    found = read_ledger(run_id, outbox=None, recorded_url=None, log=log, completed=completed)
+    if found.ledger is None:
+        raise _Unreachable(f"{why}; {found.problem}")
+    return _FromFile(found.ledger, found.source, why)
+
+
 class OutboxWatcher(QObject):
     """The latest ``Ledger`` of one outbox URL, refreshed every ``POLL_MS``; with ``run_id`` set,
     only that run's part of it (``Ledger.for_run``: runs sharing an outbox send equal bodies, and
-    another run's message is not this run's duplicate)."""
+    another run's message is not this run's duplicate).
+
+    With ``log`` (the log's location, asked at each poll) and a run set, an outbox that does
+    not answer is read from its file instead: ``shown`` is then that ledger, ``ledger`` stays
+    ``None`` (it is what the URL answered), and ``source`` says where ``shown`` came from."""
 
     ledger_changed = Signal(object)
-    """The new ``steplog.outbox.Ledger`` (only emitted when it differs from the last one)."""
+    """The ledger now shown (``shown``: the URL's, or the outbox file's; ``None`` for none),
+    emitted when it differs from the last one."""
     problem_changed = Signal(str)
-    """Why the outbox cannot be read ('' when it can)."""
+    """Why the outbox cannot be read, or why what is shown comes from its file ('' when the
+    URL answers)."""
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, *,
+                 log: Callable[[], LogLocation] | None = None) -> None:
         super().__init__(parent)
         self.url: str | None = None
         self.run_id: str | None = None
         self.ledger: Any = None
+        """This run's part of the ledger the URL answered (``None`` while it does not answer)."""
+        self.shown: Any = None
+        """What the panel shows: ``ledger``, else this run's part of the outbox file's ledger."""
+        self.source = ""
+        """Where ``shown`` came from: the URL, or ``outbox file PATH``."""
         self.problem = ""
+        self._log = log
         self._busy = False
         self._transport: Any = None
         self._quiet = 0
@@ -47,10 +102,9 @@ class OutboxWatcher(QObject):
         if url == self.url:
             return
         self.url = url
-        self.ledger = None
-        self.ledger_changed.emit(None)
+        self._forget()
         if url:
-            self._timer.start()
+            self._timer.start(POLL_MS)
             self.refresh()
         else:
             self._timer.stop()
@@ -60,9 +114,13 @@ class OutboxWatcher(QObject):
         if run_id == self.run_id:
             return
         self.run_id = run_id
-        self.ledger = None
-        self.ledger_changed.emit(None)
+        self._forget()
         self.refresh()
+
+    def _forget(self) -> None:
+        self.ledger = self.shown = None
+        self.source = ""
+        self.ledger_changed.emit(None)
 
     def poke(self) -> None:
         """Something is happening (an engine started or was killed): poll at full rate again."""
@@ -81,6 +139,7 @@ class OutboxWatcher(QObject):
             return
         self._busy = True
         url, run_id = self.url, self.run_id
+        log = self._log() if self._log is not None and run_id is not None else None
 
         if self._transport is None:
             import httpx
@@ -93,36 +152,51 @@ class OutboxWatcher(QObject):
         def fetch() -> Any:
             from steplog.outbox import fetch_ledger
 
-            return fetch_ledger(url, timeout=2.0, transport=transport)
+            try:
+                return fetch_ledger(url, timeout=2.0, transport=transport)
+            except Exception as exc:  # not answering, refused, not an outbox: its file, if any
+                if log is None or run_id is None:
+                    raise
+                return _read_file(run_id, log, url, exc)
 
-        jobs.submit(fetch, lambda ledger: self._done(url, run_id, ledger), lambda exc: self._failed(url, exc),
-                    owner=self)
+        jobs.submit(fetch, lambda got: self._done(url, run_id, got),
+                    lambda exc: self._failed(url, exc), owner=self)
 
-    def _done(self, url: str, run_id: str | None, ledger: Any) -> None:
+    def _done(self, url: str, run_id: str | None, got: Any) -> None:
         self._busy = False
         if url != self.url or run_id != self.run_id:
             self.refresh()  # pointed elsewhere meanwhile: fetch what is wanted now
             return
-        if run_id is not None:
-            ledger = ledger.for_run(run_id)
-        self._set_problem("")
-        if ledger != self.ledger:
-            self.ledger = ledger
+        if isinstance(got, _FromFile):
+            self.ledger, shown, source = None, got.ledger, got.source
+            self._set_problem(f"{got.why}; shown from its file")
+            self._timer.setInterval(IDLE_POLL_MS)  # the outbox is gone: look again now and then
+        else:
+            self.ledger = shown = got.for_run(run_id) if run_id is not None else got
+            source = url
+            self._set_problem("")
+        if shown != self.shown or source != self.source:
+            self.shown, self.source = shown, source
             self._quiet = 0
-            self._timer.setInterval(POLL_MS)
-            self.ledger_changed.emit(ledger)
-        else:  # nothing new for a while: poll slowly until something changes again
+            if self.ledger is not None:
+                self._timer.setInterval(POLL_MS)
+            self.ledger_changed.emit(shown)
+        elif self.ledger is not None:  # nothing new for a while: poll slowly until it changes
             self._quiet += 1
             if self._quiet >= QUIET_POLLS:
                 self._timer.setInterval(IDLE_POLL_MS)
 
     def _failed(self, url: str, exc: BaseException) -> None:
         self._busy = False
-        if url == self.url:
-            from steplog.evidence import plain_error
+        if url != self.url:
+            return  # (what was shown stays, with the reason beside it)
+        if isinstance(exc, _Unreachable):
+            self._set_problem(str(exc))
+            return
+        from steplog.evidence import plain_error
 
-            self._set_problem(f"the outbox at {url} is not answering ({plain_error(exc)}); "
-                              "the verdict reads its file beside the log instead, if there is one")
+        self._set_problem(f"the outbox at {url} is not answering ({plain_error(exc)}); "
+                          "the verdict reads its file beside the log instead, if there is one")
 
     def _set_problem(self, text: str) -> None:
         if text != self.problem:

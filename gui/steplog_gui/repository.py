@@ -189,8 +189,11 @@ class LogRepository:
         return newest if upto is None else min(newest, upto)
 
     def run_ids(self, upto: int) -> list[str]:
-        """Every run with events up to id ``upto``, in the order of its first event."""
-        rows = self._query("SELECT run_id FROM event WHERE id <= ? GROUP BY run_id ORDER BY min(id)", (upto,))
+        """Every run with events up to id ``upto``, in the order of its first event. A prune's
+        record (``runs_pruned``, run id ``""``) belongs to no run: it is not listed (it was, as a
+        blank "stopped" run, every time a pruned log was opened)."""
+        rows = self._query("SELECT run_id FROM event WHERE id <= ? AND run_id != '' GROUP BY run_id"
+                           " ORDER BY min(id)", (upto,))
         return [r[0] for r in rows]
 
     def event_columns(self, run_id: str, upto: int) -> npt.NDArray[Any]:

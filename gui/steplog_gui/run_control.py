@@ -19,7 +19,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFormLayout, QFrame, QHBoxLayout, QLabel, QLineEdit,
-                               QMessageBox, QPlainTextEdit, QPushButton, QSpinBox, QWidget)
+                               QMessageBox, QPlainTextEdit, QPushButton, QSpinBox, QStyle, QWidget)
 
 from steplog.location import LogLocation
 from steplog.procs import child_env, python_argv, without_secrets
@@ -55,6 +55,17 @@ def run_command(db: LogLocation, args: tuple[str, ...], env: dict[str, str] | No
 
 def new_fork_id(parent: str) -> str:
     return f"{parent[:80]}-fork-{time.strftime('%H%M%S')}"
+
+
+def _fits(edit: QLineEdit, text: str) -> int:
+    """A line edit's width for ``text`` whole (its frame and margins included), at most most of
+    the screen: a long id (a fork of a fork) is not cut at the dialog's default width."""
+    margins = edit.textMargins()
+    frame = edit.style().pixelMetric(QStyle.PixelMetric.PM_DefaultFrameWidth, None, edit)
+    wanted = (edit.fontMetrics().horizontalAdvance(text) + margins.left() + margins.right()
+              + 2 * frame + 16)
+    screen = edit.screen().availableGeometry().width() if edit.screen() is not None else 1600
+    return min(wanted, int(screen * 0.8))
 
 
 class SignalDialog(QDialog):
@@ -101,6 +112,7 @@ class ForkDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle(f"Fork {run.run_id}")
         self.run_id = QLineEdit(new_fork_id(run.run_id))
+        self.run_id.setMinimumWidth(_fits(self.run_id, self.run_id.text()))  # the whole id in view
         self.at_step = QSpinBox()
         self.at_step.setRange(1, max(1, run.steps_committed + 1))
         self.at_step.setValue(min(max(1, at_step), run.steps_committed + 1))

@@ -100,11 +100,28 @@ class Kill:
     resumed_at: float
     """The next incarnation's lease_acquired."""
     first_commit: float | None = None
-    """The first step the next incarnation committed (resume latency = first_commit - ts)."""
+    """The first step a later incarnation committed."""
+    waiting_again: float | None = None
+    """A later incarnation's first ``waiting``: the wait the kill cut short, taken up again."""
+
+    @property
+    def back_at(self) -> float | None:
+        """When the relaunched engine was back at work: its first step committed, or its wait
+        taken up again if that came first (from then on only a person's answer is awaited,
+        and minutes of it are no resume latency)."""
+        times = [t for t in (self.first_commit, self.waiting_again) if t is not None]
+        return min(times) if times else None
+
+    @property
+    def back_waiting(self) -> bool:
+        """The engine was back at work waiting (``back_at`` is a ``waiting``, not a commit)."""
+        return self.waiting_again is not None and self.back_at == self.waiting_again
 
     @property
     def latency(self) -> float | None:
-        return None if self.first_commit is None else self.first_commit - self.ts
+        """The resume latency: the kill → ``back_at``."""
+        back = self.back_at
+        return None if back is None else back - self.ts
 
 
 @dataclass
@@ -128,6 +145,9 @@ class RunState:
     """(parent run id, first step the fork ran itself)."""
     waiting_for: str | None = None
     waiting_since: float | None = None
+    """When the wait began: the log's ``since`` (or the first ``waiting`` of that wait), not
+    when an engine relaunched after a kill took it up again."""
+    _wait_seq: int | None = None
     cancel_requested: str | None = None
     worker: tuple[str, int] | None = None
     """(host, pid) of the ``steplog worker`` that has the run, or last had it."""
@@ -262,7 +282,17 @@ class RunState:
             start, end = self.copied_span(ev)
             self.executions.append(start=start, end=end, lane=0, outcome=COPIED, seq=ev.seq, phase=3)
         elif kind == EventKind.WAITING:
-            self.status, self.waiting_for, self.waiting_since = "waiting", str(d.get("signal")), ev.ts
+            signal, since = str(d.get("signal")), d.get("since")
+            again = (self.status == "waiting" and self.waiting_for == signal
+                     and self._wait_seq == ev.seq)
+            if isinstance(since, (int, float)):
+                self.waiting_since = float(since)
+            elif not again or self.waiting_since is None:  # a log from before ``since``
+                self.waiting_since = ev.ts
+            self.status, self.waiting_for, self._wait_seq = "waiting", signal, ev.seq
+            for k in self.kills:
+                if k.waiting_again is None and k.killed_incarnation < ev.incarnation:
+                    k.waiting_again = ev.ts
         elif kind == EventKind.CANCEL_REQUESTED:
             self.cancel_requested = str(d.get("reason") or "cancel requested")
         elif kind == EventKind.RETRIED:

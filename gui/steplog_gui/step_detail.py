@@ -52,6 +52,10 @@ class StepDetailLoader(QObject):
         if self._wanted:
             self.load(*self._wanted)
 
+    def forget(self) -> None:
+        """No step is wanted any more (another run was selected): a read under way is dropped."""
+        self._wanted = None
+
 
 def _pretty(text: str | None) -> str:
     if not text:
@@ -109,12 +113,15 @@ def ledger_status(effect: dict[str, Any], ledger: Any) -> str:
     return f"delivered {delivered}×, {len(attempts)} attempt(s)" + (f", {replayed} deduplicated" if replayed else "")
 
 
+PROMPT = "Click a bar in the timeline to inspect a step."
+
+
 class StepDetailView(QWidget):
     def __init__(self, loader: StepDetailLoader, watcher: OutboxWatcher, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._watcher = watcher
         self._detail: StepDetail | None = None
-        self.header = QLabel("Click a bar in the timeline to inspect a step.")
+        self.header = QLabel(PROMPT)
         self.header.setTextFormat(Qt.TextFormat.PlainText)
         self.header.setWordWrap(True)
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -139,6 +146,14 @@ class StepDetailView(QWidget):
         loader.detail_loaded.connect(self.show_detail)
         loader.load_failed.connect(lambda text: self.header.setText(f"cannot read the step: {text}"))
         watcher.ledger_changed.connect(lambda _l: self._show_effects())
+
+    def clear(self) -> None:
+        """Back to no step shown (the selected run changed: its steps are not the last run's)."""
+        self._detail = None
+        self.header.setText(PROMPT)
+        self.decision.setPlainText("")
+        self.result.setPlainText("")
+        self.effects.set_records([])
 
     def show_detail(self, d: StepDetail | None) -> None:
         self._detail = d
@@ -166,4 +181,5 @@ class StepDetailView(QWidget):
         d = self._detail
         if d is None:
             return
-        self.effects.set_records([{**e, "ledger": ledger_status(e, self._watcher.ledger)} for e in d.effects])
+        shown = self._watcher.shown
+        self.effects.set_records([{**e, "ledger": ledger_status(e, shown)} for e in d.effects])

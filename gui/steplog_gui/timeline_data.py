@@ -159,12 +159,13 @@ def name_filter(run: RunState, text: str) -> npt.NDArray[np.bool_] | None:
 
 
 def kill_label(k: Kill) -> str:
-    """What a kill marker says: how soon a new engine was up (lease taken) and how soon it had
-    committed a step (the resume latency, which includes redoing the interrupted step)."""
+    """What a kill marker says: how soon a new engine was up (lease taken) and how soon it was
+    back at work (the resume latency): a step committed, which includes redoing the interrupted
+    step, or the wait for a person taken up again (their answer is not the engine's latency)."""
     up = k.resumed_at - k.ts
     text = f"kill → engine up in {up:.2f} s" if up >= 0 else "kill"
     if k.latency is not None:
-        text += f"\nstep committed in {k.latency:.2f} s"
+        text += f"\n{'waiting again' if k.back_waiting else 'step committed'} in {k.latency:.2f} s"
     return text
 
 

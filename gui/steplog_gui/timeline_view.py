@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import numpy.typing as npt
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QCursor
@@ -37,10 +38,16 @@ CATCH_UP_REDRAW_S = 1.0
 """While a backlog is read (a big log opening), redraw at most this often."""
 PICK_PIXELS = 6
 """A click or hover this close to a bar picks it (a 100k-step run has bars far below a pixel)."""
-OUTLINE_MAX_BARS = 5000
+MIN_BAR_PIXELS = 1.5
+"""No bar is drawn narrower than this (a 1 ms step of a minute's run, a failed attempt between
+retries): a narrower rectangle may cover no pixel at all and vanish."""
+GAP_PIXELS = 1.0
+"""Bars at least three times this wide leave this much of the background at their right end, so
+back-to-back steps read as steps (an outline did it, and painted over every bar under ~2 px)."""
 OVERVIEW_EVERY_S = 0.5
 """A live run's overview strip (the whole run at a glance) is redrawn at most this often."""
 OUTCOMES = (COPIED, COMMITTED, INTERRUPTED, REDONE, FAILED, GAVE_UP, RUNNING)
+Heights = npt.NDArray[np.float64] | float
 
 
 class TimelineView(QWidget):
@@ -93,7 +100,9 @@ class TimelineView(QWidget):
         for item in (self._fork_line, self._fork_label):
             item.hide()
             self.plot.addItem(item)
-        self._outlined: dict[int, bool] = {}
+        self._empty = pg.TextItem("", anchor=(0.5, 0.5))
+        self._empty.hide()
+        self.plot.addItem(self._empty, ignoreBounds=True)
         self._selected_seq: int | None = None
         self._overview_run: RunState | None = None
         self._overview_at = 0.0
@@ -115,6 +124,7 @@ class TimelineView(QWidget):
         self.overview.addItem(self.region)
         self.region.sigRegionChanged.connect(self._region_moved)
         self.plot.getViewBox().sigXRangeChanged.connect(self._range_changed)
+        self.plot.getViewBox().sigResized.connect(self._place_kill_labels)
         bar = QHBoxLayout()
         bar.setContentsMargins(4, 2, 4, 0)
         bar.addWidget(self.axis_choice)
@@ -144,6 +154,10 @@ class TimelineView(QWidget):
     def set_run(self, run_id: str | None) -> None:
         self._run_id = run_id
         self._selected_seq = None
+        run = self.run()
+        if run is None or not len(run.executions):
+            # Nothing to fit (a queued run): auto-range alone would keep the last run's axis.
+            self.plot.setXRange(0.0, 1.0, padding=0)
         self.refresh()
         self.plot.enableAutoRange()
 
@@ -171,6 +185,8 @@ class TimelineView(QWidget):
             if not self._soon.isActive():
                 self._soon.start()
         self._sync_region()
+        self._place_kill_labels()
+        self._draw_empty(self.run())
 
     def _sync_region(self) -> None:
         (lo, hi), _ = self.plot.getViewBox().viewRange()
@@ -196,7 +212,6 @@ class TimelineView(QWidget):
             item.setOpts(brush=pg.mkBrush(pal.outcome[outcome]), pen=None)
             self._overview_items[outcome].setOpts(brush=pg.mkBrush(pal.outcome[outcome]), pen=None)
         self.overview.setBackground(pal.background)
-        self._outlined.clear()
         self._selected.setOpts(pen=pg.mkPen(pal.foreground, width=2), brush=None)
         self._kills.setPen(pg.mkPen(pal.kill, width=3))
         self._palette = pal
@@ -243,12 +258,26 @@ class TimelineView(QWidget):
         self._draw_kills(run)
         self._draw_fork(run)
         self._draw_selection()
+        self._draw_empty(run)
         if run is not None:
             lanes = max(1, run.incarnation)
             ax = self.plot.getAxis("left")
             step = max(1, lanes // 12)
             ticks = [(i, str(i)) for i in range(1, lanes + 1, step)]
             ax.setTicks([([(0, "copied")] if run.forked_from else []) + ticks, []])
+
+    def _draw_empty(self, run: RunState | None) -> None:
+        """A run with no step yet (queued, or just started) says so in the middle of the plot."""
+        empty = run is not None and not len(run.executions)
+        self._empty.setVisible(empty)
+        if run is None or not empty:
+            return
+        self._empty.setText("no step ran: the run ended before its first one" if run.terminal
+                            else "queued: no engine has started it yet" if run.status == "queued"
+                            else "no steps yet")
+        self._empty.setColor(self._palette.foreground)
+        (lo, hi), (bottom, top) = self.plot.getViewBox().viewRange()
+        self._empty.setPos((lo + hi) / 2, (bottom + top) / 2)
 
     def _draw_fork(self, run: RunState | None) -> None:
         fork = run.forked_from if run is not None else None
@@ -278,13 +307,22 @@ class TimelineView(QWidget):
             (lo, hi), _ = box.viewRange()
             visible = (lo, hi)
         b = bars(run, outcome, now, by_step=self._by_step, visible=visible, pixels=pixels, keep=self._keep)
-        # A background-coloured outline separates back-to-back steps, but triples the paint time:
-        # only while there are few bars (measured at 100k bars: 13 ms/frame without, 38 ms with).
-        outlined = len(b.x0) <= OUTLINE_MAX_BARS
-        if outlined != self._outlined.get(outcome):
-            self._outlined[outcome] = outlined
-            item.setOpts(pen=pg.mkPen(self._palette.background, width=1) if outlined else None)
-        item.setOpts(x0=b.x0, width=b.width, y0=b.y0, height=b.height)
+        # In pixels of the range the bars were cut for: while following the run, the view shows
+        # that range and a little padding, so a pixel here is a little less than one on screen.
+        unit = (visible[1] - visible[0]) / pixels
+        width = np.where(b.width >= 3 * GAP_PIXELS * unit, b.width - GAP_PIXELS * unit,
+                         np.maximum(b.width, MIN_BAR_PIXELS * unit))
+        item.setOpts(x0=b.x0, width=width, y0=b.y0, height=self._with_gaps(b.height))
+
+    def _with_gaps(self, height: Heights) -> Heights:
+        """Parallel steps share their lane in sub-lanes: a pixel of background between them."""
+        if isinstance(height, float) or not len(height) or height.min() >= BAR_HEIGHT - 1e-9:
+            return height
+        box = self.plot.getViewBox()
+        (_, _), (bottom, top) = box.viewRange()
+        unit = (top - bottom) / max(1.0, box.height())
+        thinner = np.maximum(height - GAP_PIXELS * unit, height / 2)
+        return np.where(height < BAR_HEIGHT - 1e-9, thinner, height)
 
     def _draw_overview(self, run: RunState | None, now: float) -> None:
         """The whole run at a glance (aggregated to the strip's width), lanes squeezed to fit."""
@@ -304,6 +342,8 @@ class TimelineView(QWidget):
             lanes = max(1, run.incarnation) if run is not None else 1
             self.overview.setXRange(*full, padding=0.01)
             self.overview.setYRange(0.5, lanes + 0.5, padding=0)
+        else:  # nothing to show: the main plot's empty axis, not the last run's
+            self.overview.setXRange(0.0, 1.0, padding=0.01)
         self._sync_region()
 
     def _draw_selection(self) -> None:
@@ -334,17 +374,32 @@ class TimelineView(QWidget):
         xs = np.repeat([m[0] for m in marks], 2)
         ys = np.array([[m[1] - 0.5, m[1] + 0.5] for m in marks]).ravel()
         self._kills.setData(xs, ys)
-        right_edge = max(m[0] for m in marks) + 1e-9
-        (x_min, x_max), _ = self.plot.getViewBox().viewRange()
+        backing = theme.qcolor(self._palette.background)
+        backing.setAlpha(215)  # legible where it has to sit over the killed engine's bars
         for x, lane, text in marks[-MAX_KILL_LABELS:]:
-            # Right of the kill line, in the killed engine's own lane: that lane is empty from
-            # the kill on, so the label never covers a bar. Near the right edge of the view it
-            # goes left of the line instead of being clipped.
-            near_edge = x >= right_edge and x > x_min + 0.75 * (x_max - x_min)
-            label = pg.TextItem(text, color=self._palette.kill, anchor=(1, 0.5) if near_edge else (0, 0.5))
+            label = pg.TextItem(text, color=self._palette.kill, anchor=(0, 0.5),
+                                fill=pg.mkBrush(backing))
             label.setPos(x, lane)
-            self.plot.addItem(label)
+            self.plot.addItem(label, ignoreBounds=True)
             self._kill_labels.append(label)
+        self._place_kill_labels()
+
+    def _place_kill_labels(self, *_args: object) -> None:
+        """Each kill's label right of its line, in the killed engine's own lane (empty from the
+        kill on: the label covers no bar), unless it would be cut at the view's right edge: then
+        left of the line; where neither side has room, on the side with more. Measured in pixels
+        and placed again whenever the view pans, zooms, grows with the run or is resized."""
+        if not self._kill_labels:
+            return
+        box = self.plot.getViewBox()
+        (x_min, x_max), _ = box.viewRange()
+        per_pixel = (x_max - x_min) / max(1.0, box.width())
+        for label in self._kill_labels:
+            x = label.pos().x()
+            wide = label.textItem.boundingRect().width() * per_pixel
+            right, left = x_max - x, x - x_min
+            rightwards = wide <= right or (wide > left and right >= left)
+            label.setAnchor((0, 0.5) if rightwards else (1, 0.5))
 
     # -- interaction ------------------------------------------------------------------------
 

@@ -216,3 +216,39 @@ def test_an_agent_package_that_exits_at_import_is_bad_input(engine: Engine, tmp_
     assert done.returncode == 2, done.stdout + done.stderr
     assert "importing exiting_pkg failed: it called sys.exit(3)" in one_line_error(done.stderr)
     assert not engine.db.exists()
+
+
+def test_every_exit_code_the_readme_documents_has_words_in_the_one_table() -> None:
+    """``steplog.errors.EXIT_MEANINGS`` says what each documented exit code of ``steplog run``
+    means (the monitor shows it when an engine ends); a code documented there and not here, or
+    the reverse, fails."""
+    import re
+
+    from steplog.errors import EXIT_MEANINGS, exit_meaning
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme[readme.index("| exit | meaning |"):]
+    documented = {int(c) for c in re.findall(r"^\| (\d+) \|", table[:table.index("\n\n")], re.M)}
+    assert documented >= {0, 2, 3, 4, 5, 6, 75}
+    assert documented <= set(EXIT_MEANINGS), documented - set(EXIT_MEANINGS)
+    assert exit_meaning(5) == "cancelled"
+    assert exit_meaning(-9) == "killed by SIGKILL"
+    assert "exit code 86" in exit_meaning(86)
+
+
+def test_no_help_text_points_at_a_page_the_project_does_not_have(engine: Engine) -> None:
+    """Every command's ``--help`` is read as a person reads it: none sends them to a CONTRACT.md
+    (there is none in the project); the ``--json`` options say what the object holds."""
+    top = engine.run("--help")
+    assert top.returncode == 0, top.stderr
+    commands = top.stdout[top.stdout.index("Commands:"):].split("\n")[1:]
+    names = [line.split()[0] for line in commands if line.startswith("  ") and line.split()]
+    assert {"run", "status", "verdict", "prune", "worker"} <= set(names)
+    texts = {name: engine.run(name, "--help") for name in names}
+    for name, done in texts.items():
+        assert done.returncode == 0, f"{name}: {done.stderr}"
+        assert "CONTRACT" not in done.stdout, f"steplog {name} --help points at CONTRACT.md"
+    flat = {name: " ".join(done.stdout.split()) for name, done in texts.items()}
+    assert "One JSON object: run_id, agent, status, reason, result, steps_committed" \
+        in flat["status"]
+    assert "One JSON object: verdict (PASS, FAIL, UNTESTED or RUNNING)" in flat["verdict"]

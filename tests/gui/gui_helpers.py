@@ -107,6 +107,23 @@ class StrayModals:
 
 
 @pytest.fixture
+def theme_restored(qtbot) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """The application's style, palette and theme choice as they were, after a test that
+    switches the theme (they are the process's: the next test in it would start dark)."""
+    from PySide6.QtWidgets import QApplication
+
+    from steplog_gui import theme
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    style, palette, chosen = app.style().name(), app.palette(), theme._chosen
+    yield
+    theme.choose(chosen)
+    app.setStyle(style)
+    app.setPalette(palette)
+
+
+@pytest.fixture
 def gui_env(engine: Engine) -> dict[str, str]:
     """The environment for engines the GUI launches (no STEPLOG_* from the developer's shell)."""
     return {**engine.env, "PATH": os.environ.get("PATH", "")}

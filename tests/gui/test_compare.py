@@ -11,8 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
+from gui_helpers import gui_env, settings, theme_restored, window  # noqa: F401 (fixtures)
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QApplication
 
 from conftest import Engine
 from steplog_gui import theme
@@ -180,3 +182,74 @@ def test_with_approval_the_durable_agent_asks_once_and_the_naive_one_again_after
     assert len(asked.read_text().splitlines()) == 2, "the naive agent asked the person twice"
     assert engine.query("SELECT count(*), count(consumed_seq) FROM signal WHERE run_id = ?", durable_id) == [(1, 1)]
     assert engine.events("waiting") >= 1
+
+
+def title_tokens(compare: CompareWindow) -> dict[str, int]:
+    """"Tokens spent: naive 11,397 · durable 9,560", the chart's title, as numbers."""
+    import re
+
+    text = compare.charts.plots["tokens"].getPlotItem().titleLabel.text
+    found = re.search(r"naive ([\d,]+) · durable ([\d,]+)", text)
+    assert found is not None, text
+    return {side: int(found.group(i).replace(",", ""))
+            for i, side in ((1, "naive"), (2, "durable"))}
+
+
+def table_tokens(compare: CompareWindow) -> dict[str, int]:
+    return {side: int(compare.figures.value("Tokens spent", side).split()[0].replace(",", ""))
+            for side in ("naive", "durable")}
+
+
+def test_one_token_total_per_run_in_the_table_and_the_chart_and_colours_that_follow_the_theme(
+        qtbot: Any, window: MainWindow, theme_restored: None) -> None:
+    """Mid-step (the durable run's reservation is in its last usage) and after a kill (the naive
+    run's cut call is charged at the kill by its chart, at its next process by its trace), the
+    figures table and the Tokens spent chart showed two totals for one run: both now read it
+    from one place. Then the theme goes dark: every figure is in the dark theme's text colour
+    (they kept the light theme's near-black), the naive run's failures in its red."""
+    window.set_theme("light")
+    compare = window.open_compare(DemoConfig(params={"tickets": "4"}, pace=0.5))
+    qtbot.waitUntil(lambda: compare.runs.naive.running and compare.runs.durable.running,
+                    timeout=20_000)
+    naive_id, durable_id = compare.runs.naive_id, compare.runs.durable_id
+    seen: list[tuple[dict[str, int], dict[str, int]]] = []
+
+    def look() -> None:
+        """Both faces brought up to date at one moment, then read."""
+        compare._show_figures()
+        compare.charts.refresh()
+        seen.append((table_tokens(compare), title_tokens(compare)))
+
+    def finished() -> bool:
+        runs = (compare.view.run(naive_id), compare.view.run(durable_id))
+        return all(r is not None and r.terminal for r in runs)
+
+    qtbot.waitUntil(lambda: (r := compare.view.run(durable_id)) is not None
+                    and r.steps_committed >= 3, timeout=30_000)
+    for _ in range(10):
+        look()
+        qtbot.wait(70)
+    assert compare.runs.kill_both(), "both engines were still running"
+    while not finished():
+        look()
+        qtbot.wait(70)
+        assert len(seen) < 1000, "the comparison did not finish"
+    qtbot.wait(300)
+    look()
+    differ = [(table, title) for table, title in seen if table != title]
+    assert not differ, f"{len(differ)} of {len(seen)} looks: table != title, e.g. {differ[:3]}"
+    assert seen[-1][0]["naive"] > 0 and seen[-1][0]["durable"] > 0
+
+    window.set_theme("dark")
+    qtbot.wait(100)
+    text = QApplication.palette().color(QPalette.ColorRole.WindowText)
+    assert text.lightness() > 128
+    red = theme.qcolor(theme.current().duplicate).name()
+    for (name, side), cell in compare.figures.cells.items():
+        shown_in = cell.palette().color(QPalette.ColorRole.WindowText).name()
+        bad = side == "naive" and next(f for f in compare.figures._rows if f.name == name).naive_bad
+        assert shown_in == (red if bad else text.name()), f"{name} ({side}) is drawn in {shown_in}"
+    strip = compare.strips["durable"].labels
+    duplicates = strip["duplicates"]
+    qtbot.waitUntil(lambda: duplicates.palette().color(QPalette.ColorRole.WindowText) == text,
+                    timeout=2_000)

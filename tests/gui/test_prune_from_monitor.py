@@ -4,6 +4,7 @@ process (the window never writes the log), and the live tail drops the pruned ru
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from gui_helpers import gui_env, open_window, settings  # noqa: F401 (fixtures)
@@ -85,3 +86,28 @@ def test_a_run_that_cannot_be_pruned_is_refused_with_the_reason(qtbot, window: M
     with qtbot.waitSignal(window.pruner.refused, timeout=10_000) as refused:
         window.pruner.estimate(["no-such-run"])
     assert "no run 'no-such-run'" in refused.args[0]
+
+
+def test_a_log_with_pruned_runs_reopens_with_exactly_its_runs(
+        qtbot: Any, engine: Engine, settings: Any, gui_env: dict[str, str]) -> None:
+    """``steplog prune`` leaves one event that belongs to no run (its run id is ""): a monitor
+    opened on the log afterwards lists the runs the log holds, not a blank "stopped" row more."""
+    finished_runs(engine, "old", "kept", "newest")
+    done = engine.run("prune", "old", "--db", str(engine.db))
+    assert done.returncode == 0, done.stderr
+    held = sorted(r for (r,) in engine.query("SELECT id FROM run"))
+    assert held == ["kept", "newest"]
+    win = open_window(qtbot, engine, settings, gui_env)
+    try:
+        qtbot.waitUntil(lambda: window_runs(win) == held and not win.monitor.catching_up,
+                        timeout=10_000)
+        qtbot.wait(300)  # and nothing else arrives
+        assert window_runs(win) == held
+        assert sorted(win.monitor.state.runs) == held
+    finally:
+        win.shutdown(stop_engine=True)
+
+
+def window_runs(win: MainWindow) -> list[str]:
+    model = win.runs_model
+    return sorted(model.index(r, 0).data(RUN_ID_ROLE) for r in range(model.rowCount()))

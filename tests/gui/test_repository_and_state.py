@@ -91,3 +91,32 @@ def test_a_kill_marker_says_when_the_engine_was_up_and_when_a_step_was_committed
 
     assert kill_label(Kill(1, 100.0, True, 100.15, 101.2)) == "kill → engine up in 0.15 s\nstep committed in 1.20 s"
     assert kill_label(Kill(1, 100.0, True, 100.15, None)) == "kill → engine up in 0.15 s"
+
+
+def test_a_log_from_before_the_waits_since_keeps_the_waits_start_across_a_kill() -> None:
+    """A log written before ``waiting`` carried ``since``: the wait taken up again by the engine
+    relaunched after a kill is the same wait (same step, same signal): it began at the first
+    ``waiting``; the kill's latency ends there, not at the commit a person's answer brought."""
+    from steplog.logread import Event
+
+    from steplog_gui.timeline_data import kill_label
+
+    events = [
+        Event(1, "w", 100.0, 0, "run_created", None, {"agent": "a", "budget": {}}),
+        Event(2, "w", 100.1, 1, "lease_acquired", None, {"pid": 1, "previous_pid": None}),
+        Event(3, "w", 100.2, 1, "step_started", 1, {"name": "wait approve", "kind": "wait"}),
+        Event(4, "w", 100.3, 1, "waiting", 1, {"signal": "approve"}),
+        Event(5, "w", 110.4, 2, "lease_acquired", None,
+              {"pid": 2, "previous_pid": 1, "killed_at": 110.0}),
+        Event(6, "w", 110.5, 2, "step_started", 1, {"name": "wait approve", "kind": "wait"}),
+        Event(7, "w", 110.6, 2, "waiting", 1, {"signal": "approve"}),
+        Event(8, "w", 170.0, 2, "step_committed", 1, {"name": "wait approve", "kind": "wait"}),
+    ]
+    state = LogState()
+    state.apply(events[:7])
+    run = state.runs["w"]
+    assert run.status == "waiting" and run.waiting_since == 100.3
+    state.apply(events[7:])
+    [kill] = run.kills
+    assert kill.latency is not None and abs(kill.latency - 0.6) < 1e-9
+    assert kill_label(kill) == "kill → engine up in 0.40 s\nwaiting again in 0.60 s"

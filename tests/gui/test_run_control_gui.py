@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gui_helpers import answer_next_modal, gui_env, settings, window  # noqa: F401 (fixtures)
@@ -65,6 +66,11 @@ def test_cancel_run_from_the_menu_ends_a_waiting_engine(
     qtbot.waitUntil(lambda: not window.engine.running, timeout=10_000)
     assert engine.status("c")["reason"] == "cancelled from the monitor"
     assert not window.control.act_cancel.isEnabled()
+    qtbot.waitUntil(lambda: window.engine.last_exit is not None, timeout=5_000)
+    code, said = window.engine.last_exit  # type: ignore[misc]
+    assert code == 5
+    assert said == "engine exit 5: cancelled — run c was cancelled: cancelled from the monitor"
+    assert window.statusBar().currentMessage() == said
 
 
 def test_fork_from_the_selected_step_creates_the_fork_runs_it_and_draws_its_copied_prefix(
@@ -109,3 +115,46 @@ def test_retry_a_failed_run_from_the_menu(qtbot, window: MainWindow, engine: Eng
     conn = sqlite3.connect(tmp_path / "w.db")
     assert conn.execute("SELECT count(*) FROM applied").fetchone() == (6,)
     conn.close()
+
+
+def test_a_kill_while_waiting_keeps_the_waits_start_and_the_persons_time_is_no_resume_latency(
+        qtbot: Any, window: MainWindow, engine: Engine, tmp_path: Path) -> None:
+    """Kill now while the run waits for approval: the relaunched engine waits again at once.
+    The banner's "since" is when the wait began (the log's first ``waiting`` for it), not when
+    the new engine took it up; and the kill's resume latency ends when the new engine is back
+    waiting, not when a person, seconds later, approves."""
+    import time
+
+    from steplog_gui.engine_process import LaunchSpec
+    from steplog_gui.timeline_data import kill_label
+
+    window.start_run(LaunchSpec(agent=APPROVAL, run_id="k", db=engine.db,
+                                params={"witness": str(tmp_path / "w.db")}))
+    shown(qtbot, window, "k")
+    banner = window.control.banner
+    qtbot.waitUntil(lambda: banner.isVisible() and engine.events("waiting") == 1, timeout=20_000)
+    since = "SELECT json_extract(data, '$.since') FROM event WHERE kind = 'waiting'"
+    [(began,)] = engine.query(since)
+    said = banner.text.text()
+    assert time.strftime("%H:%M:%S", time.localtime(began)) in said
+    qtbot.wait(1100)  # so that a wait taken up again would read a later second
+
+    window.kill_now()
+    qtbot.waitUntil(lambda: engine.events("waiting") == 2, timeout=20_000)  # the new engine's
+    assert engine.query(since) == [(began,)] * 2
+    assert engine.status("k")["waiting_since"] == began
+    run = window.monitor.run("k")
+    assert run is not None
+    qtbot.waitUntil(lambda: run.incarnation == 2 and run.waiting_since is not None, timeout=5_000)
+    assert run.waiting_since == began
+    banner._update_text()
+    assert time.strftime("%H:%M:%S", time.localtime(began)) in banner.text.text()
+
+    qtbot.wait(2500)  # a person reads the question, then answers
+    banner.approve.click()
+    qtbot.waitUntil(lambda: run.status == "succeeded", timeout=30_000)
+    [kill] = run.kills
+    [(again,)] = engine.query("SELECT max(ts) FROM event WHERE kind = 'waiting'")
+    assert kill.latency is not None and abs(kill.latency - (again - kill.ts)) < 1e-6
+    assert kill.latency < 2.0, f"the resume latency counted the person's {kill.latency:.1f} s"
+    assert kill_label(kill).endswith(f"waiting again in {kill.latency:.2f} s")
