@@ -400,8 +400,11 @@ def _kills(events: list[Event], marks: list[KillMark], steps: dict[int, str], fo
         latency = None
         if nexts:
             inc = nexts[0].incarnation
-            commits = [e.ts for e in events if e.incarnation == inc and e.kind == EventKind.STEP_COMMITTED]
-            latency = commits[0] - m.at if commits else None
+            # Back where it was: its first step committed, or a wait taken up again (the time a
+            # person then takes to answer is no resume latency).
+            back = [e.ts for e in events if e.incarnation == inc
+                    and e.kind in (EventKind.STEP_COMMITTED, EventKind.WAITING)]
+            latency = back[0] - m.at if back else None
         out.append(Kill(at=m.at, seq=seq, step_name=steps.get(seq) if seq is not None else None, phase=phase,
                         incarnation=incarnation, resume_latency=latency, redone=redone,
                         point=m.point, proved=m.proved, in_flight=in_flight))

@@ -30,6 +30,8 @@ def decision(verdict: Any) -> str:
             return f"{verdict.status}…"
         if verdict.engine in ("none", "gone"):
             return "stopped"
+    if verdict.label == "UNTESTED" and verdict.kills:
+        return "not proven"  # killed, but some evidence could not be read (the strip says which)
     return LABEL_TEXT[verdict.label]
 
 

@@ -274,3 +274,23 @@ def test_a_committed_step_that_runs_again_fails_the_verdict_even_without_a_kill_
     v = judge(Evidence(status(), [kill(0)], None, None, None, account=found))
     assert check(v, "at most one redone step per kill") is False and v.label == "FAIL"
     assert "step 1 'a' ran again after it had committed" in v.explanation
+
+
+def test_resume_latency_ends_when_the_next_engine_is_back_at_its_wait_not_at_the_answer() -> None:
+    """A run killed while it waits for a person: the next engine is back once it waits again; the
+    minutes the person then takes to answer are no resume latency."""
+    from steplog.verdict import _kills
+
+    events = _events(
+        (1.0, 1, "lease_acquired", None, '{"pid": 1, "previous_pid": null}'),
+        (1.1, 1, "step_started", 1, '{"name": "approve", "kind": "wait"}'),
+        (1.2, 1, "waiting", None, '{"signal": "approve"}'),
+        (3.0, 2, "lease_acquired", None, '{"pid": 2, "previous_pid": 1, "killed_at": 2.8}'),
+        (3.1, 2, "step_started", 1, '{"name": "approve", "kind": "wait"}'),
+        (3.2, 2, "waiting", None, '{"signal": "approve"}'),
+        (90.0, 2, "step_committed", 1, "{}"),  # the answer, 87 s later
+    )
+    found = account(events)
+    [k] = _kills(events, logged_kills(events), {1: "approve"}, found)
+    assert k.resume_latency is not None and abs(k.resume_latency - 0.4) < 1e-9
+    assert k.redone == 0  # a wait taken up again redoes nothing
