@@ -49,21 +49,42 @@ def build(dist: Path, work: Path) -> Path:
     if icon is not None:
         env["STEPLOG_ICON"] = str(icon)
     started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN",
-                    "--distpath", str(dist), "--workpath", str(work), str(HERE / "steplog.spec")],
-                   check=True, env=env, cwd=ROOT)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "PyInstaller",
+            "--noconfirm",
+            "--log-level",
+            "WARN",
+            "--distpath",
+            str(dist),
+            "--workpath",
+            str(work),
+            str(HERE / "steplog.spec"),
+        ],
+        check=True,
+        env=env,
+        cwd=ROOT,
+    )
     bundle = dist / ("steplog.app" if sys.platform == "darwin" else "steplog")
-    print(f"built {bundle} in {time.monotonic() - started:.0f} s, {folder_size(bundle) / 2**20:.0f} MiB")
+    print(
+        f"built {bundle} in {time.monotonic() - started:.0f} s, {folder_size(bundle) / 2**20:.0f} MiB"
+    )
     return bundle
 
 
 def install_desktop(bundle: Path) -> None:
     """``~/.local/share/applications/steplog.desktop`` and the scalable icon (XDG paths)."""
     if not sys.platform.startswith("linux"):
-        raise SystemExit("error: --install-desktop is for Linux; on macOS drag steplog.app to Applications")
+        raise SystemExit(
+            "error: --install-desktop is for Linux; on macOS drag steplog.app to Applications"
+        )
     executable = bundle / "steplog"
     if not executable.is_file():
-        raise SystemExit(f"error: no built app at {executable}; run python packaging/build.py first")
+        raise SystemExit(
+            f"error: no built app at {executable}; run python packaging/build.py first"
+        )
     data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     icon_dir = data / "icons" / "hicolor" / "scalable" / "apps"
     apps = data / "applications"
@@ -78,11 +99,20 @@ def install_desktop(bundle: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the app goes (default: dist/)")
-    parser.add_argument("--work", type=Path, default=ROOT / "build" / "pyinstaller",
-                        help="PyInstaller's scratch folder (default: build/pyinstaller/)")
-    parser.add_argument("--install-desktop", action="store_true",
-                        help="Linux: then install the .desktop file and icon for the current user")
+    parser.add_argument(
+        "--dist", type=Path, default=ROOT / "dist", help="where the app goes (default: dist/)"
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=ROOT / "build" / "pyinstaller",
+        help="PyInstaller's scratch folder (default: build/pyinstaller/)",
+    )
+    parser.add_argument(
+        "--install-desktop",
+        action="store_true",
+        help="Linux: then install the .desktop file and icon for the current user",
+    )
     parser.add_argument("--no-build", action="store_true", help="use the app already in --dist")
     args = parser.parse_args()
     dist = args.dist.resolve()

@@ -12,7 +12,15 @@ import struct
 from pathlib import Path
 
 ICO_SIZES = (16, 24, 32, 48, 64, 128, 256)
-ICNS_TYPES = {b"icp4": 16, b"icp5": 32, b"icp6": 64, b"ic07": 128, b"ic08": 256, b"ic09": 512, b"ic10": 1024}
+ICNS_TYPES = {
+    b"icp4": 16,
+    b"icp5": 32,
+    b"icp6": 64,
+    b"ic07": 128,
+    b"ic08": 256,
+    b"ic09": 512,
+    b"ic10": 1024,
+}
 """ICNS element types that hold a PNG, by pixel size."""
 
 

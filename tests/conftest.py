@@ -92,12 +92,26 @@ class Engine:
         return [sys.executable, "-m", "steplog", *args]
 
     def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        return subprocess.Popen(self.argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**self.env, **(env or {})}, start_new_session=True)
+        return subprocess.Popen(
+            self.argv(*args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**self.env, **(env or {})},
+            start_new_session=True,
+        )
 
-    def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout,
-                              env={**self.env, **(env or {})}, start_new_session=True)
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.argv(*args),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**self.env, **(env or {})},
+            start_new_session=True,
+        )
 
     def status(self, run_id: str) -> dict[str, Any]:
         done = self.run("status", run_id, "--db", str(self.db), "--json")
@@ -109,7 +123,9 @@ class Engine:
         if not self.db.exists():
             return 0
         try:
-            sql = "SELECT count(*) FROM event WHERE kind = ?" + (" AND seq = ?" if seq is not None else "")
+            sql = "SELECT count(*) FROM event WHERE kind = ?" + (
+                " AND seq = ?" if seq is not None else ""
+            )
             return int(self.query(sql, kind, *([seq] if seq is not None else []))[0][0])
         except sqlite3.DatabaseError:
             return 0  # the engine is creating the schema right now
@@ -176,8 +192,14 @@ class Storm:
     exit_code: int
 
 
-def storm(engine: Engine, args: list[str], rng: random.Random, max_kills: int,
-          low: float = 0.0, high: float = 0.6) -> Storm:
+def storm(
+    engine: Engine,
+    args: list[str],
+    rng: random.Random,
+    max_kills: int,
+    low: float = 0.0,
+    high: float = 0.6,
+) -> Storm:
     """Run ``steplog ARGS`` until it ends by itself, SIGKILLing its process group at random
     moments (up to ``max_kills`` times) and relaunching it after each kill."""
     times: list[float] = []
@@ -197,7 +219,11 @@ def storm(engine: Engine, args: list[str], rng: random.Random, max_kills: int,
 @pytest.fixture
 def engine(db: Any, tmp_path: Path) -> Iterator[Engine]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STEPLOG_")}
-    if isinstance(db, str):  # PostgreSQL: default workdirs go "beside" it, in the user data directory
+    if isinstance(
+        db, str
+    ):  # PostgreSQL: default workdirs go "beside" it, in the user data directory
         env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent / "engine"), str(TESTS.parent / "gui"), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(TESTS.parent / "engine"), str(TESTS.parent / "gui"), env.get("PYTHONPATH", "")]
+    )
     yield Engine(db=db, env=env)

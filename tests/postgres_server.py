@@ -24,9 +24,11 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
-HOW = ("no PostgreSQL server answers at $STEPLOG_TEST_POSTGRES ({url}) and no server binaries (initdb, pg_ctl) "
-       "are installed to start one: `apt-get install postgresql` (or set STEPLOG_TEST_POSTGRES to a server "
-       "where this user may CREATE DATABASE)")
+HOW = (
+    "no PostgreSQL server answers at $STEPLOG_TEST_POSTGRES ({url}) and no server binaries (initdb, pg_ctl) "
+    "are installed to start one: `apt-get install postgresql` (or set STEPLOG_TEST_POSTGRES to a server "
+    "where this user may CREATE DATABASE)"
+)
 
 
 class NoServer(Exception):
@@ -70,7 +72,9 @@ class Throwaway:
             try:
                 self.user = pwd.getpwnam("postgres").pw_name
             except KeyError:
-                raise NoServer("running as root and there is no 'postgres' user to run a server as") from None
+                raise NoServer(
+                    "running as root and there is no 'postgres' user to run a server as"
+                ) from None
             shutil.chown(self.root, self.user)
             self.root.chmod(0o700)
         self.data = self.root / "data"
@@ -82,10 +86,23 @@ class Throwaway:
             cmd = ["runuser", "-u", self.user, "--", *cmd]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
-            raise NoServer(f"{' '.join(argv[:2])} failed: {(done.stderr or done.stdout).strip()[-400:]}")
+            raise NoServer(
+                f"{' '.join(argv[:2])} failed: {(done.stderr or done.stdout).strip()[-400:]}"
+            )
 
     def start(self) -> str:
-        self._run(self.initdb, "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8")
+        self._run(
+            self.initdb,
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        )
         self.up()
         if self.tcp:
             return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
@@ -95,8 +112,17 @@ class Throwaway:
         """Start the server (again, after ``down``); returns once it answers."""
         listen = "127.0.0.1" if self.tcp else ""
         opts = f"-k {self.root} -c listen_addresses='{listen}' -p {self.port} -c fsync=on"
-        self._run(self.pg_ctl, "-D", str(self.data), "-o", opts, "-l", str(self.root / "log"), "-w",
-                  "start")
+        self._run(
+            self.pg_ctl,
+            "-D",
+            str(self.data),
+            "-o",
+            opts,
+            "-l",
+            str(self.root / "log"),
+            "-w",
+            "start",
+        )
 
     def down(self, mode: str = "fast") -> None:
         """``pg_ctl stop -m MODE``: the server ends every session and stops (``up`` again)."""
@@ -107,8 +133,17 @@ class Throwaway:
         transactions rolled back), then the server starts again with the same options; returns
         once it answers."""
         # -l again: without it the new server would write to (and hold open) pg_ctl's stdout pipe.
-        self._run(self.pg_ctl, "-D", str(self.data), "-m", mode, "-l", str(self.root / "log"), "-w",
-                  "restart")
+        self._run(
+            self.pg_ctl,
+            "-D",
+            str(self.data),
+            "-m",
+            mode,
+            "-l",
+            str(self.root / "log"),
+            "-w",
+            "restart",
+        )
 
     def stop(self) -> None:
         try:

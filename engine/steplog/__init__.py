@@ -16,6 +16,7 @@ Implementation lives in private-by-convention modules; this is the public surfac
 from __future__ import annotations
 
 from .agent import Agent, agent
+from .api import cancel, fork, signal
 from .errors import (
     AgentSpecError,
     Cancelled,
@@ -33,18 +34,17 @@ from .errors import (
     ReadOnlyLog,
     RunFailed,
     RunStopped,
+    RunWaiting,
     SteplogError,
     StorageExhausted,
     TransientError,
     UnknownRun,
     UsageError,
-    RunWaiting,
     WaitTimeout,
 )
 from .llm.base import ChatModel, ChatReply, Usage
 from .policies import Budget, RetryPolicy
 from .runtime import Run, current_key
-from .api import cancel, fork, signal
 
 __all__ = [
     "Agent",

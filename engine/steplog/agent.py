@@ -28,7 +28,11 @@ BUILTINS: dict[str, str] = {
 }
 """Built-in agents by name; the name is what the log records."""
 
-SPEC_HELP = "use a built-in name (" + ", ".join(BUILTINS) + "), package.module:function or path/to/file.py:function"
+SPEC_HELP = (
+    "use a built-in name ("
+    + ", ".join(BUILTINS)
+    + "), package.module:function or path/to/file.py:function"
+)
 
 
 class Agent(Generic[P, R]):
@@ -38,9 +42,15 @@ class Agent(Generic[P, R]):
     as the plain function.
     """
 
-    def __init__(self, fn: Callable[Concatenate[Any, P], R], *, name: str | None = None,
-                 budget: Budget | None = None, retry: RetryPolicy | None = None,
-                 needs_outbox: bool = False) -> None:
+    def __init__(
+        self,
+        fn: Callable[Concatenate[Any, P], R],
+        *,
+        name: str | None = None,
+        budget: Budget | None = None,
+        retry: RetryPolicy | None = None,
+        needs_outbox: bool = False,
+    ) -> None:
         self.fn = fn
         self.needs_outbox = needs_outbox
         self.name = name or fn.__name__
@@ -59,8 +69,10 @@ class Agent(Generic[P, R]):
     def require_outbox(self, outbox: str | None) -> None:
         """Refuse to start an agent that posts messages without somewhere to post them."""
         if self.needs_outbox and not outbox:
-            raise UsageError(f"agent {self.default_spec()} posts messages: pass --outbox URL "
-                             "(start one with `steplog outbox --port 0`)")
+            raise UsageError(
+                f"agent {self.default_spec()} posts messages: pass --outbox URL "
+                "(start one with `steplog outbox --port 0`)"
+            )
 
     def default_spec(self) -> str:
         """How the log names this agent so that ``steplog run`` can find it again."""
@@ -77,10 +89,19 @@ class Agent(Generic[P, R]):
                 return name
         return f"{module}:{qual}"
 
-    def run(self, run_id: str | None = None, *, db: str | Path | None = None,
-            workdir: str | Path | None = None, outbox: str | None = None,
-            budget: Budget | None = None, model: str | None = None, base_url: str | None = None,
-            pace: float = 0.0, **params: Any) -> R:
+    def run(
+        self,
+        run_id: str | None = None,
+        *,
+        db: str | Path | None = None,
+        workdir: str | Path | None = None,
+        outbox: str | None = None,
+        budget: Budget | None = None,
+        model: str | None = None,
+        base_url: str | None = None,
+        pace: float = 0.0,
+        **params: Any,
+    ) -> R:
         """Start run ``run_id`` (a new id when omitted) or resume it; return the agent's result.
 
         Raises ``GaveUp`` or ``RunFailed`` when the run ends that way, ``LeaseHeld`` when another
@@ -91,9 +112,18 @@ class Agent(Generic[P, R]):
         from .engine import execute
         from .location import parse
 
-        outcome = execute(self, run_id=run_id, db=parse(db) if db else None,
-                          workdir=Path(workdir) if workdir else None, outbox=outbox,
-                          params=params, limits=asdict(budget) if budget else None, model=model, base_url=base_url, pace=pace)
+        outcome = execute(
+            self,
+            run_id=run_id,
+            db=parse(db) if db else None,
+            workdir=Path(workdir) if workdir else None,
+            outbox=outbox,
+            params=params,
+            limits=asdict(budget) if budget else None,
+            model=model,
+            base_url=base_url,
+            pace=pace,
+        )
         return outcome.value()  # type: ignore[no-any-return]
 
     async def run_async(self, run_id: str | None = None, **kwargs: Any) -> Any:
@@ -108,16 +138,29 @@ class Agent(Generic[P, R]):
 @overload
 def agent(fn: Callable[Concatenate[Any, P], R], /) -> Agent[P, R]: ...
 @overload
-def agent(*, name: str | None = None, budget: Budget | None = None, retry: RetryPolicy | None = None,
-          needs_outbox: bool = False) -> Callable[[Callable[Concatenate[Any, P], R]], Agent[P, R]]: ...
+def agent(
+    *,
+    name: str | None = None,
+    budget: Budget | None = None,
+    retry: RetryPolicy | None = None,
+    needs_outbox: bool = False,
+) -> Callable[[Callable[Concatenate[Any, P], R]], Agent[P, R]]: ...
 
 
-def agent(fn: Any = None, /, *, name: str | None = None, budget: Budget | None = None,
-          retry: RetryPolicy | None = None, needs_outbox: bool = False) -> Any:
+def agent(
+    fn: Any = None,
+    /,
+    *,
+    name: str | None = None,
+    budget: Budget | None = None,
+    retry: RetryPolicy | None = None,
+    needs_outbox: bool = False,
+) -> Any:
     """Make a function ``f(run, **params)`` a steplog agent (with or without arguments).
 
     ``needs_outbox``: the agent posts to ``run.outbox``; starting it without one is bad input.
     """
+
     def wrap(f: Callable[Concatenate[Any, P], R]) -> Agent[P, R]:
         return Agent(f, name=name, budget=budget, retry=retry, needs_outbox=needs_outbox)
 
@@ -169,7 +212,9 @@ def resolve(spec: str) -> Agent[..., Any]:
         try:
             module = importlib.import_module(where)
         except ImportError as exc:
-            raise AgentSpecError(f"cannot import {where!r} for agent {spec!r} ({exc}); {SPEC_HELP}") from exc
+            raise AgentSpecError(
+                f"cannot import {where!r} for agent {spec!r} ({exc}); {SPEC_HELP}"
+            ) from exc
         except (Exception, SystemExit) as exc:
             raise AgentSpecError(f"importing {where} failed: {_import_failure(exc)}") from exc
         canonical = spec if spec in BUILTINS else target

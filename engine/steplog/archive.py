@@ -60,6 +60,7 @@ class ArchivedRun:
 
 # -- writing ---------------------------------------------------------------------------------
 
+
 def _order_by(conn: sqlite3.Connection, table: str) -> str:
     """The table's primary key columns, in key order: rows come out in a stable order whatever
     the table's storage (rowid or not)."""
@@ -79,7 +80,9 @@ def run_lines(conn: sqlite3.Connection, run_id: str) -> Generator[str, None, Non
     imported into another log, would be a second run that an engine there resumes, in the same
     workdir and with the same idempotency keys, repeating step bodies and effects the first one
     is doing (or did after the snapshot)."""
-    conn.execute("BEGIN")  # a read transaction: every table read from the same snapshot (PostgreSQL: REPEATABLE READ)
+    conn.execute(
+        "BEGIN"
+    )  # a read transaction: every table read from the same snapshot (PostgreSQL: REPEATABLE READ)
     try:
         found = conn.execute("SELECT status FROM run WHERE id = ?", (run_id,)).fetchone()
         if found is None:
@@ -90,13 +93,22 @@ def run_lines(conn: sqlite3.Connection, run_id: str) -> Generator[str, None, Non
             raise RunNotFinished(
                 f"run {run_id} is {found[0]}; only a finished run is exported (a copy of a live "
                 "one could run again elsewhere and repeat its effects): wait for it to end, or "
-                f"stop it for good with `steplog cancel {run_id}`, then export it")
-        yield _dumps({"steplog_export": FORMAT_VERSION, "schema": SCHEMA_VERSION, "run_id": run_id,
-                      "exported_at": time.time()})
+                f"stop it for good with `steplog cancel {run_id}`, then export it"
+            )
+        yield _dumps(
+            {
+                "steplog_export": FORMAT_VERSION,
+                "schema": SCHEMA_VERSION,
+                "run_id": run_id,
+                "exported_at": time.time(),
+            }
+        )
         counts: dict[str, int] = {}
         for table, column in RUN_TABLES:
-            cur = conn.execute(f'SELECT * FROM "{table}" WHERE "{column}" = ? ORDER BY {_order_by(conn, table)}',
-                               (run_id,))
+            cur = conn.execute(
+                f'SELECT * FROM "{table}" WHERE "{column}" = ? ORDER BY {_order_by(conn, table)}',
+                (run_id,),
+            )
             names = [d[0] for d in cur.description]
             n = 0
             for values in cur:
@@ -116,8 +128,10 @@ def refuse_existing(path: Path, what: str, *, force_option: str | None = None) -
     """``OutputError`` if ``path`` exists (``force_option``: the option that allows overwriting)."""
     if path.exists():
         how = f"pass {force_option} to replace it, or " if force_option else ""
-        raise OutputError(f"{path} exists; {what} never overwrites a file unasked: {how}choose "
-                          "a new name or move it away")
+        raise OutputError(
+            f"{path} exists; {what} never overwrites a file unasked: {how}choose "
+            "a new name or move it away"
+        )
 
 
 @contextmanager
@@ -153,16 +167,19 @@ def durable_output(path: Path, *, compress: bool, overwrite: bool = False) -> It
             os.close(dir_fd)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise OutputError(f"cannot write {path} ({exc.strerror or exc}); nothing of it was left "
-                          "and the log is unchanged: free some space or choose another "
-                          "file") from None
+        raise OutputError(
+            f"cannot write {path} ({exc.strerror or exc}); nothing of it was left "
+            "and the log is unchanged: free some space or choose another "
+            "file"
+        ) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
 
-def write_runs(conn: sqlite3.Connection, run_ids: Iterable[str],
-               out: IO[str]) -> dict[str, dict[str, int]]:
+def write_runs(
+    conn: sqlite3.Connection, run_ids: Iterable[str], out: IO[str]
+) -> dict[str, dict[str, int]]:
     """Write the runs one after another; returns the rows per table of each run written.
 
     A run that is no longer finished when its turn comes (``steplog retry`` set it going again
@@ -185,6 +202,7 @@ def write_runs(conn: sqlite3.Connection, run_ids: Iterable[str],
 
 # -- reading ---------------------------------------------------------------------------------
 
+
 def _open_text(source: str | Path) -> IO[str]:
     if str(source) == "-":
         data: BinaryIO | gzip.GzipFile = sys.stdin.buffer
@@ -192,8 +210,10 @@ def _open_text(source: str | Path) -> IO[str]:
     else:
         path = Path(source)
         if not path.is_file():
-            raise UsageError(f"{path} does not exist or is not a file; give the file `steplog export` or "
-                             "`steplog prune --archive` wrote")
+            raise UsageError(
+                f"{path} does not exist or is not a file; give the file `steplog export` or "
+                "`steplog prune --archive` wrote"
+            )
         data = open(path, "rb")
         head = data.read(2)
         data.seek(0)
@@ -216,8 +236,10 @@ def read_runs(source: str | Path) -> Iterator[ArchivedRun]:
                 try:
                     obj = json.loads(line)
                 except ValueError:
-                    raise ArchiveError(f"{name} line {lineno} is not JSON; this is not a steplog export "
-                                       "(or it is damaged): give the file `steplog export` wrote") from None
+                    raise ArchiveError(
+                        f"{name} line {lineno} is not JSON; this is not a steplog export "
+                        "(or it is damaged): give the file `steplog export` wrote"
+                    ) from None
                 if not isinstance(obj, dict):
                     raise ArchiveError(f"{name} line {lineno} is not a steplog export record")
                 current = _take(obj, current, name, lineno)
@@ -225,11 +247,15 @@ def read_runs(source: str | Path) -> Iterator[ArchivedRun]:
                     yield current
                     current = None
         except (EOFError, gzip.BadGzipFile, UnicodeDecodeError, OSError) as exc:
-            raise ArchiveError(f"{name} is cut off or damaged after line {lineno} ({exc}); nothing of it "
-                               "was imported: use a complete copy") from None
+            raise ArchiveError(
+                f"{name} is cut off or damaged after line {lineno} ({exc}); nothing of it "
+                "was imported: use a complete copy"
+            ) from None
     if current is not None:
-        raise ArchiveError(f"{name} ends inside run {current.run_id!r} (no end line): the file is cut off; "
-                           "nothing of it was imported: use a complete copy")
+        raise ArchiveError(
+            f"{name} ends inside run {current.run_id!r} (no end line): the file is cut off; "
+            "nothing of it was imported: use a complete copy"
+        )
     if lineno == 0:
         raise ArchiveError(f"{name} is empty; give the file `steplog export` wrote")
 
@@ -244,45 +270,64 @@ def _valid_run_id(value: Any, where: str) -> str:
             raise UsageError("not text")
         check_run_id(value)
     except UsageError:
-        raise ArchiveError(f"{where}: {value!r} is not a run id (letters, digits, '-', '_' "
-                           "and '.', at most 100, starting with a letter or digit); nothing was "
-                           "imported: this file was not written by `steplog export` as it "
-                           "is") from None
+        raise ArchiveError(
+            f"{where}: {value!r} is not a run id (letters, digits, '-', '_' "
+            "and '.', at most 100, starting with a letter or digit); nothing was "
+            "imported: this file was not written by `steplog export` as it "
+            "is"
+        ) from None
     return value
 
 
-def _take(obj: dict[str, Any], current: ArchivedRun | None, name: str, lineno: int) -> ArchivedRun | None:
+def _take(
+    obj: dict[str, Any], current: ArchivedRun | None, name: str, lineno: int
+) -> ArchivedRun | None:
     """Fold one line into the run being read; returns it (finished when ``obj`` is its end line)."""
     where = f"{name} line {lineno}"
     if "steplog_export" in obj:
         if current is not None:
-            raise ArchiveError(f"{where} starts a new run inside run {current.run_id!r}: the file is damaged")
+            raise ArchiveError(
+                f"{where} starts a new run inside run {current.run_id!r}: the file is damaged"
+            )
         if obj["steplog_export"] != FORMAT_VERSION or not isinstance(obj.get("schema"), int):
-            raise ArchiveError(f"{where}: export format {obj['steplog_export']!r} is not one this steplog reads "
-                               f"({FORMAT_VERSION}); upgrade steplog")
+            raise ArchiveError(
+                f"{where}: export format {obj['steplog_export']!r} is not one this steplog reads "
+                f"({FORMAT_VERSION}); upgrade steplog"
+            )
         if obj["schema"] > SCHEMA_VERSION:
-            raise ArchiveError(f"{where}: exported from a newer steplog (schema {obj['schema']}, this one knows "
-                               f"{SCHEMA_VERSION}); upgrade steplog to import it")
+            raise ArchiveError(
+                f"{where}: exported from a newer steplog (schema {obj['schema']}, this one knows "
+                f"{SCHEMA_VERSION}); upgrade steplog to import it"
+            )
         return ArchivedRun(_valid_run_id(obj.get("run_id"), where), int(obj["schema"]))
     if current is None:
-        raise ArchiveError(f"{where} is not the start of a steplog export; give the file `steplog export` wrote")
+        raise ArchiveError(
+            f"{where} is not the start of a steplog export; give the file `steplog export` wrote"
+        )
     if "end" in obj:
         if obj["end"] != current.run_id or obj.get("rows") != current.counts():
-            raise ArchiveError(f"{where}: run {current.run_id!r} ends with counts {obj.get('rows')} but "
-                               f"{current.counts()} rows were read: the file is damaged")
+            raise ArchiveError(
+                f"{where}: run {current.run_id!r} ends with counts {obj.get('rows')} but "
+                f"{current.counts()} rows were read: the file is damaged"
+            )
         return current
     table, row = obj.get("table"), obj.get("row")
     known = dict(RUN_TABLES)
     if not isinstance(row, dict) or table not in known:
-        raise ArchiveError(f"{where}: a row of table {table!r}, which this steplog does not know; "
-                           "upgrade steplog to import it")
+        raise ArchiveError(
+            f"{where}: a row of table {table!r}, which this steplog does not know; "
+            "upgrade steplog to import it"
+        )
     if row.get(known[table]) != current.run_id:
-        raise ArchiveError(f"{where}: a {table} row of another run inside run {current.run_id!r}: the file is damaged")
+        raise ArchiveError(
+            f"{where}: a {table} row of another run inside run {current.run_id!r}: the file is damaged"
+        )
     current.rows.setdefault(table, []).append(row)
     return current
 
 
 # -- loading into a log ----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class _Target:
@@ -302,8 +347,14 @@ def _targets(conn: sqlite3.Connection) -> dict[str, _Target]:
     return out
 
 
-_NO_LEASE = {"lease_pid": None, "lease_host": None, "lease_boot": None, "lease_proc_start": None,
-             "lease_expires": None, "lease_expires_boot": None}
+_NO_LEASE = {
+    "lease_pid": None,
+    "lease_host": None,
+    "lease_boot": None,
+    "lease_proc_start": None,
+    "lease_expires": None,
+    "lease_expires_boot": None,
+}
 
 
 IMPORTED_UNFINISHED = "imported from an archive taken while it ran"
@@ -327,18 +378,23 @@ def insert_run(conn: sqlite3.Connection, run: ArchivedRun, targets: dict[str, _T
                 values.update({k: v for k, v in _NO_LEASE.items() if k in values})
             unknown = set(values) - target.columns
             if unknown:
-                raise ArchiveError(f"run {run.run_id!r} has {table} column(s) {', '.join(sorted(unknown))} this "
-                                   "steplog does not know; upgrade steplog to import it")
+                raise ArchiveError(
+                    f"run {run.run_id!r} has {table} column(s) {', '.join(sorted(unknown))} this "
+                    "steplog does not know; upgrade steplog to import it"
+                )
             names = ", ".join(f'"{k}"' for k in values)
             marks = ", ".join("?" for _ in values)
-            conn.execute(f'INSERT INTO "{table}" ({names}) VALUES ({marks})', tuple(values.values()))
+            conn.execute(
+                f'INSERT INTO "{table}" ({names}) VALUES ({marks})', tuple(values.values())
+            )
     status = run.rows["run"][0].get("status") if run.rows.get("run") else None
     if status not in TERMINAL:
         from .claim import finish_cancelled
 
         row = {"id": run.run_id, "incarnation": run.rows["run"][0].get("incarnation") or 0}
-        conn.execute("UPDATE run SET cancel_requested = ? WHERE id = ?",
-                     (IMPORTED_UNFINISHED, run.run_id))
+        conn.execute(
+            "UPDATE run SET cancel_requested = ? WHERE id = ?", (IMPORTED_UNFINISHED, run.run_id)
+        )
         finish_cancelled(conn, row, IMPORTED_UNFINISHED, time.time())  # type: ignore[arg-type]
         run.unfinished = str(status)
 
@@ -373,11 +429,15 @@ def import_runs(source: str | Path, db: Path) -> list[ArchivedRun]:
         seen[run.run_id] = run.counts()
     conn = open_log(db)
     try:
-        existing = [r for r in seen if conn.execute("SELECT 1 FROM run WHERE id = ?", (r,)).fetchone()]
+        existing = [
+            r for r in seen if conn.execute("SELECT 1 FROM run WHERE id = ?", (r,)).fetchone()
+        ]
         if existing:
             more = f" and {len(existing) - 1} more" if len(existing) > 1 else ""
-            raise RunExists(f"run {existing[0]!r}{more} is already in {db}; import never overwrites a run: "
-                            "prune it first, or import into another --db")
+            raise RunExists(
+                f"run {existing[0]!r}{more} is already in {db}; import never overwrites a run: "
+                "prune it first, or import into another --db"
+            )
         targets = _targets(conn)
         loaded: list[ArchivedRun] = []
         pending: list[ArchivedRun] = []
@@ -388,8 +448,10 @@ def import_runs(source: str | Path, db: Path) -> list[ArchivedRun]:
                     for r in pending:
                         insert_run(conn, r, targets)
             except sqlite3.IntegrityError as exc:
-                raise ArchiveError(f"a run of {source} clashes with rows already in {db} ({exc}); runs before "
-                                   f"it were imported: {', '.join(r.run_id for r in loaded) or 'none'}") from None
+                raise ArchiveError(
+                    f"a run of {source} clashes with rows already in {db} ({exc}); runs before "
+                    f"it were imported: {', '.join(r.run_id for r in loaded) or 'none'}"
+                ) from None
             loaded.extend(ArchivedRun(r.run_id, r.schema, unfinished=r.unfinished) for r in pending)
             pending.clear()
 

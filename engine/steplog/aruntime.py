@@ -18,10 +18,10 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 from . import interrupts
-from .llm.base import ChatReply, Estimate, Message
-from .journal import Committed
-from .runtime import EffectCall, Run, StepContext, _current, effect_key
 from .errors import UsageError
+from .journal import Committed
+from .llm.base import ChatReply, Estimate, Message
+from .runtime import EffectCall, Run, StepContext, _current, effect_key
 
 T = TypeVar("T")
 
@@ -61,7 +61,8 @@ class AsyncRun:
             raise UsageError(
                 f"step '{name}' was called from a task the agent started; call steps from the agent itself "
                 "(gather the steps, not coroutines that make steps): asyncio.gather(run.step(...), run.step(...)) "
-                "or run.map(...), a phase at a time")
+                "or run.map(...), a phase at a time"
+            )
 
     def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
         """``await run.step(name, fn, ...)``: ``fn`` sync (run in a worker thread) or async."""
@@ -74,22 +75,47 @@ class AsyncRun:
 
         return self._drive(seq, name, "call", prior, body)
 
-    def effect(self, name: str, fn: Callable[[str], Any], *, target: str = "", request: Any = None,
-               idempotent: bool = True) -> Awaitable[Any]:
+    def effect(
+        self,
+        name: str,
+        fn: Callable[[str], Any],
+        *,
+        target: str = "",
+        request: Any = None,
+        idempotent: bool = True,
+    ) -> Awaitable[Any]:
         return self._effect_step(self._run._effect_call(name, fn, target, request, idempotent))
 
-    def write_file(self, path: str, content: str | bytes, *, name: str | None = None) -> Awaitable[dict[str, Any]]:
+    def write_file(
+        self, path: str, content: str | bytes, *, name: str | None = None
+    ) -> Awaitable[dict[str, Any]]:
         return self._effect_step(self._run._write_file_call(path, content, name))
 
-    def http_post(self, url: str, body: Any, *, name: str | None = None, headers: dict[str, str] | None = None,
-                  timeout: float | None = None) -> Awaitable[dict[str, Any]]:
+    def http_post(
+        self,
+        url: str,
+        body: Any,
+        *,
+        name: str | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Awaitable[dict[str, Any]]:
         return self._effect_step(self._run._http_post_call(url, body, name, headers, timeout))
 
-    def merge(self, db: str, table: str, *, key: dict[str, Any], values: dict[str, Any],
-              name: str | None = None) -> Awaitable[dict[str, Any]]:
+    def merge(
+        self,
+        db: str,
+        table: str,
+        *,
+        key: dict[str, Any],
+        values: dict[str, Any],
+        name: str | None = None,
+    ) -> Awaitable[dict[str, Any]]:
         return self._effect_step(self._run._merge_call(db, table, key, values, name))
 
-    def chat(self, messages: Sequence[Message], *, name: str = "chat", max_tokens: int = 512) -> Awaitable[ChatReply]:
+    def chat(
+        self, messages: Sequence[Message], *, name: str = "chat", max_tokens: int = 512
+    ) -> Awaitable[ChatReply]:
         run = self._run
         seq, prior = self._enter(name, "chat")
         if isinstance(prior, Committed):
@@ -99,14 +125,19 @@ class AsyncRun:
 
             async def recorded(_ctx: StepContext) -> Any:
                 return decision
+
             return _as_reply(self._drive(seq, name, "chat", prior, recorded))
         estimate: Estimate = run.model.estimate(messages, max_tokens=max_tokens)
 
         async def ask(ctx: StepContext) -> Any:
             if run._pace:
                 await asyncio.sleep(run._pace)
-            reply = await asyncio.to_thread(run.model.complete, messages, max_tokens=max_tokens,
-                                            idempotency_key=effect_key(run.id, seq))
+            reply = await asyncio.to_thread(
+                run.model.complete,
+                messages,
+                max_tokens=max_tokens,
+                idempotency_key=effect_key(run.id, seq),
+            )
             return run._decided(ctx, reply, estimate)
 
         return _as_reply(self._drive(seq, name, "chat", prior, ask, reserve=estimate))
@@ -125,12 +156,15 @@ class AsyncRun:
 
         return wait()
 
-    def map(self, name: str, fn: Callable[[Any], Any], items: Iterable[Any], *,
-            concurrency: int = 4) -> Awaitable[list[Any]]:
+    def map(
+        self, name: str, fn: Callable[[Any], Any], items: Iterable[Any], *, concurrency: int = 4
+    ) -> Awaitable[list[Any]]:
         """``await run.map(name, fn, items, concurrency=k)``: one step per item (``name [i]``),
         at most ``k`` at once, results in item order. All are numbered now, in item order."""
         if not isinstance(concurrency, int) or concurrency < 1:
-            raise UsageError(f"run.map(concurrency=...) must be a whole number >= 1 (got {concurrency!r})")
+            raise UsageError(
+                f"run.map(concurrency=...) must be a whole number >= 1 (got {concurrency!r})"
+            )
         calls = [self.step(f"{name} [{i}]", fn, item) for i, item in enumerate(items)]
         limit = asyncio.Semaphore(concurrency)
 
@@ -151,7 +185,9 @@ class AsyncRun:
             return _recorded(json.loads(prior.result or "null"))
 
         async def act(ctx: StepContext) -> Any:
-            key, done = ctx.effect_begin(call.kind, call.target, call.request_hash, idempotent=call.idempotent)
+            key, done = ctx.effect_begin(
+                call.kind, call.target, call.request_hash, idempotent=call.idempotent
+            )
             if done is not None:
                 return done[0]
             # A cancel waits for the act and its record, as in ``StepContext.effect``.
@@ -160,8 +196,16 @@ class AsyncRun:
 
         return self._drive(seq, call.name, call.step_kind, prior, act)
 
-    async def _drive(self, seq: int, name: str, kind: str, prior: Any,
-                     body: Callable[[StepContext], Awaitable[Any]], *, reserve: Estimate | None = None) -> Any:
+    async def _drive(
+        self,
+        seq: int,
+        name: str,
+        kind: str,
+        prior: Any,
+        body: Callable[[StepContext], Awaitable[Any]],
+        *,
+        reserve: Estimate | None = None,
+    ) -> Any:
         """``Run._execute`` for coroutines: the same protocol, bodies awaited, pauses slept."""
         attempts = self._run._attempts(seq, name, kind, prior, reserve)
         order = next(attempts)
@@ -197,6 +241,7 @@ async def _as_reply(decision: Awaitable[Any]) -> ChatReply:
 
 def run_async_agent(fn: Callable[..., Coroutine[Any, Any, T]], run: Run) -> T:
     """Run an ``async def`` agent to its end on a fresh event loop in this (the engine's) thread."""
+
     async def main() -> T:
         return await fn(AsyncRun(run, asyncio.current_task()), **run.params)
 

@@ -67,16 +67,26 @@ def _log(db: LogLocation | None) -> Iterator[tuple[LogLocation, LogConnection]]:
 
 def _run_row(conn: LogConnection, path: LogLocation, run_id: str) -> sqlite3.Row:
     probe(conn, path, run_id)
-    row: sqlite3.Row | None = conn.execute("SELECT * FROM run WHERE id = ?" + for_update(conn), (run_id,)).fetchone()
+    row: sqlite3.Row | None = conn.execute(
+        "SELECT * FROM run WHERE id = ?" + for_update(conn), (run_id,)
+    ).fetchone()
     if row is None:
         raise UnknownRun(f"no run {run_id!r} in {path}; `steplog runs` lists the runs there")
     return row
 
 
-def _event(conn: LogConnection, row: sqlite3.Row, now: float, kind: str, data: dict[str, Any],
-           seq: int | None = None) -> None:
-    conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?)",
-                 (row["id"], now, row["incarnation"], kind, seq, dumps(data)))
+def _event(
+    conn: LogConnection,
+    row: sqlite3.Row,
+    now: float,
+    kind: str,
+    data: dict[str, Any],
+    seq: int | None = None,
+) -> None:
+    conn.execute(
+        "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?)",
+        (row["id"], now, row["incarnation"], kind, seq, dumps(data)),
+    )
 
 
 def _held_live(row: sqlite3.Row, now: float) -> bool:
@@ -86,6 +96,7 @@ def _held_live(row: sqlite3.Row, now: float) -> bool:
 
 # -- cancel ----------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class CancelResult:
     run_id: str
@@ -94,25 +105,40 @@ class CancelResult:
     reason: str
 
 
-def cancel(run_id: str, reason: str | None = None, *, db: LogLocation | None = None) -> CancelResult:
+def cancel(
+    run_id: str, reason: str | None = None, *, db: LogLocation | None = None
+) -> CancelResult:
     """Cancel a run that has not finished. Nothing is sent after the cancel takes effect."""
     why = reason.strip() if reason and reason.strip() else "cancelled with steplog cancel"
     now = time.time()
     with _log(db) as (path, conn), immediate(conn):
         row = _run_row(conn, path, run_id)
         if row["status"] in TERMINAL:
-            raise ControlRefused(f"run {run_id} already ended {row['status']}; only a run that has not finished "
-                                 "can be cancelled")
+            raise ControlRefused(
+                f"run {run_id} already ended {row['status']}; only a run that has not finished "
+                "can be cancelled"
+            )
         if _held_live(row, now):
-            conn.execute("UPDATE run SET cancel_requested = ?, updated_at = ? WHERE id = ?", (why, now, run_id))
-            _event(conn, row, now, EventKind.CANCEL_REQUESTED, {"reason": why, "engine_pid": row["lease_pid"]})
+            conn.execute(
+                "UPDATE run SET cancel_requested = ?, updated_at = ? WHERE id = ?",
+                (why, now, run_id),
+            )
+            _event(
+                conn,
+                row,
+                now,
+                EventKind.CANCEL_REQUESTED,
+                {"reason": why, "engine_pid": row["lease_pid"]},
+            )
             return CancelResult(run_id, False, why)
         conn.execute("UPDATE run SET cancel_requested = ? WHERE id = ?", (why, run_id))
         finish_cancelled(conn, row, why, now)
         return CancelResult(run_id, True, why)
 
 
-def wait_until_finished(run_id: str, *, db: LogLocation | None, timeout: float, poll: float = 0.05) -> str:
+def wait_until_finished(
+    run_id: str, *, db: LogLocation | None, timeout: float, poll: float = 0.05
+) -> str:
     """Poll (read-only) until the run is terminal or ``timeout`` passes; its status."""
     from .db import open_readonly
 
@@ -121,7 +147,9 @@ def wait_until_finished(run_id: str, *, db: LogLocation | None, timeout: float, 
     while True:
         conn = open_readonly(path, one_shot=True)
         try:
-            status = str(conn.execute("SELECT status FROM run WHERE id = ?", (run_id,)).fetchone()[0])
+            status = str(
+                conn.execute("SELECT status FROM run WHERE id = ?", (run_id,)).fetchone()[0]
+            )
         finally:
             conn.close()
         if status in TERMINAL or time.monotonic() >= deadline:
@@ -130,6 +158,7 @@ def wait_until_finished(run_id: str, *, db: LogLocation | None, timeout: float, 
 
 
 # -- signal ----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class SignalSent:
@@ -144,7 +173,14 @@ class SignalSent:
     agent: str
 
 
-def signal(run_id: str, name: str, data: Any = None, *, db: LogLocation | None = None, key: str | None = None) -> SignalSent:
+def signal(
+    run_id: str,
+    name: str,
+    data: Any = None,
+    *,
+    db: LogLocation | None = None,
+    key: str | None = None,
+) -> SignalSent:
     """Deliver the named signal to a run: consumed by the run's next (or current) ``wait_for(name)``.
 
     With ``key``, sending again (a retried script, a double click) is the same signal, once.
@@ -156,29 +192,61 @@ def signal(run_id: str, name: str, data: Any = None, *, db: LogLocation | None =
     except (TypeError, ValueError, RecursionError) as exc:
         raise UsageError(f"signal data must be JSON ({exc})") from None
     if len(data_json.encode()) > MAX_SIGNAL_BYTES:
-        raise UsageError(f"signal data is {len(data_json.encode())} bytes; at most {MAX_SIGNAL_BYTES} are accepted")
+        raise UsageError(
+            f"signal data is {len(data_json.encode())} bytes; at most {MAX_SIGNAL_BYTES} are accepted"
+        )
     now = time.time()
     with _log(db) as (path, conn), immediate(conn):
         row = _run_row(conn, path, run_id)
         if row["status"] in TERMINAL:
-            raise ControlRefused(f"run {run_id} already ended {row['status']}; signals reach only runs that have "
-                                 "not finished")
+            raise ControlRefused(
+                f"run {run_id} already ended {row['status']}; signals reach only runs that have "
+                "not finished"
+            )
         duplicate = False
-        prior = conn.execute("SELECT id FROM signal WHERE run_id = ? AND key = ?", (run_id, key)).fetchone() \
-            if key is not None else None
+        prior = (
+            conn.execute(
+                "SELECT id FROM signal WHERE run_id = ? AND key = ?", (run_id, key)
+            ).fetchone()
+            if key is not None
+            else None
+        )
         if prior is not None:
             signal_id, duplicate = int(prior[0]), True
         else:
-            signal_id = int(conn.execute("INSERT INTO signal (run_id, name, data, key, sent_at) VALUES (?, ?, ?, ?, ?)"
-                                         " RETURNING id", (run_id, name, data_json, key, now)).fetchone()[0])
-            _event(conn, row, now, EventKind.SIGNAL_SENT,
-                   {"signal": name, "signal_id": signal_id, "bytes": len(data_json.encode()),
-                    **({"key": key} if key is not None else {})})
-        return SignalSent(run_id, name, signal_id, duplicate, row["status"], row["waiting_for"],
-                          _held_live(row, now), row["agent"])
+            signal_id = int(
+                conn.execute(
+                    "INSERT INTO signal (run_id, name, data, key, sent_at) VALUES (?, ?, ?, ?, ?)"
+                    " RETURNING id",
+                    (run_id, name, data_json, key, now),
+                ).fetchone()[0]
+            )
+            _event(
+                conn,
+                row,
+                now,
+                EventKind.SIGNAL_SENT,
+                {
+                    "signal": name,
+                    "signal_id": signal_id,
+                    "bytes": len(data_json.encode()),
+                    **({"key": key} if key is not None else {}),
+                },
+            )
+        return SignalSent(
+            run_id,
+            name,
+            signal_id,
+            duplicate,
+            row["status"],
+            row["waiting_for"],
+            _held_live(row, now),
+            row["agent"],
+        )
 
 
 # -- retry -----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class RetryPrepared:
@@ -190,8 +258,10 @@ class RetryPrepared:
 
 def _failure_kind(conn: LogConnection, run_id: str, reason: str) -> str:
     """How the run failed, as recorded with its end (older logs: read from the reason's words)."""
-    row = conn.execute("SELECT data FROM event WHERE run_id = ? AND kind = ? ORDER BY id DESC LIMIT 1",
-                       (run_id, EventKind.RUN_FINISHED)).fetchone()
+    row = conn.execute(
+        "SELECT data FROM event WHERE run_id = ? AND kind = ? ORDER BY id DESC LIMIT 1",
+        (run_id, EventKind.RUN_FINISHED),
+    ).fetchone()
     recorded = json.loads(row[0]).get("failure") if row else None
     if isinstance(recorded, str):
         return recorded
@@ -202,8 +272,9 @@ def _failure_kind(conn: LogConnection, run_id: str, reason: str) -> str:
     return "step"
 
 
-def prepare_retry(run_id: str, *, db: LogLocation | None = None, force: bool = False,
-                  launch: Launch | None = None) -> RetryPrepared:
+def prepare_retry(
+    run_id: str, *, db: LogLocation | None = None, force: bool = False, launch: Launch | None = None
+) -> RetryPrepared:
     """Set a ``failed`` run going again from its failed step, with fresh attempt counters: it is
     ``queued`` until an engine takes it (``launch``: how a worker starts it; default: as before).
 
@@ -224,31 +295,64 @@ def prepare_retry(run_id: str, *, db: LogLocation | None = None, force: bool = F
                 raise ControlRefused(
                     f"run {run_id} failed on non-determinism ({reason}); a retry replays the same log against the "
                     f"same code and fails again. Fork it before the step that changed (steplog fork {run_id} "
-                    "--at-step N), or pass --force once the agent makes its recorded steps again")
-            warnings.append("--force: replaying a run that failed on non-determinism; it fails again unless the "
-                            "agent now makes the steps its log recorded")
+                    "--at-step N), or pass --force once the agent makes its recorded steps again"
+                )
+            warnings.append(
+                "--force: replaying a run that failed on non-determinism; it fails again unless the "
+                "agent now makes the steps its log recorded"
+            )
         if kind == "needs_reconciliation":
-            unconfirmed = [r[0] for r in conn.execute(
-                "SELECT key FROM effect WHERE run_id = ? AND status = 'started' AND idempotent = 0", (run_id,))]
+            unconfirmed = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT key FROM effect WHERE run_id = ? AND status = 'started' AND idempotent = 0",
+                    (run_id,),
+                )
+            ]
             unconfirmed += _carried_unconfirmed(conn, row)  # a fork's, left by its parent
             if not force:
                 raise ControlRefused(
                     f"run {run_id} stopped because effect(s) {', '.join(unconfirmed) or '?'} may or may not have "
                     "happened and their target cannot deduplicate; check the target by hand, then pass --force to "
-                    "send them again")
-            conn.execute("DELETE FROM effect WHERE run_id = ? AND status = 'started' AND idempotent = 0", (run_id,))
+                    "send them again"
+                )
+            conn.execute(
+                "DELETE FROM effect WHERE run_id = ? AND status = 'started' AND idempotent = 0",
+                (run_id,),
+            )
             resent = unconfirmed
-            warnings.append(f"--force: effect(s) {', '.join(unconfirmed)} will be sent again; their target cannot "
-                            "deduplicate, so do this only after checking it did not receive them")
-        failed = [r[0] for r in conn.execute("SELECT seq FROM step WHERE run_id = ? AND status = 'failed'", (run_id,))]
+            warnings.append(
+                f"--force: effect(s) {', '.join(unconfirmed)} will be sent again; their target cannot "
+                "deduplicate, so do this only after checking it did not receive them"
+            )
+        failed = [
+            r[0]
+            for r in conn.execute(
+                "SELECT seq FROM step WHERE run_id = ? AND status = 'failed'", (run_id,)
+            )
+        ]
         # The failed step starts afresh (attempts and recoveries from zero); its history stays in the events.
         conn.execute("DELETE FROM step WHERE run_id = ? AND status = 'failed'", (run_id,))
         conn.execute(
             "UPDATE run SET reason = NULL, result = NULL, finished_at = NULL, used_retries = 0,"
-            " cancel_requested = NULL, updated_at = ? WHERE id = ?", (now, run_id))
+            " cancel_requested = NULL, updated_at = ? WHERE id = ?",
+            (now, run_id),
+        )
         enqueue(conn, run_id, launch)
-        _event(conn, row, now, EventKind.RETRIED, {"previous_reason": reason, "failure": kind, "forced": force,
-                                                   "steps": failed, "resent": resent, "queued": True})
+        _event(
+            conn,
+            row,
+            now,
+            EventKind.RETRIED,
+            {
+                "previous_reason": reason,
+                "failure": kind,
+                "forced": force,
+                "steps": failed,
+                "resent": resent,
+                "queued": True,
+            },
+        )
         return RetryPrepared(run_id, row["agent"], kind, tuple(warnings))
 
 
@@ -261,8 +365,9 @@ def _carried_unconfirmed(conn: LogConnection, row: sqlite3.Row) -> list[str]:
         return []
     forked_from = (str(row["parent_run_id"]), int(row["parent_step"]))
     keys: list[str] = []
-    for (seq,) in conn.execute("SELECT seq FROM step WHERE run_id = ? AND status <> 'committed'",
-                               (row["id"],)).fetchall():
+    for (seq,) in conn.execute(
+        "SELECT seq FROM step WHERE run_id = ? AND status <> 'committed'", (row["id"],)
+    ).fetchall():
         idx = 0
         while (found := carried_effect(conn, forked_from, int(seq), idx)) is not None:
             if found.status == "started" and not found.idempotent:
@@ -276,14 +381,17 @@ def _why_not_retry(row: sqlite3.Row) -> str:
     if status == "succeeded":
         return f"run {rid} succeeded; there is nothing to retry (fork it to run part of it again)"
     if status == "gave_up":
-        return (f"run {rid} gave up ({row['reason']}); raise the limit that stopped it instead: "
-                f"steplog run {row['agent']} --run-id {rid} --max-...")
+        return (
+            f"run {rid} gave up ({row['reason']}); raise the limit that stopped it instead: "
+            f"steplog run {row['agent']} --run-id {rid} --max-..."
+        )
     if status == "cancelled":
         return f"run {rid} was cancelled and never runs again; fork it to carry on: steplog fork {rid} --at-step N"
-    return (f"run {rid} has not failed (status {status}); resume it with: steplog run {row['agent']} --run-id {rid}")
+    return f"run {rid} has not failed (status {status}); resume it with: steplog run {row['agent']} --run-id {rid}"
 
 
 # -- fork ------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ForkPrepared:
@@ -302,23 +410,35 @@ def _contiguous_committed(conn: LogConnection, run_id: str, before: int) -> int:
     """How many of steps ``1, 2, ...`` (below ``before``) are committed without a gap. A
     ``before`` past any step number the log can hold reads as that limit (it would not bind)."""
     n = 0
-    for (seq,) in conn.execute("SELECT seq FROM step WHERE run_id = ? AND seq < ? AND status = 'committed'"
-                               " ORDER BY seq", (run_id, min(before, _MAX_SEQ))):
+    for (seq,) in conn.execute(
+        "SELECT seq FROM step WHERE run_id = ? AND seq < ? AND status = 'committed' ORDER BY seq",
+        (run_id, min(before, _MAX_SEQ)),
+    ):
         if seq != n + 1:
             break
         n = seq
     return n
 
 
-def fork(parent_id: str, at_step: int, *, new_run_id: str | None = None, db: LogLocation | None = None,
-         params: dict[str, Any] | None = None, limits: dict[str, Any] | None = None,
-         workdir: Path | None = None, outbox: str | None = None, model: str | None = None,
-         launch: Launch | None = None) -> tuple[Agent[..., Any], ForkPrepared]:
+def fork(
+    parent_id: str,
+    at_step: int,
+    *,
+    new_run_id: str | None = None,
+    db: LogLocation | None = None,
+    params: dict[str, Any] | None = None,
+    limits: dict[str, Any] | None = None,
+    workdir: Path | None = None,
+    outbox: str | None = None,
+    model: str | None = None,
+    launch: Launch | None = None,
+) -> tuple[Agent[..., Any], ForkPrepared]:
     """``prepare_fork`` with the parent's agent resolved and the new id made or checked: what
     ``steplog fork`` and ``steplog.fork`` do before running the fork."""
     from .agent import resolve
     from .db import open_readonly
-    from .engine import check_run_id, new_run_id as make_id
+    from .engine import check_run_id
+    from .engine import new_run_id as make_id
     from .llm import check_model
     from .status import run_status
 
@@ -335,14 +455,35 @@ def fork(parent_id: str, at_step: int, *, new_run_id: str | None = None, db: Log
     new_id = new_run_id or make_id()
     check_run_id(new_id)
     agent.budget.merged(**(limits or {}))  # out-of-range limits refused before anything is written
-    return agent, prepare_fork(parent_id, at_step, agent=agent, new_run_id=new_id, db=path, params=params,
-                               limits=limits, workdir=workdir, outbox=outbox, model=model, launch=launch)
+    return agent, prepare_fork(
+        parent_id,
+        at_step,
+        agent=agent,
+        new_run_id=new_id,
+        db=path,
+        params=params,
+        limits=limits,
+        workdir=workdir,
+        outbox=outbox,
+        model=model,
+        launch=launch,
+    )
 
 
-def prepare_fork(parent_id: str, at_step: int, *, agent: Agent[..., Any], new_run_id: str,
-                 db: LogLocation | None = None, params: dict[str, Any] | None = None,
-                 limits: dict[str, Any] | None = None, workdir: Path | None = None,
-                 outbox: str | None = None, model: str | None = None, launch: Launch | None = None) -> ForkPrepared:
+def prepare_fork(
+    parent_id: str,
+    at_step: int,
+    *,
+    agent: Agent[..., Any],
+    new_run_id: str,
+    db: LogLocation | None = None,
+    params: dict[str, Any] | None = None,
+    limits: dict[str, Any] | None = None,
+    workdir: Path | None = None,
+    outbox: str | None = None,
+    model: str | None = None,
+    launch: Launch | None = None,
+) -> ForkPrepared:
     """Create run ``new_run_id`` from ``parent_id``'s committed steps ``1..at_step-1``, ``queued``
     until an engine takes it (``launch``: how a worker starts it).
 
@@ -360,18 +501,34 @@ def prepare_fork(parent_id: str, at_step: int, *, agent: Agent[..., Any], new_ru
         parent = _run_row(conn, path, parent_id)
         _refuse_taken(conn, new_run_id)
         if parent["agent"] != agent.default_spec():
-            raise UsageError(f"run {parent_id} belongs to agent {parent['agent']}, not {agent.default_spec()}")
+            raise UsageError(
+                f"run {parent_id} belongs to agent {parent['agent']}, not {agent.default_spec()}"
+            )
         bound = bind_params(agent, {**json.loads(parent["params"]), **(params or {})})
         budget = budget_of(parent).merged(**(limits or {}))
         target = (workdir or path.parent / "runs" / new_run_id).expanduser().resolve()
         if target.exists() and any(target.iterdir()):
-            raise UsageError(f"workdir {target} for the fork is not empty; pass --workdir with a new folder")
-        _refuse_beyond(conn, parent_id, at_step)  # before copying a workdir for nothing (again under the lock)
+            raise UsageError(
+                f"workdir {target} for the fork is not empty; pass --workdir with a new folder"
+            )
+        _refuse_beyond(
+            conn, parent_id, at_step
+        )  # before copying a workdir for nothing (again under the lock)
         staged = _stage_workdir(Path(parent["workdir"]) if parent["workdir"] else None, target)
         try:
             with immediate(conn):
-                copied = _insert_fork(conn, parent, at_step, new_run_id, bound, budget, target,
-                                      outbox or parent["outbox"], model or parent["model"], now)
+                copied = _insert_fork(
+                    conn,
+                    parent,
+                    at_step,
+                    new_run_id,
+                    bound,
+                    budget,
+                    target,
+                    outbox or parent["outbox"],
+                    model or parent["model"],
+                    now,
+                )
                 enqueue(conn, new_run_id, launch or Launch.from_json(parent["launch"]))
             _move_into(staged, target)
         except BaseException:
@@ -394,8 +551,14 @@ def _stage_workdir(source: Path | None, target: Path) -> Path:
     private_dir(target.parent)
     staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.fork-", dir=target.parent))
     if source is not None and source.is_dir():
-        shutil.copytree(source, staged, symlinks=True, dirs_exist_ok=True, copy_function=_copy_if_there,
-                        ignore=lambda _folder, names: [n for n in names if _IN_FLIGHT.match(n)])
+        shutil.copytree(
+            source,
+            staged,
+            symlinks=True,
+            dirs_exist_ok=True,
+            copy_function=_copy_if_there,
+            ignore=lambda _folder, names: [n for n in names if _IN_FLIGHT.match(n)],
+        )
         # copytree gave it the parent workdir's mode (0755 for a folder the person made).
         staged.chmod(0o700)
     return staged
@@ -411,7 +574,9 @@ def _copy_if_there(src: str, dst: str) -> None:
 def _refuse_beyond(conn: LogConnection, parent_id: str, at_step: int) -> None:
     have = _contiguous_committed(conn, parent_id, at_step)
     if have < at_step - 1:
-        raise ControlRefused(f"run {parent_id} has committed steps 1..{have} only; fork it at a step from 1 to {have + 1}")
+        raise ControlRefused(
+            f"run {parent_id} has committed steps 1..{have} only; fork it at a step from 1 to {have + 1}"
+        )
 
 
 def _move_into(staged: Path, target: Path) -> None:
@@ -428,46 +593,120 @@ def _refuse_taken(conn: LogConnection, run_id: str) -> None:
         raise UsageError(f"run {run_id} exists already; pick another --run-id for the fork")
 
 
-def _insert_fork(conn: LogConnection, parent: sqlite3.Row, at_step: int, new_id: str, params: dict[str, Any],
-                 budget: Any, workdir: Path, outbox: str | None, model: str | None, now: float) -> int:
+def _insert_fork(
+    conn: LogConnection,
+    parent: sqlite3.Row,
+    at_step: int,
+    new_id: str,
+    params: dict[str, Any],
+    budget: Any,
+    workdir: Path,
+    outbox: str | None,
+    model: str | None,
+    now: float,
+) -> int:
     pid = parent["id"]
     _refuse_taken(conn, new_id)  # again, under the write lock
     _refuse_beyond(conn, pid, at_step)
     sums = conn.execute(
         "SELECT COUNT(*), COALESCE(SUM(tokens_in + tokens_out), 0), COALESCE(SUM(tokens_estimated *"
         " (tokens_in + tokens_out)), 0), COALESCE(SUM(cost_usd), 0) FROM step WHERE run_id = ? AND seq < ?",
-        (pid, at_step)).fetchone()
+        (pid, at_step),
+    ).fetchone()
     copied, tokens, estimated, cost = int(sums[0]), int(sums[1]), int(sums[2]), float(sums[3])
     conn.execute(
         "INSERT INTO run (id, agent, model, params, workdir, outbox, limit_steps, limit_tokens, limit_seconds,"
         " limit_cost_usd, limit_retries, limit_recoveries, used_steps, used_tokens, tokens_estimated, used_cost_usd,"
         " step_executions, created_at, updated_at, parent_run_id, parent_step)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (new_id, parent["agent"], model, dumps(params), str(workdir), outbox, budget.max_steps, budget.max_tokens,
-         budget.max_seconds, budget.max_cost_usd, budget.max_retries, budget.max_recoveries, copied, tokens,
-         estimated, cost, copied, now, now, pid, at_step))
+        (
+            new_id,
+            parent["agent"],
+            model,
+            dumps(params),
+            str(workdir),
+            outbox,
+            budget.max_steps,
+            budget.max_tokens,
+            budget.max_seconds,
+            budget.max_cost_usd,
+            budget.max_retries,
+            budget.max_recoveries,
+            copied,
+            tokens,
+            estimated,
+            cost,
+            copied,
+            now,
+            now,
+            pid,
+            at_step,
+        ),
+    )
     conn.execute(
         "INSERT INTO step (run_id, seq, name, kind, status, phase, decision, result, error, attempts, recoveries,"
         " tokens_in, tokens_out, tokens_cached, tokens_estimated, cost_usd, started_at, finished_at, incarnation)"
         " SELECT ?, seq, name, kind, 'committed', 'recorded', decision, result, NULL, attempts, recoveries,"
         " tokens_in, tokens_out, tokens_cached, tokens_estimated, cost_usd, started_at, finished_at, 0"
-        " FROM step WHERE run_id = ? AND seq < ? ORDER BY seq", (new_id, pid, at_step))
+        " FROM step WHERE run_id = ? AND seq < ? ORDER BY seq",
+        (new_id, pid, at_step),
+    )
     row = conn.execute("SELECT * FROM run WHERE id = ?", (new_id,)).fetchone()
-    first, last = conn.execute("SELECT MIN(started_at), MAX(COALESCE(finished_at, started_at)) FROM step"
-                               " WHERE run_id = ?", (new_id,)).fetchone()
-    _event(conn, row, now, EventKind.RUN_CREATED, {
-        "copied_span": [first, last] if copied else None,
-        "agent": parent["agent"], "params": params, "model": model or "offline",
-        "budget": {"steps": budget.max_steps, "tokens": budget.max_tokens, "seconds": budget.max_seconds,
-                   "cost_usd": budget.max_cost_usd, "retries": budget.max_retries,
-                   "recoveries": budget.max_recoveries},
-        "forked_from": {"run_id": pid, "at_step": at_step}})
+    first, last = conn.execute(
+        "SELECT MIN(started_at), MAX(COALESCE(finished_at, started_at)) FROM step WHERE run_id = ?",
+        (new_id,),
+    ).fetchone()
+    _event(
+        conn,
+        row,
+        now,
+        EventKind.RUN_CREATED,
+        {
+            "copied_span": [first, last] if copied else None,
+            "agent": parent["agent"],
+            "params": params,
+            "model": model or "offline",
+            "budget": {
+                "steps": budget.max_steps,
+                "tokens": budget.max_tokens,
+                "seconds": budget.max_seconds,
+                "cost_usd": budget.max_cost_usd,
+                "retries": budget.max_retries,
+                "recoveries": budget.max_recoveries,
+            },
+            "forked_from": {"run_id": pid, "at_step": at_step},
+        },
+    )
     for seq, name, kind, started, finished in conn.execute(
-            "SELECT seq, name, kind, started_at, finished_at FROM step WHERE run_id = ? ORDER BY seq", (new_id,)):
-        _event(conn, row, now, EventKind.STEP_COPIED, {
-            "name": name, "kind": kind, "from_run": pid, "started_at": started, "finished_at": finished}, seq=seq)
+        "SELECT seq, name, kind, started_at, finished_at FROM step WHERE run_id = ? ORDER BY seq",
+        (new_id,),
+    ):
+        _event(
+            conn,
+            row,
+            now,
+            EventKind.STEP_COPIED,
+            {
+                "name": name,
+                "kind": kind,
+                "from_run": pid,
+                "started_at": started,
+                "finished_at": finished,
+            },
+            seq=seq,
+        )
     return copied
 
 
-__all__ = ["CancelResult", "ForkPrepared", "RetryPrepared", "SignalSent", "cancel", "fork",
-           "prepare_fork", "prepare_retry", "signal", "wait_until_finished"]
+__all__ = [
+    "CancelResult",
+    "ForkPrepared",
+    "RetryPrepared",
+    "SignalSent",
+    "cancel",
+    "fork",
+    "prepare_fork",
+    "prepare_retry",
+    "signal",
+    "wait_until_finished",
+]

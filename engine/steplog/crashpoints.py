@@ -12,12 +12,12 @@ import os
 import sys
 
 POINTS = (
-    "after_decision",          # the model's answer is committed, nothing acted yet
-    "after_effect_started",    # the ledger says "started"; the effect has not been done
-    "after_effect_applied",    # the far side has the effect; the ledger still says "started"
+    "after_decision",  # the model's answer is committed, nothing acted yet
+    "after_effect_started",  # the ledger says "started"; the effect has not been done
+    "after_effect_applied",  # the far side has the effect; the ledger still says "started"
     "after_effect_completed",  # the effect is done and ledgered; the step is not recorded
-    "before_step_record",      # the step body returned; its checkpoint is not committed
-    "after_step_record",       # the checkpoint is committed
+    "before_step_record",  # the step body returned; its checkpoint is not committed
+    "after_step_record",  # the checkpoint is committed
 )
 CRASH_EXIT_CODE = 86
 ENV = "STEPLOG_CRASH_AT"
@@ -28,7 +28,9 @@ def _parse(spec: str) -> frozenset[tuple[str, int]]:
     for part in filter(None, (p.strip() for p in spec.split(","))):
         point, _, seq = part.partition("@")
         if point not in POINTS or not seq.isdigit():
-            raise SystemExit(f"steplog: bad {ENV}={spec!r}: use POINT@SEQ with POINT one of {', '.join(POINTS)}")
+            raise SystemExit(
+                f"steplog: bad {ENV}={spec!r}: use POINT@SEQ with POINT one of {', '.join(POINTS)}"
+            )
         out.add((point, int(seq)))
     return frozenset(out)
 

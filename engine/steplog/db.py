@@ -22,8 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from . import interrupts, openfiles
-from .errors import (CorruptDatabase, ForeignDatabase, LogError, LogUnavailable, NewerSchema,
-                     ReadOnlyLog)
+from .errors import (
+    CorruptDatabase,
+    ForeignDatabase,
+    LogError,
+    LogUnavailable,
+    NewerSchema,
+    ReadOnlyLog,
+)
 from .location import LogLocation, PgUrl, resolve
 from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, split_statements
 
@@ -68,7 +74,12 @@ def has_column(conn: LogConnection, table: str, column: str) -> bool:
         from . import pg
 
         return pg.has_column(conn, table, column)  # type: ignore[arg-type]
-    return conn.execute(f"SELECT 1 FROM pragma_table_info('{table}') WHERE name = ?", (column,)).fetchone() is not None
+    return (
+        conn.execute(
+            f"SELECT 1 FROM pragma_table_info('{table}') WHERE name = ?", (column,)
+        ).fetchone()
+        is not None
+    )
 
 
 def load_driver(location: LogLocation) -> None:
@@ -90,10 +101,15 @@ def connect_plain(location: LogLocation) -> LogConnection:
 
         conn: LogConnection = pg.connect(location)
     else:
-        conn = sqlite3.connect(str(location), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000,
-                               check_same_thread=False)
+        conn = sqlite3.connect(
+            str(location),
+            isolation_level=None,
+            timeout=BUSY_TIMEOUT_MS / 1000,
+            check_same_thread=False,
+        )
     conn.execute("PRAGMA synchronous = NORMAL")
     return conn
+
 
 Synchronous = Literal["FULL", "NORMAL"]
 
@@ -170,9 +186,13 @@ def _read_header(path: Path) -> bytes:
         with open(path, "rb") as f:
             return f.read(100)
     except PermissionError as exc:
-        raise LogError(f"cannot read {path}: permission denied; fix its permissions or use another --db") from exc
+        raise LogError(
+            f"cannot read {path}: permission denied; fix its permissions or use another --db"
+        ) from exc
     except IsADirectoryError as exc:
-        raise LogError(f"{path} is a directory; give --db a file path such as {path}/steplog.db") from exc
+        raise LogError(
+            f"{path} is a directory; give --db a file path such as {path}/steplog.db"
+        ) from exc
 
 
 def _read_ids(path: Path, header: bytes | None) -> tuple[int, int, list[str]]:
@@ -186,7 +206,9 @@ def _read_ids(path: Path, header: bytes | None) -> tuple[int, int, list[str]]:
     try:
         conn = connect_readonly(path, one_shot=header is not None)
         try:
-            tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            tables = [
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            ]
             app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         finally:
@@ -227,7 +249,9 @@ def inspect(path: LogLocation) -> int:
     if app_id != APPLICATION_ID:
         if app_id == 0 and not tables and version == 0:
             return 0
-        what = f"application_id {app_id:#x}" if app_id else f"tables: {', '.join(sorted(tables)[:5])}"
+        what = (
+            f"application_id {app_id:#x}" if app_id else f"tables: {', '.join(sorted(tables)[:5])}"
+        )
         raise ForeignDatabase(
             f"{path} is a SQLite database but not a steplog log ({what}); "
             "it was left untouched: point --db at a steplog log or a new path"
@@ -252,8 +276,11 @@ def inspect(path: LogLocation) -> int:
     return int(version)
 
 
-_TABLE_DDL = re.compile(r"^\s*(CREATE TABLE|DROP TABLE|ALTER TABLE)\s+(?:IF (?:NOT )?EXISTS\s+)?\"?(\w+)\"?"
-                        r"(?:\s+RENAME TO\s+\"?(\w+)\"?)?", re.I | re.M)
+_TABLE_DDL = re.compile(
+    r"^\s*(CREATE TABLE|DROP TABLE|ALTER TABLE)\s+(?:IF (?:NOT )?EXISTS\s+)?\"?(\w+)\"?"
+    r"(?:\s+RENAME TO\s+\"?(\w+)\"?)?",
+    re.I | re.M,
+)
 
 
 @cache
@@ -291,10 +318,21 @@ def is_read_only(exc: BaseException) -> bool:
     return name.startswith("SQLITE_READONLY") or "readonly database" in str(exc)
 
 
-_AWAY = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN",
-         "SQLITE_PROTOCOL")
-_AWAY_TEXT = ("database is locked", "database table is locked", "disk I/O error",
-              "unable to open database file", "database or disk is full")
+_AWAY = (
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+    "SQLITE_IOERR",
+    "SQLITE_FULL",
+    "SQLITE_CANTOPEN",
+    "SQLITE_PROTOCOL",
+)
+_AWAY_TEXT = (
+    "database is locked",
+    "database table is locked",
+    "disk I/O error",
+    "unable to open database file",
+    "database or disk is full",
+)
 """SQLite errors of a log that is away for now (by name; by text where an error has no name)."""
 
 
@@ -323,7 +361,8 @@ def is_transient(exc: BaseException) -> bool:
 def read_only_log(path: LogLocation, why: str) -> ReadOnlyLog:
     return ReadOnlyLog(
         f"{path} cannot be written ({why}); steplog run records every step there: make it writable "
-        "or pass --db a writable path (status, runs and check can still read it)")
+        "or pass --db a writable path (status, runs and check can still read it)"
+    )
 
 
 def _require_writable(path: Path) -> None:
@@ -334,7 +373,10 @@ def _require_writable(path: Path) -> None:
         raise read_only_log(path, "the file is read-only")
     sidecars_writable = all(os.access(f"{path}{s}", os.W_OK) for s in ("-wal", "-shm"))
     if not os.access(folder, os.W_OK | os.X_OK) and not sidecars_writable:
-        raise read_only_log(path, f"its folder {folder} is read-only, and SQLite keeps -wal and -shm files beside a log")
+        raise read_only_log(
+            path,
+            f"its folder {folder} is read-only, and SQLite keeps -wal and -shm files beside a log",
+        )
 
 
 def connect_readonly(path: Path, *, one_shot: bool) -> sqlite3.Connection:
@@ -345,8 +387,12 @@ def connect_readonly(path: Path, *, one_shot: bool) -> sqlite3.Connection:
     creates -wal and -shm files it then cannot remove. A long-lived reader (the monitor) must see
     later commits, which ``immutable`` forbids, so it always opens ``mode=ro``.
     """
-    return sqlite3.connect(_readonly_uri(path, one_shot=one_shot), uri=True, isolation_level=None,
-                           check_same_thread=False)
+    return sqlite3.connect(
+        _readonly_uri(path, one_shot=one_shot),
+        uri=True,
+        isolation_level=None,
+        check_same_thread=False,
+    )
 
 
 def _readonly_uri(path: Path, *, one_shot: bool) -> str:
@@ -375,7 +421,9 @@ def _create_private(path: Path) -> None:
     except FileExistsError:
         pass
     except OSError as exc:
-        raise LogError(f"cannot create {path}: {exc.strerror}; choose a writable --db path") from exc
+        raise LogError(
+            f"cannot create {path}: {exc.strerror}; choose a writable --db path"
+        ) from exc
 
 
 def pending_migrations(conn: LogConnection) -> int:
@@ -486,10 +534,14 @@ def open_log(path: LogLocation, *, synchronous: Synchronous = "FULL") -> LogConn
         _migrate(conn)
     except sqlite3.OperationalError as exc:
         cls = LogUnavailable if is_transient(exc) else LogError
-        raise cls(f"cannot open {path} for writing: {exc}; check the path, its permissions "
-                  "and free disk space") from exc
+        raise cls(
+            f"cannot open {path} for writing: {exc}; check the path, its permissions "
+            "and free disk space"
+        ) from exc
     except sqlite3.DatabaseError as exc:
-        raise CorruptDatabase(f"{path} is a damaged SQLite file ({exc}); restore it or use a new --db") from exc
+        raise CorruptDatabase(
+            f"{path} is a damaged SQLite file ({exc}); restore it or use a new --db"
+        ) from exc
     return conn
 
 
@@ -510,18 +562,31 @@ def open_readonly(path: LogLocation, *, one_shot: bool = False) -> LogConnection
         return pg.open_readonly(path)
     path = Path(path)
     if not path.exists():
-        raise LogError(f"{path} does not exist; run an agent first or pass --db with an existing log")
+        raise LogError(
+            f"{path} does not exist; run an agent first or pass --db with an existing log"
+        )
     with openfiles.guarded:  # no other thread's plain open between the check and the connection
         version = inspect(path)
         if version == 0:
-            raise ForeignDatabase(f"{path} is an empty database, not a steplog log; run an agent with --db {path} first")
+            raise ForeignDatabase(
+                f"{path} is an empty database, not a steplog log; run an agent with --db {path} first"
+            )
         try:
-            conn = openfiles.connect(path, _readonly_uri(path, one_shot=one_shot), uri=True, isolation_level=None,
-                                     check_same_thread=False)
+            conn = openfiles.connect(
+                path,
+                _readonly_uri(path, one_shot=one_shot),
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+            )
         except sqlite3.DatabaseError as exc:
-            raise CorruptDatabase(f"{path} cannot be read ({exc}); restore it or use another --db") from exc
+            raise CorruptDatabase(
+                f"{path} cannot be read ({exc}); restore it or use another --db"
+            ) from exc
     try:
         _apply_pragmas(conn, readonly=True, synchronous="FULL")
     except sqlite3.DatabaseError as exc:
-        raise CorruptDatabase(f"{path} cannot be read ({exc}); restore it or use another --db") from exc
+        raise CorruptDatabase(
+            f"{path} cannot be read ({exc}); restore it or use another --db"
+        ) from exc
     return conn

@@ -35,7 +35,9 @@ def digest(value: bytes | str | Any) -> str:
     if isinstance(value, str):
         value = value.encode()
     elif not isinstance(value, bytes):
-        value = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        value = json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode()
     return hashlib.sha256(value).hexdigest()
 
 
@@ -51,11 +53,15 @@ def confined(workdir: Path, relpath: str) -> Path:
     root = workdir.resolve()
     target = (root / relpath).resolve()
     if target != root and root not in target.parents:
-        raise UsageError(f"effect path {relpath!r} escapes the run's workdir {root}; keep file effects inside it")
+        raise UsageError(
+            f"effect path {relpath!r} escapes the run's workdir {root}; keep file effects inside it"
+        )
     last = relpath.replace(os.sep, "/").rsplit("/", 1)[-1]
     if target == root or last in ("", ".", "..") or target.is_dir():
-        raise UsageError(f"effect path {relpath!r} names a directory, not a file inside the run's workdir {root}; "
-                         "name a file, such as 'out/result.txt'")
+        raise UsageError(
+            f"effect path {relpath!r} names a directory, not a file inside the run's workdir {root}; "
+            "name a file, such as 'out/result.txt'"
+        )
     return target
 
 
@@ -109,7 +115,9 @@ class HttpClient:
     recorded, with the same ``Idempotency-Key``; a killed engine's sockets die with it.
     """
 
-    def __init__(self, *, timeout: float = DEFAULT_HTTP_TIMEOUT, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self, *, timeout: float = DEFAULT_HTTP_TIMEOUT, transport: httpx.BaseTransport | None = None
+    ) -> None:
         self.timeout = timeout
         self._transport = transport
         self._client: httpx.Client | None = None
@@ -123,7 +131,9 @@ class HttpClient:
     def _get(self) -> httpx.Client:
         with self._lock:
             if self._closed:
-                raise UsageError("this run's HTTP client is closed: the run has ended; start or resume the run to post")
+                raise UsageError(
+                    "this run's HTTP client is closed: the run has ended; start or resume the run to post"
+                )
             if self._client is None:
                 import httpx  # ~0.1 s to import: only runs that post pay for it
 
@@ -132,8 +142,15 @@ class HttpClient:
                 self._client = httpx.Client(transport=transport, timeout=self.timeout)
             return self._client
 
-    def post(self, url: str, body: Any, key: str, *, headers: dict[str, str] | None = None,
-             timeout: float | None = None) -> dict[str, Any]:
+    def post(
+        self,
+        url: str,
+        body: Any,
+        key: str,
+        *,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
         """POST JSON with an ``Idempotency-Key``; transient failures raise ``TransientError``.
 
         ``timeout`` (seconds) overrides the client's for this call only.
@@ -144,8 +161,12 @@ class HttpClient:
         sent = {k: v for k, v in (headers or {}).items() if k.lower() != "idempotency-key"}
         sent["Idempotency-Key"] = key  # the step's key always wins over a caller's header
         try:
-            response = client.post(url, json=body, headers=sent,
-                                   timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout)
+            response = client.post(
+                url,
+                json=body,
+                headers=sent,
+                timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
+            )
         except httpx.TransportError as exc:
             raise TransientError(f"POST {url} failed: {type(exc).__name__}: {exc}") from exc
         status = response.status_code
@@ -169,7 +190,9 @@ class HttpClient:
             client.close()
 
 
-def check_merge(workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[str, Any]) -> Path:
+def check_merge(
+    workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[str, Any]
+) -> Path:
     """The file a merge writes; ``UsageError`` for a bad path, identifier or an empty key."""
     for ident in (table, *key, *values):
         if not isinstance(ident, str) or not _IDENT.fullmatch(ident):
@@ -179,7 +202,9 @@ def check_merge(workdir: Path, db: str, table: str, key: dict[str, Any], values:
     return confined(workdir, db)
 
 
-def merge(workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+def merge(
+    workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[str, Any]
+) -> dict[str, Any]:
     """Upsert one row: the key columns identify it, the values are set. Never a second row."""
     path = check_merge(workdir, db, table, key, values)
     private_dir(path.parent)
@@ -194,7 +219,8 @@ def merge(workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[
             cols = {**key, **values}
             conn.execute(
                 f'CREATE TABLE IF NOT EXISTS "{table}" ('
-                + ", ".join(f'"{c}"' for c in cols) + f", PRIMARY KEY ({key_cols}))"
+                + ", ".join(f'"{c}"' for c in cols)
+                + f", PRIMARY KEY ({key_cols}))"
             )
             existing = {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}
             for col in cols:
@@ -202,7 +228,10 @@ def merge(workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[
                     conn.execute(f'ALTER TABLE "{table}" ADD COLUMN "{col}"')
             names = ", ".join(f'"{c}"' for c in cols)
             marks = ", ".join("?" for _ in cols)
-            updates = ", ".join(f'"{c}" = excluded."{c}"' for c in values) or f'"{next(iter(key))}" = excluded."{next(iter(key))}"'
+            updates = (
+                ", ".join(f'"{c}" = excluded."{c}"' for c in values)
+                or f'"{next(iter(key))}" = excluded."{next(iter(key))}"'
+            )
             conn.execute(
                 f'INSERT INTO "{table}" ({names}) VALUES ({marks}) ON CONFLICT ({key_cols}) DO UPDATE SET {updates}',
                 [_sql_value(v) for v in cols.values()],

@@ -100,8 +100,10 @@ def exit_meaning(code: int) -> str:
         except ValueError:
             name = f"signal {-code}"
         return f"killed by {name}"
-    return (f"died with exit code {code}, which steplog does not use (the interpreter or the "
-            "agent's process died)")
+    return (
+        f"died with exit code {code}, which steplog does not use (the interpreter or the "
+        "agent's process died)"
+    )
 
 
 def first_line(exc: BaseException) -> str:
@@ -243,8 +245,9 @@ class RunStopped(SteplogError):
     failure = "step"
     """What kind of failure (recorded with the run's end; ``steplog retry`` reads it)."""
 
-    def __init__(self, reason: str, *, run_id: str | None = None,
-                 details: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, reason: str, *, run_id: str | None = None, details: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.run_id = run_id

@@ -61,7 +61,6 @@ class EventKind(StrEnum):
     """That worker handed the run back (its engine stopped, exit code said) or saw it end."""
 
 
-
 Usage = dict[str, float]
 """Budget use so far: ``steps``, ``tokens``, ``tokens_estimated``, ``cost_usd``, ``seconds``,
 ``retries``, ``executions``; a per-step event leaves out the ones still zero."""
@@ -213,14 +212,24 @@ class WorkerReleased(TypedDict):
 
 
 PAYLOADS: dict[EventKind, type] = {
-    EventKind.RUN_CREATED: RunCreated, EventKind.BUDGET_CHANGED: BudgetChanged,
-    EventKind.LEASE_ACQUIRED: LeaseAcquired, EventKind.LEASE_RELEASED: LeaseReleased,
-    EventKind.STEP_STARTED: StepStarted, EventKind.DECISION_RECORDED: DecisionRecorded,
-    EventKind.EFFECT_STARTED: EffectStarted, EventKind.EFFECT_COMPLETED: EffectCompleted,
-    EventKind.STEP_ATTEMPT_FAILED: StepAttemptFailed, EventKind.STEP_COMMITTED: StepCommitted,
-    EventKind.RUN_FINISHED: RunFinished, EventKind.WAITING: Waiting, EventKind.SIGNAL_SENT: SignalSent,
-    EventKind.CANCEL_REQUESTED: CancelRequested, EventKind.RETRIED: Retried, EventKind.STEP_COPIED: StepCopied,
-    EventKind.RUNS_PRUNED: RunsPruned, EventKind.WORKER_CLAIMED: WorkerClaimed,
+    EventKind.RUN_CREATED: RunCreated,
+    EventKind.BUDGET_CHANGED: BudgetChanged,
+    EventKind.LEASE_ACQUIRED: LeaseAcquired,
+    EventKind.LEASE_RELEASED: LeaseReleased,
+    EventKind.STEP_STARTED: StepStarted,
+    EventKind.DECISION_RECORDED: DecisionRecorded,
+    EventKind.EFFECT_STARTED: EffectStarted,
+    EventKind.EFFECT_COMPLETED: EffectCompleted,
+    EventKind.STEP_ATTEMPT_FAILED: StepAttemptFailed,
+    EventKind.STEP_COMMITTED: StepCommitted,
+    EventKind.RUN_FINISHED: RunFinished,
+    EventKind.WAITING: Waiting,
+    EventKind.SIGNAL_SENT: SignalSent,
+    EventKind.CANCEL_REQUESTED: CancelRequested,
+    EventKind.RETRIED: Retried,
+    EventKind.STEP_COPIED: StepCopied,
+    EventKind.RUNS_PRUNED: RunsPruned,
+    EventKind.WORKER_CLAIMED: WorkerClaimed,
     EventKind.WORKER_RELEASED: WorkerReleased,
 }
 """The payload type of every kind."""
@@ -231,8 +240,9 @@ def payload_problem(kind: str, data: dict[str, Any]) -> str | None:
     shape = PAYLOADS.get(EventKind(kind)) if kind in EventKind._value2member_map_ else None
     if shape is None:
         return f"no payload type for event kind {kind!r}"
-    required: frozenset[str] = getattr(shape, "__required_keys__")
-    allowed = required | getattr(shape, "__optional_keys__")
+    # getattr: the table is typed `type`, which mypy does not know to be a TypedDict.
+    required: frozenset[str] = getattr(shape, "__required_keys__")  # noqa: B009
+    allowed = required | getattr(shape, "__optional_keys__")  # noqa: B009
     missing, unknown = sorted(required - set(data)), sorted(set(data) - allowed)
     if missing or unknown:
         return f"{kind}: missing {missing}, undocumented {unknown}"

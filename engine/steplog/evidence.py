@@ -45,13 +45,23 @@ class RunLedger:
 
 def completed_post_keys(conn: LogConnection, run_id: str) -> set[str]:
     """Keys of the run's ``http_post`` effects that the log records as completed."""
-    rows = conn.execute("SELECT key FROM effect WHERE run_id = ? AND kind = 'http_post' AND status = 'completed'",
-                        (run_id,))
+    rows = conn.execute(
+        "SELECT key FROM effect WHERE run_id = ? AND kind = 'http_post' AND status = 'completed'",
+        (run_id,),
+    )
     return {k for (k,) in rows}
 
 
-def read_ledger(run_id: str, *, outbox: str | None, recorded_url: str | None, log: LogLocation,
-                completed: set[str], timeout: float = 2.0, transport: Any = None) -> RunLedger:
+def read_ledger(
+    run_id: str,
+    *,
+    outbox: str | None,
+    recorded_url: str | None,
+    log: LogLocation,
+    completed: set[str],
+    timeout: float = 2.0,
+    transport: Any = None,
+) -> RunLedger:
     """The run's ledger from ``outbox`` (a URL or an outbox file) if given, else from the URL the
     run recorded, else from the outbox file beside the log.
 
@@ -76,25 +86,36 @@ def read_ledger(run_id: str, *, outbox: str | None, recorded_url: str | None, lo
         tried.append(found.problem or str(file))
     else:
         tried.append(f"no outbox file at {file}")
-    return RunLedger(None, recorded_url or str(file),
-                     "its outbox could not be read (" + "; ".join(tried) + "); pass --outbox URL or FILE")
+    return RunLedger(
+        None,
+        recorded_url or str(file),
+        "its outbox could not be read (" + "; ".join(tried) + "); pass --outbox URL or FILE",
+    )
 
 
-def _from_url(run_id: str, url: str, timeout: float, completed: set[str], transport: Any) -> RunLedger:
+def _from_url(
+    run_id: str, url: str, timeout: float, completed: set[str], transport: Any
+) -> RunLedger:
     from .outbox.client import fetch_ledger
 
     source = f"outbox ledger at {url}"
     try:
         ledger = fetch_ledger(url, timeout=timeout, transport=transport).for_run(run_id)
     except Exception as exc:  # unreachable, refused, not an outbox: all mean "no evidence here"
-        return RunLedger(None, source, f"the outbox at {url} is not answering as an outbox ({plain_error(exc)})")
+        return RunLedger(
+            None, source, f"the outbox at {url} is not answering as an outbox ({plain_error(exc)})"
+        )
     return _plausible(ledger, source, completed, f"the outbox at {url}")
 
 
 def _plausible(ledger: Ledger, source: str, completed: set[str], where: str) -> RunLedger:
     """``ledger`` as this run's evidence, unless it holds none of the run's completed posts."""
     if completed and not completed & {d.key for d in ledger.deliveries}:
-        return RunLedger(None, source, f"{where} holds none of this run's messages (not the outbox it posted to?)")
+        return RunLedger(
+            None,
+            source,
+            f"{where} holds none of this run's messages (not the outbox it posted to?)",
+        )
     return RunLedger(ledger, source)
 
 

@@ -32,7 +32,9 @@ class History:
     def __init__(self, path: str | Path) -> None:
         self.path: LogLocation = location(path)
         if not self.path.exists():
-            raise LogError(f"{self.path} does not exist; run an agent first or pass an existing log")
+            raise LogError(
+                f"{self.path} does not exist; run an agent first or pass an existing log"
+            )
         if inspect(self.path) == 0:
             raise ForeignDatabase(f"{self.path} is an empty database, not a steplog log")
         self._engine = read_engine(self.path)
@@ -40,8 +42,12 @@ class History:
     def __enter__(self) -> History:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -50,7 +56,9 @@ class History:
     def runs(self) -> Sequence[RunRow]:
         """Every run, newest first."""
         with Session(self._engine) as s:
-            return s.exec(select(RunRow).order_by(col(RunRow.created_at).desc(), col(RunRow.id).desc())).all()
+            return s.exec(
+                select(RunRow).order_by(col(RunRow.created_at).desc(), col(RunRow.id).desc())
+            ).all()
 
     def run(self, run_id: str) -> RunRow:
         with Session(self._engine) as s:
@@ -62,15 +70,22 @@ class History:
     def steps(self, run_id: str) -> Sequence[StepRow]:
         """The run's steps in sequence order (one row per step, its latest attempt)."""
         with Session(self._engine) as s:
-            return s.exec(select(StepRow).where(StepRow.run_id == run_id).order_by(col(StepRow.seq))).all()
+            return s.exec(
+                select(StepRow).where(StepRow.run_id == run_id).order_by(col(StepRow.seq))
+            ).all()
 
     def effects(self, run_id: str) -> Sequence[EffectRow]:
         """The idempotency ledger of the run, in step order."""
         with Session(self._engine) as s:
-            return s.exec(select(EffectRow).where(EffectRow.run_id == run_id)
-                          .order_by(col(EffectRow.seq), col(EffectRow.idx))).all()
+            return s.exec(
+                select(EffectRow)
+                .where(EffectRow.run_id == run_id)
+                .order_by(col(EffectRow.seq), col(EffectRow.idx))
+            ).all()
 
-    def events(self, run_id: str | None = None, *, since: int = 0, limit: int | None = None) -> list[Event]:
+    def events(
+        self, run_id: str | None = None, *, since: int = 0, limit: int | None = None
+    ) -> list[Event]:
         """Events after bookmark ``since`` (an event id), oldest first: a tail of the log, read by
         ``steplog.logread`` as every other reader of the log reads it (``data`` parsed)."""
         conn = open_readonly(self.path, one_shot=True)

@@ -16,7 +16,6 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .db import LogConnection, is_damage, is_postgres, open_readonly
 from .errors import CorruptDatabase
@@ -27,7 +26,8 @@ def damaged(path: LogLocation, what: str) -> CorruptDatabase:
     """The one-line refusal of a damaged log."""
     return CorruptDatabase(
         f"{path} is damaged ({what}); it was left untouched: `steplog check --db {path}` says what is "
-        "wrong; restore it from a backup or point --db at a new path")
+        "wrong; restore it from a backup or point --db at a new path"
+    )
 
 
 @contextmanager
@@ -46,11 +46,17 @@ _PROBES = (
     ("SELECT * FROM run WHERE id = ?", True),
     ("SELECT * FROM run WHERE rowid = (SELECT max(rowid) FROM run)", False),
     # the run's steps read in full (replay reads them all), and where new step rows go
-    ("SELECT max(length(name) + coalesce(length(decision), 0) + coalesce(length(result), 0)"
-     " + coalesce(length(error), 0)) FROM step WHERE run_id = ?", True),
+    (
+        "SELECT max(length(name) + coalesce(length(decision), 0) + coalesce(length(result), 0)"
+        " + coalesce(length(error), 0)) FROM step WHERE run_id = ?",
+        True,
+    ),
     ("SELECT * FROM step WHERE rowid = (SELECT max(rowid) FROM step)", False),
     # the run's effects in full, and where new ledger rows and their keys go
-    ("SELECT max(length(key) + length(target) + coalesce(length(response), 0)) FROM effect WHERE run_id = ?", True),
+    (
+        "SELECT max(length(key) + length(target) + coalesce(length(response), 0)) FROM effect WHERE run_id = ?",
+        True,
+    ),
     ("SELECT key FROM effect WHERE key >= ? ORDER BY key LIMIT 1", True),
     ("SELECT * FROM effect WHERE rowid = (SELECT max(rowid) FROM effect)", False),
     # where the run's next event row and its index entry go
@@ -97,8 +103,12 @@ class Report:
         if self.ok:
             return f"ok: {self.runs} runs, {self.steps} steps, schema v{self.version}"
         first = "; ".join(p.replace("\n", " ") for p in self.problems[:2])
-        more = f" (and {len(self.problems) - 2} more, listed on stdout)" if len(self.problems) > 2 else ""
-        return (f"{self.path} is damaged: {first}{more}; restore it from a backup or point --db at a new path")
+        more = (
+            f" (and {len(self.problems) - 2} more, listed on stdout)"
+            if len(self.problems) > 2
+            else ""
+        )
+        return f"{self.path} is damaged: {first}{more}; restore it from a backup or point --db at a new path"
 
 
 def check(path: LogLocation) -> Report:
@@ -108,14 +118,20 @@ def check(path: LogLocation) -> Report:
     other command would. SQLite aborts a whole ``integrity_check`` at the first page it cannot
     read at all, so then each table is checked on its own, to say which ones are damaged.
     """
-    conn = open_readonly(path, one_shot=True)  # missing, foreign, newer, empty: refused like every reader does
+    conn = open_readonly(
+        path, one_shot=True
+    )  # missing, foreign, newer, empty: refused like every reader does
     if is_postgres(conn):
         return _check_postgres(conn, path)
     try:
         report = Report(path=path, version=int(conn.execute("PRAGMA user_version").fetchone()[0]))
         try:
             rows = [r[0] for r in conn.execute("PRAGMA integrity_check")]
-            report.problems = [] if rows == ["ok"] else [r.removeprefix("*** in database main ***\n") for r in rows]
+            report.problems = (
+                []
+                if rows == ["ok"]
+                else [r.removeprefix("*** in database main ***\n") for r in rows]
+            )
         except sqlite3.DatabaseError as exc:
             if not is_damage(exc):
                 raise
@@ -128,7 +144,10 @@ def check(path: LogLocation) -> Report:
 
 
 def _table_by_table(conn: LogConnection) -> Iterator[str]:
-    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+    tables = [
+        r[0]
+        for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+    ]
     for table in tables:
         try:
             rows = [r[0] for r in conn.execute(f'PRAGMA integrity_check("{table}")')]
@@ -138,7 +157,10 @@ def _table_by_table(conn: LogConnection) -> Iterator[str]:
             yield f"table {table}: its pages cannot be read ({exc})"
             continue
         if rows != ["ok"]:
-            yield from (f"table {table}: {r.removeprefix('*** in database main ***' + chr(10))}" for r in rows)
+            yield from (
+                f"table {table}: {r.removeprefix('*** in database main ***' + chr(10))}"
+                for r in rows
+            )
 
 
 def _check_postgres(conn: LogConnection, path: LogLocation) -> Report:
@@ -148,18 +170,34 @@ def _check_postgres(conn: LogConnection, path: LogLocation) -> Report:
     from .pgschema import META_TABLE
 
     try:
-        version = int(conn.execute(f"SELECT value FROM {META_TABLE} WHERE key = 'schema_version'").fetchone()[0])
+        version = int(
+            conn.execute(f"SELECT value FROM {META_TABLE} WHERE key = 'schema_version'").fetchone()[
+                0
+            ]
+        )
         report = Report(path=path, version=version)
-        triggers = {r[0] for r in conn.execute(
-            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'event'::regclass AND NOT tgisinternal")}
+        triggers = {
+            r[0]
+            for r in conn.execute(
+                "SELECT tgname FROM pg_trigger WHERE tgrelid = 'event'::regclass AND NOT tgisinternal"
+            )
+        }
         for name in ("event_is_append_only_update", "event_is_append_only_delete"):
             if name not in triggers:
-                report.problems.append(f"the event table lost its trigger {name} (it is no longer append-only)")
+                report.problems.append(
+                    f"the event table lost its trigger {name} (it is no longer append-only)"
+                )
         for table in ("step", "effect"):
-            orphans = int(conn.execute(f"SELECT count(*) FROM {table} t WHERE NOT EXISTS"
-                                       " (SELECT 1 FROM run r WHERE r.id = t.run_id)").fetchone()[0])
+            orphans = int(
+                conn.execute(
+                    f"SELECT count(*) FROM {table} t WHERE NOT EXISTS"
+                    " (SELECT 1 FROM run r WHERE r.id = t.run_id)"
+                ).fetchone()[0]
+            )
             if orphans:
-                report.problems.append(f"table {table}: {orphans} row(s) of runs that are not in the run table")
+                report.problems.append(
+                    f"table {table}: {orphans} row(s) of runs that are not in the run table"
+                )
         if report.ok:
             _count(conn, report)
     finally:

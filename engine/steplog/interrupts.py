@@ -38,8 +38,11 @@ from types import FrameType, TracebackType
 from typing import Any
 
 # SIGBREAK: Windows' CTRL_BREAK_EVENT, what ``procs.request_stop`` sends an engine there.
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGBREAK")
-                     if hasattr(signal, name))
+STOP_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGBREAK")
+    if hasattr(signal, name)
+)
 
 
 class StopRequested(KeyboardInterrupt):
@@ -106,11 +109,21 @@ class critical:
     def __enter__(self) -> None:
         _state.depth += 1
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         _state.depth -= 1
-        if exc_type is None and _state.depth == 0 and _state.requested is not None and not _state.raised \
-                and _state.shield == 0 and not _held_back():
+        if (
+            exc_type is None
+            and _state.depth == 0
+            and _state.requested is not None
+            and not _state.raised
+            and _state.shield == 0
+            and not _held_back()
+        ):
             _state.raised = True
             raise StopRequested(_state.requested)
 
@@ -125,11 +138,21 @@ class acting:
     def __enter__(self) -> None:
         _state.acting += 1
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         _state.acting -= 1
-        if exc_type is None and _state.acting == 0 and _state.depth == 0 \
-                and _state.requested is not None and not _state.raised and _state.shield == 0:
+        if (
+            exc_type is None
+            and _state.acting == 0
+            and _state.depth == 0
+            and _state.requested is not None
+            and not _state.raised
+            and _state.shield == 0
+        ):
             _state.raised = True
             raise StopRequested(_state.requested)
 
@@ -141,8 +164,12 @@ class shielded:
         _state.depth += 1
         _state.shield += 1
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         _state.shield -= 1
         _state.depth -= 1
 

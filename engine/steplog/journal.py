@@ -45,7 +45,9 @@ def dumps(value: Any) -> str:
     """The log's one JSON encoder. Strict JSON only: NaN and Infinity raise ``ValueError`` (like a
     value of no JSON type raises ``TypeError``), since no other JSON reader accepts them and every
     ``--json`` output and the monitor read back what is stored here."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True, allow_nan=False)
+    return json.dumps(
+        value, separators=(",", ":"), ensure_ascii=False, sort_keys=True, allow_nan=False
+    )
 
 
 def why_not_json(exc: Exception) -> str:
@@ -130,9 +132,19 @@ class Usage:
 class Journal:
     """Writes for one run by one incarnation. Not thread-safe: the engine's main thread only."""
 
-    def __init__(self, conn: LogConnection, run_id: str, incarnation: int, usage: Usage,
-                 *, clock: Clock = time.time, monotonic: Clock = time.monotonic,
-                 lease_seconds: float, synchronous: str = "FULL", observer: RunObserver | None = None) -> None:
+    def __init__(
+        self,
+        conn: LogConnection,
+        run_id: str,
+        incarnation: int,
+        usage: Usage,
+        *,
+        clock: Clock = time.time,
+        monotonic: Clock = time.monotonic,
+        lease_seconds: float,
+        synchronous: str = "FULL",
+        observer: RunObserver | None = None,
+    ) -> None:
         self.conn = conn
         self.observer = observer
         """Told of each change once it is committed (tracing); ``None`` costs one test per write."""
@@ -180,12 +192,16 @@ class Journal:
             self._sync = level
 
     @contextmanager
-    def _tx(self, *, durable: bool = True, run_sets: str = "", run_args: tuple[Any, ...] = ()) -> Iterator[LogConnection]:
+    def _tx(
+        self, *, durable: bool = True, run_sets: str = "", run_args: tuple[Any, ...] = ()
+    ) -> Iterator[LogConnection]:
         """One fenced write transaction; ``run_sets`` adds assignments to the run-row update.
 
         One generator, not three nested context managers: this runs twice per step."""
         if self.fenced.is_set():
-            raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
+            raise Fenced(
+                f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops"
+            )
         conn = self.conn
         # A stop signal waits for the end of the transaction (see ``interrupts``).
         with interrupts.critical():
@@ -195,13 +211,30 @@ class Journal:
                 conn.execute(RUN_WRITE)  # the fence below locks the run row first
                 u = self.usage
                 args: tuple[Any, ...] = (
-                    now, now + self._lease_seconds, boot_clock() + self._lease_seconds, self.seconds_used(),
-                    u.steps, u.tokens, u.tokens_estimated, u.reserved_tokens, u.cost_usd, u.reserved_cost_usd,
-                    u.retries, u.executions, *run_args, self.run_id, self.incarnation)
+                    now,
+                    now + self._lease_seconds,
+                    boot_clock() + self._lease_seconds,
+                    self.seconds_used(),
+                    u.steps,
+                    u.tokens,
+                    u.tokens_estimated,
+                    u.reserved_tokens,
+                    u.cost_usd,
+                    u.reserved_cost_usd,
+                    u.retries,
+                    u.executions,
+                    *run_args,
+                    self.run_id,
+                    self.incarnation,
+                )
                 if not run_sets:
                     sql = _FENCE_SQL
-                elif "lease_expires" in run_sets:  # the lease let go: one assignment per column (PostgreSQL)
-                    sql = _FENCE_SQL.replace(" lease_expires = ?,", "", 1).replace(" WHERE", ", " + run_sets + " WHERE", 1)
+                elif (
+                    "lease_expires" in run_sets
+                ):  # the lease let go: one assignment per column (PostgreSQL)
+                    sql = _FENCE_SQL.replace(" lease_expires = ?,", "", 1).replace(
+                        " WHERE", ", " + run_sets + " WHERE", 1
+                    )
                     args = args[:1] + args[2:]
                 else:
                     sql = _FENCE_SQL.replace(" WHERE", ", " + run_sets + " WHERE", 1)
@@ -212,7 +245,9 @@ class Journal:
                     self.cancel_requested = mine[0]
                 if mine is None:
                     self.fenced.set()
-                    raise Fenced(f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops")
+                    raise Fenced(
+                        f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops"
+                    )
                 yield conn
                 conn.execute("COMMIT")
                 self._committed = dict(vars(self.usage))  # a plain dict: this runs twice per step
@@ -226,7 +261,8 @@ class Journal:
                     raise LogWriteError(
                         f"writing the log failed ({first_line(exc)}); nothing was half-written: "
                         "free disk space or fix the file, then run the same command again to "
-                        "resume from the last checkpoint") from exc
+                        "resume from the last checkpoint"
+                    ) from exc
                 raise
 
     def _event(self, kind: str, seq: int | None, data: Mapping[str, Any]) -> None:
@@ -238,9 +274,20 @@ class Journal:
 
     # -- steps ------------------------------------------------------------------------------
 
-    def begin_attempt(self, seq: int, name: str, kind: str, *, attempt: int, recoveries: int,
-                      fresh: bool, durable: bool, reserve_tokens: int = 0, reserve_cost: float = 0.0,
-                      counted: bool = True) -> None:
+    def begin_attempt(
+        self,
+        seq: int,
+        name: str,
+        kind: str,
+        *,
+        attempt: int,
+        recoveries: int,
+        fresh: bool,
+        durable: bool,
+        reserve_tokens: int = 0,
+        reserve_cost: float = 0.0,
+        counted: bool = True,
+    ) -> None:
         """Commit that attempt ``attempt`` of step ``seq`` starts (and reserve its model budget).
         ``counted=False``: a wait taken up again, which redoes nothing (not an execution)."""
         u = self.usage
@@ -262,7 +309,11 @@ class Journal:
                     (attempt, recoveries, now, self.incarnation, self.run_id, seq),
                 )
             # Attempt 1, no recoveries and no reservation are the common case and left out.
-            data: StepStarted = {"name": name, "kind": kind, "usage": u.snapshot(self.seconds_used(), compact=True)}
+            data: StepStarted = {
+                "name": name,
+                "kind": kind,
+                "usage": u.snapshot(self.seconds_used(), compact=True),
+            }
             if attempt != 1:
                 data["attempt"] = attempt
             if recoveries:
@@ -276,9 +327,19 @@ class Journal:
     def count_retry(self) -> None:
         self.usage.retries += 1
 
-    def record_decision(self, seq: int, decision: dict[str, Any], *, tokens_in: int, tokens_out: int,
-                        tokens_cached: int, estimated: bool, cost: float,
-                        reserved_tokens: int, reserved_cost: float) -> None:
+    def record_decision(
+        self,
+        seq: int,
+        decision: dict[str, Any],
+        *,
+        tokens_in: int,
+        tokens_out: int,
+        tokens_cached: int,
+        estimated: bool,
+        cost: float,
+        reserved_tokens: int,
+        reserved_cost: float,
+    ) -> None:
         """Commit the model's answer before anything acts on it; swap reservation for usage."""
         u = self.usage
         u.reserved_tokens -= reserved_tokens
@@ -291,19 +352,48 @@ class Journal:
             self.conn.execute(
                 "UPDATE step SET phase = 'decided', decision = ?, tokens_in = ?, tokens_out = ?,"
                 " tokens_cached = ?, tokens_estimated = ?, cost_usd = ? WHERE run_id = ? AND seq = ?",
-                (dumps(decision), tokens_in, tokens_out, tokens_cached, int(estimated), cost,
-                 self.run_id, seq),
+                (
+                    dumps(decision),
+                    tokens_in,
+                    tokens_out,
+                    tokens_cached,
+                    int(estimated),
+                    cost,
+                    self.run_id,
+                    seq,
+                ),
             )
-            self._event(EventKind.DECISION_RECORDED, seq, {
-                "tokens_in": tokens_in, "tokens_out": tokens_out, "estimated": estimated,
-                "cost_usd": cost, "usage": u.snapshot(self.seconds_used()),
-            })
+            self._event(
+                EventKind.DECISION_RECORDED,
+                seq,
+                {
+                    "tokens_in": tokens_in,
+                    "tokens_out": tokens_out,
+                    "estimated": estimated,
+                    "cost_usd": cost,
+                    "usage": u.snapshot(self.seconds_used()),
+                },
+            )
         if self.observer is not None:
-            self.observer.decision_recorded(seq, decision, tokens_in=tokens_in, tokens_out=tokens_out,
-                                            tokens_cached=tokens_cached, estimated=estimated, cost=cost)
+            self.observer.decision_recorded(
+                seq,
+                decision,
+                tokens_in=tokens_in,
+                tokens_out=tokens_out,
+                tokens_cached=tokens_cached,
+                estimated=estimated,
+                cost=cost,
+            )
 
-    def fail_attempt(self, seq: int, error: str, *, will_retry: bool,
-                     release_tokens: int = 0, release_cost: float = 0.0) -> None:
+    def fail_attempt(
+        self,
+        seq: int,
+        error: str,
+        *,
+        will_retry: bool,
+        release_tokens: int = 0,
+        release_cost: float = 0.0,
+    ) -> None:
         u = self.usage
         # A failed model call spent nothing we know of; the provider did not bill an error.
         u.reserved_tokens -= release_tokens
@@ -313,12 +403,21 @@ class Journal:
                 "UPDATE step SET status = ?, error = ?, finished_at = ? WHERE run_id = ? AND seq = ?",
                 ("running" if will_retry else "failed", error, self._clock(), self.run_id, seq),
             )
-            self._event(EventKind.STEP_ATTEMPT_FAILED, seq, {"error": error, "will_retry": will_retry,
-                                                     "usage": u.snapshot(self.seconds_used())})
+            self._event(
+                EventKind.STEP_ATTEMPT_FAILED,
+                seq,
+                {
+                    "error": error,
+                    "will_retry": will_retry,
+                    "usage": u.snapshot(self.seconds_used()),
+                },
+            )
         if self.observer is not None:
             self.observer.attempt_failed(seq, error, will_retry=will_retry)
 
-    def commit_step(self, seq: int, name: str, kind: str, result_json: str, *, duration: float) -> None:
+    def commit_step(
+        self, seq: int, name: str, kind: str, result_json: str, *, duration: float
+    ) -> None:
         """The checkpoint: the step's result is recorded; it will never run again."""
         u = self.usage
         u.steps += 1
@@ -329,9 +428,14 @@ class Journal:
                 (result_json, self._clock(), self.run_id, seq),
             )
             # The name and kind are in this attempt's ``step_started`` (and the step row).
-            self._event(EventKind.STEP_COMMITTED, seq, {
-                "duration": round(duration, 6), "usage": u.snapshot(self.seconds_used(), compact=True),
-            })
+            self._event(
+                EventKind.STEP_COMMITTED,
+                seq,
+                {
+                    "duration": round(duration, 6),
+                    "usage": u.snapshot(self.seconds_used(), compact=True),
+                },
+            )
         if self.observer is not None:
             self.observer.step_committed(seq)
 
@@ -343,16 +447,35 @@ class Journal:
         # The wait's start is the first engine's, kept in the step's decision: an engine that
         # takes the wait up again after a kill does not restart it (nor the monitor's "since").
         since = decision.get("since") or self._clock()
-        with self._tx(run_sets="status = 'waiting', waiting_for = ?, waiting_since = ?, waiting_until = ?",
-                      run_args=(name, since, decision.get("deadline"))):
-            self.conn.execute("UPDATE step SET phase = 'waiting', decision = ? WHERE run_id = ? AND seq = ?",
-                              (dumps(decision), self.run_id, seq))
-            self._event(EventKind.WAITING, seq, {
-                "signal": name, "deadline": decision.get("deadline"), "since": since,
-                "usage": self.usage.snapshot(self.seconds_used())})
+        with self._tx(
+            run_sets="status = 'waiting', waiting_for = ?, waiting_since = ?, waiting_until = ?",
+            run_args=(name, since, decision.get("deadline")),
+        ):
+            self.conn.execute(
+                "UPDATE step SET phase = 'waiting', decision = ? WHERE run_id = ? AND seq = ?",
+                (dumps(decision), self.run_id, seq),
+            )
+            self._event(
+                EventKind.WAITING,
+                seq,
+                {
+                    "signal": name,
+                    "deadline": decision.get("deadline"),
+                    "since": since,
+                    "usage": self.usage.snapshot(self.seconds_used()),
+                },
+            )
 
-    def commit_wait(self, seq: int, name: str, kind: str, result_json: str, *, signal_id: int | None,
-                    duration: float) -> bool:
+    def commit_wait(
+        self,
+        seq: int,
+        name: str,
+        kind: str,
+        result_json: str,
+        *,
+        signal_id: int | None,
+        duration: float,
+    ) -> bool:
         """Record the wait step with the signal it consumes, both in one transaction: a signal is
         consumed exactly once however the engine dies. ``False`` if another engine consumed it
         first (this one is then fenced anyway)."""
@@ -360,7 +483,9 @@ class Journal:
         u.steps += 1
         now = self._clock()
         try:
-            self._commit_wait(seq, name, kind, result_json, signal_id=signal_id, duration=duration, now=now)
+            self._commit_wait(
+                seq, name, kind, result_json, signal_id=signal_id, duration=duration, now=now
+            )
         except _SignalTaken:
             u.steps -= 1
             return False
@@ -368,14 +493,24 @@ class Journal:
             self.observer.step_committed(seq)
         return True
 
-    def _commit_wait(self, seq: int, name: str, kind: str, result_json: str, *, signal_id: int | None,
-                     duration: float, now: float) -> None:
+    def _commit_wait(
+        self,
+        seq: int,
+        name: str,
+        kind: str,
+        result_json: str,
+        *,
+        signal_id: int | None,
+        duration: float,
+        now: float,
+    ) -> None:
         u = self.usage
         with self._tx(run_sets="status = 'running', waiting_for = NULL, waiting_since = NULL"):
             if signal_id is not None:
                 cur = self.conn.execute(
                     "UPDATE signal SET consumed_seq = ?, consumed_at = ? WHERE id = ? AND consumed_seq IS NULL",
-                    (seq, now, signal_id))
+                    (seq, now, signal_id),
+                )
                 if cur.rowcount != 1:
                     raise _SignalTaken()
             self.conn.execute(
@@ -383,15 +518,32 @@ class Journal:
                 " WHERE run_id = ? AND seq = ?",
                 (result_json, now, self.run_id, seq),
             )
-            self._event(EventKind.STEP_COMMITTED, seq, {
-                "name": name, "kind": kind, "duration": round(duration, 6), "signal_id": signal_id,
-                "usage": u.snapshot(self.seconds_used()),
-            })
+            self._event(
+                EventKind.STEP_COMMITTED,
+                seq,
+                {
+                    "name": name,
+                    "kind": kind,
+                    "duration": round(duration, 6),
+                    "signal_id": signal_id,
+                    "usage": u.snapshot(self.seconds_used()),
+                },
+            )
 
     # -- effects (the idempotency ledger) ---------------------------------------------------
 
-    def effect_started(self, key: str, seq: int, idx: int, kind: str, target: str,
-                       request_hash: str, idempotent: bool, *, again: bool) -> None:
+    def effect_started(
+        self,
+        key: str,
+        seq: int,
+        idx: int,
+        kind: str,
+        target: str,
+        request_hash: str,
+        idempotent: bool,
+        *,
+        again: bool,
+    ) -> None:
         now = self._clock()
         with self._tx():
             if again:
@@ -402,8 +554,14 @@ class Journal:
                     " request_hash, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'started', ?, ?)",
                     (key, self.run_id, seq, idx, kind, target, int(idempotent), request_hash, now),
                 )
-            self.conn.execute("UPDATE step SET phase = 'acting' WHERE run_id = ? AND seq = ?", (self.run_id, seq))
-            self._event(EventKind.EFFECT_STARTED, seq, {"key": key, "kind": kind, "target": target, "again": again})
+            self.conn.execute(
+                "UPDATE step SET phase = 'acting' WHERE run_id = ? AND seq = ?", (self.run_id, seq)
+            )
+            self._event(
+                EventKind.EFFECT_STARTED,
+                seq,
+                {"key": key, "kind": kind, "target": target, "again": again},
+            )
         if self.observer is not None:
             self.observer.effect_started(seq, key, kind, target, again=again)
 
@@ -419,18 +577,31 @@ class Journal:
 
     # -- the run ----------------------------------------------------------------------------
 
-    def finish(self, status: str, reason: str | None, result_json: str | None,
-               details: dict[str, Any] | None = None) -> None:
+    def finish(
+        self,
+        status: str,
+        reason: str | None,
+        result_json: str | None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
         """The terminal transaction: status, reason, result, and the lease released."""
         self.finishing.set()
         now = self._clock()
-        with self._tx(run_sets="status = ?, reason = ?, result = ?, finished_at = ?, lease_pid = NULL,"
-                              " lease_expires = NULL, waiting_for = NULL, waiting_since = NULL",
-                      run_args=(status, reason, result_json, now)):
-            self._event(EventKind.RUN_FINISHED, None, {
-                "status": status, "reason": reason, **(details or {}),
-                "usage": self.usage.snapshot(self.seconds_used()),
-            })
+        with self._tx(
+            run_sets="status = ?, reason = ?, result = ?, finished_at = ?, lease_pid = NULL,"
+            " lease_expires = NULL, waiting_for = NULL, waiting_since = NULL",
+            run_args=(status, reason, result_json, now),
+        ):
+            self._event(
+                EventKind.RUN_FINISHED,
+                None,
+                {
+                    "status": status,
+                    "reason": reason,
+                    **(details or {}),
+                    "usage": self.usage.snapshot(self.seconds_used()),
+                },
+            )
         if self.observer is not None:
             self.observer.incarnation_ended(status, reason)
 
@@ -439,7 +610,11 @@ class Journal:
         try:
             with interrupts.shielded():  # the process is stopping already
                 with self._tx(run_sets="lease_pid = NULL, lease_expires = NULL"):
-                    self._event(EventKind.LEASE_RELEASED, None, {"usage": self.usage.snapshot(self.seconds_used())})
+                    self._event(
+                        EventKind.LEASE_RELEASED,
+                        None,
+                        {"usage": self.usage.snapshot(self.seconds_used())},
+                    )
             if self.observer is not None:
                 self.observer.incarnation_ended(None, "released: the engine was stopped")
         except (Fenced, LogWriteError, sqlite3.Error):
@@ -455,14 +630,22 @@ def deaths_inside(conn: LogConnection, run_id: str, seq: int, *, current: int) -
     and never ended cleanly (no ``lease_released`` or ``run_finished``). A stop (SIGTERM, cancel,
     exit while waiting) ends cleanly: it is no death, and no poison pill. Read on the rare path of
     resuming a step an earlier engine left running."""
-    started = {i for (i,) in conn.execute(
-        "SELECT DISTINCT incarnation FROM event WHERE run_id = ? AND seq = ? AND kind = ? AND incarnation < ?",
-        (run_id, seq, EventKind.STEP_STARTED, current))}
+    started = {
+        i
+        for (i,) in conn.execute(
+            "SELECT DISTINCT incarnation FROM event WHERE run_id = ? AND seq = ? AND kind = ? AND incarnation < ?",
+            (run_id, seq, EventKind.STEP_STARTED, current),
+        )
+    }
     if not started:
         return 0
-    clean = {i for (i,) in conn.execute(
-        "SELECT DISTINCT incarnation FROM event WHERE run_id = ? AND kind IN (?, ?) AND incarnation < ?",
-        (run_id, EventKind.LEASE_RELEASED, EventKind.RUN_FINISHED, current))}
+    clean = {
+        i
+        for (i,) in conn.execute(
+            "SELECT DISTINCT incarnation FROM event WHERE run_id = ? AND kind IN (?, ?) AND incarnation < ?",
+            (run_id, EventKind.LEASE_RELEASED, EventKind.RUN_FINISHED, current),
+        )
+    }
     return len(started - clean)
 
 
@@ -470,7 +653,8 @@ def pending_signal(conn: LogConnection, run_id: str, name: str) -> tuple[int, st
     """The oldest unconsumed signal ``name`` for the run: ``(id, data JSON)``."""
     row = conn.execute(
         "SELECT id, data FROM signal WHERE run_id = ? AND name = ? AND consumed_seq IS NULL ORDER BY id LIMIT 1",
-        (run_id, name)).fetchone()
+        (run_id, name),
+    ).fetchone()
     return (int(row[0]), str(row[1])) if row else None
 
 
@@ -483,11 +667,18 @@ def load_steps(conn: LogConnection, run_id: str) -> dict[int, Committed | StepRe
     """Every step of the run in two queries (never one per step): the committed ones as
     ``Committed``, the few others (started, decided, failed) as full ``StepRecord``s."""
     make = functools.partial(tuple.__new__, Committed)  # Committed._make without its Python frame
-    steps: dict[int, Committed | StepRecord] = {r[0]: make(r) for r in conn.execute(
-        "SELECT seq, name, kind, result FROM step WHERE run_id = ? AND status = 'committed'", (run_id,))}
+    steps: dict[int, Committed | StepRecord] = {
+        r[0]: make(r)
+        for r in conn.execute(
+            "SELECT seq, name, kind, result FROM step WHERE run_id = ? AND status = 'committed'",
+            (run_id,),
+        )
+    }
     for r in conn.execute(
-            "SELECT seq, name, kind, status, phase, decision, result, error, attempts, recoveries, incarnation"
-            " FROM step WHERE run_id = ? AND status != 'committed'", (run_id,)):
+        "SELECT seq, name, kind, status, phase, decision, result, error, attempts, recoveries, incarnation"
+        " FROM step WHERE run_id = ? AND status != 'committed'",
+        (run_id,),
+    ):
         steps[r[0]] = StepRecord(*r)
     return steps
 
@@ -499,8 +690,9 @@ def load_effect(conn: LogConnection, key: str) -> EffectRecord | None:
     return EffectRecord(row[0], row[1], row[2], row[3], bool(row[4])) if row else None
 
 
-def carried_effect(conn: LogConnection, forked_from: tuple[str, int], seq: int,
-                   idx: int) -> EffectRecord | None:
+def carried_effect(
+    conn: LogConnection, forked_from: tuple[str, int], seq: int, idx: int
+) -> EffectRecord | None:
     """The ledger row a fork carries on for effect ``idx`` of its step ``seq``, if any.
 
     ``forked_from`` is the fork's ``(parent run, step it was forked at)``. A fork runs from that
@@ -520,17 +712,21 @@ def carried_effect(conn: LogConnection, forked_from: tuple[str, int], seq: int,
     seen: set[str] = set()
     while parent is not None and seq >= at and parent not in seen:
         seen.add(parent)
-        step = conn.execute("SELECT status FROM step WHERE run_id = ? AND seq = ?",
-                            (parent, seq)).fetchone()
+        step = conn.execute(
+            "SELECT status FROM step WHERE run_id = ? AND seq = ?", (parent, seq)
+        ).fetchone()
         if step is not None and step[0] == "committed":
             return None
         row = conn.execute(
             "SELECT key, status, request_hash, response, idempotent, kind, target FROM effect"
-            " WHERE run_id = ? AND seq = ? AND idx = ?", (parent, seq, idx)).fetchone()
+            " WHERE run_id = ? AND seq = ? AND idx = ?",
+            (parent, seq, idx),
+        ).fetchone()
         if row is not None:
             return EffectRecord(row[0], row[1], row[2], row[3], bool(row[4]), row[5], row[6])
-        up = conn.execute("SELECT parent_run_id, parent_step FROM run WHERE id = ?",
-                          (parent,)).fetchone()
+        up = conn.execute(
+            "SELECT parent_run_id, parent_step FROM run WHERE id = ?", (parent,)
+        ).fetchone()
         if up is None or up[0] is None:
             return None
         parent, at = str(up[0]), int(up[1])
@@ -541,7 +737,8 @@ def released_effects(conn: LogConnection, run_id: str) -> set[str]:
     """Keys of unconfirmed non-idempotent effects that ``steplog retry --force`` told the run to
     send again (recorded with its ``retried`` events)."""
     keys: set[str] = set()
-    for (data,) in conn.execute("SELECT data FROM event WHERE run_id = ? AND kind = ?",
-                                (run_id, EventKind.RETRIED)):
+    for (data,) in conn.execute(
+        "SELECT data FROM event WHERE run_id = ? AND kind = ?", (run_id, EventKind.RETRIED)
+    ):
         keys.update(json.loads(data).get("resent") or ())
     return keys

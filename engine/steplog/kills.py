@@ -86,7 +86,9 @@ class Account:
 
     def redone_after(self, incarnation: int) -> int:
         """Steps the killed engine ``incarnation`` had in flight that a later engine ran again."""
-        return sum(1 for r in self.reruns if r.cause == "kill" and r.previous_incarnation == incarnation)
+        return sum(
+            1 for r in self.reruns if r.cause == "kill" and r.previous_incarnation == incarnation
+        )
 
     def faulty(self) -> list[Rerun]:
         return [r for r in self.reruns if r.cause in FAULTY]
@@ -114,15 +116,23 @@ def account(events: Sequence[Event]) -> Account:
     ended_cleanly: set[int] = set()
     last_ts: dict[int, float] = {}
     holder = 0
-    sent_by: dict[int, Cause | None] = {}  # step -> cause of its current execution (None: first run)
+    sent_by: dict[
+        int, Cause | None
+    ] = {}  # step -> cause of its current execution (None: first run)
     for e in events:
         kind, inc = e.kind, e.incarnation
         if kind == EventKind.LEASE_ACQUIRED:
             if e.data.get("previous_pid") is not None and holder and holder not in ended_cleanly:
                 killed_at = e.data.get("killed_at")
                 exact = isinstance(killed_at, (int, float))
-                at = float(killed_at) if isinstance(killed_at, (int, float)) else last_ts.get(holder, e.ts)
-                out.deaths.append(Death(holder, at, exact, e.ts, frozenset(open_by.get(holder, ()))))
+                at = (
+                    float(killed_at)
+                    if isinstance(killed_at, (int, float))
+                    else last_ts.get(holder, e.ts)
+                )
+                out.deaths.append(
+                    Death(holder, at, exact, e.ts, frozenset(open_by.get(holder, ())))
+                )
             holder = inc
         elif kind in _CLEAN_ENDS:
             ended_cleanly.add(inc)
@@ -141,8 +151,9 @@ def account(events: Sequence[Event]) -> Account:
         elif kind == EventKind.STEP_COMMITTED and e.seq is not None:
             _finish(attempts, open_by, e.seq, "committed")
         elif kind == EventKind.STEP_COPIED and e.seq is not None:
-            attempts[e.seq] = _Attempt(inc, str(e.data.get("kind", "")), str(e.data.get("name", "")),
-                                       "committed")
+            attempts[e.seq] = _Attempt(
+                inc, str(e.data.get("kind", "")), str(e.data.get("name", "")), "committed"
+            )
         elif kind == EventKind.STEP_ATTEMPT_FAILED and e.seq is not None:
             _finish(attempts, open_by, e.seq, "failed")
         elif kind == EventKind.EFFECT_STARTED:
@@ -168,8 +179,12 @@ def _cause(before: _Attempt, inc: int, ended_cleanly: set[int], kind: str) -> Ca
     return "stop" if before.incarnation in ended_cleanly else "kill"
 
 
-def _finish(attempts: dict[int, _Attempt], open_by: dict[int, set[int]], seq: int,
-            state: Literal["committed", "failed"]) -> None:
+def _finish(
+    attempts: dict[int, _Attempt],
+    open_by: dict[int, set[int]],
+    seq: int,
+    state: Literal["committed", "failed"],
+) -> None:
     a = attempts.get(seq)
     if a is not None:
         a.state = state

@@ -38,9 +38,12 @@ class Launch:
     @classmethod
     def from_options(cls, o: dict[str, Any]) -> Launch:
         """From the parsed engine options of the command line (``cli._ENGINE_OPTIONS``)."""
-        return cls(pace=float(o.get("pace") or 0.0), base_url=o.get("base_url"),
-                   sync="normal" if o.get("synchronous") == "normal" else "full",
-                   lease_seconds=o.get("lease_seconds"))
+        return cls(
+            pace=float(o.get("pace") or 0.0),
+            base_url=o.get("base_url"),
+            sync="normal" if o.get("synchronous") == "normal" else "full",
+            lease_seconds=o.get("lease_seconds"),
+        )
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -52,13 +55,24 @@ class Launch:
             return cls()
         data = json.loads(text)
         sync = data.get("sync")
-        return cls(pace=float(data.get("pace") or 0.0), base_url=data.get("base_url"),
-                   sync="normal" if sync == "normal" else "full", lease_seconds=data.get("lease_seconds"))
+        return cls(
+            pace=float(data.get("pace") or 0.0),
+            base_url=data.get("base_url"),
+            sync="normal" if sync == "normal" else "full",
+            lease_seconds=data.get("lease_seconds"),
+        )
 
     def engine_args(self, *, default_lease_seconds: float) -> list[str]:
         """The options of ``steplog run`` that start the engine this way."""
         lease = self.lease_seconds if self.lease_seconds is not None else default_lease_seconds
-        args = ["--pace", repr(self.pace), "--sync", self.sync, "--lease-seconds", repr(float(lease))]
+        args = [
+            "--pace",
+            repr(self.pace),
+            "--sync",
+            self.sync,
+            "--lease-seconds",
+            repr(float(lease)),
+        ]
         if self.base_url:
             args += ["--base-url", self.base_url]
         return args

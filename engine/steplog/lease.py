@@ -19,15 +19,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 DEFAULT_LEASE_SECONDS = 15.0
 MAX_LEASE_SECONDS = 86_400.0
 """A day: a longer lease only keeps a run from being taken over after its remote engine died."""
 
 
-LEASE_COLUMNS = "lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires, lease_expires_boot"
+LEASE_COLUMNS = (
+    "lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires, lease_expires_boot"
+)
 """A run row's lease, in the order ``lease_vacancy`` reads it."""
 LEASE_FIELDS = tuple(c.strip() for c in LEASE_COLUMNS.split(","))
 
@@ -85,7 +87,7 @@ def _proc_start_linux(pid: int) -> float | None:
             stat = Path(f"/proc/{pid}/stat").read_bytes()
         except (FileNotFoundError, ProcessLookupError):
             return None
-        fields = stat[stat.rindex(b")") + 2:].split()  # the command name may hold spaces and ')'
+        fields = stat[stat.rindex(b")") + 2 :].split()  # the command name may hold spaces and ')'
         if fields[0] == b"Z":
             return None  # killed and not yet reaped by its parent: dead for our purpose
         return int(fields[19]) / os.sysconf("SC_CLK_TCK") + _linux_boot_time()
@@ -149,7 +151,9 @@ def vacancy(
         if proc_start is not None and abs(start - proc_start) > 0.5:
             return f"holder pid {pid} was reused by another process"
         if expires_boot is not None:
-            return f"holder pid {pid} let its lease expire" if expires_boot <= boot_clock() else None
+            return (
+                f"holder pid {pid} let its lease expire" if expires_boot <= boot_clock() else None
+            )
     if expires is not None and expires <= now:
         return f"holder pid {pid} on {host} let its lease expire"
     return None
@@ -158,8 +162,15 @@ def vacancy(
 def lease_vacancy(lease: Sequence[Any], now: float) -> str | None:
     """``vacancy`` of a row's ``LEASE_COLUMNS`` (a tuple, or a row read by position)."""
     pid, host, boot, proc_start, expires, expires_boot = (lease[i] for i in range(6))
-    return vacancy(pid=pid, host=host, boot=boot, proc_start=proc_start, expires=expires, now=now,
-                   expires_boot=expires_boot)
+    return vacancy(
+        pid=pid,
+        host=host,
+        boot=boot,
+        proc_start=proc_start,
+        expires=expires,
+        now=now,
+        expires_boot=expires_boot,
+    )
 
 
 def row_vacancy(row: Any, now: float) -> str | None:

@@ -98,8 +98,10 @@ def parse(value: str | os.PathLike[str]) -> LogLocation:
         return PgUrl(text)
     if "://" in text:
         scheme = text.split("://", 1)[0]
-        raise UsageError(f"--db {redact_url(text)!r}: {scheme}:// logs are not supported; give a file path "
-                         "(SQLite) or a postgresql://USER@HOST:PORT/DBNAME URL")
+        raise UsageError(
+            f"--db {redact_url(text)!r}: {scheme}:// logs are not supported; give a file path "
+            "(SQLite) or a postgresql://USER@HOST:PORT/DBNAME URL"
+        )
     return Path(text).expanduser()
 
 
@@ -111,6 +113,7 @@ def _check_url(text: str) -> None:
     """Refuse a PostgreSQL URL that no connection could be made from, before anything reads it
     (``UsageError``, its password left out): libpq, or ``urlsplit`` itself, would fail on it
     later with a traceback or a message about something else."""
+
     def refuse(why: str) -> UsageError:
         exc = UsageError(f"--db {_shown(text)!r}: {why}; {_FORM}")
         # What --db's parser says after the option's name.
@@ -136,8 +139,11 @@ def _check_url(text: str) -> None:
     port = netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
     if port and not (port.isdigit() and 0 < int(port) <= 65535):
         # Not echoed unless a number: in "user:secret/db" (no "@") the password reads as the port.
-        raise refuse(f"the port is out of range (1 to 65535): {port}" if port.isdigit()
-                     else "the port is not a number")
+        raise refuse(
+            f"the port is out of range (1 to 65535): {port}"
+            if port.isdigit()
+            else "the port is not a number"
+        )
     if not unquote(parts.path).strip("/"):
         raise refuse("it names no database")
 

@@ -74,8 +74,9 @@ def settled_upto(conn: Connection) -> int | None:
     return event_horizon(conn)  # type: ignore[arg-type]
 
 
-def events_since(conn: Connection, since: int = 0, *, run_id: str | None = None,
-                 limit: int | None = None) -> list[Event]:
+def events_since(
+    conn: Connection, since: int = 0, *, run_id: str | None = None, limit: int | None = None
+) -> list[Event]:
     """Events with ``id > since``, oldest first; of one run if ``run_id``; at most ``limit``;
     none beyond ``settled_upto``."""
     sql = f"SELECT {EVENT_COLUMNS} FROM event WHERE id > ?"

@@ -50,14 +50,27 @@ class RunObserver(Protocol):
 
     def incarnation_started(self, inc: Incarnation) -> None: ...
 
-    def attempt_started(self, seq: int, name: str, kind: str, *, attempt: int, recoveries: int) -> None: ...
+    def attempt_started(
+        self, seq: int, name: str, kind: str, *, attempt: int, recoveries: int
+    ) -> None: ...
 
-    def decision_recorded(self, seq: int, decision: dict[str, Any], *, tokens_in: int, tokens_out: int,
-                          tokens_cached: int, estimated: bool, cost: float) -> None: ...
+    def decision_recorded(
+        self,
+        seq: int,
+        decision: dict[str, Any],
+        *,
+        tokens_in: int,
+        tokens_out: int,
+        tokens_cached: int,
+        estimated: bool,
+        cost: float,
+    ) -> None: ...
 
     def attempt_failed(self, seq: int, error: str, *, will_retry: bool) -> None: ...
 
-    def effect_started(self, seq: int, key: str, kind: str, target: str, *, again: bool) -> None: ...
+    def effect_started(
+        self, seq: int, key: str, kind: str, target: str, *, again: bool
+    ) -> None: ...
 
     def effect_completed(self, seq: int, key: str) -> None: ...
 
@@ -82,17 +95,32 @@ def from_environment() -> RunObserver | None:
     try:
         from .otel import OtelObserver
     except ImportError as exc:
-        print(f"steplog: OTEL_* asks for traces but OpenTelemetry is not installed ({exc}); "
-              "pip install 'steplog[otel]' — running without traces", file=sys.stderr)
+        print(
+            f"steplog: OTEL_* asks for traces but OpenTelemetry is not installed ({exc}); "
+            "pip install 'steplog[otel]' — running without traces",
+            file=sys.stderr,
+        )
         return None
     return OtelObserver()
 
 
-def incarnation_of(conn: LogConnection, row: sqlite3.Row, incarnation: int, resumed: bool) -> Incarnation:
+def incarnation_of(
+    conn: LogConnection, row: sqlite3.Row, incarnation: int, resumed: bool
+) -> Incarnation:
     """The incarnation just claimed, with how it took the lease over (its ``lease_acquired`` event)."""
-    found = conn.execute("SELECT data FROM event WHERE run_id = ? AND kind = ? AND incarnation = ?"
-                         " ORDER BY id DESC LIMIT 1", (row["id"], EventKind.LEASE_ACQUIRED, incarnation)).fetchone()
+    found = conn.execute(
+        "SELECT data FROM event WHERE run_id = ? AND kind = ? AND incarnation = ?"
+        " ORDER BY id DESC LIMIT 1",
+        (row["id"], EventKind.LEASE_ACQUIRED, incarnation),
+    ).fetchone()
     data = json.loads(found[0]) if found else {}
-    return Incarnation(run_id=row["id"], agent=row["agent"], model=row["model"] or "offline", incarnation=incarnation,
-                       resumed=resumed, takeover=data.get("takeover"), previous_pid=data.get("previous_pid"),
-                       killed_at=data.get("killed_at"))
+    return Incarnation(
+        run_id=row["id"],
+        agent=row["agent"],
+        model=row["model"] or "offline",
+        incarnation=incarnation,
+        resumed=resumed,
+        takeover=data.get("takeover"),
+        previous_pid=data.get("previous_pid"),
+        killed_at=data.get("killed_at"),
+    )

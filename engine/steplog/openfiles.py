@@ -44,8 +44,12 @@ class _Guarded:
             interrupts.critical().__enter__()
         _lock.acquire()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         _lock.release()
         if threading.current_thread() is threading.main_thread():
             interrupts.critical().__exit__(exc_type, exc, tb)  # raises a stop deferred inside

@@ -75,26 +75,35 @@ def _build_provider() -> trace.TracerProvider:
     # shutdown_on_exit: the provider's atexit shutdown is the process's bounded flush
     # (``BoundedSpanProcessor.shutdown``), after a normal end, a stop by a signal or a cancel.
     service = os.environ.get("OTEL_SERVICE_NAME", "steplog")
-    provider = TracerProvider(resource=Resource.create({"service.name": service}),
-                              shutdown_on_exit=True)
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": service}), shutdown_on_exit=True
+    )
     wanted = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
     exporters: list[tuple[SpanExporter, str]] = []
     for name in (n.strip() for n in wanted.split(",")):
         if name == "console":
             exporters.append((ConsoleSpanExporter(out=sys.stderr), "stderr (the console exporter)"))
         elif name == "otlp":
-            protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-                        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf")
+            protocol = (
+                os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+                or "http/protobuf"
+            )
             if protocol != "http/protobuf":
-                print(f"steplog: OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not supported; sending OTLP over "
-                      "http/protobuf (the collector's port 4318)", file=sys.stderr)
+                print(
+                    f"steplog: OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not supported; sending OTLP over "
+                    "http/protobuf (the collector's port 4318)",
+                    file=sys.stderr,
+                )
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
             endpoint = _traces_endpoint()
             exporters.append((OTLPSpanExporter(endpoint=endpoint), destination(endpoint)))
         elif name != "none":
-            print(f"steplog: OTEL_TRACES_EXPORTER={name} is not supported (use otlp or console); ignored",
-                  file=sys.stderr)
+            print(
+                f"steplog: OTEL_TRACES_EXPORTER={name} is not supported (use otlp or console); ignored",
+                file=sys.stderr,
+            )
     for exporter, where in exporters:
         processor = BoundedSpanProcessor(exporter, destination=where)
         _own_processors.append(processor)
@@ -138,6 +147,7 @@ def _never_raises(method: _F) -> _F:
     """A tracing failure must never become the run's failure: the journal calls these between
     committed transactions, where an exception would read as the step failing. Said once, then
     the run goes on untraced by that call."""
+
     @functools.wraps(method)
     def guarded(self: OtelObserver, *args: Any, **kwargs: Any) -> None:
         try:
@@ -145,7 +155,11 @@ def _never_raises(method: _F) -> _F:
         except Exception as exc:
             if not self._complained:
                 self._complained = True
-                print(f"steplog: tracing failed ({type(exc).__name__}: {exc}); the run goes on", file=sys.stderr)
+                print(
+                    f"steplog: tracing failed ({type(exc).__name__}: {exc}); the run goes on",
+                    file=sys.stderr,
+                )
+
     return guarded  # type: ignore[return-value]
 
 
@@ -180,8 +194,12 @@ class OtelObserver:
     @_never_raises
     def incarnation_started(self, inc: Incarnation) -> None:
         self._inc = inc
-        attrs: dict[str, Any] = {"steplog.run.id": inc.run_id, "steplog.agent": inc.agent,
-                                 "steplog.incarnation": inc.incarnation, "steplog.resumed": inc.resumed}
+        attrs: dict[str, Any] = {
+            "steplog.run.id": inc.run_id,
+            "steplog.agent": inc.agent,
+            "steplog.incarnation": inc.incarnation,
+            "steplog.resumed": inc.resumed,
+        }
         if inc.takeover:
             attrs["steplog.takeover"] = inc.takeover
         if inc.previous_pid is not None:
@@ -189,8 +207,9 @@ class OtelObserver:
         if inc.killed_at is not None:
             attrs["steplog.killed_at"] = inc.killed_at
         # A new trace per incarnation, whatever span the calling program has open.
-        self._root = self._tracer.start_span("steplog run", context=context.Context(), kind=SpanKind.INTERNAL,
-                                             attributes=attrs)
+        self._root = self._tracer.start_span(
+            "steplog run", context=context.Context(), kind=SpanKind.INTERNAL, attributes=attrs
+        )
         self._root_token = context.attach(trace.set_span_in_context(self._root))
 
     @_never_raises
@@ -228,7 +247,9 @@ class OtelObserver:
     # -- steps -------------------------------------------------------------------------------
 
     @_never_raises
-    def attempt_started(self, seq: int, name: str, kind: str, *, attempt: int, recoveries: int) -> None:
+    def attempt_started(
+        self, seq: int, name: str, kind: str, *, attempt: int, recoveries: int
+    ) -> None:
         self._end_step(seq, "superseded")  # never expected: the previous attempt reported its end
         redone = recoveries > 0 and seq not in self._seen  # an earlier engine died inside this step
         self._seen.add(seq)
@@ -236,15 +257,33 @@ class OtelObserver:
         # code makes inside it nest there) only when no other step is open: parallel steps
         # (asyncio.gather, run.map) would otherwise attach and detach contexts out of order.
         alone = not self._step
-        span = self._tracer.start_span(name, context=self._under(self._root), attributes={
-            "steplog.step.seq": seq, "steplog.step.name": name, "steplog.step.kind": kind,
-            "steplog.step.attempt": attempt, "steplog.step.redone": redone, "steplog.step.recoveries": recoveries})
+        span = self._tracer.start_span(
+            name,
+            context=self._under(self._root),
+            attributes={
+                "steplog.step.seq": seq,
+                "steplog.step.name": name,
+                "steplog.step.kind": kind,
+                "steplog.step.attempt": attempt,
+                "steplog.step.redone": redone,
+                "steplog.step.recoveries": recoveries,
+            },
+        )
         token = context.attach(trace.set_span_in_context(span)) if alone else None
         self._step[seq] = _Step(span, token, kind, time.time_ns())
 
     @_never_raises
-    def decision_recorded(self, seq: int, decision: dict[str, Any], *, tokens_in: int, tokens_out: int,
-                          tokens_cached: int, estimated: bool, cost: float) -> None:
+    def decision_recorded(
+        self,
+        seq: int,
+        decision: dict[str, Any],
+        *,
+        tokens_in: int,
+        tokens_out: int,
+        tokens_cached: int,
+        estimated: bool,
+        cost: float,
+    ) -> None:
         step = self._step.get(seq)
         if step is None:
             return
@@ -254,18 +293,28 @@ class OtelObserver:
         requested = self._inc.model if self._inc else "offline"
         provider = "steplog.offline" if requested == "offline" else "openai"
         attrs: dict[str, Any] = {
-            "gen_ai.operation.name": "chat", "gen_ai.provider.name": provider, "gen_ai.system": provider,
-            "gen_ai.request.model": requested, "gen_ai.usage.input_tokens": tokens_in,
-            "gen_ai.usage.output_tokens": tokens_out, "steplog.tokens_estimated": estimated,
-            "steplog.cost_usd": cost}
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider,
+            "gen_ai.system": provider,
+            "gen_ai.request.model": requested,
+            "gen_ai.usage.input_tokens": tokens_in,
+            "gen_ai.usage.output_tokens": tokens_out,
+            "steplog.tokens_estimated": estimated,
+            "steplog.cost_usd": cost,
+        }
         if decision.get("model"):
             attrs["gen_ai.response.model"] = str(decision["model"])
         if decision.get("finish_reason"):
             attrs["gen_ai.response.finish_reasons"] = [str(decision["finish_reason"])]
         if tokens_cached:
             attrs["gen_ai.usage.cache_read.input_tokens"] = tokens_cached
-        span = self._tracer.start_span(f"chat {requested}", context=self._under(step.span), kind=SpanKind.CLIENT,
-                                       start_time=step.started_ns, attributes=attrs)
+        span = self._tracer.start_span(
+            f"chat {requested}",
+            context=self._under(step.span),
+            kind=SpanKind.CLIENT,
+            start_time=step.started_ns,
+            attributes=attrs,
+        )
         span.end()
 
     @_never_raises
@@ -273,10 +322,17 @@ class OtelObserver:
         step = self._step.get(seq)
         if step is not None and step.kind == "chat" and not step.model_done:
             requested = self._inc.model if self._inc else "offline"
-            span = self._tracer.start_span(f"chat {requested}", context=self._under(step.span), kind=SpanKind.CLIENT,
-                                           start_time=step.started_ns,
-                                           attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": requested,
-                                                       "error.type": error.split(":", 1)[0]})
+            span = self._tracer.start_span(
+                f"chat {requested}",
+                context=self._under(step.span),
+                kind=SpanKind.CLIENT,
+                start_time=step.started_ns,
+                attributes={
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.request.model": requested,
+                    "error.type": error.split(":", 1)[0],
+                },
+            )
             span.set_status(Status(StatusCode.ERROR, error))
             span.end()
         self._end_step(seq, "retrying" if will_retry else "failed", error)
@@ -290,12 +346,22 @@ class OtelObserver:
         step = self._step.get(seq)
         if step is None:
             return
-        span = self._tracer.start_span(f"effect {kind}", context=self._under(step.span),
-                                       kind=SpanKind.CLIENT if kind == "http_post" else SpanKind.INTERNAL,
-                                       attributes={"steplog.effect.key": key, "steplog.effect.kind": kind,
-                                                   "steplog.effect.target": target, "steplog.effect.again": again})
+        span = self._tracer.start_span(
+            f"effect {kind}",
+            context=self._under(step.span),
+            kind=SpanKind.CLIENT if kind == "http_post" else SpanKind.INTERNAL,
+            attributes={
+                "steplog.effect.key": key,
+                "steplog.effect.kind": kind,
+                "steplog.effect.target": target,
+                "steplog.effect.again": again,
+            },
+        )
         current = step.token is not None and not step.effects  # nested in the current step only
-        step.effects[key] = (span, context.attach(trace.set_span_in_context(span)) if current else None)
+        step.effects[key] = (
+            span,
+            context.attach(trace.set_span_in_context(span)) if current else None,
+        )
 
     @_never_raises
     def effect_completed(self, seq: int, key: str) -> None:
@@ -312,7 +378,9 @@ class OtelObserver:
         step = self._step.pop(seq, None)
         if step is None:
             return
-        for span, token in reversed(list(step.effects.values())):  # unconfirmed effects of a failed attempt
+        for span, token in reversed(
+            list(step.effects.values())
+        ):  # unconfirmed effects of a failed attempt
             span.set_status(Status(StatusCode.ERROR, error or "not confirmed"))
             self._detach(token)
             span.end()
@@ -330,7 +398,11 @@ class OtelObserver:
 
     @staticmethod
     def _under(parent: Span | None) -> context.Context:
-        return trace.set_span_in_context(parent, context.Context()) if parent is not None else context.Context()
+        return (
+            trace.set_span_in_context(parent, context.Context())
+            if parent is not None
+            else context.Context()
+        )
 
     @staticmethod
     def _detach(token: object | None) -> None:

@@ -25,8 +25,11 @@ DEFAULT_FLUSH_SECONDS = 1.0
 MAX_FLUSH_SECONDS = 600.0
 HEADERS_ENVS = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
 """The variables the OTLP exporter takes its request headers from (the first one set wins)."""
-_BSP_ENVS = {"OTEL_BSP_SCHEDULE_DELAY": 0, "OTEL_BSP_MAX_QUEUE_SIZE": 1,
-             "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": 1}
+_BSP_ENVS = {
+    "OTEL_BSP_SCHEDULE_DELAY": 0,
+    "OTEL_BSP_MAX_QUEUE_SIZE": 1,
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": 1,
+}
 """The batching variables steplog's exporter reads, with the least each may be."""
 
 # OTLP exporter spec, "Specifying headers via environment variables": ``key=value`` pairs joined by
@@ -85,16 +88,19 @@ def check_environment(env: Mapping[str, str] = os.environ) -> None:
         except ValueError:
             value = math.nan
         if not (math.isfinite(value) and 0 <= value <= MAX_FLUSH_SECONDS):
-            raise UsageError(f"{FLUSH_SECONDS_ENV} must be a number of seconds from 0 to "
-                             f"{MAX_FLUSH_SECONDS:g} (got {raw!r}): how long an engine's end "
-                             "waits for its spans to be sent")
+            raise UsageError(
+                f"{FLUSH_SECONDS_ENV} must be a number of seconds from 0 to "
+                f"{MAX_FLUSH_SECONDS:g} (got {raw!r}): how long an engine's end "
+                "waits for its spans to be sent"
+            )
     if _program_provider():
         return
     for name, least in _BSP_ENVS.items():
         raw = env.get(name, "").strip()
         if raw and not (raw.isdigit() and int(raw) >= least):
-            raise UsageError(f"{name} must be a whole number, {least} or more (got {raw!r}); "
-                             "fix or unset it")
+            raise UsageError(
+                f"{name} must be a whole number, {least} or more (got {raw!r}); fix or unset it"
+            )
     wanted = env.get("OTEL_TRACES_EXPORTER", "").strip().lower() or "otlp"
     exporters = {n.strip() for n in wanted.split(",")}
     if "otlp" in exporters:
@@ -112,10 +118,13 @@ def _check_headers(name: str, value: str) -> None:
         elif _BAD_ESCAPE.search(entry):
             problem = "has a % that is not followed by two hex digits"
         elif _BAD_DECODED.search(unquote(entry.partition("=")[2])):
-            problem = ("decodes to a line break, another control character or a non-Latin-1 "
-                       "character")
+            problem = (
+                "decodes to a line break, another control character or a non-Latin-1 character"
+            )
         else:
             continue
-        raise UsageError(f"{name} is malformed: its entry {n} of {len(entries)} {problem}; write "
-                         "it as key1=value1,key2=value2 with each value URL-encoded (a space is "
-                         "%20, a comma %2C), or unset it; nothing was run")
+        raise UsageError(
+            f"{name} is malformed: its entry {n} of {len(entries)} {problem}; write "
+            "it as key1=value1,key2=value2 with each value URL-encoded (a space is "
+            "%20, a comma %2C), or unset it; nothing was run"
+        )

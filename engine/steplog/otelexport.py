@@ -200,13 +200,17 @@ class BoundedSpanProcessor(SpanProcessor):
 
     def _drop_line(self, unsent: int) -> str:
         spans = "span" if self.dropped == 1 else "spans"
-        line = (f"steplog: tracing: dropped {self.dropped} of {self.ended} {spans} "
-                f"bound for {self.destination}")
+        line = (
+            f"steplog: tracing: dropped {self.dropped} of {self.ended} {spans} "
+            f"bound for {self.destination}"
+        )
         if self.last_error:
             line += f" (last error: {self.last_error})"
         if unsent:
-            line += (f"; {unsent} were still unsent after the {self._flush_seconds:g} s "
-                     f"the end waits ({FLUSH_SECONDS_ENV})")
+            line += (
+                f"; {unsent} were still unsent after the {self._flush_seconds:g} s "
+                f"the end waits ({FLUSH_SECONDS_ENV})"
+            )
         return line + "; the runs themselves are unaffected"
 
 
@@ -230,8 +234,9 @@ class _LogGuard(logging.Handler):
                 message += "\n" + self._mask(logging.Formatter().formatException(record.exc_info))
         except Exception:  # noqa: BLE001 (a record that cannot be formatted is not passed on)
             return
-        masked = logging.makeLogRecord({**record.__dict__, "msg": message, "args": None,
-                                        "exc_info": None, "exc_text": None})
+        masked = logging.makeLogRecord(
+            {**record.__dict__, "msg": message, "args": None, "exc_info": None, "exc_text": None}
+        )
         logging.getLogger().handle(masked)  # on to the program's handlers (or Python's last resort)
 
     def _mask(self, text: str) -> str:

@@ -59,7 +59,9 @@ def snapshot(workdir: Path) -> Outputs:
         return Outputs()
     for path in sorted(p for p in workdir.rglob("*") if p.is_file()):
         rel = path.relative_to(workdir).as_posix()
-        if rel.endswith(_SIDE_SUFFIXES) or (path.name.startswith(".") and path.name.endswith(".tmp")):
+        if rel.endswith(_SIDE_SUFFIXES) or (
+            path.name.startswith(".") and path.name.endswith(".tmp")
+        ):
             continue
         data = path.read_bytes()
         if data.startswith(SQLITE_HEADER):
@@ -80,8 +82,12 @@ def _tables_of(path: Path) -> dict[str, Counter[str]]:
             shutil.copyfile(wal, copy.with_name(copy.name + "-wal"))
         conn = sqlite3.connect(copy)
         try:
-            names = [r[0] for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+            names = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+                )
+            ]
             out: dict[str, Counter[str]] = {}
             for name in names:
                 cur = conn.execute(f'SELECT * FROM "{name}"')
@@ -93,8 +99,11 @@ def _tables_of(path: Path) -> dict[str, Counter[str]]:
 
 
 def _canonical(row: dict[str, Any]) -> str:
-    return json.dumps({k: (v.hex() if isinstance(v, bytes) else v) for k, v in row.items()},
-                      sort_keys=True, ensure_ascii=False)
+    return json.dumps(
+        {k: (v.hex() if isinstance(v, bytes) else v) for k, v in row.items()},
+        sort_keys=True,
+        ensure_ascii=False,
+    )
 
 
 def row_label(canonical: str) -> str:
@@ -140,29 +149,51 @@ def compare(reference: Outputs, actual: Outputs) -> OutputDiff:
             w, g = want_rows.get(row, 0), got_rows.get(row, 0)
             subject = f"{table}: row {row_label(row)}"
             if g > w and w > 0:
-                out.duplicates.append(Finding("row", subject, f"appears {g} times (the reference has {w})"))
+                out.duplicates.append(
+                    Finding("row", subject, f"appears {g} times (the reference has {w})")
+                )
             elif g > w:
-                out.different.append(Finding("row", subject, f"extra row, not in the reference: {row}"))
+                out.different.append(
+                    Finding("row", subject, f"extra row, not in the reference: {row}")
+                )
             elif g < w:
-                out.missing.append(Finding("row", subject, f"appears {g} times (the reference has {w})"))
+                out.missing.append(
+                    Finding("row", subject, f"appears {g} times (the reference has {w})")
+                )
     return out
 
 
 def _file_difference(rel: str, want: bytes, got: bytes, out: OutputDiff) -> None:
     """Name how a file differs; lines appended again (a re-done append) are duplicates."""
     try:
-        want_lines, got_lines = Counter(want.decode().splitlines()), Counter(got.decode().splitlines())
+        want_lines, got_lines = (
+            Counter(want.decode().splitlines()),
+            Counter(got.decode().splitlines()),
+        )
     except UnicodeDecodeError:
-        out.different.append(Finding("file", rel, f"differs byte for byte ({len(got)} bytes, the reference {len(want)})"))
+        out.different.append(
+            Finding(
+                "file", rel, f"differs byte for byte ({len(got)} bytes, the reference {len(want)})"
+            )
+        )
         return
     extra, lacking = got_lines - want_lines, want_lines - got_lines
     if extra and not lacking and not (got_lines.keys() - want_lines.keys()):
         n = sum(extra.values())
         sample = next(iter(extra))
-        out.duplicates.append(Finding("file", rel, f"{n} extra line{'s' if n != 1 else ''}, written again "
-                                                   f"(e.g. {sample[:60]!r})"))
+        out.duplicates.append(
+            Finding(
+                "file",
+                rel,
+                f"{n} extra line{'s' if n != 1 else ''}, written again (e.g. {sample[:60]!r})",
+            )
+        )
     elif lacking and not extra:
         n = sum(lacking.values())
         out.missing.append(Finding("file", rel, f"{n} line{'s' if n != 1 else ''} missing"))
     else:
-        out.different.append(Finding("file", rel, f"differs byte for byte ({len(got)} bytes, the reference {len(want)})"))
+        out.different.append(
+            Finding(
+                "file", rel, f"differs byte for byte ({len(got)} bytes, the reference {len(want)})"
+            )
+        )

@@ -35,7 +35,9 @@ def _coerce(agent_name: str, key: str, raw: Any, annotation: Any) -> Any:
                 raise ValueError(raw)  # NaN and Infinity cannot be stored as JSON
             return number
     except ValueError:
-        raise UsageError(f"--param {key}={raw}: agent {agent_name} expects {'a finite float' if kind == 'float' else kind}") from None
+        raise UsageError(
+            f"--param {key}={raw}: agent {agent_name} expects {'a finite float' if kind == 'float' else kind}"
+        ) from None
     if kind == "bool":
         if raw.lower() in _TRUE:
             return True
@@ -51,7 +53,8 @@ def bind_params(agent: Agent[..., Any], params: Mapping[str, Any]) -> dict[str, 
         if SECRET_PARAM.search(key):
             raise UsageError(
                 f"--param {key}: params are stored in the log, secrets must not be; "
-                "pass it through an environment variable instead")
+                "pass it through an environment variable instead"
+            )
     sig = inspect.signature(agent.fn)
     accepted = list(sig.parameters.values())[1:]  # the first is the run
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted)
@@ -67,8 +70,10 @@ def bind_params(agent: Agent[..., Any], params: Mapping[str, Any]) -> dict[str, 
         try:
             dumps(value)
         except (TypeError, ValueError, RecursionError) as exc:
-            raise UsageError(f"param {key}={value!r} cannot be stored in the log as JSON ({why_not_json(exc)}); "
-                             "pass JSON data (str, finite number, bool, list, dict)") from None
+            raise UsageError(
+                f"param {key}={value!r} cannot be stored in the log as JSON ({why_not_json(exc)}); "
+                "pass JSON data (str, finite number, bool, list, dict)"
+            ) from None
     missing = [n for n, p in named.items() if p.default is inspect.Parameter.empty and n not in out]
     if missing:
         raise UsageError(f"agent {agent.name} needs --param {missing[0]}=VALUE")

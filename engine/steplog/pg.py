@@ -46,8 +46,15 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .errors import CorruptDatabase, ForeignDatabase, LogError, LogUnavailable, NewerSchema
-from .pgschema import (APPLICATION, META_TABLE, PG_ONLY, create_statements, expected_tables, pg_only_statements,
-                       upgrade_statements)
+from .pgschema import (
+    APPLICATION,
+    META_TABLE,
+    PG_ONLY,
+    create_statements,
+    expected_tables,
+    pg_only_statements,
+    upgrade_statements,
+)
 from .schema import SCHEMA_VERSION
 
 NUL_STAND_IN = "\ufffd"
@@ -127,7 +134,11 @@ def _wrap(exc: Exception) -> PgError:
     state = getattr(exc, "sqlstate", None) or ""
     if isinstance(exc, psycopg.IntegrityError) or state.startswith("23"):
         cls = PgIntegrityError
-    elif isinstance(exc, psycopg.OperationalError) or state.startswith(("53", "57", "08")) or state in _AS_SQLITE_DOES:
+    elif (
+        isinstance(exc, psycopg.OperationalError)
+        or state.startswith(("53", "57", "08"))
+        or state in _AS_SQLITE_DOES
+    ):
         cls = PgOperationalError
     err = cls(str(exc).strip())
     err.sqlstate = state or None
@@ -135,6 +146,7 @@ def _wrap(exc: Exception) -> PgError:
 
 
 # -- rows ---------------------------------------------------------------------------------------
+
 
 class _Row(tuple[Any, ...]):
     """A result row: a tuple, also indexable by column name (``sqlite3.Row``'s two ways)."""
@@ -238,8 +250,12 @@ class PgConnection:
 
             if isinstance(exc, psycopg.DataError) and params and "NUL (0x00)" in str(exc):
                 # Refused before anything was sent (adapting the parameters), so try once more.
-                return self.execute(sql, tuple(p.replace("\x00", NUL_STAND_IN) if isinstance(p, str) else p
-                                               for p in params))
+                return self.execute(
+                    sql,
+                    tuple(
+                        p.replace("\x00", NUL_STAND_IN) if isinstance(p, str) else p for p in params
+                    ),
+                )
             if isinstance(exc, psycopg.Error):
                 raise _wrap(exc) from exc
             raise
@@ -265,7 +281,10 @@ class PgConnection:
     def in_transaction(self) -> bool:
         from psycopg.pq import TransactionStatus
 
-        return self._raw.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+        return self._raw.info.transaction_status in (
+            TransactionStatus.INTRANS,
+            TransactionStatus.INERROR,
+        )
 
     def close(self) -> None:
         self._raw.close()
@@ -307,18 +326,27 @@ def connect(url: PgUrl) -> PgConnection:
     from psycopg.types.numeric import NumericLoader
 
     try:
-        raw = psycopg.connect(str.__str__(url), autocommit=True, connect_timeout=CONNECT_TIMEOUT,
-                              row_factory=_row_factory)
+        raw = psycopg.connect(
+            str.__str__(url),
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT,
+            row_factory=_row_factory,
+        )
     except (psycopg.Error, ValueError) as exc:  # ValueError: a URL Python cannot decode
         # Away for now (refused, starting up, too many connections) or wrong (no such database,
         # bad password, a URL that cannot be decoded): both exit 2 from a command, but a worker
         # waits out only the first.
-        away = (isinstance(exc, psycopg.Error) and transient(_wrap(exc))
-                and not any(words in str(exc) for words in _REFUSED))
+        away = (
+            isinstance(exc, psycopg.Error)
+            and transient(_wrap(exc))
+            and not any(words in str(exc) for words in _REFUSED)
+        )
         cls = LogUnavailable if away else LogError
-        raise cls(f"cannot connect to {url} ({_first_line(exc)}); check that the server runs, the "
-                  "database exists and the user may log in (PGPASSWORD or ~/.pgpass for a "
-                  "password)") from exc
+        raise cls(
+            f"cannot connect to {url} ({_first_line(exc)}); check that the server runs, the "
+            "database exists and the user may log in (PGPASSWORD or ~/.pgpass for a "
+            "password)"
+        ) from exc
     raw.adapters.register_loader("numeric", _NumericLoader.make(NumericLoader))
     return PgConnection(raw, url)
 
@@ -330,8 +358,12 @@ def _first_line(exc: BaseException) -> str:
 
 # -- validation and migrations ------------------------------------------------------------------
 
+
 def tables(conn: PgConnection) -> set[str]:
-    return {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
+    return {
+        r[0]
+        for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+    }
 
 
 def _read_version(conn: PgConnection, url: PgUrl) -> int:
@@ -348,21 +380,27 @@ def _read_state(conn: PgConnection, url: PgUrl) -> tuple[int, int]:
             return 0, 0
         raise ForeignDatabase(
             f"{url} is a PostgreSQL database but not a steplog log (tables: {', '.join(sorted(present)[:5])}); "
-            "it was left untouched: point --db at a steplog log or a new, empty database")
+            "it was left untouched: point --db at a steplog log or a new, empty database"
+        )
     meta = dict(conn.execute(f"SELECT key, value FROM {META_TABLE}").fetchall())
     if meta.get("application") != APPLICATION or not str(meta.get("schema_version", "")).isdigit():
         raise ForeignDatabase(
             f"{url} has a {META_TABLE} table that steplog did not write; it was left untouched: "
-            "point --db at a steplog log or a new, empty database")
+            "point --db at a steplog log or a new, empty database"
+        )
     version = int(meta["schema_version"])
     if version > SCHEMA_VERSION:
-        raise NewerSchema(f"{url} was written by a newer steplog (schema {version}, this one knows "
-                          f"{SCHEMA_VERSION}); upgrade steplog to use it")
+        raise NewerSchema(
+            f"{url} was written by a newer steplog (schema {version}, this one knows "
+            f"{SCHEMA_VERSION}); upgrade steplog to use it"
+        )
     missing = expected_tables(version) - present
     if missing:
-        raise CorruptDatabase(f"{url} is a steplog log (schema {version}) without its table(s) "
-                              f"{', '.join(sorted(missing))}; it was left untouched: restore it from a backup "
-                              "or point --db at a new database")
+        raise CorruptDatabase(
+            f"{url} is a steplog log (schema {version}) without its table(s) "
+            f"{', '.join(sorted(missing))}; it was left untouched: restore it from a backup "
+            "or point --db at a new database"
+        )
     pg_only = str(meta.get("pg_only", "0"))
     return version, int(pg_only) if pg_only.isdigit() else 0
 
@@ -381,9 +419,11 @@ def _migrate(conn: PgConnection, url: PgUrl) -> None:
     transactional here: a failed migration leaves nothing behind)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        version, pg_only = _read_state(conn, url)  # again, under the lock: another engine may have done it
+        version, pg_only = _read_state(
+            conn, url
+        )  # again, under the lock: another engine may have done it
         if version < SCHEMA_VERSION:
-            for statement in (create_statements() if version == 0 else upgrade_statements(version)):
+            for statement in create_statements() if version == 0 else upgrade_statements(version):
                 conn.execute(statement)
         if version > 0:
             for statement in pg_only_statements(pg_only):
@@ -421,7 +461,9 @@ def open_readonly(url: PgUrl) -> PgConnection:
     try:
         version = _read_version(conn, url)
         if version == 0:
-            raise ForeignDatabase(f"{url} is an empty database, not a steplog log; run an agent with --db {url} first")
+            raise ForeignDatabase(
+                f"{url} is an empty database, not a steplog log; run an agent with --db {url} first"
+            )
         conn.execute("SET default_transaction_read_only = on")
     except BaseException:
         conn.close()
@@ -447,10 +489,17 @@ def primary_key(conn: PgConnection, table: str) -> list[str]:
     rows = conn.execute(
         "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
         " WHERE i.indrelid = to_regclass(?) AND i.indisprimary ORDER BY array_position(i.indkey::int2[], a.attnum)",
-        (table,)).fetchall()
+        (table,),
+    ).fetchall()
     return [str(r[0]) for r in rows]
 
 
 def has_column(conn: PgConnection, table: str, column: str) -> bool:
-    return conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
-                        " AND table_name = ? AND column_name = ?", (table, column)).fetchone() is not None
+    return (
+        conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+            " AND table_name = ? AND column_name = ?",
+            (table, column),
+        ).fetchone()
+        is not None
+    )

@@ -66,7 +66,9 @@ class Listener:
         except psycopg.Error as exc:
             self.close()
             first = str(exc).strip().splitlines()
-            raise LogError(f"lost the connection to {self.url} ({first[0] if first else type(exc).__name__})") from exc
+            raise LogError(
+                f"lost the connection to {self.url} ({first[0] if first else type(exc).__name__})"
+            ) from exc
         return newest
 
     def close(self) -> None:

@@ -41,7 +41,9 @@ def check_seconds(option: str, value: Any, *, zero_ok: bool, most: float) -> Non
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise UsageError(f"{option} must be a finite number of seconds (got {value!r})")
     if value < 0 or (value == 0 and not zero_ok):
-        raise UsageError(f"{option} must be {'0 or more' if zero_ok else 'more than 0'} seconds (got {value})")
+        raise UsageError(
+            f"{option} must be {'0 or more' if zero_ok else 'more than 0'} seconds (got {value})"
+        )
     if value > most:
         raise UsageError(f"{option} must be at most {most:g} seconds (got {value:g})")
 

@@ -77,7 +77,11 @@ def child_pythonpath(extra: Sequence[str] = ()) -> str:
         if not entry or not Path(entry).is_dir():
             continue
         resolved = str(Path(entry).resolve())
-        if resolved.startswith(prefixes) or "site-packages" in resolved or "dist-packages" in resolved:
+        if (
+            resolved.startswith(prefixes)
+            or "site-packages" in resolved
+            or "dist-packages" in resolved
+        ):
             continue
         if resolved not in out:
             out.append(resolved)
@@ -110,7 +114,9 @@ _JOBS: dict[int, Any] = {}
 """Windows: the Job Object of each process ``spawn`` started, by pid (``hard_kill`` ends the job)."""
 
 
-def without_secrets(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str] | None]:
+def without_secrets(
+    argv: Sequence[str], env: Mapping[str, str] | None = None
+) -> tuple[list[str], dict[str, str] | None]:
     """``argv`` and ``env`` with a PostgreSQL URL's password moved from the one to the other.
 
     A command line is readable by every user of the machine (``ps``, ``/proc/PID/cmdline``); an
@@ -134,8 +140,14 @@ def without_secrets(argv: Sequence[str], env: Mapping[str, str] | None = None) -
     return out, {**(os.environ if env is None else env), "PGPASSWORD": password}
 
 
-def spawn(argv: Sequence[str], *, env: Mapping[str, str] | None = None, stdout: IO[Any] | int | None = None,
-          stderr: IO[Any] | int | None = None, cwd: Path | None = None) -> subprocess.Popen[bytes]:
+def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    stdout: IO[Any] | int | None = None,
+    stderr: IO[Any] | int | None = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a process group of its own, stdin closed, no password on its command
     line (``without_secrets``).
 
@@ -145,12 +157,26 @@ def spawn(argv: Sequence[str], *, env: Mapping[str, str] | None = None, stdout: 
     SIGKILL to a POSIX process group does."""
     argv, env = without_secrets(argv, env)
     if sys.platform == "win32":
-        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, cwd=cwd,
-                                 creationflags=subprocess.CREATE_NEW_PROCESS_GROUP | _CREATE_SUSPENDED)
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+            cwd=cwd,
+            creationflags=subprocess.CREATE_NEW_PROCESS_GROUP | _CREATE_SUSPENDED,
+        )
         _into_job(popen.pid)
         return popen
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, cwd=cwd,
-                            start_new_session=True)
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
 
 
 def die_with_parent() -> None:
@@ -199,7 +225,9 @@ def _into_job(pid: int) -> None:
     try:
         # A PyHANDLE (types-pywin32's stub says None).
         job = cast(Any, win32job.CreateJobObject)(None, "")
-        handle = win32api.OpenProcess(win32con.PROCESS_SET_QUOTA | win32con.PROCESS_TERMINATE, False, pid)
+        handle = win32api.OpenProcess(
+            win32con.PROCESS_SET_QUOTA | win32con.PROCESS_TERMINATE, False, pid
+        )
         try:
             win32job.AssignProcessToJobObject(cast(int, job), handle)
         finally:
@@ -300,7 +328,9 @@ def stop_after(leader: int, group: int, *, poll: float = 0.5) -> None:
     while _alive(leader):
         time.sleep(poll)
     if sys.platform == "win32":
-        _kill_tree(group)  # no SIGTERM to a group there: the helper (the outbox) keeps no state to save
+        _kill_tree(
+            group
+        )  # no SIGTERM to a group there: the helper (the outbox) keeps no state to save
         return
     for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
         if not _signal_group(group, sig):
@@ -336,8 +366,12 @@ def _zombie(pid: int) -> bool:
 
 def spawn_stop_after(leader: int, group: int) -> subprocess.Popen[bytes]:
     """Start the detached ``stop_after`` watcher (its own session: it outlives the caller)."""
-    return spawn(python_argv("steplog.procs", "stop-after", str(leader), str(group)), env=child_env(),
-                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return spawn(
+        python_argv("steplog.procs", "stop-after", str(leader), str(group)),
+        env=child_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 if __name__ == "__main__":

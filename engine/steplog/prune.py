@@ -85,13 +85,21 @@ class Selection:
     def __post_init__(self) -> None:
         live = sorted(set(self.statuses) & set(NOT_PRUNABLE))
         if live:
-            raise UsageError(f"--status {','.join(live)}: prune removes finished runs only "
-                             f"({', '.join(sorted(FINISHED))}), never a queued, running or waiting one")
+            raise UsageError(
+                f"--status {','.join(live)}: prune removes finished runs only "
+                f"({', '.join(sorted(FINISHED))}), never a queued, running or waiting one"
+            )
         unknown = sorted(set(self.statuses) - FINISHED)
         if unknown:
-            raise UsageError(f"--status {','.join(unknown)} is not a run status; use some of {','.join(sorted(FINISHED))}")
-        if self.older_than_days is not None and not (self.older_than_days >= 0 and self.older_than_days < 1e6):
-            raise UsageError(f"--older-than must be a number of days, 0 or more (got {self.older_than_days})")
+            raise UsageError(
+                f"--status {','.join(unknown)} is not a run status; use some of {','.join(sorted(FINISHED))}"
+            )
+        if self.older_than_days is not None and not (
+            self.older_than_days >= 0 and self.older_than_days < 1e6
+        ):
+            raise UsageError(
+                f"--older-than must be a number of days, 0 or more (got {self.older_than_days})"
+            )
         if self.keep_last is not None and self.keep_last < 0:
             raise UsageError(f"--keep-last must be 0 or more (got {self.keep_last})")
 
@@ -162,25 +170,38 @@ def log_bytes(path: Path) -> int:
 
 # -- choosing ----------------------------------------------------------------------------------
 
+
 def _live(lease: sqlite3.Row | tuple[Any, ...], now: float) -> bool:
     """Does a live engine hold the run? ``lease``: its ``LEASE_COLUMNS``."""
     return lease[0] is not None and lease_vacancy(lease, now) is None
 
 
-def _sizes(conn: sqlite3.Connection, run_ids: set[str], *, measure: bool) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+def _sizes(
+    conn: sqlite3.Connection, run_ids: set[str], *, measure: bool
+) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
     """Rows per table of each run in ``run_ids`` and, if ``measure``, the bytes they take (which
     reads every value: the dry run and the monitor's offer need it, the prune itself does not)."""
     rows: dict[str, dict[str, int]] = {r: {} for r in run_ids}
     size: dict[str, int] = dict.fromkeys(run_ids, 0)
     for table, column in RUN_TABLES:
         cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
-        width = " + ".join(f'coalesce(length(CAST("{c}" AS BLOB)), 0)' for c in cols) if measure else "0"
+        width = (
+            " + ".join(f'coalesce(length(CAST("{c}" AS BLOB)), 0)' for c in cols)
+            if measure
+            else "0"
+        )
         found: Iterable[tuple[Any, ...]]
         if len(run_ids) <= _PER_RUN_QUERIES:
-            found = (conn.execute(f'SELECT ?, count(*), sum({width}) FROM "{table}" WHERE "{column}" = ?',
-                                  (r, r)).fetchone() for r in run_ids)
+            found = (
+                conn.execute(
+                    f'SELECT ?, count(*), sum({width}) FROM "{table}" WHERE "{column}" = ?', (r, r)
+                ).fetchone()
+                for r in run_ids
+            )
         else:
-            found = conn.execute(f'SELECT "{column}", count(*), sum({width}) FROM "{table}" GROUP BY "{column}"')
+            found = conn.execute(
+                f'SELECT "{column}", count(*), sum({width}) FROM "{table}" GROUP BY "{column}"'
+            )
         for run_id, n, values in found:
             if run_id in rows and n:
                 rows[run_id][table] = n
@@ -188,36 +209,59 @@ def _sizes(conn: sqlite3.Connection, run_ids: set[str], *, measure: bool) -> tup
     return rows, size
 
 
-def select(conn: sqlite3.Connection, selection: Selection, *, now: float | None = None,
-           measure: bool = True) -> tuple[list[Candidate], list[tuple[str, str]]]:
+def select(
+    conn: sqlite3.Connection,
+    selection: Selection,
+    *,
+    now: float | None = None,
+    measure: bool = True,
+) -> tuple[list[Candidate], list[tuple[str, str]]]:
     """The runs ``selection`` names that may be pruned now, and (id, why) of named ones that may not.
     ``measure``: estimate the bytes each frees (``Candidate.bytes``; 0 when not measured).
 
     Runs named by id must exist (``UnknownRun``) and be finished (``RunNotFinished``)."""
     now = time.time() if now is None else now
-    found = {r[0]: r for r in conn.execute(
-        f"SELECT id, agent, status, created_at, finished_at, {LEASE_COLUMNS} FROM run")}
+    found = {
+        r[0]: r
+        for r in conn.execute(
+            f"SELECT id, agent, status, created_at, finished_at, {LEASE_COLUMNS} FROM run"
+        )
+    }
     for run_id in selection.run_ids:
         row = found.get(run_id)
         if row is None:
             raise UnknownRun(f"no run {run_id!r} in this log; `steplog runs` lists the runs there")
         if row[2] not in FINISHED:
-            raise RunNotFinished(f"run {run_id} is {row[2]}; prune removes finished runs only "
-                                 "(wait for it to finish, or cancel it first)")
+            raise RunNotFinished(
+                f"run {run_id} is {row[2]}; prune removes finished runs only "
+                "(wait for it to finish, or cancel it first)"
+            )
         if _live(row[5:], now):
-            raise RunNotFinished(f"run {run_id} is held by a live engine (pid {row[5]}); prune it once that engine exits")
-    chosen = [r for r in found.values()
-              if r[2] in selection.statuses and r[2] in FINISHED
-              and (not selection.run_ids or r[0] in selection.run_ids)
-              and (selection.older_than_days is None
-                   or (r[4] or r[3]) < now - selection.older_than_days * 86_400)]
+            raise RunNotFinished(
+                f"run {run_id} is held by a live engine (pid {row[5]}); prune it once that engine exits"
+            )
+    chosen = [
+        r
+        for r in found.values()
+        if r[2] in selection.statuses
+        and r[2] in FINISHED
+        and (not selection.run_ids or r[0] in selection.run_ids)
+        and (
+            selection.older_than_days is None
+            or (r[4] or r[3]) < now - selection.older_than_days * 86_400
+        )
+    ]
     chosen.sort(key=lambda r: (r[4] or r[3], r[3], r[0]), reverse=True)  # newest first
     if selection.keep_last:
-        chosen = chosen[selection.keep_last:]
-    skipped = [(r[0], f"its engine (pid {r[5]}) still holds it") for r in chosen if _live(r[5:], now)]
+        chosen = chosen[selection.keep_last :]
+    skipped = [
+        (r[0], f"its engine (pid {r[5]}) still holds it") for r in chosen if _live(r[5:], now)
+    ]
     chosen = [r for r in chosen if not _live(r[5:], now)]
     rows, size = _sizes(conn, {r[0] for r in chosen}, measure=measure) if chosen else ({}, {})
-    candidates = [Candidate(r[0], r[1], r[2], r[3], r[4], rows[r[0]], size[r[0]]) for r in reversed(chosen)]
+    candidates = [
+        Candidate(r[0], r[1], r[2], r[3], r[4], rows[r[0]], size[r[0]]) for r in reversed(chosen)
+    ]
     return candidates, skipped
 
 
@@ -231,6 +275,7 @@ def estimate(path: Path, run_ids: Sequence[str]) -> list[Candidate]:
 
 
 # -- pruning -----------------------------------------------------------------------------------
+
 
 class _Pacer:
     """Leaves the write lock free after each transaction for as long as the transaction held it.
@@ -263,8 +308,13 @@ def _batches(candidates: list[Candidate]) -> Iterable[list[Candidate]]:
         yield batch
 
 
-def _prune_batch(conn: sqlite3.Connection, batch: list[Candidate], archive: str | None,
-                 report: Report, archived: dict[str, dict[str, int]] | None = None) -> None:
+def _prune_batch(
+    conn: sqlite3.Connection,
+    batch: list[Candidate],
+    archive: str | None,
+    report: Report,
+    archived: dict[str, dict[str, int]] | None = None,
+) -> None:
     """Prune ``batch`` in one transaction. ``archived``: the rows per table each run had when it
     was written to the archive; a run that has other rows now (it was retried, ran and ended
     again in between) is left alone, so nothing is deleted that the archive does not hold."""
@@ -272,39 +322,64 @@ def _prune_batch(conn: sqlite3.Connection, batch: list[Candidate], archive: str 
     done: list[str] = []
     with immediate(conn):
         for c in batch:
-            row = conn.execute(f"SELECT status, {LEASE_COLUMNS} FROM run WHERE id = ?", (c.run_id,)).fetchone()
+            row = conn.execute(
+                f"SELECT status, {LEASE_COLUMNS} FROM run WHERE id = ?", (c.run_id,)
+            ).fetchone()
             if row is None:
                 report.skipped.append((c.run_id, "it was gone already"))
                 continue
             if row[0] not in FINISHED or _live(row[1:], now):
-                report.skipped.append((c.run_id, f"it became {row[0]} since it was selected"
-                                       if row[0] not in FINISHED else "an engine took it since it was selected"))
+                report.skipped.append(
+                    (
+                        c.run_id,
+                        f"it became {row[0]} since it was selected"
+                        if row[0] not in FINISHED
+                        else "an engine took it since it was selected",
+                    )
+                )
                 continue
             if archived is not None and _rows_now(conn, c.run_id) != archived.get(c.run_id):
-                report.skipped.append((c.run_id, "it changed since it was archived (the archive "
-                                       "holds it as it was; prune it again to archive and remove "
-                                       "it as it is)"))
+                report.skipped.append(
+                    (
+                        c.run_id,
+                        "it changed since it was archived (the archive "
+                        "holds it as it was; prune it again to archive and remove "
+                        "it as it is)",
+                    )
+                )
                 continue
             cur = conn.execute(
                 "INSERT INTO pruned (run_id, agent, status, created_at, finished_at, pruned_at, archive)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)", (c.run_id, c.agent, c.status, c.created_at, c.finished_at, now, archive))
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (c.run_id, c.agent, c.status, c.created_at, c.finished_at, now, archive),
+            )
             record = cur.lastrowid
             counts: dict[str, int] = {}
             for table, column in reversed(RUN_TABLES):  # the run row last
-                counts[table] = conn.execute(f'DELETE FROM "{table}" WHERE "{column}" = ?', (c.run_id,)).rowcount
-            conn.execute("UPDATE pruned SET state = 'done', rows = ? WHERE id = ?", (dumps(counts), record))
-            report.pruned.append(Candidate(c.run_id, c.agent, c.status, c.created_at, c.finished_at, counts, c.bytes))
+                counts[table] = conn.execute(
+                    f'DELETE FROM "{table}" WHERE "{column}" = ?', (c.run_id,)
+                ).rowcount
+            conn.execute(
+                "UPDATE pruned SET state = 'done', rows = ? WHERE id = ?", (dumps(counts), record)
+            )
+            report.pruned.append(
+                Candidate(c.run_id, c.agent, c.status, c.created_at, c.finished_at, counts, c.bytes)
+            )
             done.append(c.run_id)
         if done:
-            conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES ('', ?, 0, ?, NULL, ?)",
-                         (now, EventKind.RUNS_PRUNED, dumps({"runs": done, "archive": archive})))
+            conn.execute(
+                "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES ('', ?, 0, ?, NULL, ?)",
+                (now, EventKind.RUNS_PRUNED, dumps({"runs": done, "archive": archive})),
+            )
 
 
 def _rows_now(conn: sqlite3.Connection, run_id: str) -> dict[str, int]:
     """The run's rows per table, counted as ``archive.run_lines`` counts them (zeros included)."""
     count = 'SELECT count(*) FROM "{}" WHERE "{}" = ?'
-    return {table: int(conn.execute(count.format(table, column), (run_id,)).fetchone()[0])
-            for table, column in RUN_TABLES}
+    return {
+        table: int(conn.execute(count.format(table, column), (run_id,)).fetchone()[0])
+        for table, column in RUN_TABLES
+    }
 
 
 def _reclaim(conn: sqlite3.Connection, how: str, report: Report) -> None:
@@ -312,11 +387,21 @@ def _reclaim(conn: sqlite3.Connection, how: str, report: Report) -> None:
     mode = int(conn.execute("PRAGMA auto_vacuum").fetchone()[0])
     report.auto_vacuum = {0: "none", 1: "full", 2: "incremental"}.get(mode, str(mode))
     free = report.freed_pages = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
-    kept = (int(conn.execute("PRAGMA page_count").fetchone()[0]) - free) * int(conn.execute("PRAGMA page_size").fetchone()[0])
+    kept = (int(conn.execute("PRAGMA page_count").fetchone()[0]) - free) * int(
+        conn.execute("PRAGMA page_size").fetchone()[0]
+    )
     if how == "auto":
-        how = "vacuum" if free and kept <= VACUUM_MAX_BYTES else "incremental" if mode == 2 else "none"
+        how = (
+            "vacuum"
+            if free and kept <= VACUUM_MAX_BYTES
+            else "incremental"
+            if mode == 2
+            else "none"
+        )
     if how == "vacuum":
-        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # an older log becomes incremental on the way
+        conn.execute(
+            "PRAGMA auto_vacuum = INCREMENTAL"
+        )  # an older log becomes incremental on the way
         conn.execute("VACUUM")
         report.auto_vacuum = "incremental"
     elif how == "incremental" and mode == 2:
@@ -335,7 +420,10 @@ def _truncate_wal(conn: sqlite3.Connection, *, patience: float = 5.0) -> None:
     (each waits out a write, then lets the writers go on). If there is none, the WAL is reused
     from its start by the next writes and cut at a later quiet checkpoint."""
     deadline = time.monotonic() + patience
-    while int(conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]) and time.monotonic() < deadline:
+    while (
+        int(conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0])
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
 
 
@@ -344,23 +432,39 @@ def _check_reclaim(conn: sqlite3.Connection, how: str) -> None:
     made without it, or a rewrite of a big log (more than ``VACUUM_MAX_BYTES`` now) while an
     engine works on it (``VACUUM`` would hold the write lock past the engine's busy timeout)."""
     if how == "incremental" and int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]) != 2:
-        raise UsageError("--reclaim incremental: this log was made before incremental vacuum; use --reclaim vacuum "
-                         "once (it switches the log over), or auto")
-    size = int(conn.execute("PRAGMA page_count").fetchone()[0]) * int(conn.execute("PRAGMA page_size").fetchone()[0])
+        raise UsageError(
+            "--reclaim incremental: this log was made before incremental vacuum; use --reclaim vacuum "
+            "once (it switches the log over), or auto"
+        )
+    size = int(conn.execute("PRAGMA page_count").fetchone()[0]) * int(
+        conn.execute("PRAGMA page_size").fetchone()[0]
+    )
     if how != "vacuum" or size <= VACUUM_MAX_BYTES:
         return
     now = time.time()
-    live = [r[0] for r in conn.execute(
-        f"SELECT id, {LEASE_COLUMNS} FROM run WHERE lease_pid IS NOT NULL") if _live(r[1:], now)]
+    live = [
+        r[0]
+        for r in conn.execute(f"SELECT id, {LEASE_COLUMNS} FROM run WHERE lease_pid IS NOT NULL")
+        if _live(r[1:], now)
+    ]
     if live:
         more = f" (and {len(live) - 1} more)" if len(live) > 1 else ""
-        raise RunNotFinished(f"--reclaim vacuum rewrites this {size / 1e6:,.0f} MB log and would stall the engine of run "
-                             f"{live[0]}{more} past its busy timeout; nothing was pruned: run it when no engine is "
-                             "working, or use --reclaim auto or incremental")
+        raise RunNotFinished(
+            f"--reclaim vacuum rewrites this {size / 1e6:,.0f} MB log and would stall the engine of run "
+            f"{live[0]}{more} past its busy timeout; nothing was pruned: run it when no engine is "
+            "working, or use --reclaim auto or incremental"
+        )
 
 
-def prune(path: Path, selection: Selection, *, archive: Path | None = None, dry_run: bool = False,
-          reclaim: str = "auto", progress: Callable[[int, int], None] | None = None) -> Report:
+def prune(
+    path: Path,
+    selection: Selection,
+    *,
+    archive: Path | None = None,
+    dry_run: bool = False,
+    reclaim: str = "auto",
+    progress: Callable[[int, int], None] | None = None,
+) -> Report:
     """Prune the runs ``selection`` names from the log at ``path``; see the module docstring.
 
     ``archive``: first write them (``steplog.archive`` format, gzip) to this new file, fsynced.
@@ -380,7 +484,8 @@ def prune(path: Path, selection: Selection, *, archive: Path | None = None, dry_
             report.pruned, report.skipped = select(conn, selection)
             report.file_bytes_before = report.file_bytes_after = log_bytes(path)
             report.auto_vacuum = {0: "none", 1: "full", 2: "incremental"}.get(
-                int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]), "?")
+                int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]), "?"
+            )
         finally:
             conn.close()
         report.seconds = time.monotonic() - started
@@ -406,8 +511,11 @@ def prune(path: Path, selection: Selection, *, archive: Path | None = None, dry_
             phase("archiving")
             # Only what the archive holds is removed: a run set going again since it was chosen
             # (``steplog retry``) was left out of it, and stays.
-            report.skipped += [(c.run_id, "it was set going again before it was archived")
-                               for c in candidates if c.run_id not in written]
+            report.skipped += [
+                (c.run_id, "it was set going again before it was archived")
+                for c in candidates
+                if c.run_id not in written
+            ]
             candidates = [c for c in candidates if c.run_id in written]
         archived = str(archive.resolve()) if archive is not None else None
         done = 0
@@ -434,19 +542,28 @@ def describe(report: Report) -> str:
     verb = "would prune" if report.dry_run else "pruned"
     n = len(report.pruned)
     by_table = ", ".join(f"{v:,} {t}" for t, v in report.as_json()["rows_by_table"].items() if v)
-    lines = [f"{verb} {n} run{'s' if n != 1 else ''}" + (f" ({report.rows:,} rows: {by_table})" if n else "")]
+    lines = [
+        f"{verb} {n} run{'s' if n != 1 else ''}"
+        + (f" ({report.rows:,} rows: {by_table})" if n else "")
+    ]
     if report.dry_run:
         if n:
             lines.append(f"  frees about {_mb(report.estimated_bytes)}")
     else:
         if report.archive and n:
             lines.append(f"  archived first to {report.archive}")
-        lines.append(f"  log {_mb(report.file_bytes_before)} -> {_mb(report.file_bytes_after)} "
-                     f"(reclaimed {_mb(max(0, report.file_bytes_before - report.file_bytes_after))})"
-                     + {"vacuum": ", rewritten by VACUUM", "incremental": ", by incremental vacuum"}.get(report.reclaimed_by, ""))
+        lines.append(
+            f"  log {_mb(report.file_bytes_before)} -> {_mb(report.file_bytes_after)} "
+            f"(reclaimed {_mb(max(0, report.file_bytes_before - report.file_bytes_after))})"
+            + {"vacuum": ", rewritten by VACUUM", "incremental": ", by incremental vacuum"}.get(
+                report.reclaimed_by, ""
+            )
+        )
         if report.reclaimed_by == "none" and report.freed_pages:
-            lines.append(f"  {report.freed_pages:,} freed pages stay in the file for new rows; "
-                         "`steplog prune --reclaim vacuum` gives them back (when no engine is working)")
+            lines.append(
+                f"  {report.freed_pages:,} freed pages stay in the file for new rows; "
+                "`steplog prune --reclaim vacuum` gives them back (when no engine is working)"
+            )
     for run_id, why in report.skipped:
         lines.append(f"  left {run_id}: {why}")
     return "\n".join(lines)

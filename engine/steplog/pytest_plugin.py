@@ -33,15 +33,32 @@ def killtest(tmp_path: Path) -> KilltestFn:
     """A callable that kill-tests an agent spec and returns the report (see the module docstring)."""
     counter = itertools.count(1)
 
-    def run(agent_spec: str, *, kills: int = 10, seed: int = 0, sweep: bool = False,
-            params: Mapping[str, Any] | None = None, tmp_dir: Path | str | None = None, jobs: int = 2,
-            time_limit: float = 300.0, sweep_points: tuple[str, ...] | None = None) -> Report:
-        from steplog.killtest.harness import Options, killtest as run_killtest
+    def run(
+        agent_spec: str,
+        *,
+        kills: int = 10,
+        seed: int = 0,
+        sweep: bool = False,
+        params: Mapping[str, Any] | None = None,
+        tmp_dir: Path | str | None = None,
+        jobs: int = 2,
+        time_limit: float = 300.0,
+        sweep_points: tuple[str, ...] | None = None,
+    ) -> Report:
+        from steplog.killtest.harness import Options
+        from steplog.killtest.harness import killtest as run_killtest
 
         base = Path(tmp_dir) if tmp_dir is not None else tmp_path / f"killtest-{next(counter)}"
-        opts = Options(agent=agent_spec, kills=kills, seed=seed, sweep=sweep,
-                       params={k: str(v) for k, v in (params or {}).items()}, jobs=jobs, time_limit=time_limit,
-                       sweep_points=sweep_points)
+        opts = Options(
+            agent=agent_spec,
+            kills=kills,
+            seed=seed,
+            sweep=sweep,
+            params={k: str(v) for k, v in (params or {}).items()},
+            jobs=jobs,
+            time_limit=time_limit,
+            sweep_points=sweep_points,
+        )
         return run_killtest(opts, base)
 
     return run

@@ -44,16 +44,34 @@ CLAIM_BATCH = 32
 """Candidates read at a time while looking for a claimable one."""
 
 
-def submit(agent: Agent[..., Any], *, run_id: str | None = None, db: LogLocation | str | None = None,
-           workdir: Path | None = None, outbox: str | None = None, params: dict[str, Any] | None = None,
-           limits: dict[str, Any] | None = None, model: str | None = None, launch: Launch = Launch()) -> str:
+def submit(
+    agent: Agent[..., Any],
+    *,
+    run_id: str | None = None,
+    db: LogLocation | str | None = None,
+    workdir: Path | None = None,
+    outbox: str | None = None,
+    params: dict[str, Any] | None = None,
+    limits: dict[str, Any] | None = None,
+    model: str | None = None,
+    launch: Launch = Launch(),
+) -> str:
     """Record a new ``queued`` run of ``agent``; its id. Refused (``UsageError``, nothing
     written) on exactly what ``steplog run`` refuses, and on an id that exists already."""
     from .engine import check_start, new_run_id
 
     lease = launch.lease_seconds if launch.lease_seconds is not None else DEFAULT_LEASE_SECONDS
-    bound = check_start(agent, run_id=run_id, outbox=outbox, params=params, limits=limits, pace=launch.pace,
-                        lease_seconds=lease, new=True, model=model)
+    bound = check_start(
+        agent,
+        run_id=run_id,
+        outbox=outbox,
+        params=params,
+        limits=limits,
+        pace=launch.pace,
+        lease_seconds=lease,
+        new=True,
+        model=model,
+    )
     rid = run_id or new_run_id()
     path = location(db)
     conn = open_log(path)
@@ -62,11 +80,27 @@ def submit(agent: Agent[..., Any], *, run_id: str | None = None, db: LogLocation
         with immediate(conn):
             probe(conn, path, rid)
             if conn.execute("SELECT 1 FROM run WHERE id = ?", (rid,)).fetchone():
-                raise UsageError(f"run {rid} exists already; submit a new run without --run-id, or run that one "
-                                 f"with `steplog run {agent.default_spec()} --run-id {rid}`")
-            create_run(conn, Request(agent=agent, spec=agent.default_spec(), run_id=rid, db_path=path,
-                                     workdir=workdir, outbox=outbox, params=bound, limits=limits or {},
-                                     model=model, lease_seconds=lease), time.time(), launch=launch)
+                raise UsageError(
+                    f"run {rid} exists already; submit a new run without --run-id, or run that one "
+                    f"with `steplog run {agent.default_spec()} --run-id {rid}`"
+                )
+            create_run(
+                conn,
+                Request(
+                    agent=agent,
+                    spec=agent.default_spec(),
+                    run_id=rid,
+                    db_path=path,
+                    workdir=workdir,
+                    outbox=outbox,
+                    params=bound,
+                    limits=limits or {},
+                    model=model,
+                    lease_seconds=lease,
+                ),
+                time.time(),
+                launch=launch,
+            )
     finally:
         conn.close()
     return rid
@@ -107,18 +141,37 @@ def _vacant(row: sqlite3.Row, worker: Holder, lease_seconds: float, now: float) 
     why = row_vacancy(row, now)
     if why is None:
         return None
-    mine = (row["worker_pid"], row["worker_host"], row["worker_boot"]) == (worker.pid, worker.host, worker.boot)
+    mine = (row["worker_pid"], row["worker_host"], row["worker_boot"]) == (
+        worker.pid,
+        worker.host,
+        worker.boot,
+    )
     if row["worker_pid"] is not None and not mine:
         claimed_at = row["worker_claimed_at"] or 0.0
-        if vacancy(pid=row["worker_pid"], host=row["worker_host"], boot=row["worker_boot"],
-                   proc_start=row["worker_proc_start"], expires=claimed_at + lease_seconds, now=now) is None:
+        if (
+            vacancy(
+                pid=row["worker_pid"],
+                host=row["worker_host"],
+                boot=row["worker_boot"],
+                proc_start=row["worker_proc_start"],
+                expires=claimed_at + lease_seconds,
+                now=now,
+            )
+            is None
+        ):
             return None
     return why
 
 
-def claim_next_run(conn: LogConnection, *, worker: Holder | None = None, agents: Collection[str] = (),
-                   prefix: str = "", skip: Collection[str] = (),
-                   lease_seconds: float = DEFAULT_LEASE_SECONDS) -> Job | None:
+def claim_next_run(
+    conn: LogConnection,
+    *,
+    worker: Holder | None = None,
+    agents: Collection[str] = (),
+    prefix: str = "",
+    skip: Collection[str] = (),
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+) -> Job | None:
     """Claim the oldest run nobody works on for ``worker`` (default: this process), or ``None``.
 
     The one place the queue's claim lives. ``agents``: only runs of these agent specs;
@@ -127,8 +180,9 @@ def claim_next_run(conn: LogConnection, *, worker: Holder | None = None, agents:
     """
     holder = worker or me()
     now = time.time()
-    filters = (f" AND agent IN ({', '.join('?' for _ in agents)})" if agents else "") \
-        + (" AND substr(id, 1, ?) = ?" if prefix else "")
+    filters = (f" AND agent IN ({', '.join('?' for _ in agents)})" if agents else "") + (
+        " AND substr(id, 1, ?) = ?" if prefix else ""
+    )
     wanted = (*agents, *((len(prefix), prefix) if prefix else ()))
     sql = _CANDIDATES.format(agents=filters)
     lock = for_update(conn, skip_locked=True)
@@ -139,7 +193,9 @@ def claim_next_run(conn: LogConnection, *, worker: Holder | None = None, agents:
         ``locked``: in the claim's transaction, where a server database locks the one it takes."""
         offset = 0
         while True:
-            rows = conn.execute(sql, (now, holder.host, now, *wanted, CLAIM_BATCH, offset)).fetchall()
+            rows = conn.execute(
+                sql, (now, holder.host, now, *wanted, CLAIM_BATCH, offset)
+            ).fetchall()
             for row in rows:
                 why = _vacant(row, holder, lease_seconds, now) if row["id"] not in skip else None
                 if why is not None and locked and lock:
@@ -165,50 +221,84 @@ def claim_next_run(conn: LogConnection, *, worker: Holder | None = None, agents:
             conn.execute(
                 "UPDATE run SET worker_host = ?, worker_pid = ?, worker_boot = ?, worker_proc_start = ?,"
                 " worker_claimed_at = ?, updated_at = ? WHERE id = ?",
-                (holder.host, holder.pid, holder.boot, holder.proc_start, now, now, row["id"]))
+                (holder.host, holder.pid, holder.boot, holder.proc_start, now, now, row["id"]),
+            )
             takeover = why if row["lease_pid"] is not None else None
-            _event(conn, row["id"], now, EventKind.WORKER_CLAIMED, {
-                "worker": {"host": holder.host, "pid": holder.pid}, "status": row["status"],
-                **({"takeover": takeover} if takeover else {})})
-            return Job(row["id"], row["agent"], Launch.from_json(row["launch"]), row["status"], takeover)
+            _event(
+                conn,
+                row["id"],
+                now,
+                EventKind.WORKER_CLAIMED,
+                {
+                    "worker": {"host": holder.host, "pid": holder.pid},
+                    "status": row["status"],
+                    **({"takeover": takeover} if takeover else {}),
+                },
+            )
+            return Job(
+                row["id"], row["agent"], Launch.from_json(row["launch"]), row["status"], takeover
+            )
     finally:
         conn.row_factory = prior
 
 
-def hand_back(conn: LogConnection, run_id: str, *, exit_code: int, worker: Holder | None = None) -> str | None:
+def hand_back(
+    conn: LogConnection, run_id: str, *, exit_code: int, worker: Holder | None = None
+) -> str | None:
     """The worker's engine on ``run_id`` exited with ``exit_code``: the run is no longer this
     worker's (a finished one keeps its name as who ran it last). The run's status, or ``None``
     when another worker has claimed it since."""
     holder = worker or me()
     now = time.time()
     with run_write(conn):
-        row = conn.execute("SELECT status, incarnation, worker_pid, worker_host, worker_boot FROM run WHERE id = ?"
-                           + for_update(conn), (run_id,)).fetchone()
+        row = conn.execute(
+            "SELECT status, incarnation, worker_pid, worker_host, worker_boot FROM run WHERE id = ?"
+            + for_update(conn),
+            (run_id,),
+        ).fetchone()
         if row is None or tuple(row[2:5]) != (holder.pid, holder.host, holder.boot):
             return None
         status = str(row[0])
         if status not in TERMINAL:
-            conn.execute("UPDATE run SET worker_host = NULL, worker_pid = NULL, worker_boot = NULL,"
-                         " worker_proc_start = NULL, worker_claimed_at = NULL, updated_at = ? WHERE id = ?",
-                         (now, run_id))
-        conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, ?, ?, ?)",
-                     (run_id, now, int(row[1]), EventKind.WORKER_RELEASED,
-                      dumps({"worker": {"host": holder.host, "pid": holder.pid}, "exit_code": exit_code,
-                             "status": status})))
+            conn.execute(
+                "UPDATE run SET worker_host = NULL, worker_pid = NULL, worker_boot = NULL,"
+                " worker_proc_start = NULL, worker_claimed_at = NULL, updated_at = ? WHERE id = ?",
+                (now, run_id),
+            )
+        conn.execute(
+            "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, ?, ?, ?)",
+            (
+                run_id,
+                now,
+                int(row[1]),
+                EventKind.WORKER_RELEASED,
+                dumps(
+                    {
+                        "worker": {"host": holder.host, "pid": holder.pid},
+                        "exit_code": exit_code,
+                        "status": status,
+                    }
+                ),
+            ),
+        )
         return status
 
 
 def _event(conn: LogConnection, run_id: str, now: float, kind: str, data: dict[str, Any]) -> None:
     incarnation = conn.execute("SELECT incarnation FROM run WHERE id = ?", (run_id,)).fetchone()[0]
-    conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, ?, ?, ?)",
-                 (run_id, now, incarnation, kind, dumps(data)))
+    conn.execute(
+        "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, ?, ?, ?)",
+        (run_id, now, incarnation, kind, dumps(data)),
+    )
 
 
 def enqueue(conn: LogConnection, run_id: str, launch: Launch | None) -> None:
     """Mark a run no engine has taken yet as ``queued`` (``retry``/``fork --no-start``), with
     how a worker starts it; inside the caller's transaction."""
-    conn.execute("UPDATE run SET status = 'queued', launch = COALESCE(?, launch) WHERE id = ?",
-                 (None if launch is None else launch.to_json(), run_id))
+    conn.execute(
+        "UPDATE run SET status = 'queued', launch = COALESCE(?, launch) WHERE id = ?",
+        (None if launch is None else launch.to_json(), run_id),
+    )
 
 
 __all__ = ["Job", "claim_next_run", "enqueue", "hand_back", "submit"]

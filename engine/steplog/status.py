@@ -5,9 +5,8 @@ Import-light on purpose (the engine imports ``TERMINAL`` and ``outcome_error`` f
 
 from __future__ import annotations
 
-import sqlite3
-
 import json
+import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from .errors import Cancelled, GaveUp, RunFailed, RunStopped, UnknownRun
@@ -43,15 +42,48 @@ _NO_QUEUE = "NULL, NULL"  # a schema-1 or -2 log read without migrating it
 def _select_sql(conn: LogConnection) -> str:
     from .db import has_column
 
-    return _SELECT.format(control=_CONTROL if has_column(conn, "run", "parent_run_id") else _NO_CONTROL,
-                          queue=_QUEUE if has_column(conn, "run", "worker_pid") else _NO_QUEUE)
+    return _SELECT.format(
+        control=_CONTROL if has_column(conn, "run", "parent_run_id") else _NO_CONTROL,
+        queue=_QUEUE if has_column(conn, "run", "worker_pid") else _NO_QUEUE,
+    )
 
 
 def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
-    (rid, agent, model, status, reason, result, workdir, outbox, params, steps, executions, incarnation,
-     l_steps, l_tokens, l_seconds, l_cost, tokens, tokens_est, seconds, cost, retries, l_retries,
-     created, updated, finished, lease_pid, lease_host, parent, parent_step, waiting_for, waiting_since,
-     worker_host, worker_pid) = r
+    (
+        rid,
+        agent,
+        model,
+        status,
+        reason,
+        result,
+        workdir,
+        outbox,
+        params,
+        steps,
+        executions,
+        incarnation,
+        l_steps,
+        l_tokens,
+        l_seconds,
+        l_cost,
+        tokens,
+        tokens_est,
+        seconds,
+        cost,
+        retries,
+        l_retries,
+        created,
+        updated,
+        finished,
+        lease_pid,
+        lease_host,
+        parent,
+        parent_step,
+        waiting_for,
+        waiting_since,
+        worker_host,
+        worker_pid,
+    ) = r
     out: dict[str, Any] = {
         "run_id": rid,
         "agent": agent,
@@ -102,19 +134,26 @@ def _engine(status: str, pid: int | None, host: str | None) -> str:
     return "live" if process_alive(pid) else "gone"
 
 
-def run_status(conn: LogConnection, run_id: str, *, db: LogLocation | None = None) -> dict[str, Any]:
+def run_status(
+    conn: LogConnection, run_id: str, *, db: LogLocation | None = None
+) -> dict[str, Any]:
     row = conn.execute(_select_sql(conn) + " WHERE id = ?", (run_id,)).fetchone()
     if row is None:
         where = f" in {db}" if db else ""
-        raise UnknownRun(f"no run {run_id!r}{where}{_pruned(conn, run_id)}; `steplog runs` lists the runs there")
+        raise UnknownRun(
+            f"no run {run_id!r}{where}{_pruned(conn, run_id)}; `steplog runs` lists the runs there"
+        )
     return _as_status(row)
 
 
 def _pruned(conn: LogConnection, run_id: str) -> str:
-    """", pruned at T (archived to F: `steplog import F` brings it back)" when ``steplog prune`` removed it."""
+    """ ", pruned at T (archived to F: `steplog import F` brings it back)" when ``steplog prune`` removed it."""
     try:
-        row = conn.execute("SELECT pruned_at, archive FROM pruned WHERE run_id = ? AND state = 'done'"
-                           " ORDER BY id DESC LIMIT 1", (run_id,)).fetchone()
+        row = conn.execute(
+            "SELECT pruned_at, archive FROM pruned WHERE run_id = ? AND state = 'done'"
+            " ORDER BY id DESC LIMIT 1",
+            (run_id,),
+        ).fetchone()
     except sqlite3.OperationalError:
         return ""  # a log from before pruning existed
     if row is None:
@@ -128,4 +167,7 @@ def _pruned(conn: LogConnection, run_id: str) -> str:
 
 def all_runs(conn: LogConnection) -> list[dict[str, Any]]:
     """Every run, newest first."""
-    return [_as_status(r) for r in conn.execute(_select_sql(conn) + " ORDER BY created_at DESC, id DESC")]
+    return [
+        _as_status(r)
+        for r in conn.execute(_select_sql(conn) + " ORDER BY created_at DESC, id DESC")
+    ]

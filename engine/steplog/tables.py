@@ -8,9 +8,9 @@ open the log read-only: ``read_session(path)``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
-from sqlalchemy import Engine, create_engine, event as sa_event
+from sqlalchemy import Engine, create_engine
+from sqlalchemy import event as sa_event
 from sqlmodel import Field, Session, SQLModel
 
 
@@ -19,19 +19,19 @@ class RunRow(SQLModel, table=True):
 
     id: str = Field(primary_key=True)
     agent: str
-    model: Optional[str] = None
+    model: str | None = None
     params: str = "{}"
     status: str = "running"
-    reason: Optional[str] = None
-    result: Optional[str] = None
-    workdir: Optional[str] = None
-    outbox: Optional[str] = None
-    limit_steps: Optional[int] = None
-    limit_tokens: Optional[int] = None
-    limit_seconds: Optional[float] = None
-    limit_cost_usd: Optional[float] = None
-    limit_retries: Optional[int] = None
-    limit_recoveries: Optional[int] = None
+    reason: str | None = None
+    result: str | None = None
+    workdir: str | None = None
+    outbox: str | None = None
+    limit_steps: int | None = None
+    limit_tokens: int | None = None
+    limit_seconds: float | None = None
+    limit_cost_usd: float | None = None
+    limit_retries: int | None = None
+    limit_recoveries: int | None = None
     used_steps: int = 0
     used_tokens: int = 0
     tokens_estimated: int = 0
@@ -42,27 +42,27 @@ class RunRow(SQLModel, table=True):
     used_retries: int = 0
     step_executions: int = 0
     incarnation: int = 0
-    lease_pid: Optional[int] = None
-    lease_host: Optional[str] = None
-    lease_boot: Optional[str] = None
-    lease_proc_start: Optional[float] = None
-    lease_expires: Optional[float] = None
+    lease_pid: int | None = None
+    lease_host: str | None = None
+    lease_boot: str | None = None
+    lease_proc_start: float | None = None
+    lease_expires: float | None = None
     created_at: float
     updated_at: float
-    finished_at: Optional[float] = None
-    parent_run_id: Optional[str] = None
-    parent_step: Optional[int] = None
-    waiting_for: Optional[str] = None
-    waiting_since: Optional[float] = None
-    cancel_requested: Optional[str] = None
-    launch: Optional[str] = None
-    waiting_until: Optional[float] = None
-    worker_host: Optional[str] = None
-    worker_pid: Optional[int] = None
-    worker_boot: Optional[str] = None
-    worker_proc_start: Optional[float] = None
-    worker_claimed_at: Optional[float] = None
-    lease_expires_boot: Optional[float] = None
+    finished_at: float | None = None
+    parent_run_id: str | None = None
+    parent_step: int | None = None
+    waiting_for: str | None = None
+    waiting_since: float | None = None
+    cancel_requested: str | None = None
+    launch: str | None = None
+    waiting_until: float | None = None
+    worker_host: str | None = None
+    worker_pid: int | None = None
+    worker_boot: str | None = None
+    worker_proc_start: float | None = None
+    worker_claimed_at: float | None = None
+    lease_expires_boot: float | None = None
 
 
 class StepRow(SQLModel, table=True):
@@ -74,9 +74,9 @@ class StepRow(SQLModel, table=True):
     kind: str
     status: str = "running"
     phase: str = "started"
-    decision: Optional[str] = None
-    result: Optional[str] = None
-    error: Optional[str] = None
+    decision: str | None = None
+    result: str | None = None
+    error: str | None = None
     attempts: int = 0
     recoveries: int = 0
     tokens_in: int = 0
@@ -85,7 +85,7 @@ class StepRow(SQLModel, table=True):
     tokens_estimated: int = 0
     cost_usd: float = 0.0
     started_at: float
-    finished_at: Optional[float] = None
+    finished_at: float | None = None
     incarnation: int
 
 
@@ -101,34 +101,34 @@ class EffectRow(SQLModel, table=True):
     idempotent: int = 1
     status: str
     request_hash: str
-    response: Optional[str] = None
+    response: str | None = None
     attempts: int = 1
     started_at: float
-    completed_at: Optional[float] = None
+    completed_at: float | None = None
 
 
 class SignalRow(SQLModel, table=True):
     __tablename__ = "signal"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     run_id: str
     name: str
     data: str = "null"
-    key: Optional[str] = None
+    key: str | None = None
     sent_at: float
-    consumed_seq: Optional[int] = None
-    consumed_at: Optional[float] = None
+    consumed_seq: int | None = None
+    consumed_at: float | None = None
 
 
 class EventRow(SQLModel, table=True):
     __tablename__ = "event"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     run_id: str
     ts: float
     incarnation: int
     kind: str
-    seq: Optional[int] = None
+    seq: int | None = None
     data: str = "{}"
 
 
@@ -138,15 +138,15 @@ class PrunedRow(SQLModel, table=True):
 
     __tablename__ = "pruned"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     run_id: str
     agent: str
     status: str
     created_at: float
-    finished_at: Optional[float] = None
+    finished_at: float | None = None
     pruned_at: float
     rows: str = "{}"
-    archive: Optional[str] = None
+    archive: str | None = None
     state: str = "pruning"
 
 

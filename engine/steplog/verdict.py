@@ -38,17 +38,37 @@ from .evidence import completed_post_keys, read_ledger
 from .kills import Account, account
 from .location import LogLocation
 from .logread import Event, events_since
-from .outputs import Finding, Outputs, compare, snapshot
 from .outbox.ledger import Delivery, Ledger, canonical_json
+from .outputs import Finding, Outputs, compare, snapshot
 from .status import TERMINAL, run_status
 
-__all__ = ["Check", "Evidence", "Finding", "Kill", "KillMark", "Reference", "Verdict", "collect", "judge",
-           "latency_stats", "message_label", "redone_histogram"]
+__all__ = [
+    "Check",
+    "Evidence",
+    "Finding",
+    "Kill",
+    "KillMark",
+    "Reference",
+    "Verdict",
+    "collect",
+    "judge",
+    "latency_stats",
+    "message_label",
+    "redone_histogram",
+]
 
-PHASES: dict[str, str] = {  # the last event an engine wrote before it died → where in the step the kill landed
-    EventKind.LEASE_ACQUIRED: "resuming", EventKind.STEP_STARTED: "running", EventKind.DECISION_RECORDED: "decided",
-    EventKind.EFFECT_STARTED: "acting", EventKind.EFFECT_COMPLETED: "acted", EventKind.STEP_COMMITTED: "recorded",
-    EventKind.STEP_ATTEMPT_FAILED: "retrying", EventKind.RUN_FINISHED: "finished", EventKind.LEASE_RELEASED: "finished",
+PHASES: dict[
+    str, str
+] = {  # the last event an engine wrote before it died → where in the step the kill landed
+    EventKind.LEASE_ACQUIRED: "resuming",
+    EventKind.STEP_STARTED: "running",
+    EventKind.DECISION_RECORDED: "decided",
+    EventKind.EFFECT_STARTED: "acting",
+    EventKind.EFFECT_COMPLETED: "acted",
+    EventKind.STEP_COMMITTED: "recorded",
+    EventKind.STEP_ATTEMPT_FAILED: "retrying",
+    EventKind.RUN_FINISHED: "finished",
+    EventKind.LEASE_RELEASED: "finished",
 }
 """Phases besides these: ``start-up`` (killed before taking the lease) and ``deciding`` (a chat
 step started, its answer not committed)."""
@@ -119,19 +139,36 @@ class Reference:
     """Seconds from launch to the engine taking the lease."""
 
     @classmethod
-    def capture(cls, db: LogLocation, run_id: str, *, ledger: Ledger | None, duration: float = 0.0,
-                startup: float = 0.0) -> Reference:
+    def capture(
+        cls,
+        db: LogLocation,
+        run_id: str,
+        *,
+        ledger: Ledger | None,
+        duration: float = 0.0,
+        startup: float = 0.0,
+    ) -> Reference:
         conn = open_readonly(db)
         try:
             s = run_status(conn, run_id, db=db)
-            steps = tuple((r[0], r[1], r[2]) for r in conn.execute(
-                "SELECT seq, name, kind FROM step WHERE run_id = ? ORDER BY seq", (run_id,)))
+            steps = tuple(
+                (r[0], r[1], r[2])
+                for r in conn.execute(
+                    "SELECT seq, name, kind FROM step WHERE run_id = ? ORDER BY seq", (run_id,)
+                )
+            )
         finally:
             conn.close()
-        return cls(status=s["status"], outputs=snapshot(Path(s["workdir"])),
-                   messages=tuple(d.body for d in ledger.deliveries) if ledger else (),
-                   redone=s["step_executions"] - s["steps_committed"],
-                   resends=_resends(ledger) if ledger else 0, steps=steps, duration=duration, startup=startup)
+        return cls(
+            status=s["status"],
+            outputs=snapshot(Path(s["workdir"])),
+            messages=tuple(d.body for d in ledger.deliveries) if ledger else (),
+            redone=s["step_executions"] - s["steps_committed"],
+            resends=_resends(ledger) if ledger else 0,
+            steps=steps,
+            duration=duration,
+            startup=startup,
+        )
 
 
 @dataclass
@@ -235,34 +272,59 @@ class Verdict:
     def _state(self) -> str:
         """What a run that has not ended is doing."""
         if self.status == "waiting":
-            return f"the run waits for signal {self.waiting_for!r}" if self.waiting_for else "the run waits"
+            return (
+                f"the run waits for signal {self.waiting_for!r}"
+                if self.waiting_for
+                else "the run waits"
+            )
         if self.status == "queued":
-            return "the run is queued: no engine works on it yet; a worker or `steplog run` starts it"
+            return (
+                "the run is queued: no engine works on it yet; a worker or `steplog run` starts it"
+            )
         if self.engine == "none":
-            return ("stopped: no engine works on the run; Resume (or the same `steplog run` command) "
-                    "continues it from its last checkpoint")
+            return (
+                "stopped: no engine works on the run; Resume (or the same `steplog run` command) "
+                "continues it from its last checkpoint"
+            )
         if self.engine == "gone":
-            return ("its engine died and none has resumed the run yet; Resume (or the same `steplog run` "
-                    "command) continues it from its last checkpoint")
+            return (
+                "its engine died and none has resumed the run yet; Resume (or the same `steplog run` "
+                "command) continues it from its last checkpoint"
+            )
         if self.engine == "remote":
             return "an engine on another host works on the run"
         return "the run is still going"
 
     def _not_redone(self) -> str:
         """Steps that ran again for reasons other than a kill, said as such (or nothing)."""
-        parts = [f"{n} {what}" for n, what in (
-            (self.account.count("retry"), "retried after an error"),
-            (self.account.count("stop"), "run again after a stop or cancel"),
-            (self.account.count("wait"), "wait(s) taken up again")) if n]
+        parts = [
+            f"{n} {what}"
+            for n, what in (
+                (self.account.count("retry"), "retried after an error"),
+                (self.account.count("stop"), "run again after a stop or cancel"),
+                (self.account.count("wait"), "wait(s) taken up again"),
+            )
+            if n
+        ]
         return f" ({', '.join(parts)}: not redone work)" if parts else ""
 
     def summary_json(self) -> dict[str, Any]:
         """The ``steplog verdict --json`` object (CONTRACT.md)."""
         return {
-            "run_id": self.run_id, "verdict": self.label, "explanation": self.explanation, "status": self.status,
-            "outcome": self.status, "kills": len(self.kills), "redone": self.redone_steps, "duplicates": len(self.duplicates),
-            "missing": len(self.missing), "deliveries": self.deliveries,
-            "checks": [{"name": c.name, "passed": c.ok, "evidence": c.detail, "source": c.source} for c in self.checks],
+            "run_id": self.run_id,
+            "verdict": self.label,
+            "explanation": self.explanation,
+            "status": self.status,
+            "outcome": self.status,
+            "kills": len(self.kills),
+            "redone": self.redone_steps,
+            "duplicates": len(self.duplicates),
+            "missing": len(self.missing),
+            "deliveries": self.deliveries,
+            "checks": [
+                {"name": c.name, "passed": c.ok, "evidence": c.detail, "source": c.source}
+                for c in self.checks
+            ],
             "resume_latency": self.latency_stats(),
         }
 
@@ -280,17 +342,28 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "run_id": self.run_id, "status": self.status, "reason": self.reason, "passed": self.passed,
-            "checks": [asdict(c) for c in self.checks], "kills": [asdict(k) for k in self.kills],
-            "duplicates": [f.to_json() for f in self.duplicates], "missing": [f.to_json() for f in self.missing],
+            "run_id": self.run_id,
+            "status": self.status,
+            "reason": self.reason,
+            "passed": self.passed,
+            "checks": [asdict(c) for c in self.checks],
+            "kills": [asdict(k) for k in self.kills],
+            "duplicates": [f.to_json() for f in self.duplicates],
+            "missing": [f.to_json() for f in self.missing],
             "different": [f.to_json() for f in self.different],
-            "steps_committed": self.steps_committed, "step_executions": self.step_executions,
-            "redone_steps": self.redone_steps, "incarnations": self.incarnations,
-            "deliveries": self.deliveries, "attempts": self.attempts, "budget": self.budget,
+            "steps_committed": self.steps_committed,
+            "step_executions": self.step_executions,
+            "redone_steps": self.redone_steps,
+            "incarnations": self.incarnations,
+            "deliveries": self.deliveries,
+            "attempts": self.attempts,
+            "budget": self.budget,
             "resume_latency": self.latency_stats(),
             "redone_per_kill": {str(k): v for k, v in self.redone_histogram().items()},
-            "reruns": {c: self.account.count(c) for c in ("kill", "retry", "stop", "wait", "committed",
-                                                           "unexplained")},
+            "reruns": {
+                c: self.account.count(c)
+                for c in ("kill", "retry", "stop", "wait", "committed", "unexplained")
+            },
         }
 
 
@@ -299,7 +372,11 @@ def latency_stats(kills: Sequence[Kill]) -> dict[str, float | None]:
     xs = sorted(k.resume_latency for k in kills if k.resume_latency is not None)
     if not xs:
         return {"median": None, "p95": None, "max": None}
-    return {"median": statistics.median(xs), "p95": xs[min(len(xs) - 1, math.ceil(0.95 * len(xs)) - 1)], "max": xs[-1]}
+    return {
+        "median": statistics.median(xs),
+        "p95": xs[min(len(xs) - 1, math.ceil(0.95 * len(xs)) - 1)],
+        "max": xs[-1],
+    }
 
 
 def redone_histogram(kills: Sequence[Kill]) -> dict[int, int]:
@@ -310,10 +387,18 @@ def redone_histogram(kills: Sequence[Kill]) -> dict[int, int]:
     return dict(sorted(hist.items()))
 
 
-def collect(db: LogLocation, run_id: str, *, ledger: Ledger | None = None,
-            kill_times: Sequence[float | KillMark] | None = None, reference: Reference | None = None,
-            lease_refusals: int | None = None, ledger_source: str = "outbox ledger",
-            ledger_problem: str | None = None, one_shot: bool = False) -> Evidence:
+def collect(
+    db: LogLocation,
+    run_id: str,
+    *,
+    ledger: Ledger | None = None,
+    kill_times: Sequence[float | KillMark] | None = None,
+    reference: Reference | None = None,
+    lease_refusals: int | None = None,
+    ledger_source: str = "outbox ledger",
+    ledger_problem: str | None = None,
+    one_shot: bool = False,
+) -> Evidence:
     """Read the evidence for ``run_id`` from the log (read-only) and, with a reference, the workdir.
 
     ``kill_times``: the kills as their maker knows them; by default the ones the log records
@@ -330,24 +415,48 @@ def collect(db: LogLocation, run_id: str, *, ledger: Ledger | None = None,
     try:
         status = run_status(conn, run_id, db=db)
         events = events_since(conn, run_id=run_id)
-        steps = dict(conn.execute("SELECT seq, name FROM step WHERE run_id = ?", (run_id,)).fetchall())
-        posts = conn.execute("SELECT count(*) FROM effect WHERE run_id = ? AND kind = 'http_post'",
-                             (run_id,)).fetchone()[0]
+        steps = dict(
+            conn.execute("SELECT seq, name FROM step WHERE run_id = ?", (run_id,)).fetchall()
+        )
+        posts = conn.execute(
+            "SELECT count(*) FROM effect WHERE run_id = ? AND kind = 'http_post'", (run_id,)
+        ).fetchone()[0]
         completed = completed_post_keys(conn, run_id)
     finally:
         conn.close()
     found = account(events)
     given = [KillMark(d.at) for d in found.deaths] if kill_times is None else kill_times
-    marks = sorted((m if isinstance(m, KillMark) else KillMark(float(m)) for m in given), key=lambda m: m.at)
-    outputs = snapshot(Path(status["workdir"])) if reference is not None and status["status"] in TERMINAL else None
-    return Evidence(status=status, kills=_kills(events, marks, steps, found), ledger=ledger,
-                    reference=reference, outputs=outputs, lease_refusals=lease_refusals,
-                    ledger_source=ledger_source, ledger_problem=ledger_problem, posts=int(posts),
-                    completed_posts=completed, account=found)
+    marks = sorted(
+        (m if isinstance(m, KillMark) else KillMark(float(m)) for m in given), key=lambda m: m.at
+    )
+    outputs = (
+        snapshot(Path(status["workdir"]))
+        if reference is not None and status["status"] in TERMINAL
+        else None
+    )
+    return Evidence(
+        status=status,
+        kills=_kills(events, marks, steps, found),
+        ledger=ledger,
+        reference=reference,
+        outputs=outputs,
+        lease_refusals=lease_refusals,
+        ledger_source=ledger_source,
+        ledger_problem=ledger_problem,
+        posts=int(posts),
+        completed_posts=completed,
+        account=found,
+    )
 
 
-def verdict_of(db: LogLocation, run_id: str, *, outbox: str | None = None,
-               transport: Any = None, one_shot: bool = False) -> Verdict:
+def verdict_of(
+    db: LogLocation,
+    run_id: str,
+    *,
+    outbox: str | None = None,
+    transport: Any = None,
+    one_shot: bool = False,
+) -> Verdict:
     """One run's verdict as the monitor's strip and ``steplog verdict`` show it: kills as the log
     records them, and this run's own deliveries from its outbox (read by
     ``steplog.evidence.read_ledger``: ``outbox``, the recorded URL, the outbox file beside the
@@ -358,9 +467,19 @@ def verdict_of(db: LogLocation, run_id: str, *, outbox: str | None = None,
     ``transport``: an ``httpx`` transport to reuse for the outbox's URL (the monitor polls often).
     """
     evidence = collect(db, run_id, one_shot=one_shot)
-    found = read_ledger(run_id, outbox=outbox, recorded_url=evidence.status["outbox"], log=location(db),
-                        completed=evidence.completed_posts or set(), transport=transport)
-    return judge(replace(evidence, ledger=found.ledger, ledger_source=found.source, ledger_problem=found.problem))
+    found = read_ledger(
+        run_id,
+        outbox=outbox,
+        recorded_url=evidence.status["outbox"],
+        log=location(db),
+        completed=evidence.completed_posts or set(),
+        transport=transport,
+    )
+    return judge(
+        replace(
+            evidence, ledger=found.ledger, ledger_source=found.source, ledger_problem=found.problem
+        )
+    )
 
 
 def logged_kills(events: Sequence[Event]) -> list[KillMark]:
@@ -371,7 +490,9 @@ def logged_kills(events: Sequence[Event]) -> list[KillMark]:
     return [KillMark(d.at) for d in account(events).deaths]
 
 
-def _kills(events: list[Event], marks: list[KillMark], steps: dict[int, str], found: Account) -> list[Kill]:
+def _kills(
+    events: list[Event], marks: list[KillMark], steps: dict[int, str], found: Account
+) -> list[Kill]:
     out: list[Kill] = []
     for i, m in enumerate(marks):
         since = marks[i - 1].at if i else -math.inf
@@ -393,8 +514,14 @@ def _kills(events: list[Event], marks: list[KillMark], steps: dict[int, str], fo
                 in_flight = len(death.in_flight)
             else:  # not taken over yet (or it ended cleanly): what it had started and not finished
                 mine = [e for e in window if e.incarnation == incarnation]
-                in_flight = len({e.seq for e in mine if e.kind == EventKind.STEP_STARTED} - {
-                    e.seq for e in mine if e.kind in (EventKind.STEP_COMMITTED, EventKind.STEP_ATTEMPT_FAILED)})
+                in_flight = len(
+                    {e.seq for e in mine if e.kind == EventKind.STEP_STARTED}
+                    - {
+                        e.seq
+                        for e in mine
+                        if e.kind in (EventKind.STEP_COMMITTED, EventKind.STEP_ATTEMPT_FAILED)
+                    }
+                )
             redone = found.redone_after(incarnation)
         nexts = [e for e in events if e.ts > m.at and e.kind == EventKind.LEASE_ACQUIRED]
         latency = None
@@ -402,12 +529,26 @@ def _kills(events: list[Event], marks: list[KillMark], steps: dict[int, str], fo
             inc = nexts[0].incarnation
             # Back where it was: its first step committed, or a wait taken up again (the time a
             # person then takes to answer is no resume latency).
-            back = [e.ts for e in events if e.incarnation == inc
-                    and e.kind in (EventKind.STEP_COMMITTED, EventKind.WAITING)]
+            back = [
+                e.ts
+                for e in events
+                if e.incarnation == inc and e.kind in (EventKind.STEP_COMMITTED, EventKind.WAITING)
+            ]
             latency = back[0] - m.at if back else None
-        out.append(Kill(at=m.at, seq=seq, step_name=steps.get(seq) if seq is not None else None, phase=phase,
-                        incarnation=incarnation, resume_latency=latency, redone=redone,
-                        point=m.point, proved=m.proved, in_flight=in_flight))
+        out.append(
+            Kill(
+                at=m.at,
+                seq=seq,
+                step_name=steps.get(seq) if seq is not None else None,
+                phase=phase,
+                incarnation=incarnation,
+                resume_latency=latency,
+                redone=redone,
+                point=m.point,
+                proved=m.proved,
+                in_flight=in_flight,
+            )
+        )
     return out
 
 
@@ -424,7 +565,9 @@ def _resends(ledger: Ledger) -> int:
     return sum(1 for a in ledger.attempts if a.outcome in ("replayed", "in_flight", "error"))
 
 
-def _messages(ledger: Ledger, ref: Reference | None) -> tuple[list[Finding], list[Finding], list[Finding]]:
+def _messages(
+    ledger: Ledger, ref: Reference | None
+) -> tuple[list[Finding], list[Finding], list[Finding]]:
     """Deliveries of one logical message beyond what the reference had (or beyond one)."""
     got: dict[str, list[Delivery]] = {}
     for d in ledger.deliveries:
@@ -438,18 +581,36 @@ def _messages(ledger: Ledger, ref: Reference | None) -> tuple[list[Finding], lis
         expected = len(w) if ref else 1
         if len(g) > expected and (ref is None or w):
             # The end of a key tells keys apart (they all start with the run id).
-            keys = ", ".join(d.key if len(d.key) <= 24 else "…" + d.key[-14:] for d in g[:4]) + (", …" if len(g) > 4 else "")
-            dup.append(Finding("message", label, f"delivered {len(g)} times (keys {keys})"
-                               + (f"; the reference {expected}" if expected != 1 else "")))
+            keys = ", ".join(d.key if len(d.key) <= 24 else "…" + d.key[-14:] for d in g[:4]) + (
+                ", …" if len(g) > 4 else ""
+            )
+            dup.append(
+                Finding(
+                    "message",
+                    label,
+                    f"delivered {len(g)} times (keys {keys})"
+                    + (f"; the reference {expected}" if expected != 1 else ""),
+                )
+            )
         elif ref is not None and len(g) > expected:
-            different.append(Finding("message", label, "delivered, but the reference sent no such message"))
+            different.append(
+                Finding("message", label, "delivered, but the reference sent no such message")
+            )
         elif ref is not None and len(g) < expected:
-            missing.append(Finding("message", label, "never delivered" if not g else f"delivered {len(g)} of {expected} times"))
+            missing.append(
+                Finding(
+                    "message",
+                    label,
+                    "never delivered" if not g else f"delivered {len(g)} of {expected} times",
+                )
+            )
         elif ref is not None and sorted(canonical_json(d.body) for d in g) != sorted(w):
             different.append(Finding("message", label, "body differs from the reference's"))
     for a in ledger.attempts:
         if a.outcome == "conflict":
-            different.append(Finding("message", f"key {a.key}", "sent again with a different body (422)"))
+            different.append(
+                Finding("message", f"key {a.key}", "sent again with a different body (422)")
+            )
     return dup, missing, different
 
 
@@ -472,67 +633,164 @@ def judge(ev: Evidence) -> Verdict:
             missing, different = late_missing, late_different
     if ref is not None and ev.outputs is not None:
         diff = compare(ref.outputs, ev.outputs)
-        dup, missing, different = dup + diff.duplicates, missing + diff.missing, different + diff.different
+        dup, missing, different = (
+            dup + diff.duplicates,
+            missing + diff.missing,
+            different + diff.different,
+        )
     pending = "not checked: the run is still going"
     src = ev.ledger_source
-    checks = [Check("terminal state", True if terminal else None,
-                    f"the run ended {s['status']}" + (f": {s['reason']}" if s["reason"] else "") if terminal else pending)]
-    if ref is not None:  # kills must not change how a run ends; on its own, an outcome is no verdict
-        checks.append(Check("outcome as the uninterrupted reference's",
-                            s["status"] == ref.status if terminal else None,
-                            f"{s['status']}, the reference {ref.status}" if terminal else pending,
-                            "log, reference run"))
+    checks = [
+        Check(
+            "terminal state",
+            True if terminal else None,
+            f"the run ended {s['status']}" + (f": {s['reason']}" if s["reason"] else "")
+            if terminal
+            else pending,
+        )
+    ]
+    if (
+        ref is not None
+    ):  # kills must not change how a run ends; on its own, an outcome is no verdict
+        checks.append(
+            Check(
+                "outcome as the uninterrupted reference's",
+                s["status"] == ref.status if terminal else None,
+                f"{s['status']}, the reference {ref.status}" if terminal else pending,
+                "log, reference run",
+            )
+        )
     if ledger is not None or ev.outputs is not None:
-        sources = ", ".join(x for x in (src if ledger is not None else "", "workdir" if ev.outputs else "") if x)
-        checks.append(Check("no duplicate effects", not dup, f"{len(dup)} duplicated, e.g. {dup[0]}" if dup
-                            else "nothing delivered, written or inserted twice", sources))
+        sources = ", ".join(
+            x for x in (src if ledger is not None else "", "workdir" if ev.outputs else "") if x
+        )
+        checks.append(
+            Check(
+                "no duplicate effects",
+                not dup,
+                f"{len(dup)} duplicated, e.g. {dup[0]}"
+                if dup
+                else "nothing delivered, written or inserted twice",
+                sources,
+            )
+        )
     elif ev.posts:
-        checks.append(Check("no duplicate effects", None,
-                            f"not checked: the run posted {ev.posts} message(s) but "
-                            + (ev.ledger_problem or "no outbox ledger was given"), src))
+        checks.append(
+            Check(
+                "no duplicate effects",
+                None,
+                f"not checked: the run posted {ev.posts} message(s) but "
+                + (ev.ledger_problem or "no outbox ledger was given"),
+                src,
+            )
+        )
     else:
-        checks.append(Check("no duplicate effects", True, "the run posted no messages; its file and row "
-                            "effects are written under stable names and keys", "log"))
+        checks.append(
+            Check(
+                "no duplicate effects",
+                True,
+                "the run posted no messages; its file and row "
+                "effects are written under stable names and keys",
+                "log",
+            )
+        )
     if ref is None and ledger is not None and ev.completed_posts:
         lost = sorted(ev.completed_posts - {d.key for d in ledger.deliveries})
-        checks.append(Check("every sent message delivered", not lost,
-                            f"{len(lost)} post(s) the log records as sent are not in the outbox, e.g. {lost[0]}"
-                            if lost else f"all {len(ev.completed_posts)} posts the log records are delivered",
-                            f"log, {src}"))
-        missing = missing + [Finding("message", f"key {k}", "recorded as sent, never delivered") for k in lost]
+        checks.append(
+            Check(
+                "every sent message delivered",
+                not lost,
+                f"{len(lost)} post(s) the log records as sent are not in the outbox, e.g. {lost[0]}"
+                if lost
+                else f"all {len(ev.completed_posts)} posts the log records are delivered",
+                f"log, {src}",
+            )
+        )
+        missing = missing + [
+            Finding("message", f"key {k}", "recorded as sent, never delivered") for k in lost
+        ]
     if ref is not None:  # without a reference there is nothing to compare with: no check at all
-        checks.append(Check("nothing missing", not missing if ev.outputs is not None else None,
-                            pending if ev.outputs is None
-                            else f"{len(missing)} missing, e.g. {missing[0]}" if missing
-                            else "every message, file and row of the reference is there", "reference run, workdir"))
+        checks.append(
+            Check(
+                "nothing missing",
+                not missing if ev.outputs is not None else None,
+                pending
+                if ev.outputs is None
+                else f"{len(missing)} missing, e.g. {missing[0]}"
+                if missing
+                else "every message, file and row of the reference is there",
+                "reference run, workdir",
+            )
+        )
         off = len(dup) + len(missing) + len(different)
-        checks.append(Check("outputs identical to the reference", not off if ev.outputs is not None else None,
-                            pending if ev.outputs is None
-                            else f"{len(dup)} duplicated, {len(missing)} missing, {len(different)} different"
-                            + (f", e.g. {different[0]}" if different else "") if off
-                            else "files byte for byte, tables row for row, message bodies", "reference run, workdir"))
+        checks.append(
+            Check(
+                "outputs identical to the reference",
+                not off if ev.outputs is not None else None,
+                pending
+                if ev.outputs is None
+                else f"{len(dup)} duplicated, {len(missing)} missing, {len(different)} different"
+                + (f", e.g. {different[0]}" if different else "")
+                if off
+                else "files byte for byte, tables row for row, message bodies",
+                "reference run, workdir",
+            )
+        )
     checks.append(_redone_check(ev, terminal))
     checks.append(_resend_check(ev, terminal))
-    over = [f"{name} {b['used']} > {b['limit']}" for name, b in s["budget"].items()
-            if b.get("limit") is not None and b["used"] > b["limit"]]
-    checks.append(Check("budgets not exceeded", not over, "; ".join(over) or "every budget within its limit"))
+    over = [
+        f"{name} {b['used']} > {b['limit']}"
+        for name, b in s["budget"].items()
+        if b.get("limit") is not None and b["used"] > b["limit"]
+    ]
+    checks.append(
+        Check("budgets not exceeded", not over, "; ".join(over) or "every budget within its limit")
+    )
     if ev.lease_refusals is not None:
-        checks.append(Check("relaunch resumes at once", ev.lease_refusals == 0,
-                            f"{ev.lease_refusals} relaunch(es) refused with exit 75: the dead engine's lease "
-                            "was not seen as vacant" if ev.lease_refusals else "no relaunch was refused (exit 75)"))
+        checks.append(
+            Check(
+                "relaunch resumes at once",
+                ev.lease_refusals == 0,
+                f"{ev.lease_refusals} relaunch(es) refused with exit 75: the dead engine's lease "
+                "was not seen as vacant"
+                if ev.lease_refusals
+                else "no relaunch was refused (exit 75)",
+            )
+        )
     pointed = [k for k in kills if k.point is not None]
     if pointed:
         unproved = [k.point or "" for k in pointed if not k.proved]
-        checks.append(Check("crash points reached", not unproved, "not reached: " + ", ".join(unproved) if unproved
-                            else ", ".join(k.point or "" for k in pointed) + " reached (the engine said so)"))
+        checks.append(
+            Check(
+                "crash points reached",
+                not unproved,
+                "not reached: " + ", ".join(unproved)
+                if unproved
+                else ", ".join(k.point or "" for k in pointed) + " reached (the engine said so)",
+            )
+        )
     failed = any(c.ok is False for c in checks)
-    return Verdict(run_id=s["run_id"], status=s["status"], reason=s["reason"],
-                   passed=(not failed) if terminal else None, checks=checks, kills=kills, duplicates=dup,
-                   missing=missing, different=different, steps_committed=s["steps_committed"],
-                   step_executions=s["step_executions"], redone_steps=acct.redone, incarnations=s["incarnations"],
-                   deliveries=len(ledger.deliveries) if ledger else None,
-                   attempts=len(ledger.attempts) if ledger else None, budget=s["budget"],
-                   engine=s.get("engine", "none"), waiting_for=s.get("waiting_for"), account=acct)
+    return Verdict(
+        run_id=s["run_id"],
+        status=s["status"],
+        reason=s["reason"],
+        passed=(not failed) if terminal else None,
+        checks=checks,
+        kills=kills,
+        duplicates=dup,
+        missing=missing,
+        different=different,
+        steps_committed=s["steps_committed"],
+        step_executions=s["step_executions"],
+        redone_steps=acct.redone,
+        incarnations=s["incarnations"],
+        deliveries=len(ledger.deliveries) if ledger else None,
+        attempts=len(ledger.attempts) if ledger else None,
+        budget=s["budget"],
+        engine=s.get("engine", "none"),
+        waiting_for=s.get("waiting_for"),
+        account=acct,
+    )
 
 
 REDONE_CHECK = "at most one redone step per kill"
@@ -545,30 +803,58 @@ def _redone_check(ev: Evidence, terminal: bool) -> Check:
     faulty = acct.faulty()
     if faulty:
         r = faulty[0]
-        why = ("after it had committed (its checkpoint was not honoured)" if r.cause == "committed"
-               else "in the same engine with no failure before it")
-        return Check(REDONE_CHECK, False, f"{len(faulty)} step execution(s) repeated without a cause, e.g. "
-                     f"step {r.seq} {r.name!r} ran again {why}")
+        why = (
+            "after it had committed (its checkpoint was not honoured)"
+            if r.cause == "committed"
+            else "in the same engine with no failure before it"
+        )
+        return Check(
+            REDONE_CHECK,
+            False,
+            f"{len(faulty)} step execution(s) repeated without a cause, e.g. "
+            f"step {r.seq} {r.name!r} ran again {why}",
+        )
     if not kills:
-        return Check(REDONE_CHECK, None, "not checked: the run was never killed, so nothing was redone"
-                     + _others(acct))
+        return Check(
+            REDONE_CHECK,
+            None,
+            "not checked: the run was never killed, so nothing was redone" + _others(acct),
+        )
     if not ev.status["step_executions"] and terminal:
         # Nothing checkpointed (a naive agent): work redone after a kill is invisible to the log,
         # and "0 redone" would be a tick for the worst case.
-        return Check(REDONE_CHECK, None, "not checked: the run records no steps, so the work it redid after "
-                     "each kill cannot be counted (the outputs show it)")
-    overdone = [k for k in kills if k.redone > k.may_redo]  # parallel steps: each kill may cost its steps in flight
+        return Check(
+            REDONE_CHECK,
+            None,
+            "not checked: the run records no steps, so the work it redid after "
+            "each kill cannot be counted (the outputs show it)",
+        )
+    overdone = [
+        k for k in kills if k.redone > k.may_redo
+    ]  # parallel steps: each kill may cost its steps in flight
     worst = max((k.redone for k in kills), default=0)
     parallel = max((k.in_flight for k in kills), default=0) > 1
-    return Check(REDONE_CHECK, not overdone,
-                 f"{acct.redone} step(s) redone after {len(kills)} kill(s); at most {worst} for one kill"
-                 + (" (parallel steps: each kill may redo the steps it interrupted, "
-                    f"up to {max(k.in_flight for k in kills)} at once)" if parallel else "") + _others(acct))
+    return Check(
+        REDONE_CHECK,
+        not overdone,
+        f"{acct.redone} step(s) redone after {len(kills)} kill(s); at most {worst} for one kill"
+        + (
+            " (parallel steps: each kill may redo the steps it interrupted, "
+            f"up to {max(k.in_flight for k in kills)} at once)"
+            if parallel
+            else ""
+        )
+        + _others(acct),
+    )
 
 
 def _others(acct: Account) -> str:
     n = acct.count("retry") + acct.count("stop") + acct.count("wait")
-    return f"; {n} step execution(s) repeated after errors, stops or waits are not redone work" if n else ""
+    return (
+        f"; {n} step execution(s) repeated after errors, stops or waits are not redone work"
+        if n
+        else ""
+    )
 
 
 def _resend_check(ev: Evidence, terminal: bool) -> Check:
@@ -578,8 +864,12 @@ def _resend_check(ev: Evidence, terminal: bool) -> Check:
     if ledger is None:
         if not ev.posts:
             return Check(name, True, "the run posted no messages", "log")
-        return Check(name, None, "not checked: " + (ev.ledger_problem or "no outbox ledger was given"), src)
-    if not terminal:  # the log was read before the outbox: a send may be in the outbox and not in our read
+        return Check(
+            name, None, "not checked: " + (ev.ledger_problem or "no outbox ledger was given"), src
+        )
+    if (
+        not terminal
+    ):  # the log was read before the outbox: a send may be in the outbox and not in our read
         return Check(name, None, "not checked: the run is still going", src)
     seen: dict[str, int] = {}
     for a in ledger.attempts:
@@ -588,11 +878,21 @@ def _resend_check(ev: Evidence, terminal: bool) -> Check:
     unrecorded = {k: n for k, n in seen.items() if n > ev.account.resends.get(k, 0)}
     if unrecorded:
         k, n = next(iter(sorted(unrecorded.items())))
-        return Check(name, False, f"the outbox saw {len(unrecorded)} key(s) sent more often than the log "
-                     f"records, e.g. {k}: {n} request(s), {ev.account.resends.get(k, 0)} recorded", f"log, {src}")
+        return Check(
+            name,
+            False,
+            f"the outbox saw {len(unrecorded)} key(s) sent more often than the log "
+            f"records, e.g. {k}: {n} request(s), {ev.account.resends.get(k, 0)} recorded",
+            f"log, {src}",
+        )
     resends = sum(n - 1 for n in seen.values())
     causes = ev.account.resend_causes
     words = {"kill": "kills", "retry": "errors", "stop": "stops or cancels", "wait": "waits"}
     why = ", ".join(f"{n} after {words.get(c, c)}" for c, n in sorted(causes.items()))
-    return Check(name, True, f"{len(ledger.attempts)} attempts for {len(ledger.deliveries)} deliveries: "
-                 f"{resends} re-sent with the same key" + (f" ({why})" if resends and why else ""), f"log, {src}")
+    return Check(
+        name,
+        True,
+        f"{len(ledger.attempts)} attempts for {len(ledger.deliveries)} deliveries: "
+        f"{resends} re-sent with the same key" + (f" ({why})" if resends and why else ""),
+        f"log, {src}",
+    )

@@ -45,12 +45,20 @@ import sys
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import FrameType
 
 from .db import LogConnection, is_transient, open_log
-from .errors import (EXIT_CANCELLED, EXIT_FAILED, EXIT_GAVE_UP, EXIT_LEASE_HELD, EXIT_OK, EXIT_STOPPED,
-                     EXIT_WAITING, SteplogError, first_line)
+from .errors import (
+    EXIT_CANCELLED,
+    EXIT_FAILED,
+    EXIT_GAVE_UP,
+    EXIT_LEASE_HELD,
+    EXIT_OK,
+    EXIT_STOPPED,
+    EXIT_WAITING,
+    SteplogError,
+    first_line,
+)
 from .interrupts import STOP_SIGNALS
 from .launch import DIE_WITH_PARENT_ENV
 from .lease import DEFAULT_LEASE_SECONDS, me
@@ -67,9 +75,17 @@ FIRST_RECONNECT_SECONDS = 0.5
 MAX_RECONNECT_SECONDS = 10.0
 """...up to this (a log back after a long outage is found within 10 s)."""
 
-_ENDED = {EXIT_OK: "succeeded", EXIT_GAVE_UP: "gave up", EXIT_FAILED: "failed", EXIT_CANCELLED: "was cancelled"}
-_HANDED_BACK = {EXIT_WAITING: "waits for a signal", EXIT_LEASE_HELD: "is held by another engine",
-                EXIT_STOPPED: "was stopped at a safe point (resumable)"}
+_ENDED = {
+    EXIT_OK: "succeeded",
+    EXIT_GAVE_UP: "gave up",
+    EXIT_FAILED: "failed",
+    EXIT_CANCELLED: "was cancelled",
+}
+_HANDED_BACK = {
+    EXIT_WAITING: "waits for a signal",
+    EXIT_LEASE_HELD: "is held by another engine",
+    EXIT_STOPPED: "was stopped at a safe point (resumable)",
+}
 
 
 @dataclass
@@ -92,9 +108,19 @@ class WorkerStats:
 
 
 class Worker:
-    def __init__(self, db: LogLocation, *, concurrency: int = 1, lease_seconds: float = DEFAULT_LEASE_SECONDS,
-                 agents: Collection[str] = (), run_prefix: str = "", drain: bool = False, poll: float = 0.2,
-                 grace: float = STOP_GRACE_SECONDS, say: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        db: LogLocation,
+        *,
+        concurrency: int = 1,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        agents: Collection[str] = (),
+        run_prefix: str = "",
+        drain: bool = False,
+        poll: float = 0.2,
+        grace: float = STOP_GRACE_SECONDS,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         self.db, self.concurrency, self.lease_seconds = db, concurrency, lease_seconds
         self.agents, self.drain, self.poll, self.grace = tuple(agents), drain, poll, grace
         self.run_prefix = run_prefix
@@ -123,9 +149,12 @@ class Worker:
         conn: LogConnection | None = open_log(self.db)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
         try:
-            self._say(f"steplog worker {self.name}: working on {self.db} ({self.concurrency} at a time"
-                      + (f", agents {', '.join(self.agents)}" if self.agents else "")
-                      + (f", runs {self.run_prefix}*" if self.run_prefix else "") + ")")
+            self._say(
+                f"steplog worker {self.name}: working on {self.db} ({self.concurrency} at a time"
+                + (f", agents {', '.join(self.agents)}" if self.agents else "")
+                + (f", runs {self.run_prefix}*" if self.run_prefix else "")
+                + ")"
+            )
             while self._stopping is None:
                 self._reap()
                 if conn is None:
@@ -152,9 +181,13 @@ class Worker:
                 _close(conn)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        done = ", ".join(f"{n} {what}" for what, n in sorted(self.stats.finished.items())) or "no runs"
-        self._say(f"steplog worker {self.name}: {self._stopping}; {self.stats.claimed} claimed, {done}"
-                  + (f"; left alone: {', '.join(self.stats.parked)}" if self.stats.parked else ""))
+        done = (
+            ", ".join(f"{n} {what}" for what, n in sorted(self.stats.finished.items())) or "no runs"
+        )
+        self._say(
+            f"steplog worker {self.name}: {self._stopping}; {self.stats.claimed} claimed, {done}"
+            + (f"; left alone: {', '.join(self.stats.parked)}" if self.stats.parked else "")
+        )
         return 0
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
@@ -168,8 +201,13 @@ class Worker:
         now = time.monotonic()
         while len(self._engines) < self.concurrency and self._stopping is None:
             waiting = {rid for rid, t in self._not_before.items() if t > now}
-            job = claim_next_run(conn, agents=self.agents, prefix=self.run_prefix, lease_seconds=self.lease_seconds,
-                                 skip={*self._engines, *self._parked, *waiting})
+            job = claim_next_run(
+                conn,
+                agents=self.agents,
+                prefix=self.run_prefix,
+                lease_seconds=self.lease_seconds,
+                skip={*self._engines, *self._parked, *waiting},
+            )
             self._answered()
             if job is None:
                 break
@@ -179,14 +217,25 @@ class Worker:
         return claimed
 
     def _start(self, job: Job) -> None:
-        argv = python_argv("steplog", "run", job.agent, "--run-id", job.run_id, "--db", str(self.db),
-                           "--exit-when-waiting", *job.launch.engine_args(default_lease_seconds=self.lease_seconds))
+        argv = python_argv(
+            "steplog",
+            "run",
+            job.agent,
+            "--run-id",
+            job.run_id,
+            "--db",
+            str(self.db),
+            "--exit-when-waiting",
+            *job.launch.engine_args(default_lease_seconds=self.lease_seconds),
+        )
         env = child_env()
         env[DIE_WITH_PARENT_ENV] = str(me().pid)
         proc = spawn(argv, env=env, stdout=subprocess.DEVNULL)
         self._engines[job.run_id] = _Engine(job, proc, time.monotonic())
         how = f"{job.status}" + (f"; {job.takeover}" if job.takeover else "")
-        self._say(f"steplog worker {self.name}: run {job.run_id} ({job.agent}, {how}) -> engine pid {proc.pid}")
+        self._say(
+            f"steplog worker {self.name}: run {job.run_id} ({job.agent}, {how}) -> engine pid {proc.pid}"
+        )
 
     def _reap(self) -> None:
         """Collect the engines that exited (their runs are handed back by ``_hand_back_exited``)."""
@@ -230,14 +279,18 @@ class Worker:
             if n >= MAX_ABNORMAL:
                 self._parked.add(rid)
                 self.stats.parked.append(rid)
-                more = (f"; left alone after {n} such exits (run it by hand to see why: steplog run "
-                        f"{engine.job.agent} --run-id {rid} --db {self.db})")
+                more = (
+                    f"; left alone after {n} such exits (run it by hand to see why: steplog run "
+                    f"{engine.job.agent} --run-id {rid} --db {self.db})"
+                )
             else:
                 self._not_before[rid] = time.monotonic() + min(MAX_BACKOFF_SECONDS, 2.0 ** (n - 1))
         self.stats.finished[what] = self.stats.finished.get(what, 0) + 1
         seconds = time.monotonic() - engine.started
-        self._say(f"steplog worker {self.name}: run {rid} {what}{more} (exit {code}, status {status or '?'}, "
-                  f"{seconds:.1f} s)")
+        self._say(
+            f"steplog worker {self.name}: run {rid} {what}{more} (exit {code}, status {status or '?'}, "
+            f"{seconds:.1f} s)"
+        )
 
     def _backing_off(self) -> bool:
         now = time.monotonic()
@@ -282,8 +335,10 @@ class Worker:
         if self._lost_at is None:
             self._lost_at = time.monotonic()
             self._wait = FIRST_RECONNECT_SECONDS
-            self._say(f"steplog worker {self.name}: lost the log at {self.db} ({first_line(exc)}); "
-                      "reconnecting…")
+            self._say(
+                f"steplog worker {self.name}: lost the log at {self.db} ({first_line(exc)}); "
+                "reconnecting…"
+            )
 
     def _reopen(self) -> LogConnection | None:
         """Wait (longer each time, jittered) and open the log again, checked as at start;
@@ -305,8 +360,9 @@ class Worker:
             away = time.monotonic() - self._lost_at
             self._lost_at = None
             self._wait = FIRST_RECONNECT_SECONDS
-            self._say(f"steplog worker {self.name}: the log is back after {away:.1f} s; "
-                      "claiming again")
+            self._say(
+                f"steplog worker {self.name}: the log is back after {away:.1f} s; claiming again"
+            )
 
     def _nap(self, seconds: float) -> None:
         """Sleep, but wake within 50 ms of a stop signal (``time.sleep`` resumes after one)."""

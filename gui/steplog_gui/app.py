@@ -12,14 +12,29 @@ from .demo import DemoConfig
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="steplog gui", description="The steplog desktop monitor.")
-    parser.add_argument("--db", default=None,
-                        help="the log to monitor: a file or a postgresql:// URL (default: $STEPLOG_DB, else steplog's default log)")
-    parser.add_argument("--demo", action="store_true", help="start the demo agent and its outbox, ready for Kill now")
-    parser.add_argument("--demo-tickets", type=int, default=0, help="limit the demo to the first N tickets")
-    parser.add_argument("--demo-approve", action="store_true",
-                        help="the demo's digest waits for a person's approval (Approve in the monitor)")
-    parser.add_argument("--compare", action="store_true",
-                        help="compare mode: the naive agent and the durable demo side by side, one Kill now")
+    parser.add_argument(
+        "--db",
+        default=None,
+        help="the log to monitor: a file or a postgresql:// URL (default: $STEPLOG_DB, else steplog's default log)",
+    )
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="start the demo agent and its outbox, ready for Kill now",
+    )
+    parser.add_argument(
+        "--demo-tickets", type=int, default=0, help="limit the demo to the first N tickets"
+    )
+    parser.add_argument(
+        "--demo-approve",
+        action="store_true",
+        help="the demo's digest waits for a person's approval (Approve in the monitor)",
+    )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="compare mode: the naive agent and the durable demo side by side, one Kill now",
+    )
     return parser.parse_args(list(argv))
 
 

@@ -33,8 +33,12 @@ range fits the usage."""
 PROJECTION_POINTS = 30
 TITLE_POINTS = 9
 AXIS_ROOM = 60
-BUDGETS = (("steps", "steps", "Steps"), ("tokens", "tokens", "Tokens"),
-           ("cost_usd", "cost_usd", "Cost (USD)"), ("seconds", "seconds", "Active seconds"))
+BUDGETS = (
+    ("steps", "steps", "Steps"),
+    ("tokens", "tokens", "Tokens"),
+    ("cost_usd", "cost_usd", "Cost (USD)"),
+    ("seconds", "seconds", "Active seconds"),
+)
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,9 @@ class Projection:
     limit: float
 
 
-def project(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64], limit: float | None) -> Projection | None:
+def project(
+    x: npt.NDArray[np.float64], y: npt.NDArray[np.float64], limit: float | None
+) -> Projection | None:
     """Linear projection of the last points to ``limit``; ``None`` without a limit or a rise."""
     if not limit or len(x) < 2:
         return None
@@ -54,7 +60,9 @@ def project(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64], limit: float
     dx, dy = xs[-1] - xs[0], ys[-1] - ys[0]
     if dx <= 0 or dy <= 0 or ys[-1] >= limit:
         return None
-    return Projection(xs[-1] + (limit - ys[-1]) * dx / dy, float(xs[-1]), float(ys[-1]), float(limit))
+    return Projection(
+        xs[-1] + (limit - ys[-1]) * dx / dy, float(xs[-1]), float(ys[-1]), float(limit)
+    )
 
 
 class _Chart:
@@ -64,7 +72,9 @@ class _Chart:
         self.widget.setMenuEnabled(False)
         self.widget.setMouseEnabled(x=True, y=False)
         self.widget.showGrid(x=True, y=True, alpha=0.2)
-        self.used = self.widget.plot([], [], name="used" if title != "Tokens" else "tokens (reported + estimated)")
+        self.used = self.widget.plot(
+            [], [], name="used" if title != "Tokens" else "tokens (reported + estimated)"
+        )
         self.used.setDownsampling(auto=True, method="peak")
         self.used.setClipToView(True)
         self.estimated: pg.PlotDataItem | None = None
@@ -135,7 +145,9 @@ class BudgetCharts(QWidget):
         tokens.estimated.setDownsampling(auto=True, method="peak")
         tokens.estimated.setClipToView(True)
         self.apply_palette(theme.current())
-        monitor.runs_changed.connect(lambda ids: setattr(self, "_dirty", self._dirty or self._run_id in ids))
+        monitor.runs_changed.connect(
+            lambda ids: setattr(self, "_dirty", self._dirty or self._run_id in ids)
+        )
         monitor.state_reset.connect(lambda: self.set_run(None))
         self._timer = QTimer(self)
         self._timer.setInterval(REFRESH_MS)
@@ -173,7 +185,11 @@ class BudgetCharts(QWidget):
         self.refresh()
 
     def _tick(self) -> None:
-        if self._dirty and self._monitor.catching_up and time.monotonic() - self._last_refresh < CATCH_UP_REDRAW_S:
+        if (
+            self._dirty
+            and self._monitor.catching_up
+            and time.monotonic() - self._last_refresh < CATCH_UP_REDRAW_S
+        ):
             return  # reading a backlog: redraw about once a second, then once at the end
         if self._dirty:
             self.refresh()
@@ -194,7 +210,9 @@ class BudgetCharts(QWidget):
                 chart.estimated.setData([], [])
             chart.limit.setVisible(False)
             chart.set_title(title, pal)
-            chart.widget.getViewBox().setRange(xRange=(0, 1), yRange=(0, 1), padding=0)  # not the last run's
+            chart.widget.getViewBox().setRange(
+                xRange=(0, 1), yRange=(0, 1), padding=0
+            )  # not the last run's
             return
         s = run.usage_series
         t0 = run.created if math.isfinite(run.created) else float(s["ts"][0])
@@ -227,7 +245,9 @@ class BudgetCharts(QWidget):
             return f"{v:.{digits}f}"
 
         text = f"{title}: {fmt(used)}" + (f" / {fmt(float(limit))}" if limit else " (no limit)")
-        if key == "tokens" and s["tokens_estimated"][-1] > 0:  # short: a long title widens the chart past its column
+        if (
+            key == "tokens" and s["tokens_estimated"][-1] > 0
+        ):  # short: a long title widens the chart past its column
             estimated = float(s["tokens_estimated"][-1])
             text += " · all estimated" if estimated >= used else f" · {estimated:.0f} estimated"
         if proj is not None:

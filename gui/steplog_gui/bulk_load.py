@@ -25,8 +25,19 @@ from steplog.events import EventKind
 from steplog.logread import Event
 
 from .repository import KIND_CODES, NULL_SEQ, LogRepository
-from .run_state import (COMMITTED, COPIED, EXECUTION_FIELDS, FAILED, GAVE_UP, INTERRUPTED, REDONE, RUNNING,
-                        Columns, Kill, RunState)
+from .run_state import (
+    COMMITTED,
+    COPIED,
+    EXECUTION_FIELDS,
+    FAILED,
+    GAVE_UP,
+    INTERRUPTED,
+    REDONE,
+    RUNNING,
+    Columns,
+    Kill,
+    RunState,
+)
 
 I = npt.NDArray[np.int64]
 
@@ -35,16 +46,38 @@ def _code(kind: EventKind) -> int:
     return KIND_CODES.index(kind) + 1
 
 
-STARTED, COMMIT, DECIDED = _code(EventKind.STEP_STARTED), _code(EventKind.STEP_COMMITTED), _code(EventKind.DECISION_RECORDED)
+STARTED, COMMIT, DECIDED = (
+    _code(EventKind.STEP_STARTED),
+    _code(EventKind.STEP_COMMITTED),
+    _code(EventKind.DECISION_RECORDED),
+)
 EFFECT_STARTED, EFFECT_DONE = _code(EventKind.EFFECT_STARTED), _code(EventKind.EFFECT_COMPLETED)
-ATTEMPT_FAILED, LEASE, FINISHED = (_code(EventKind.STEP_ATTEMPT_FAILED), _code(EventKind.LEASE_ACQUIRED),
-                                   _code(EventKind.RUN_FINISHED))
-FOLDED = (EventKind.WAITING, EventKind.CANCEL_REQUESTED, EventKind.RETRIED, EventKind.WORKER_CLAIMED,
-          EventKind.WORKER_RELEASED)
+ATTEMPT_FAILED, LEASE, FINISHED = (
+    _code(EventKind.STEP_ATTEMPT_FAILED),
+    _code(EventKind.LEASE_ACQUIRED),
+    _code(EventKind.RUN_FINISHED),
+)
+FOLDED = (
+    EventKind.WAITING,
+    EventKind.CANCEL_REQUESTED,
+    EventKind.RETRIED,
+    EventKind.WORKER_CLAIMED,
+    EventKind.WORKER_RELEASED,
+)
 """Run control's and the queue's kinds: folded by ``RunState.apply`` itself (few per run; it owns their meaning)."""
 COPIED_STEP = _code(EventKind.STEP_COPIED)
-CONTROL = tuple(_code(k) for k in (EventKind.RUN_CREATED, EventKind.BUDGET_CHANGED, EventKind.LEASE_ACQUIRED,
-                                   EventKind.LEASE_RELEASED, EventKind.RUN_FINISHED, *FOLDED, EventKind.STEP_COPIED))
+CONTROL = tuple(
+    _code(k)
+    for k in (
+        EventKind.RUN_CREATED,
+        EventKind.BUDGET_CHANGED,
+        EventKind.LEASE_ACQUIRED,
+        EventKind.LEASE_RELEASED,
+        EventKind.RUN_FINISHED,
+        *FOLDED,
+        EventKind.STEP_COPIED,
+    )
+)
 """Kinds whose payload the summary needs: few per run (a fork's copied steps aside), read and folded one by one."""
 STEP_KINDS = (STARTED, COMMIT, DECIDED, EFFECT_STARTED, EFFECT_DONE, ATTEMPT_FAILED)
 
@@ -70,7 +103,9 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
     n = len(cols)
     last_before = _LastOfIncarnation(inc)
     controls = repo.events_by_id(cols["id"][np.isin(code, CONTROL)])
-    lease_end: dict[int, float] = {}  # position of a lease_acquired -> where the steps it interrupts end
+    lease_end: dict[
+        int, float
+    ] = {}  # position of a lease_acquired -> where the steps it interrupts end
     finishes: dict[int, Event] = {}  # position of a run_finished -> the event
     kill_at: list[tuple[int, Kill]] = []
     copied: list[tuple[int, Event]] = []  # a fork's copied steps: bars of their own (lane 0)
@@ -85,7 +120,12 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
         elif ev.kind == EventKind.STEP_COPIED:
             copied.append((p, ev))
         elif ev.kind == EventKind.BUDGET_CHANGED:
-            run.limits.update({k: d.get(k) for k in ("steps", "tokens", "seconds", "cost_usd", "retries", "recoveries")})
+            run.limits.update(
+                {
+                    k: d.get(k)
+                    for k in ("steps", "tokens", "seconds", "cost_usd", "retries", "recoveries")
+                }
+            )
             if d.get("reopened"):
                 run.status, run.reason, run.finished = "running", None, None
         elif ev.kind == EventKind.LEASE_ACQUIRED:
@@ -123,7 +163,9 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
 
     has_seq = seq != NULL_SEQ
     commits = np.flatnonzero((code == COMMIT) & has_seq)
-    if run.status == "waiting" and len(commits) and commits[-1] > waited_at:  # the wait was answered
+    if (
+        run.status == "waiting" and len(commits) and commits[-1] > waited_at
+    ):  # the wait was answered
         run.status, run.waiting_for, run.waiting_since = "running", None, None
     for p, kill in kill_at:  # the first step a later incarnation committed after the takeover
         j = int(np.searchsorted(commits, p, side="right"))
@@ -138,9 +180,17 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
     return run
 
 
-def _executions(run: RunState, cols: npt.NDArray[Any], n: int, lease_end: dict[int, float],
-                finishes: dict[int, Event], decisions: I, tokens: npt.NDArray[Any],
-                copied: list[tuple[int, Event]], kill_at: list[tuple[int, Kill]]) -> None:
+def _executions(
+    run: RunState,
+    cols: npt.NDArray[Any],
+    n: int,
+    lease_end: dict[int, float],
+    finishes: dict[int, Event],
+    decisions: I,
+    tokens: npt.NDArray[Any],
+    copied: list[tuple[int, Event]],
+    kill_at: list[tuple[int, Kill]],
+) -> None:
     """Every step execution's bar, with array operations. Positions index ``cols`` (id order);
     ``n`` stands for "never"."""
     code, seq, ts, inc = cols["code"], cols["seq"], cols["ts"], cols["incarnation"]
@@ -159,7 +209,11 @@ def _executions(run: RunState, cols: npt.NDArray[Any], n: int, lease_end: dict[i
     step_events = np.flatnonzero(np.isin(code, STEP_KINDS) & has_seq)
     order = step_events[np.lexsort((step_events, seq[step_events]))]
     is_start = code[order] == STARTED
-    last_start = np.maximum.accumulate(np.where(is_start, np.arange(len(order)), -1)) if len(order) else order
+    last_start = (
+        np.maximum.accumulate(np.where(is_start, np.arange(len(order)), -1))
+        if len(order)
+        else order
+    )
     owner_pos = order[np.maximum(last_start, 0)] if len(order) else order
     owned = (last_start >= 0) & (seq[owner_pos] == seq[order]) & ~is_start
     ev_pos, owner = order[owned], exec_of[owner_pos[owned]]
@@ -190,7 +244,9 @@ def _executions(run: RunState, cols: npt.NDArray[Any], n: int, lease_end: dict[i
     for p, dead_end in lease_end.items():  # lost to a kill, or put down by a stop
         closing_outcome[p], closing_end[p] = REDONE if p in kills else INTERRUPTED, dead_end
     for p, ev in finishes.items():
-        closing_outcome[p] = GAVE_UP if ev.data.get("status", "failed") in ("gave_up", "cancelled") else FAILED
+        closing_outcome[p] = (
+            GAVE_UP if ev.data.get("status", "failed") in ("gave_up", "cancelled") else FAILED
+        )
         closing_end[p] = ev.ts
     taken = np.flatnonzero((close == global_close) & (close < n))
     outcome[taken], end[taken] = closing_outcome[close[taken]], closing_end[close[taken]]
@@ -217,7 +273,11 @@ def _executions(run: RunState, cols: npt.NDArray[Any], n: int, lease_end: dict[i
     # 4. A run that gave up between steps gets a short marker bar where it stopped.
     created_at = [starts]
     closed_by_finish = set(close[taken].tolist())
-    markers = [p for p, ev in finishes.items() if ev.data.get("status") == "gave_up" and p not in closed_by_finish]
+    markers = [
+        p
+        for p, ev in finishes.items()
+        if ev.data.get("status") == "gave_up" and p not in closed_by_finish
+    ]
     rows = np.zeros(m + len(markers) + len(copied), dtype=np.dtype(list(EXECUTION_FIELDS.items())))
     rows["start"][:m], rows["end"][:m], rows["lane"][:m] = ts[starts], end, inc[starts]
     rows["outcome"][:m], rows["seq"][:m], rows["phase"][:m] = outcome, seq[starts], phase
@@ -248,7 +308,9 @@ class _LastOfIncarnation:
         self._span = len(inc) + 1
         self._keys = np.sort(inc.astype(np.int64) * self._span + np.arange(len(inc)))
 
-    def __call__(self, incarnation: int, before: int, ts: npt.NDArray[np.float64], *, default: float) -> float:
+    def __call__(
+        self, incarnation: int, before: int, ts: npt.NDArray[np.float64], *, default: float
+    ) -> float:
         j = int(np.searchsorted(self._keys, incarnation * self._span + before)) - 1
         if j >= 0 and self._keys[j] // self._span == incarnation:
             return float(ts[self._keys[j] % self._span])

@@ -104,15 +104,20 @@ class CompareCharts(QWidget):
         runs = {"naive": result.naive, "durable": result.durable}
         ends = (r.finished if r.finished is not None else r.open_until(now) for r in runs.values())
         until = max((t for t in ends if math.isfinite(t)), default=now)
-        self._draw_kills(sorted({round(k.ts - result.origin, 3) for r in runs.values() for k in r.kills}))
+        self._draw_kills(
+            sorted({round(k.ts - result.origin, 3) for r in runs.values() for k in r.kills})
+        )
         for key, title in CHARTS:
             last = {}
             for side in SIDES:
                 x, y = curve(runs[side], key, result.origin, until)
                 self.curves[(key, side)].setData(x, y)
                 last[side] = int(spent(runs[side], key))  # as the figures table says it
-            self.plots[key].setTitle(f"{title}: naive {last['naive']:,} · durable {last['durable']:,}",
-                                     color=pal.foreground, size="10pt")
+            self.plots[key].setTitle(
+                f"{title}: naive {last['naive']:,} · durable {last['durable']:,}",
+                color=pal.foreground,
+                size="10pt",
+            )
 
     def _draw_kills(self, xs: list[float]) -> None:
         """A dashed line at every kill (one Kill now kills both: one line serves both curves)."""

@@ -23,8 +23,11 @@ from .monitor import Monitor
 from .run_state import COMMITTED, REDONE, RUNNING, RunState
 from .timeline_view import TimelineView
 
-NAIVE_OUTCOMES = {COMMITTED: "done (not recorded anywhere: a kill would lose it)",
-                  REDONE: "lost to a kill: it ran again from the start", RUNNING: "in progress"}
+NAIVE_OUTCOMES = {
+    COMMITTED: "done (not recorded anywhere: a kill would lose it)",
+    REDONE: "lost to a kill: it ran again from the start",
+    RUNNING: "in progress",
+}
 
 
 def restarts(run: RunState) -> list[tuple[float, int, int]]:
@@ -46,11 +49,17 @@ def describe_naive(run: RunState, i: int, now: float) -> str:
     name, kind = run.step_names.get(seq, ("?", "?"))
     end = ex["end"][i]
     duration = (now if np.isnan(end) else end) - ex["start"][i]
-    lines = [f"#{seq} {name} (naive: counted by its own trace)", f"kind: {kind}",
-             f"duration: {duration * 1000:.0f} ms" if duration < 10 else f"duration: {duration:.1f} s",
-             f"outcome: {NAIVE_OUTCOMES.get(int(ex['outcome'][i]), '?')}", f"process: {int(ex['lane'][i])}"]
+    lines = [
+        f"#{seq} {name} (naive: counted by its own trace)",
+        f"kind: {kind}",
+        f"duration: {duration * 1000:.0f} ms" if duration < 10 else f"duration: {duration:.1f} s",
+        f"outcome: {NAIVE_OUTCOMES.get(int(ex['outcome'][i]), '?')}",
+        f"process: {int(ex['lane'][i])}",
+    ]
     if ex["tokens"][i]:
-        lines.append(f"tokens: {int(ex['tokens'][i])}" + (" (estimated)" if ex["estimated"][i] else ""))
+        lines.append(
+            f"tokens: {int(ex['tokens'][i])}" + (" (estimated)" if ex["estimated"][i] else "")
+        )
     return "\n".join(lines)
 
 
@@ -90,7 +99,9 @@ class CompareLane(TimelineView):
         if run is None:
             return
         for start, lane, seq in marks:
-            text = "starts over at step 1 ▸" if self.naive and seq == 1 else f"resumes at step {seq} ▸"
+            text = (
+                "starts over at step 1 ▸" if self.naive and seq == 1 else f"resumes at step {seq} ▸"
+            )
             # Left of the lane's first bar: that lane is empty before its engine started.
             label = pg.TextItem(text, color=self._palette.foreground, anchor=(1, 0.5))
             label.setPos(start - run.created, lane)
@@ -107,4 +118,3 @@ class CompareLane(TimelineView):
             QToolTip.hideText()
             return
         QToolTip.showText(QCursor.pos(), describe_naive(run, i, time.time()), self.plot)
-

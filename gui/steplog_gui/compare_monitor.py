@@ -36,7 +36,9 @@ def _events(repo: LogRepository, run_id: str) -> list[Event]:
             return out
 
 
-def _read(path: LogLocation, naive_id: str, durable_id: str, trace: Path | None) -> tuple[ComparedRuns, Path | None]:
+def _read(
+    path: LogLocation, naive_id: str, durable_id: str, trace: Path | None
+) -> tuple[ComparedRuns, Path | None]:
     repo = LogRepository(path)
     try:
         naive_events, durable_events = _events(repo, naive_id), _events(repo, durable_id)
@@ -113,8 +115,12 @@ class CompareMonitor(Monitor):
             return
         self._changed, self._trace_size, self._busy = False, size, True
         path, naive_id, durable_id, trace = self.path, self.naive_id, self.durable_id, self._trace
-        jobs.submit(lambda: _read(path, naive_id, durable_id, trace),
-                    lambda out: self._done(naive_id, durable_id, out), self._failed, owner=self)
+        jobs.submit(
+            lambda: _read(path, naive_id, durable_id, trace),
+            lambda out: self._done(naive_id, durable_id, out),
+            self._failed,
+            owner=self,
+        )
 
     def _failed(self, exc: BaseException) -> None:
         self._busy = False

@@ -34,8 +34,14 @@ class CompareRuns(QObject):
     problem = Signal(str)
     """Why the comparison could not start ('' when it did)."""
 
-    def __init__(self, monitor: Monitor, demo: DemoLauncher, *, env: dict[str, str] | None = None,
-                 parent: QObject | None = None) -> None:
+    def __init__(
+        self,
+        monitor: Monitor,
+        demo: DemoLauncher,
+        *,
+        env: dict[str, str] | None = None,
+        parent: QObject | None = None,
+    ) -> None:
         super().__init__(parent)
         self._demo = demo
         self._monitor = monitor
@@ -80,10 +86,22 @@ class CompareRuns(QObject):
             stamp += f"-{int(time.time() * 1000) % 1000:03d}"
         self.naive_id, self.durable_id, self.kills = f"{stamp}-naive", f"{stamp}-durable", 0
         params = dict(config.params)
-        durable = LaunchSpec(agent="demo", run_id=self.durable_id, db=self._monitor.path, outbox=url,
-                             pace=config.pace, params=params)
-        naive = LaunchSpec(agent="naive", run_id=self.naive_id, db=self._monitor.path, outbox=url,
-                           pace=config.pace, params={**params, "trace": "true"})
+        durable = LaunchSpec(
+            agent="demo",
+            run_id=self.durable_id,
+            db=self._monitor.path,
+            outbox=url,
+            pace=config.pace,
+            params=params,
+        )
+        naive = LaunchSpec(
+            agent="naive",
+            run_id=self.naive_id,
+            db=self._monitor.path,
+            outbox=url,
+            pace=config.pace,
+            params={**params, "trace": "true"},
+        )
         self.runs_started.emit(self.naive_id, self.durable_id)
         try:
             self.durable.start(durable)
@@ -108,10 +126,26 @@ class CompareRuns(QObject):
             return
         self.approvals += 1
         data = json.dumps({"approved": approved})
-        args = ("signal", self.durable_id, "approve", "--data", data, "--key", f"compare-approval-{self.approvals}")
+        args = (
+            "signal",
+            self.durable_id,
+            "approve",
+            "--data",
+            data,
+            "--key",
+            f"compare-approval-{self.approvals}",
+        )
         path = self._monitor.path
-        jobs.submit(lambda: run_command(path, args, self._env), lambda r: None if r.code == 0 else self.problem.emit(
-            f"the durable run's approval was refused: {r.message}"), lambda exc: self.problem.emit(str(exc)), owner=self)
+        jobs.submit(
+            lambda: run_command(path, args, self._env),
+            lambda r: (
+                None
+                if r.code == 0
+                else self.problem.emit(f"the durable run's approval was refused: {r.message}")
+            ),
+            lambda exc: self.problem.emit(str(exc)),
+            owner=self,
+        )
         workdir = path.parent / "runs" / self.naive_id
         workdir.mkdir(parents=True, exist_ok=True)
         tmp = workdir / ".approval.json.tmp"
@@ -132,14 +166,20 @@ class CompareRuns(QObject):
         view = self._monitor.run(self.durable_id) if self.durable_id else None
         # Done when its terminal record is in the log: its process may take a moment more to exit,
         # and the tail may be a poll behind (a kill then would count for the naive run alone).
-        if not self.durable.running or (view is not None and view.terminal) or (
-                durable is not None and durable.status in TERMINAL):
+        if (
+            not self.durable.running
+            or (view is not None and view.terminal)
+            or (durable is not None and durable.status in TERMINAL)
+        ):
             self._stop_auto()
             return
         # A kill interrupts work: an engine still starting (relaunched, its lease not taken yet)
         # leaves no trace of being killed in its log, so the tick waits for both to be at work.
         # Either way both runs' logs record the same kills, however slow a start is.
-        if not (self._at_work(self.durable, durable) and self._at_work(self.naive, self._now(self.naive_id))):
+        if not (
+            self._at_work(self.durable, durable)
+            and self._at_work(self.naive, self._now(self.naive_id))
+        ):
             return
         # The durable engine first, then its row, frozen now it is dead: had it committed its end
         # a moment before the kill (a starved monitor can take tens of ms from the check above to
@@ -199,7 +239,9 @@ class CompareRuns(QObject):
             engine.terminate_now(grace)
 
     def _start_failed(self, _why: str) -> None:
-        self._starting = False  # the outbox did not start: nothing was launched (the window says why)
+        self._starting = (
+            False  # the outbox did not start: nothing was launched (the window says why)
+        )
 
     def _engine_changed(self) -> None:
         if not self.durable.running and self._auto.isActive():

@@ -82,9 +82,16 @@ def naive_state(run_id: str, events: Sequence[Event], trace: Sequence[TraceRecor
             end, outcome = run.finished or s.ts, REDONE
         else:
             end, outcome = math.nan, RUNNING
-        ex.append(start=s.ts, end=end, lane=s.incarnation, outcome=outcome, seq=s.seq,
-                  phase=2 if d is not None else 0, tokens=d.tokens if d is not None else 0,
-                  estimated=bool(d.estimated) if d is not None else False)
+        ex.append(
+            start=s.ts,
+            end=end,
+            lane=s.incarnation,
+            outcome=outcome,
+            seq=s.seq,
+            phase=2 if d is not None else 0,
+            tokens=d.tokens if d is not None else 0,
+            estimated=bool(d.estimated) if d is not None else False,
+        )
     _naive_usage(run, trace)
     return run
 
@@ -119,8 +126,14 @@ def _naive_usage(run: RunState, trace: Sequence[TraceRecord]) -> None:
         while pending and pending[0][0] <= r.ts:  # a kill: the steps kept drop to 0
             at, inc = pending.pop(0)
             forfeit(inc + 1)
-            series.append(ts=at, steps=0, tokens=tokens, tokens_estimated=estimated, cost_usd=cost,
-                          seconds=seconds_until(at))
+            series.append(
+                ts=at,
+                steps=0,
+                tokens=tokens,
+                tokens_estimated=estimated,
+                cost_usd=cost,
+                seconds=seconds_until(at),
+            )
         forfeit(r.incarnation)  # a death the log has no kill for: charged once a later process runs
         first_ts.setdefault(r.incarnation, r.ts)
         last_ts[r.incarnation] = r.ts
@@ -133,20 +146,42 @@ def _naive_usage(run: RunState, trace: Sequence[TraceRecord]) -> None:
         tokens += r.tokens
         estimated += r.tokens if r.estimated else 0
         cost += r.cost_usd
-        series.append(ts=r.ts, steps=len(kept[r.incarnation]), tokens=tokens, tokens_estimated=estimated,
-                      cost_usd=cost, seconds=seconds_until(r.ts))
+        series.append(
+            ts=r.ts,
+            steps=len(kept[r.incarnation]),
+            tokens=tokens,
+            tokens_estimated=estimated,
+            cost_usd=cost,
+            seconds=seconds_until(r.ts),
+        )
     current = max(kept, default=0)
-    run.usage = {"steps": len(kept.get(current, ())), "executions": sum(1 for r in trace if r.event == "started"),
-                 "tokens": tokens, "tokens_estimated": estimated, "cost_usd": cost}
+    run.usage = {
+        "steps": len(kept.get(current, ())),
+        "executions": sum(1 for r in trace if r.event == "started"),
+        "tokens": tokens,
+        "tokens_estimated": estimated,
+        "cost_usd": cost,
+    }
 
 
-def compare(naive_id: str, naive_events: Sequence[Event], trace: Sequence[TraceRecord],
-            durable_id: str, durable_events: Sequence[Event]) -> ComparedRuns:
+def compare(
+    naive_id: str,
+    naive_events: Sequence[Event],
+    trace: Sequence[TraceRecord],
+    durable_id: str,
+    durable_events: Sequence[Event],
+) -> ComparedRuns:
     naive = naive_state(naive_id, naive_events, trace)
     durable = fold(durable_id, durable_events)
     created = [c for c in (naive.created, durable.created) if math.isfinite(c)]
     origin = min(created) if created else math.nan
-    result = ComparedRuns(naive=naive, durable=durable, trace=summarize(list(trace)), origin=origin,
-                          naive_created=naive.created, durable_created=durable.created)
+    result = ComparedRuns(
+        naive=naive,
+        durable=durable,
+        trace=summarize(list(trace)),
+        origin=origin,
+        naive_created=naive.created,
+        durable_created=durable.created,
+    )
     naive.created = durable.created = origin
     return result

@@ -16,8 +16,18 @@ from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QColor, QFont, QKeySequence, QPalette, QShowEvent
-from PySide6.QtWidgets import (QCheckBox, QDockWidget, QDoubleSpinBox, QGridLayout, QLabel, QMainWindow, QSplitter,
-                               QToolBar, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDockWidget,
+    QDoubleSpinBox,
+    QGridLayout,
+    QLabel,
+    QMainWindow,
+    QSplitter,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
 
 from . import resources, theme
 from .compare_charts import CompareCharts
@@ -34,8 +44,16 @@ from .verdict_watcher import VerdictWatcher
 
 FOLLOW_MS = 250
 DOCK_WIDTH = 420
-SIDE_TITLES = {"naive": ("naive agent", "no checkpoints, a new idempotency key per send: every kill starts it over"),
-               "durable": ("steplog demo", "checkpointed steps, stable idempotency keys: every kill resumes it")}
+SIDE_TITLES = {
+    "naive": (
+        "naive agent",
+        "no checkpoints, a new idempotency key per send: every kill starts it over",
+    ),
+    "durable": (
+        "steplog demo",
+        "checkpointed steps, stable idempotency keys: every kill resumes it",
+    ),
+}
 
 
 class CompareWindow(QMainWindow):
@@ -44,8 +62,14 @@ class CompareWindow(QMainWindow):
     closed = Signal()
     """The window was closed (its engines are stopped by then)."""
 
-    def __init__(self, monitor: Monitor, demo: DemoLauncher, *, engine_env: dict[str, str] | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        monitor: Monitor,
+        demo: DemoLauncher,
+        *,
+        engine_env: dict[str, str] | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent, Qt.WindowType.Window)
         self.setWindowTitle(f"steplog — naive vs durable, one Kill now — {monitor.path}")
         self.setWindowIcon(resources.app_icon())
@@ -55,10 +79,16 @@ class CompareWindow(QMainWindow):
         self.runs = CompareRuns(monitor, demo, env=engine_env, parent=self)
         self.view = CompareMonitor(monitor, self)
         self.outboxes = {"naive": OutboxWatcher(self), "durable": OutboxWatcher(self)}
-        self.judges = {side: VerdictWatcher(self.view, watcher, self) for side, watcher in self.outboxes.items()}
+        self.judges = {
+            side: VerdictWatcher(self.view, watcher, self)
+            for side, watcher in self.outboxes.items()
+        }
         self.strips = {side: VerdictStrip(judge) for side, judge in self.judges.items()}
         self.figures = CompareFigures()
-        self.lanes = {"naive": CompareLane(self.view, naive=True), "durable": CompareLane(self.view, naive=False)}
+        self.lanes = {
+            "naive": CompareLane(self.view, naive=True),
+            "durable": CompareLane(self.view, naive=False),
+        }
         self.charts = CompareCharts(self.view)
         self._follow = True
 
@@ -93,7 +123,9 @@ class CompareWindow(QMainWindow):
         self.banner = QLabel("")
         self.banner.setTextFormat(Qt.TextFormat.PlainText)
         self.banner.setWordWrap(True)
-        self.banner.setStyleSheet("background: #b00020; color: white; padding: 6px; font-weight: bold")
+        self.banner.setStyleSheet(
+            "background: #b00020; color: white; padding: 6px; font-weight: bold"
+        )
         self.banner.hide()
         box.addWidget(self.banner)
         box.addLayout(header)
@@ -116,13 +148,17 @@ class CompareWindow(QMainWindow):
         self.runs.killed.connect(self._on_killed)
         self.runs.problem.connect(self._show_problem)
         for engine in self.runs.engines:
-            engine.engine_exited.connect(lambda rid, _code, msg: self.statusBar().showMessage(f"{rid}: {msg}"))
+            engine.engine_exited.connect(
+                lambda rid, _code, msg: self.statusBar().showMessage(f"{rid}: {msg}")
+            )
             engine.state_changed.connect(self.outboxes["naive"].poke)
             engine.state_changed.connect(self.outboxes["durable"].poke)
         demo.demo_failed.connect(self._show_problem)
         self.view.problem_changed.connect(self._show_problem)
         self.view.compared.connect(lambda _r: self._show_figures())
-        for judge in self.judges.values():  # connected after the strips: the naive 'Redone' is set last
+        for (
+            judge
+        ) in self.judges.values():  # connected after the strips: the naive 'Redone' is set last
             judge.verdict_changed.connect(lambda _v: self._show_figures())
         for watcher in self.outboxes.values():
             watcher.ledger_changed.connect(lambda _l: self._show_figures())
@@ -147,14 +183,28 @@ class CompareWindow(QMainWindow):
             a.setStatusTip(tip)
             return a
 
-        self.act_start = action("Start the comparison again", lambda: self.start(), "Ctrl+D",
-                                "both agents again on the same tickets: new run ids, the same outbox")
-        self.act_kill = action("Kill both now", self.kill_both, "Ctrl+K",
-                               "SIGKILL both engines' process groups at the same moment, then relaunch both")
-        self.act_follow = action("Follow", self.follow, "Ctrl+F", "show the whole comparison and keep up with it")
-        self.act_approve = action("Approve both", lambda: self.runs.approve_both(True), "Ctrl+Shift+A",
-                                  "answer both agents' approval step (started with steplog demo --compare --approve): "
-                                  "the durable one is asked once, the naive one again after every kill")
+        self.act_start = action(
+            "Start the comparison again",
+            lambda: self.start(),
+            "Ctrl+D",
+            "both agents again on the same tickets: new run ids, the same outbox",
+        )
+        self.act_kill = action(
+            "Kill both now",
+            self.kill_both,
+            "Ctrl+K",
+            "SIGKILL both engines' process groups at the same moment, then relaunch both",
+        )
+        self.act_follow = action(
+            "Follow", self.follow, "Ctrl+F", "show the whole comparison and keep up with it"
+        )
+        self.act_approve = action(
+            "Approve both",
+            lambda: self.runs.approve_both(True),
+            "Ctrl+Shift+A",
+            "answer both agents' approval step (started with steplog demo --compare --approve): "
+            "the durable one is asked once, the naive one again after every kill",
+        )
         self.auto_kill = QCheckBox("Auto-kill both every")
         self.auto_seconds = QDoubleSpinBox()
         self.auto_seconds.setRange(0.5, 600)
@@ -175,15 +225,19 @@ class CompareWindow(QMainWindow):
         self.addToolBar(bar)
         kill_button = bar.widgetForAction(self.act_kill)
         kill_button.setObjectName("compare_kill_now")
-        kill_button.setStyleSheet("QToolButton { color: white; background: #c62828; font-weight: bold; padding: 4px 10px }"
-                                  " QToolButton:disabled { background: #888 }")
+        kill_button.setStyleSheet(
+            "QToolButton { color: white; background: #c62828; font-weight: bold; padding: 4px 10px }"
+            " QToolButton:disabled { background: #888 }"
+        )
 
     def _link_axes(self) -> None:
         """One time axis: the naive lane (linked, same screen x) and both charts follow the
         durable lane's x range."""
         anchor = self.lanes["durable"].plot
         self.lanes["naive"].plot.setXLink(anchor)
-        anchor.getViewBox().sigXRangeChanged.connect(lambda _box, rng: self.charts.set_x_range(*rng))
+        anchor.getViewBox().sigXRangeChanged.connect(
+            lambda _box, rng: self.charts.set_x_range(*rng)
+        )
         for lane in self.lanes.values():
             lane.plot.getViewBox().sigRangeChangedManually.connect(self._stop_following)
 
@@ -235,8 +289,10 @@ class CompareWindow(QMainWindow):
     def _on_killed(self, at: float, engines: int) -> None:
         clock = time.strftime("%H:%M:%S", time.localtime(at)) + f".{int(at * 1000) % 1000:03d}"
         what = "both engines" if engines == 2 else "the engine still running"
-        self.statusBar().showMessage(f"kill {self.runs.kills} at {clock}: SIGKILL to {what}' process groups; "
-                                     "relaunching with the same run ids")
+        self.statusBar().showMessage(
+            f"kill {self.runs.kills} at {clock}: SIGKILL to {what}' process groups; "
+            "relaunching with the same run ids"
+        )
 
     def _naive_redone(self, verdict: Any) -> None:
         """The strip's 'Redone' comes from the log, which records no naive step: say what the trace counts."""
@@ -245,26 +301,39 @@ class CompareWindow(QMainWindow):
             return
         label = self.strips["naive"].labels["redone"]
         label.setText(f"Redone: {result.trace.redone} (its trace)")
-        label.setToolTip("actions the naive agent started again after kills, counted from its own trace: "
-                         "the log records none of its steps")
+        label.setToolTip(
+            "actions the naive agent started again after kills, counted from its own trace: "
+            "the log records none of its steps"
+        )
 
     def _show_figures(self) -> None:
         result = self.view.result
         if result is None:
             return
-        self.figures.show_figures(figures(result, self.judges["naive"].verdict, self.judges["durable"].verdict,
-                                          self.outboxes["naive"].ledger, self.outboxes["durable"].ledger))
+        self.figures.show_figures(
+            figures(
+                result,
+                self.judges["naive"].verdict,
+                self.judges["durable"].verdict,
+                self.outboxes["naive"].ledger,
+                self.outboxes["durable"].ledger,
+            )
+        )
         self._naive_redone(self.judges["naive"].verdict)
 
     def _tick(self) -> None:
         result = self.view.result
         if result is not None and self.runs.naive.running:
-            self.lanes["naive"].refresh()  # its running bar grows with the clock (no open step in the log)
+            self.lanes[
+                "naive"
+            ].refresh()  # its running bar grows with the clock (no open step in the log)
         if not self._follow or result is None:
             return
         now = time.time()
-        ends = [r.finished if r.finished is not None else r.open_until(now)
-                for r in (result.naive, result.durable)]
+        ends = [
+            r.finished if r.finished is not None else r.open_until(now)
+            for r in (result.naive, result.durable)
+        ]
         finite = [e for e in ends if math.isfinite(e)]
         if not finite or not math.isfinite(result.origin):
             return
@@ -276,9 +345,13 @@ class CompareWindow(QMainWindow):
         self.act_kill.setEnabled(running)
         self.act_approve.setEnabled(running)
         self.act_start.setEnabled(not running)
-        if self.auto_kill.isChecked() and not self.runs.auto_kill_seconds:  # stopped: the durable run is done
+        if (
+            self.auto_kill.isChecked() and not self.runs.auto_kill_seconds
+        ):  # stopped: the durable run is done
             self.auto_kill.setChecked(False)
-            self.statusBar().showMessage("the durable run is done: auto-kill stopped, the naive one runs to its end")
+            self.statusBar().showMessage(
+                "the durable run is done: auto-kill stopped, the naive one runs to its end"
+            )
 
     def _show_problem(self, text: str) -> None:
         self.banner.setText(text)

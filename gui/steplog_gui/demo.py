@@ -36,6 +36,8 @@ def _stop_unadopted() -> None:
     for outbox in list(_unadopted):
         outbox.stop(grace=1.0)
     _unadopted.clear()
+
+
 from .engine_process import EngineProcess, LaunchSpec
 
 DEMO_PACE = 3.5
@@ -67,8 +69,13 @@ class DemoLauncher(QObject):
     demo_failed = Signal(str)
     """Why the demo (or the outbox a resume needs) could not start."""
 
-    def __init__(self, engine: EngineProcess, db: LogLocation, config: DemoConfig | None = None,
-                 parent: QObject | None = None) -> None:
+    def __init__(
+        self,
+        engine: EngineProcess,
+        db: LogLocation,
+        config: DemoConfig | None = None,
+        parent: QObject | None = None,
+    ) -> None:
         super().__init__(parent)
         self._engine = engine
         self._db: LogLocation = db if isinstance(db, PgUrl) else Path(db)
@@ -86,6 +93,7 @@ class DemoLauncher(QObject):
 
     def resume(self, spec: LaunchSpec, recorded_url: str | None) -> None:
         """Relaunch ``spec`` (a demo run) against a live demo outbox, on the run's old port if free."""
+
         def launch(url: str) -> None:
             spec.outbox = url
             self._start_engine(spec)
@@ -121,7 +129,9 @@ class DemoLauncher(QObject):
                     raise
                 outbox = start(outbox_db)
             _unadopted.add(outbox)  # until _ready takes it: see _stop_unadopted
-            if self._closed:  # the window closed while it started: it may be gone before _ready runs
+            if (
+                self._closed
+            ):  # the window closed while it started: it may be gone before _ready runs
                 _unadopted.discard(outbox)
                 outbox.stop(grace=2.0)
                 return None
@@ -156,8 +166,16 @@ class DemoLauncher(QObject):
             run_id += f"-{len(self.run_ids) + 1}"
         self.run_id = run_id
         self.run_ids.append(run_id)
-        self._start_engine(LaunchSpec(agent=self.config.agent, run_id=run_id, db=self._db, outbox=url,
-                                      pace=self.config.pace, params=dict(self.config.params)))
+        self._start_engine(
+            LaunchSpec(
+                agent=self.config.agent,
+                run_id=run_id,
+                db=self._db,
+                outbox=url,
+                pace=self.config.pace,
+                params=dict(self.config.params),
+            )
+        )
 
     def _start_engine(self, spec: LaunchSpec) -> None:
         try:

@@ -21,7 +21,15 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from steplog.errors import exit_meaning
 from steplog.location import LogLocation
-from steplog.procs import child_env, hard_kill, outside_env, python_argv, request_stop, spawn, stop_group
+from steplog.procs import (
+    child_env,
+    hard_kill,
+    outside_env,
+    python_argv,
+    request_stop,
+    spawn,
+    stop_group,
+)
 
 from .monitor import Monitor
 
@@ -46,8 +54,16 @@ class LaunchSpec:
 
     def argv(self, killed_at: float | None = None) -> list[str]:
         """The command; ``killed_at`` (a relaunch after Kill now) is recorded with the takeover."""
-        args = python_argv("steplog", "run", self.agent, "--run-id", self.run_id, "--db", str(self.db),
-                           python=self.python)
+        args = python_argv(
+            "steplog",
+            "run",
+            self.agent,
+            "--run-id",
+            self.run_id,
+            "--db",
+            str(self.db),
+            python=self.python,
+        )
         if killed_at is not None:
             args += ["--killed-at", repr(killed_at)]
         if self.outbox:
@@ -73,7 +89,9 @@ class EngineProcess(QObject):
     state_changed = Signal()
     """Running/armed/auto-kill state changed (buttons follow it)."""
 
-    def __init__(self, monitor: Monitor, parent: QObject | None = None, *, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, monitor: Monitor, parent: QObject | None = None, *, env: dict[str, str] | None = None
+    ) -> None:
         super().__init__(parent)
         self._monitor = monitor
         self._env = env
@@ -198,7 +216,10 @@ class EngineProcess(QObject):
         if not self.window_armed or self.spec is None:
             return
         for ev in events:
-            if getattr(ev, "run_id", None) == self.spec.run_id and getattr(ev, "kind", "") == "effect_started":
+            if (
+                getattr(ev, "run_id", None) == self.spec.run_id
+                and getattr(ev, "kind", "") == "effect_started"
+            ):
                 self.kill_now()
                 return
 
@@ -239,7 +260,9 @@ class EngineProcess(QObject):
             except OSError:
                 pass
         if code == 2 and "import" in detail and self.spec is not None and self.spec.python is None:
-            detail += "; if it lives in another Python environment, choose that Python in Run → New run"
+            detail += (
+                "; if it lives in another Python environment, choose that Python in Run → New run"
+            )
         said = f"exit {code}" if code >= 0 else "no exit code"
         ended = f" — {detail}" if detail and code != 0 else ""
         return f"engine {said}: {exit_meaning(code)}{ended}"

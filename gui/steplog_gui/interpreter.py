@@ -74,16 +74,31 @@ def check(python: str, agent: str | None = None, *, timeout: float = PROBE_TIMEO
     """Can ``python`` run steplog, and ``agent`` (a spec) under it? Runs the interpreter once."""
     exe = Path(python).expanduser()
     if not exe.is_file():
-        return Check(False, f"{python} does not exist; choose a Python interpreter (e.g. .venv/bin/python)")
+        return Check(
+            False, f"{python} does not exist; choose a Python interpreter (e.g. .venv/bin/python)"
+        )
     if not os.access(exe, os.X_OK):
-        return Check(False, f"{python} is not executable; choose a Python interpreter, not a script or folder")
+        return Check(
+            False,
+            f"{python} is not executable; choose a Python interpreter, not a script or folder",
+        )
     try:
-        done = subprocess.run([str(exe), "-c", _PROBE, agent or ""], stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=timeout, env=outside_env())
+        done = subprocess.run(
+            [str(exe), "-c", _PROBE, agent or ""],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=outside_env(),
+        )
     except subprocess.TimeoutExpired:
-        return Check(False, f"{python} did not answer within {timeout:.0f} s (importing the agent hung?)")
+        return Check(
+            False, f"{python} did not answer within {timeout:.0f} s (importing the agent hung?)"
+        )
     except OSError as exc:
-        return Check(False, f"{python} could not be started ({exc.strerror}); choose a Python interpreter")
+        return Check(
+            False, f"{python} could not be started ({exc.strerror}); choose a Python interpreter"
+        )
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("STEPLOG-PROBE ")), None)
     if line is None:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -94,9 +109,17 @@ def check(python: str, agent: str | None = None, *, timeout: float = PROBE_TIMEO
     if problem == "old_python":
         return Check(False, f"{python} is Python {version}; steplog needs 3.11 or newer", version)
     if problem == "no_steplog":
-        return Check(False, f"{python} (Python {version}) has no steplog ({detail}); install it there: "
-                            f"{python} -m pip install steplog", version)
+        return Check(
+            False,
+            f"{python} (Python {version}) has no steplog ({detail}); install it there: "
+            f"{python} -m pip install steplog",
+            version,
+        )
     if problem == "agent":
-        return Check(False, f"the agent cannot be loaded with {python}: {detail}", version, steplog_version)
+        return Check(
+            False, f"the agent cannot be loaded with {python}: {detail}", version, steplog_version
+        )
     what = f" and loads {agent}" if agent else ""
-    return Check(True, f"Python {version} with steplog {steplog_version}{what}", version, steplog_version)
+    return Check(
+        True, f"Python {version} with steplog {steplog_version}{what}", version, steplog_version
+    )

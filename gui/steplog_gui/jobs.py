@@ -46,8 +46,13 @@ class _Job(QRunnable):
             pass  # deleted between the check and the emit
 
 
-def submit(fn: Callable[[], Any], on_done: Callable[[Any], None],
-           on_error: Callable[[BaseException], None] | None = None, *, owner: QObject | None = None) -> None:
+def submit(
+    fn: Callable[[], Any],
+    on_done: Callable[[Any], None],
+    on_error: Callable[[BaseException], None] | None = None,
+    *,
+    owner: QObject | None = None,
+) -> None:
     """``owner``: the QObject the callbacks belong to; if it is gone by then, they are dropped."""
     carrier = _Carrier()
     _pending.add(carrier)

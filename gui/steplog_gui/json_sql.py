@@ -46,9 +46,15 @@ class PgJsonSql(JsonSql):
     def number(self, path: str, sql_type: str) -> str:
         at = self._at(path)
         cast = {"INTEGER": "bigint", "REAL": "double precision"}[sql_type]
-        number = f"({at} #>> '{{}}')::numeric" if cast == "bigint" else f"({at} #>> '{{}}')::double precision"
-        return (f"(CASE jsonb_typeof({at}) WHEN 'number' THEN {number}::{cast}"
-                f" WHEN 'boolean' THEN CASE WHEN {at} = 'true'::jsonb THEN 1 ELSE 0 END END)")
+        number = (
+            f"({at} #>> '{{}}')::numeric"
+            if cast == "bigint"
+            else f"({at} #>> '{{}}')::double precision"
+        )
+        return (
+            f"(CASE jsonb_typeof({at}) WHEN 'number' THEN {number}::{cast}"
+            f" WHEN 'boolean' THEN CASE WHEN {at} = 'true'::jsonb THEN 1 ELSE 0 END END)"
+        )
 
     def text(self, path: str) -> str:
         return f"({self._at(path)} #>> '{{}}')"

@@ -8,8 +8,22 @@ from typing import Any
 
 from PySide6.QtCore import QItemSelection, Qt, QTimer
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
-from PySide6.QtWidgets import (QCheckBox, QDockWidget, QDoubleSpinBox, QFileDialog, QHeaderView, QLabel, QMainWindow,
-                               QMessageBox, QSplitter, QStyle, QTableView, QToolBar, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDockWidget,
+    QDoubleSpinBox,
+    QFileDialog,
+    QHeaderView,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QSplitter,
+    QStyle,
+    QTableView,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
 
 from steplog.location import LogLocation, PgUrl
 from steplog.location import parse as parse_location
@@ -52,8 +66,10 @@ def _ready_text(path: LogLocation) -> str:
 
 def _remote_why(run_id: str, host: str) -> str:
     """Why Kill now cannot act on a run whose engine is on another machine, and what can."""
-    return (f"the engine of {run_id} runs on {host}, not on this machine: Kill now reaches only engines this "
-            "monitor started here. Use Run ▸ Cancel run… instead (it ends at its next step)")
+    return (
+        f"the engine of {run_id} runs on {host}, not on this machine: Kill now reaches only engines this "
+        "monitor started here. Use Run ▸ Cancel run… instead (it ends at its next step)"
+    )
 
 
 SAMPLE_RUN_ID = "demo-20261201-120000"
@@ -62,17 +78,21 @@ SAMPLE_RUN_ID = "demo-20261201-120000"
 
 def about_text(version: str, path: LogLocation) -> str:
     """Help → About: what steplog is, and what this window does to runs (it is no mere viewer)."""
-    return (f"steplog {version}\n\nCrash-safe AI agents on SQLite or PostgreSQL: checkpointed "
-            "steps, idempotent effects, budgets, leases, and the kill test that proves it.\n\n"
-            f"This monitor follows the log {path} live. It also acts on runs: it starts engines "
-            "(New run, Resume run, the demo), kills them (Kill now and auto-kill: SIGKILL to the "
-            "engine's process group, then a relaunch), stops them, and cancels, retries, forks, "
-            "signals and prunes runs by running the steplog commands that do it. It never writes "
-            "the log itself: the engines and those commands do.")
+    return (
+        f"steplog {version}\n\nCrash-safe AI agents on SQLite or PostgreSQL: checkpointed "
+        "steps, idempotent effects, budgets, leases, and the kill test that proves it.\n\n"
+        f"This monitor follows the log {path} live. It also acts on runs: it starts engines "
+        "(New run, Resume run, the demo), kills them (Kill now and auto-kill: SIGKILL to the "
+        "engine's process group, then a relaunch), stops them, and cancels, retries, forks, "
+        "signals and prunes runs by running the steplog commands that do it. It never writes "
+        "the log itself: the engines and those commands do."
+    )
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, monitor: Monitor, settings: Settings, *, engine_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, monitor: Monitor, settings: Settings, *, engine_env: dict[str, str] | None = None
+    ) -> None:
         super().__init__()
         theme.choose(settings.theme)  # before any view reads the palette
         self.monitor = monitor
@@ -92,7 +112,9 @@ class MainWindow(QMainWindow):
         self.banner = QLabel("")
         self.banner.setTextFormat(Qt.TextFormat.PlainText)
         self.banner.setWordWrap(True)
-        self.banner.setStyleSheet("background: #b00020; color: white; padding: 6px; font-weight: bold")
+        self.banner.setStyleSheet(
+            "background: #b00020; color: white; padding: 6px; font-weight: bold"
+        )
         self.banner.hide()
         self.judge = VerdictWatcher(monitor, self.watcher, self)
         self.verdict = VerdictStrip(self.judge)
@@ -119,7 +141,9 @@ class MainWindow(QMainWindow):
         self.runs_view.setSelectionMode(QTableView.SelectionMode.SingleSelection)
         self.runs_view.verticalHeader().hide()
         self.runs_view.horizontalHeader().setStretchLastSection(True)
-        self.runs_view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.runs_view.horizontalHeader().setSectionResizeMode(
+            QHeaderView.ResizeMode.ResizeToContents
+        )
         # A column fits its contents up to the width of a typical run id: a longer one (a fork of
         # a fork) is cut in the middle, both ends kept, whole in its tooltip; it no longer pushes
         # Status and Steps out of the dock.
@@ -130,12 +154,22 @@ class MainWindow(QMainWindow):
         self.loader = StepDetailLoader(lambda: self.monitor.path, self)
         self.detail = StepDetailView(self.loader, self.watcher)
         self.outbox_panel = OutboxPanel(self.watcher)
-        self._runs_dock = self._dock("Runs", "runs", self.runs_view, Qt.DockWidgetArea.LeftDockWidgetArea)
-        self._detail_dock = self._dock("Step detail", "detail", self.detail, Qt.DockWidgetArea.RightDockWidgetArea)
-        self._outbox_dock = self._dock("Outbox", "outbox", self.outbox_panel, Qt.DockWidgetArea.RightDockWidgetArea)
+        self._runs_dock = self._dock(
+            "Runs", "runs", self.runs_view, Qt.DockWidgetArea.LeftDockWidgetArea
+        )
+        self._detail_dock = self._dock(
+            "Step detail", "detail", self.detail, Qt.DockWidgetArea.RightDockWidgetArea
+        )
+        self._outbox_dock = self._dock(
+            "Outbox", "outbox", self.outbox_panel, Qt.DockWidgetArea.RightDockWidgetArea
+        )
         self.pruner = Pruner(lambda: self.monitor.path, self, env=engine_env)
-        self.pruner.estimated.connect(lambda found: ask_and_prune(self, self.pruner, [c.run_id for c in found], found))
-        self.pruner.refused.connect(lambda why: self.statusBar().showMessage(f"cannot prune: {why}"))
+        self.pruner.estimated.connect(
+            lambda found: ask_and_prune(self, self.pruner, [c.run_id for c in found], found)
+        )
+        self.pruner.refused.connect(
+            lambda why: self.statusBar().showMessage(f"cannot prune: {why}")
+        )
         self.pruner.finished.connect(lambda _code, text: self.statusBar().showMessage(text))
         self._build_actions()
         self.statusBar().showMessage(_ready_text(monitor.path))
@@ -147,12 +181,21 @@ class MainWindow(QMainWindow):
         self.control.launch.connect(self.launch_run)
         monitor.problem_changed.connect(self._show_problem)
         monitor.runs_added.connect(self._on_runs_added)
-        monitor.runs_changed.connect(lambda ids: self._update_actions() if self._run_id in ids else None)
-        monitor.runs_changed.connect(lambda ids: self.control.update() if self._run_id in ids else None)
+        monitor.runs_changed.connect(
+            lambda ids: self._update_actions() if self._run_id in ids else None
+        )
+        monitor.runs_changed.connect(
+            lambda ids: self.control.update() if self._run_id in ids else None
+        )
         self.engine.engine_started.connect(self._on_engine_started)
-        self.engine.engine_exited.connect(lambda _rid, _code, msg: self.statusBar().showMessage(msg))
+        self.engine.engine_exited.connect(
+            lambda _rid, _code, msg: self.statusBar().showMessage(msg)
+        )
         self.engine.engine_killed.connect(
-            lambda rid, _ts: self.statusBar().showMessage(f"killed the engine of {rid} (SIGKILL to its group); relaunching"))
+            lambda rid, _ts: self.statusBar().showMessage(
+                f"killed the engine of {rid} (SIGKILL to its group); relaunching"
+            )
+        )
         self.engine.state_changed.connect(self._update_actions)
         self.engine.state_changed.connect(self.watcher.poke)
         theme_relay = theme.Theme(self)
@@ -188,14 +231,21 @@ class MainWindow(QMainWindow):
         fm = runs.fontMetrics()
         pad = 2 * runs.style().pixelMetric(QStyle.PixelMetric.PM_HeaderMargin) + 4
         samples = (("Run", SAMPLE_RUN_ID), ("Status", "succeeded"), ("Steps", "1000 / 2000"))
-        key_columns = sum(max(fm.horizontalAdvance(a), fm.horizontalAdvance(b)) + pad for a, b in samples)
+        key_columns = sum(
+            max(fm.horizontalAdvance(a), fm.horizontalAdvance(b)) + pad for a, b in samples
+        )
         key_columns += runs.verticalScrollBar().sizeHint().width() + 4
         left = max(200, min(int(width * 0.24), key_columns))
         # At 1280 px the centre needs ~650 px for the verdict strip's figures on one line.
         right = max(300, min(int(width * 0.235), 560))
-        self.resizeDocks([self._runs_dock, self._detail_dock], [left, right], Qt.Orientation.Horizontal)
-        self.resizeDocks([self._detail_dock, self._outbox_dock], [int(self.height() * 0.55), int(self.height() * 0.4)],
-                         Qt.Orientation.Vertical)
+        self.resizeDocks(
+            [self._runs_dock, self._detail_dock], [left, right], Qt.Orientation.Horizontal
+        )
+        self.resizeDocks(
+            [self._detail_dock, self._outbox_dock],
+            [int(self.height() * 0.55), int(self.height() * 0.4)],
+            Qt.Orientation.Vertical,
+        )
 
     def _column_cap(self) -> int:
         """The widest a runs list column gets: a typical run id, a little more than a timestamp."""
@@ -210,8 +260,13 @@ class MainWindow(QMainWindow):
         self.addDockWidget(area, dock)
         return dock
 
-    def _action(self, text: str, slot: Any, shortcut: str | QKeySequence | QKeySequence.StandardKey | None = None,
-                tip: str = "") -> QAction:
+    def _action(
+        self,
+        text: str,
+        slot: Any,
+        shortcut: str | QKeySequence | QKeySequence.StandardKey | None = None,
+        tip: str = "",
+    ) -> QAction:
         action = QAction(text, self)
         action.triggered.connect(slot)
         if shortcut:
@@ -222,21 +277,45 @@ class MainWindow(QMainWindow):
 
     def _build_actions(self) -> None:
         self.act_new = self._action("&New run…", self.new_run, QKeySequence.StandardKey.New)
-        self.act_resume = self._action("&Resume run", self.resume_selected, "Ctrl+R", "relaunch the selected run's engine")
+        self.act_resume = self._action(
+            "&Resume run", self.resume_selected, "Ctrl+R", "relaunch the selected run's engine"
+        )
         self.act_open = self._action("&Open log…", self.open_log, QKeySequence.StandardKey.Open)
         self.act_quit = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
-        self.act_kill = self._action("&Kill now", self.kill_now, "Ctrl+K",
-                                     "SIGKILL the engine's process group, then relaunch it with the same run id")
-        self.act_kill_window = self._action("Kill at next act→record &window", self.engine.arm_window_kill,
-                                            "Ctrl+Shift+K", "kill the moment the next effect starts")
-        self.act_stop = self._action("&Stop engine", self.engine.stop, None, "SIGTERM: the engine releases its lease")
-        self.act_demo = self._action("Run the &demo again", lambda: self.start_demo(), "Ctrl+D",
-                                     "a new demo run on the same outbox: about a minute, ready for Kill now")
+        self.act_kill = self._action(
+            "&Kill now",
+            self.kill_now,
+            "Ctrl+K",
+            "SIGKILL the engine's process group, then relaunch it with the same run id",
+        )
+        self.act_kill_window = self._action(
+            "Kill at next act→record &window",
+            self.engine.arm_window_kill,
+            "Ctrl+Shift+K",
+            "kill the moment the next effect starts",
+        )
+        self.act_stop = self._action(
+            "&Stop engine", self.engine.stop, None, "SIGTERM: the engine releases its lease"
+        )
+        self.act_demo = self._action(
+            "Run the &demo again",
+            lambda: self.start_demo(),
+            "Ctrl+D",
+            "a new demo run on the same outbox: about a minute, ready for Kill now",
+        )
         self.act_about = self._action("&About steplog", self.about)
-        self.act_prune = self._action("&Prune selected runs…", self.prune_selected, None,
-                                      "remove the selected finished runs from the log (steplog prune), archived first if you like")
-        self.act_compare = self._action("&Compare naive vs durable", self._compare_toggled, "Ctrl+Shift+D",
-                                        "the naive agent and the durable demo side by side, one Kill now for both")
+        self.act_prune = self._action(
+            "&Prune selected runs…",
+            self.prune_selected,
+            None,
+            "remove the selected finished runs from the log (steplog prune), archived first if you like",
+        )
+        self.act_compare = self._action(
+            "&Compare naive vs durable",
+            self._compare_toggled,
+            "Ctrl+Shift+D",
+            "the naive agent and the durable demo side by side, one Kill now for both",
+        )
         self.act_compare.setCheckable(True)
         self.auto_kill = QCheckBox("Auto-kill every")
         self.auto_kill.toggled.connect(self._auto_kill_toggled)
@@ -259,8 +338,10 @@ class MainWindow(QMainWindow):
         self.addToolBar(bar)
         kill_button = bar.widgetForAction(self.act_kill)
         kill_button.setObjectName("kill_now")
-        kill_button.setStyleSheet("QToolButton { color: white; background: #c62828; font-weight: bold; padding: 4px 10px }"
-                                  " QToolButton:disabled { background: #888 }")
+        kill_button.setStyleSheet(
+            "QToolButton { color: white; background: #c62828; font-weight: bold; padding: 4px 10px }"
+            " QToolButton:disabled { background: #888 }"
+        )
 
         menu = self.menuBar()
         file_menu = menu.addMenu("&File")
@@ -299,7 +380,9 @@ class MainWindow(QMainWindow):
     def _rebuild_recent(self) -> None:
         self.recent_menu.clear()
         for path in self.settings.recent_files:
-            self.recent_menu.addAction(path, functools.partial(self.switch_log, parse_location(path)))
+            self.recent_menu.addAction(
+                path, functools.partial(self.switch_log, parse_location(path))
+            )
 
     # -- runs -------------------------------------------------------------------------------
 
@@ -312,7 +395,9 @@ class MainWindow(QMainWindow):
         wanted = self.engine.spec.run_id if self.engine.spec else None
         if wanted in run_ids or (self._run_id is None and not wanted):
             self.select_run(wanted or run_ids[-1])
-        elif self._run_id is not None:  # inserting rows at the top moved the selection: keep the run
+        elif (
+            self._run_id is not None
+        ):  # inserting rows at the top moved the selection: keep the run
             self.select_run(self._run_id)
 
     def _on_run_selected(self, _sel: QItemSelection, _desel: QItemSelection) -> None:
@@ -323,7 +408,9 @@ class MainWindow(QMainWindow):
         self._run_id = run_id
         self.loader.forget()  # the step shown was the last run's
         self.detail.clear()
-        self.watcher.set_run(run_id)  # its own deliveries: another run's equal message is no duplicate
+        self.watcher.set_run(
+            run_id
+        )  # its own deliveries: another run's equal message is no duplicate
         self.timeline.set_run(run_id)
         self.charts.set_run(run_id)
         self.judge.set_run(run_id)
@@ -335,8 +422,12 @@ class MainWindow(QMainWindow):
             self.watcher.set_url(self.demo.outbox.url)
             return
         path = self.monitor.path
-        jobs.submit(lambda: _read_run_row(path, run_id), lambda row: self._on_run_row(run_id, row), lambda _e: None,
-                    owner=self)
+        jobs.submit(
+            lambda: _read_run_row(path, run_id),
+            lambda row: self._on_run_row(run_id, row),
+            lambda _e: None,
+            owner=self,
+        )
 
     def _on_run_row(self, run_id: str, row: dict[str, Any] | None) -> None:
         self._run_outbox[run_id] = row.get("outbox") if row else None
@@ -373,7 +464,9 @@ class MainWindow(QMainWindow):
     def _engine_busy(self) -> bool:
         """One engine at a time: say so and refuse while one runs."""
         if self.engine.running:
-            QMessageBox.information(self, "steplog", "An engine is already running; stop it or let it finish first.")
+            QMessageBox.information(
+                self, "steplog", "An engine is already running; stop it or let it finish first."
+            )
         return self.engine.running
 
     def start_run(self, spec: LaunchSpec) -> None:
@@ -385,7 +478,9 @@ class MainWindow(QMainWindow):
             self._show_problem(f"the engine did not start: {exc}")
 
     def new_run(self) -> None:
-        outbox = self.demo.outbox.url if self.demo is not None and self.demo.outbox is not None else None
+        outbox = (
+            self.demo.outbox.url if self.demo is not None and self.demo.outbox is not None else None
+        )
         dialog = NewRunDialog(self, outbox=outbox, settings=self.settings)
         if dialog.exec():
             self.start_spec(dialog.spec(self.monitor.path))
@@ -413,12 +508,19 @@ class MainWindow(QMainWindow):
         if run_id not in self._run_outbox:  # a run just forked: one small read of its row
             row = _read_run_row(self.monitor.path, run_id)
             recorded = row.get("outbox") if row else None
-        spec = LaunchSpec(agent=agent, run_id=run_id, db=self.monitor.path, outbox=recorded,
-                          pace=DEMO_PACE if agent in DEMO_AGENTS else 0.0,
-                          python=self.settings.interpreter_for(agent))  # the one its agent was started with
+        spec = LaunchSpec(
+            agent=agent,
+            run_id=run_id,
+            db=self.monitor.path,
+            outbox=recorded,
+            pace=DEMO_PACE if agent in DEMO_AGENTS else 0.0,
+            python=self.settings.interpreter_for(agent),
+        )  # the one its agent was started with
         if agent in DEMO_AGENTS:
             # The demo's own helper: bring its outbox back rather than let the run fail on a dead URL.
-            self.statusBar().showMessage(f"resuming {run_id}: starting the demo outbox if it is not running…")
+            self.statusBar().showMessage(
+                f"resuming {run_id}: starting the demo outbox if it is not running…"
+            )
             self.demo_launcher().resume(spec, recorded)
             return
         if recorded:
@@ -428,14 +530,17 @@ class MainWindow(QMainWindow):
 
     def _resume_when_reachable(self, spec: LaunchSpec, url: str) -> None:
         """Relaunch only if the run's outbox answers: a run must not fail because a helper is down."""
+
         def probe() -> None:
             from steplog.outbox import fetch_ledger
 
             fetch_ledger(url, timeout=2.0)
 
         def refused(_exc: BaseException) -> None:
-            self._show_problem(f"{spec.run_id} posts to the outbox at {url}, which is not answering: start it "
-                               "(steplog outbox --port N), then Resume run again. Nothing was launched.")
+            self._show_problem(
+                f"{spec.run_id} posts to the outbox at {url}, which is not answering: start it "
+                "(steplog outbox --port N), then Resume run again. Nothing was launched."
+            )
 
         jobs.submit(probe, lambda _ok: self.start_run(spec), refused, owner=self)
 
@@ -448,7 +553,9 @@ class MainWindow(QMainWindow):
     def open_compare(self, config: DemoConfig | None = None) -> CompareWindow:
         """Compare mode (its own window): start a comparison unless one is shown already."""
         if self.compare is None:
-            self.compare = CompareWindow(self.monitor, self.demo_launcher(), engine_env=self._engine_env)
+            self.compare = CompareWindow(
+                self.monitor, self.demo_launcher(), engine_env=self._engine_env
+            )
             self.compare.closed.connect(self._compare_closed)
             self.compare.start(config)
         self.act_compare.setChecked(True)
@@ -477,8 +584,12 @@ class MainWindow(QMainWindow):
         self.engine.set_auto_kill(self.auto_seconds.value() if self.auto_kill.isChecked() else 0.0)
 
     def open_log(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open a steplog log", str(self.monitor.path.parent),
-                                              "SQLite logs (*.db *.sqlite *.sqlite3);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self,
+            "Open a steplog log",
+            str(self.monitor.path.parent),
+            "SQLite logs (*.db *.sqlite *.sqlite3);;All files (*)",
+        )
         if path:
             self.switch_log(Path(path))
 
@@ -508,18 +619,33 @@ class MainWindow(QMainWindow):
         ours = running and engine_run == self._run_id
         elsewhere = run.engine_elsewhere if run is not None and not ours else None
         self.act_kill.setEnabled(ours)
-        self.act_kill.setToolTip(f"SIGKILL the engine of {engine_run} (its whole process group), then relaunch it"
-                                 if ours else _remote_why(run.run_id, elsewhere) if run is not None and elsewhere else
-                                 f"the engine works on {engine_run}: select that run to kill it" if running
-                                 else "no engine is running")
+        self.act_kill.setToolTip(
+            f"SIGKILL the engine of {engine_run} (its whole process group), then relaunch it"
+            if ours
+            else _remote_why(run.run_id, elsewhere)
+            if run is not None and elsewhere
+            else f"the engine works on {engine_run}: select that run to kill it"
+            if running
+            else "no engine is running"
+        )
         self.auto_kill.setEnabled(elsewhere is None)
-        self.auto_kill.setToolTip(_remote_why(run.run_id, elsewhere) if run is not None and elsewhere else
-                                  "kill the engine this monitor started every N seconds (it relaunches each time)")
+        self.auto_kill.setToolTip(
+            _remote_why(run.run_id, elsewhere)
+            if run is not None and elsewhere
+            else "kill the engine this monitor started every N seconds (it relaunches each time)"
+        )
         self.act_kill_window.setEnabled(running and not self.engine.window_armed)
-        self.act_kill_window.setText("Armed: kills at the next effect" if self.engine.window_armed
-                                     else "Kill at next act→record window")
+        self.act_kill_window.setText(
+            "Armed: kills at the next effect"
+            if self.engine.window_armed
+            else "Kill at next act→record window"
+        )
         self.act_stop.setEnabled(running)
-        self.act_resume.setEnabled(not running and run is not None and run.status in ("queued", "running", "waiting", "gave_up"))
+        self.act_resume.setEnabled(
+            not running
+            and run is not None
+            and run.status in ("queued", "running", "waiting", "gave_up")
+        )
         self.act_demo.setEnabled(not running)
         if not running and self.auto_kill.isChecked():
             self.auto_kill.setChecked(False)
@@ -550,8 +676,12 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
         policy = self.close_policy
         if self.engine.running and policy is None:
-            box = QMessageBox(QMessageBox.Icon.Question, "An engine is running",
-                              "An engine is still working on a run. What should happen to it?", parent=self)
+            box = QMessageBox(
+                QMessageBox.Icon.Question,
+                "An engine is running",
+                "An engine is still working on a run. What should happen to it?",
+                parent=self,
+            )
             leave = box.addButton("Leave it running", QMessageBox.ButtonRole.AcceptRole)
             stop = box.addButton("Stop it", QMessageBox.ButtonRole.DestructiveRole)
             box.addButton(QMessageBox.StandardButton.Cancel)

@@ -34,7 +34,9 @@ class Monitor(QObject):
     problem_changed = Signal(str)
     """Why the log cannot be read ('' when it can)."""
 
-    def __init__(self, path: LogLocation, parent: QObject | None = None, *, use_watchdog: bool = True) -> None:
+    def __init__(
+        self, path: LogLocation, parent: QObject | None = None, *, use_watchdog: bool = True
+    ) -> None:
         super().__init__(parent)
         self.path: LogLocation = _location(path)
         self.state = LogState()
@@ -79,12 +81,18 @@ class Monitor(QObject):
         self.catching_up = more
         known = set(self.state.runs)
         touched = self.state.apply(events)
-        if self.state.removed:  # before the additions: a pruned run may be imported back in the same batch
+        if (
+            self.state.removed
+        ):  # before the additions: a pruned run may be imported back in the same batch
             gone = set(self.state.removed)
             self.order = [r for r in self.order if r not in gone]
             known -= gone
             self.runs_removed.emit(list(self.state.removed))
-        new = [rid for rid in dict.fromkeys(e.run_id for e in events) if rid not in known and rid in touched]
+        new = [
+            rid
+            for rid in dict.fromkeys(e.run_id for e in events)
+            if rid not in known and rid in touched
+        ]
         if new:
             self.order.extend(new)
             self.runs_added.emit(new)

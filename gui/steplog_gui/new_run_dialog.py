@@ -8,8 +8,21 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
-                               QHBoxLayout, QLabel, QLineEdit, QMessageBox, QPushButton, QSpinBox, QWidget)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
 
 from steplog.location import PgUrl
 
@@ -33,8 +46,13 @@ OWN_PYTHON = "the monitor's own"
 
 
 class NewRunDialog(QDialog):
-    def __init__(self, parent: QWidget | None = None, *, outbox: str | None = None,
-                 settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        parent: QWidget | None = None,
+        *,
+        outbox: str | None = None,
+        settings: Settings | None = None,
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Start a new run")
         self.setMinimumWidth(560)  # agent specs and interpreter paths are long
@@ -42,7 +60,9 @@ class NewRunDialog(QDialog):
         self.agent = QComboBox()
         self.agent.setEditable(True)
         self.agent.addItems(BUILTIN_AGENTS)
-        self.agent.setToolTip("a built-in name, package.module:function or path/to/file.py:function")
+        self.agent.setToolTip(
+            "a built-in name, package.module:function or path/to/file.py:function"
+        )
         browse = QPushButton("File…")
         browse.clicked.connect(self._browse)
         agent_row = QHBoxLayout()
@@ -52,8 +72,10 @@ class NewRunDialog(QDialog):
         self.python.setEditable(True)
         self.python.addItem(OWN_PYTHON)
         self.python.addItems(settings.interpreters if settings is not None else [])
-        self.python.setToolTip("the Python environment your agent's packages are installed in (it needs steplog "
-                               "too); built-in agents always run on the monitor's own")
+        self.python.setToolTip(
+            "the Python environment your agent's packages are installed in (it needs steplog "
+            "too); built-in agents always run on the monitor's own"
+        )
         pick_python = QPushButton("Choose…")
         pick_python.clicked.connect(self._browse_python)
         python_row = QHBoxLayout()
@@ -61,7 +83,9 @@ class NewRunDialog(QDialog):
         python_row.addWidget(pick_python)
         self._python_widgets = (self.python, pick_python)
         self.python_note = QLabel()
-        self.python_note.setTextFormat(Qt.TextFormat.PlainText)  # paths and tracebacks, never markup
+        self.python_note.setTextFormat(
+            Qt.TextFormat.PlainText
+        )  # paths and tracebacks, never markup
         self.python_note.setWordWrap(True)
         self.agent.currentTextChanged.connect(self._agent_changed)
         self.run_id = QLineEdit(time.strftime("run-%Y%m%d-%H%M%S"))
@@ -72,7 +96,8 @@ class NewRunDialog(QDialog):
         self.pace.setSingleStep(0.25)
         self.pace.setValue(DEMO_PACE)  # the demo's pace: long enough to press Kill now mid-step
         self.agent.currentTextChanged.connect(
-            lambda name: self.pace.setValue(DEMO_PACE if name in DEMO_AGENTS else 0.0))
+            lambda name: self.pace.setValue(DEMO_PACE if name in DEMO_AGENTS else 0.0)
+        )
         self.max_steps = QSpinBox()
         self.max_steps.setRange(0, 10_000_000)
         self.max_steps.setSpecialValueText("agent default")
@@ -82,7 +107,9 @@ class NewRunDialog(QDialog):
         self.max_seconds = _optional_spin(1e7)
         self.max_cost = _optional_spin(1e6, 4)
         self.outbox = QLineEdit(outbox or "")
-        self.outbox.setPlaceholderText("empty for demo/naive: the demo outbox; else http://127.0.0.1:PORT")
+        self.outbox.setPlaceholderText(
+            "empty for demo/naive: the demo outbox; else http://127.0.0.1:PORT"
+        )
         form = QFormLayout(self)
         form.addRow("Agent", agent_row)
         form.addRow("Python", python_row)
@@ -95,7 +122,9 @@ class NewRunDialog(QDialog):
         form.addRow("Max active seconds", self.max_seconds)
         form.addRow("Max cost (USD)", self.max_cost)
         form.addRow("Outbox URL", self.outbox)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
         self._ok = buttons.button(QDialogButtonBox.StandardButton.Ok)
         self._checking: tuple[str, str] | None = None
         buttons.accepted.connect(self.accept)
@@ -110,8 +139,11 @@ class NewRunDialog(QDialog):
         builtin = text.strip() in BUILTIN_AGENTS
         for widget in self._python_widgets:
             widget.setEnabled(not builtin)
-        remembered = None if builtin or self._settings is None else \
-            self._settings.interpreter_for(interpreter.canonical_agent(text))
+        remembered = (
+            None
+            if builtin or self._settings is None
+            else self._settings.interpreter_for(interpreter.canonical_agent(text))
+        )
         self.python.setEditText(remembered or OWN_PYTHON)
         self._note("")
 
@@ -122,7 +154,9 @@ class NewRunDialog(QDialog):
         self.adjustSize()  # a refusal wraps to several lines: the dialog grows to show all of them
 
     def _browse_python(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Python interpreter", str(Path(sys.executable).parent))
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Python interpreter", str(Path(sys.executable).parent)
+        )
         if path:
             self.python.setEditText(path)
 
@@ -154,8 +188,12 @@ class NewRunDialog(QDialog):
         self._checking = (python, agent)
         self._ok.setEnabled(False)
         self._note("checking that this Python has steplog and imports the agent…")
-        jobs.submit(lambda: interpreter.check(python, agent), self._checked,
-                    lambda exc: self._checked(interpreter.Check(False, f"checking {python} failed: {exc}")), owner=self)
+        jobs.submit(
+            lambda: interpreter.check(python, agent),
+            self._checked,
+            lambda exc: self._checked(interpreter.Check(False, f"checking {python} failed: {exc}")),
+            owner=self,
+        )
 
     def _checked(self, found: interpreter.Check) -> None:
         asked, self._checking = self._checking, None
@@ -193,6 +231,13 @@ class NewRunDialog(QDialog):
             limits["max-seconds"] = self.max_seconds.value()
         if self.max_cost.value():
             limits["max-cost"] = self.max_cost.value()
-        return LaunchSpec(agent=self.agent.currentText().strip(), run_id=self.run_id.text().strip(), db=db if isinstance(db, PgUrl) else Path(str(db)),
-                          outbox=self.outbox.text().strip() or None, pace=self.pace.value(), params=params,
-                          limits=limits, python=self.chosen_python())
+        return LaunchSpec(
+            agent=self.agent.currentText().strip(),
+            run_id=self.run_id.text().strip(),
+            db=db if isinstance(db, PgUrl) else Path(str(db)),
+            outbox=self.outbox.text().strip() or None,
+            pace=self.pace.value(),
+            params=params,
+            limits=limits,
+            python=self.chosen_python(),
+        )

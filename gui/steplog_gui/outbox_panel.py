@@ -17,9 +17,14 @@ from . import theme
 from .outbox_watcher import OutboxWatcher
 from .records_model import RecordsModel, records_table
 
-OUTCOME_TEXT = {"delivered": "delivered", "replayed": "deduplicated (replayed, nothing sent)",
-                "conflict": "conflict (same key, other body)", "in_flight": "in flight", "rejected": "rejected",
-                "error": "outbox error"}
+OUTCOME_TEXT = {
+    "delivered": "delivered",
+    "replayed": "deduplicated (replayed, nothing sent)",
+    "conflict": "conflict (same key, other body)",
+    "in_flight": "in flight",
+    "rejected": "rejected",
+    "error": "outbox error",
+}
 
 
 def _clock(ts: float) -> str:
@@ -28,14 +33,30 @@ def _clock(ts: float) -> str:
 
 def delivery_records(ledger: Any) -> list[dict[str, Any]]:
     dup_ids = {d.id for group in ledger.duplicates() for d in group[1:]}
-    return [{"id": d.id, "key": d.key, "what": d.body.get("ticket_id") or ("digest" if d.body.get("digest") else ""),
-             "time": _clock(d.ts), "duplicate": d.id in dup_ids,
-             "note": "DUPLICATE DELIVERY" if d.id in dup_ids else ""} for d in ledger.deliveries]
+    return [
+        {
+            "id": d.id,
+            "key": d.key,
+            "what": d.body.get("ticket_id") or ("digest" if d.body.get("digest") else ""),
+            "time": _clock(d.ts),
+            "duplicate": d.id in dup_ids,
+            "note": "DUPLICATE DELIVERY" if d.id in dup_ids else "",
+        }
+        for d in ledger.deliveries
+    ]
 
 
 def attempt_records(ledger: Any) -> list[dict[str, Any]]:
-    return [{"id": a.id, "key": a.key or "(no key)", "status": a.status,
-             "outcome": OUTCOME_TEXT.get(a.outcome, a.outcome), "time": _clock(a.ts)} for a in ledger.attempts]
+    return [
+        {
+            "id": a.id,
+            "key": a.key or "(no key)",
+            "status": a.status,
+            "outcome": OUTCOME_TEXT.get(a.outcome, a.outcome),
+            "time": _clock(a.ts),
+        }
+        for a in ledger.attempts
+    ]
 
 
 class OutboxPanel(QWidget):
@@ -50,12 +71,34 @@ class OutboxPanel(QWidget):
             return theme.qcolor(theme.current().duplicate) if record.get("duplicate") else None
 
         def dedup(record: dict[str, Any]) -> Any:
-            return theme.qcolor(theme.current().outcome[2]) if str(record.get("outcome", "")).startswith("dedup") else None
+            return (
+                theme.qcolor(theme.current().outcome[2])
+                if str(record.get("outcome", "")).startswith("dedup")
+                else None
+            )
 
-        self.deliveries = RecordsModel([("#", "id"), ("Idempotency key", "key"), ("Ticket", "what"),
-                                        ("Delivered", "time"), ("", "note")], self, colour=red)
-        self.attempts = RecordsModel([("#", "id"), ("Idempotency key", "key"), ("HTTP", "status"),
-                                      ("Outcome", "outcome"), ("Time", "time")], self, colour=dedup)
+        self.deliveries = RecordsModel(
+            [
+                ("#", "id"),
+                ("Idempotency key", "key"),
+                ("Ticket", "what"),
+                ("Delivered", "time"),
+                ("", "note"),
+            ],
+            self,
+            colour=red,
+        )
+        self.attempts = RecordsModel(
+            [
+                ("#", "id"),
+                ("Idempotency key", "key"),
+                ("HTTP", "status"),
+                ("Outcome", "outcome"),
+                ("Time", "time"),
+            ],
+            self,
+            colour=dedup,
+        )
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(records_table(self.deliveries))
         split.addWidget(records_table(self.attempts))
@@ -70,8 +113,14 @@ class OutboxPanel(QWidget):
         if ledger is None:
             self.deliveries.set_records([])
             self.attempts.set_records([])
-            self.summary.setText(problem or (f"outbox {self._watcher.url}: waiting" if self._watcher.url
-                                             else "no outbox for this run"))
+            self.summary.setText(
+                problem
+                or (
+                    f"outbox {self._watcher.url}: waiting"
+                    if self._watcher.url
+                    else "no outbox for this run"
+                )
+            )
             return
         dups = sum(len(g) - 1 for g in ledger.duplicates())
         replayed = sum(1 for a in ledger.attempts if a.outcome == "replayed")
@@ -80,4 +129,5 @@ class OutboxPanel(QWidget):
         self.summary.setText(
             f"{self._watcher.source or self._watcher.url}: {len(ledger.deliveries)} deliveries, "
             f"{len(ledger.attempts)} attempts, {replayed} deduplicated repeats, "
-            f"{dups} duplicate deliveries" + (f" — {problem}" if problem else ""))
+            f"{dups} duplicate deliveries" + (f" — {problem}" if problem else "")
+        )

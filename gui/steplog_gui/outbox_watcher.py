@@ -72,8 +72,9 @@ class OutboxWatcher(QObject):
     """Why the outbox cannot be read, or why what is shown comes from its file ('' when the
     URL answers)."""
 
-    def __init__(self, parent: QObject | None = None, *,
-                 log: Callable[[], LogLocation] | None = None) -> None:
+    def __init__(
+        self, parent: QObject | None = None, *, log: Callable[[], LogLocation] | None = None
+    ) -> None:
         super().__init__(parent)
         self.url: str | None = None
         self.run_id: str | None = None
@@ -159,8 +160,12 @@ class OutboxWatcher(QObject):
                     raise
                 return _read_file(run_id, log, url, exc)
 
-        jobs.submit(fetch, lambda got: self._done(url, run_id, got),
-                    lambda exc: self._failed(url, exc), owner=self)
+        jobs.submit(
+            fetch,
+            lambda got: self._done(url, run_id, got),
+            lambda exc: self._failed(url, exc),
+            owner=self,
+        )
 
     def _done(self, url: str, run_id: str | None, got: Any) -> None:
         self._busy = False
@@ -195,8 +200,10 @@ class OutboxWatcher(QObject):
             return
         from steplog.evidence import plain_error
 
-        self._set_problem(f"the outbox at {url} is not answering ({plain_error(exc)}); "
-                          "the verdict reads its file beside the log instead, if there is one")
+        self._set_problem(
+            f"the outbox at {url} is not answering ({plain_error(exc)}); "
+            "the verdict reads its file beside the log instead, if there is one"
+        )
 
     def _set_problem(self, text: str) -> None:
         if text != self.problem:

@@ -30,7 +30,9 @@ class PgWatch(threading.Thread):
     """Calls ``on_commit(newest_id_or_0)`` after commits to ``url``'s log (0: read anyway, after
     (re)connecting) and ``on_problem(text)`` when listening stops or resumes ('')."""
 
-    def __init__(self, url: PgUrl, on_commit: Callable[[int], None], on_problem: Callable[[str], None]) -> None:
+    def __init__(
+        self, url: PgUrl, on_commit: Callable[[int], None], on_problem: Callable[[str], None]
+    ) -> None:
         super().__init__(name="steplog-pg-listen", daemon=True)
         self.url = url
         self._on_commit = on_commit
@@ -54,7 +56,9 @@ class PgWatch(threading.Thread):
                     try:
                         self._listener.connect()
                     except LogError as exc:
-                        self._on_problem(f"{exc}; retrying in {backoff:.0f} s, showing what was read before")
+                        self._on_problem(
+                            f"{exc}; retrying in {backoff:.0f} s, showing what was read before"
+                        )
                         self._stop_event.wait(backoff)
                         backoff = min(backoff * 2, MAX_BACKOFF_S)
                         continue

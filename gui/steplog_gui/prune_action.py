@@ -18,8 +18,8 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 
 from steplog.location import LogLocation, PgUrl
-from steplog.prune import Candidate, estimate
 from steplog.procs import child_env, python_argv, spawn
+from steplog.prune import Candidate, estimate
 
 from . import jobs
 
@@ -27,7 +27,7 @@ POLL_MS = 100
 
 
 def describe_estimate(found: Sequence[Candidate]) -> str:
-    """"3 runs, 12,345 rows, about 4.2 MB"."""
+    """ "3 runs, 12,345 rows, about 4.2 MB"."""
     rows = sum(sum(c.rows.values()) for c in found)
     size = sum(c.bytes for c in found)
     amount = f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size / 1e3:.0f} kB"
@@ -44,8 +44,13 @@ class Pruner(QObject):
     finished = Signal(int, str)
     """(exit code, one line) when ``steplog prune`` ended: what it pruned and reclaimed, or why not."""
 
-    def __init__(self, log: Callable[[], LogLocation], parent: QObject | None = None, *,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        log: Callable[[], LogLocation],
+        parent: QObject | None = None,
+        *,
+        env: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(parent)
         self._log = log
         self._env = env
@@ -66,8 +71,12 @@ class Pruner(QObject):
         if isinstance(path, PgUrl):  # as `steplog prune --db URL` does
             self.refused.emit("pruning a PostgreSQL log is not supported yet")
             return
-        jobs.submit(lambda: estimate(path, ids), self.estimated.emit,
-                    lambda exc: self.refused.emit(str(exc)), owner=self)
+        jobs.submit(
+            lambda: estimate(path, ids),
+            self.estimated.emit,
+            lambda exc: self.refused.emit(str(exc)),
+            owner=self,
+        )
 
     def prune(self, run_ids: Sequence[str], *, archive: Path | None = None) -> None:
         """Start ``steplog prune RUN_ID... --db LOG [--archive FILE]``; ``finished`` follows."""
@@ -80,7 +89,12 @@ class Pruner(QObject):
         err_fd, err = tempfile.mkstemp(prefix="steplog-prune-", suffix=".err")
         self._out, self._err = Path(out), Path(err)
         try:
-            self._proc = spawn(python_argv("steplog", *args), stdout=out_fd, stderr=err_fd, env=child_env(self._env))
+            self._proc = spawn(
+                python_argv("steplog", *args),
+                stdout=out_fd,
+                stderr=err_fd,
+                env=child_env(self._env),
+            )
         finally:
             os.close(out_fd)
             os.close(err_fd)
@@ -96,10 +110,18 @@ class Pruner(QObject):
         for path in (self._out, self._err):
             if path is not None:
                 if not text:
-                    lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-                    text = " ".join(ln.strip() for ln in lines) if proc.returncode == 0 else (lines[-1] if lines else "")
+                    lines = [
+                        ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()
+                    ]
+                    text = (
+                        " ".join(ln.strip() for ln in lines)
+                        if proc.returncode == 0
+                        else (lines[-1] if lines else "")
+                    )
                 path.unlink(missing_ok=True)
-        self.finished.emit(int(proc.returncode), text or f"steplog prune exited with code {proc.returncode}")
+        self.finished.emit(
+            int(proc.returncode), text or f"steplog prune exited with code {proc.returncode}"
+        )
 
     def wait(self, timeout: float = 60) -> None:
         """Block until the running prune exits (tests, shutdown); ``finished`` is emitted."""
@@ -108,14 +130,18 @@ class Pruner(QObject):
             self._check()
 
 
-def ask_and_prune(parent: QWidget, pruner: Pruner, run_ids: Sequence[str], found: Sequence[Candidate]) -> None:
+def ask_and_prune(
+    parent: QWidget, pruner: Pruner, run_ids: Sequence[str], found: Sequence[Candidate]
+) -> None:
     """The dialog: what goes and what it frees; prune, archive then prune, or cancel."""
     box = QMessageBox(parent)
     box.setWindowTitle("Prune runs")
     box.setIcon(QMessageBox.Icon.Question)
     box.setText(f"Remove {describe_estimate(found)} from the log?")
-    box.setInformativeText("Only these finished runs' records go (their workdir files stay). An archive can be "
-                           "loaded back with `steplog import`.")
+    box.setInformativeText(
+        "Only these finished runs' records go (their workdir files stay). An archive can be "
+        "loaded back with `steplog import`."
+    )
     prune_button = box.addButton("Prune", QMessageBox.ButtonRole.DestructiveRole)
     archive_button = box.addButton("Archive, then prune…", QMessageBox.ButtonRole.AcceptRole)
     box.addButton(QMessageBox.StandardButton.Cancel)
@@ -124,7 +150,8 @@ def ask_and_prune(parent: QWidget, pruner: Pruner, run_ids: Sequence[str], found
     if clicked is prune_button:
         pruner.prune(run_ids)
     elif clicked is archive_button:
-        name, _ = QFileDialog.getSaveFileName(parent, "Archive the runs to", "steplog-runs.jsonl.gz",
-                                              "steplog archives (*.jsonl.gz)")
+        name, _ = QFileDialog.getSaveFileName(
+            parent, "Archive the runs to", "steplog-runs.jsonl.gz", "steplog archives (*.jsonl.gz)"
+        )
         if name:
             pruner.prune(run_ids, archive=Path(name))

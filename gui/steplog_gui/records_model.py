@@ -16,8 +16,12 @@ class RecordsModel(QAbstractTableModel):
     """Rows are dicts; ``columns`` is a sequence of (header, key). ``colour(record)`` may return
     a QColor for the whole row (e.g. a real duplicate delivery in red)."""
 
-    def __init__(self, columns: Sequence[tuple[str, str]], parent: Any = None,
-                 colour: Callable[[dict[str, Any]], QColor | None] | None = None) -> None:
+    def __init__(
+        self,
+        columns: Sequence[tuple[str, str]],
+        parent: Any = None,
+        colour: Callable[[dict[str, Any]], QColor | None] | None = None,
+    ) -> None:
         super().__init__(parent)
         self._columns = list(columns)
         self._rows: list[dict[str, Any]] = []
@@ -29,8 +33,14 @@ class RecordsModel(QAbstractTableModel):
     def columnCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self._columns)
 
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole and 0 <= section < len(self._columns):
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
+        if (
+            orientation == Qt.Orientation.Horizontal
+            and role == Qt.ItemDataRole.DisplayRole
+            and 0 <= section < len(self._columns)
+        ):
             return self._columns[section][0]
         return None
 
@@ -75,7 +85,9 @@ def records_table(model: RecordsModel) -> QTableView:
     view.setModel(model)
     view.verticalHeader().hide()
     view.verticalHeader().setDefaultSectionSize(view.fontMetrics().height() + 6)
-    view.horizontalHeader().setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+    view.horizontalHeader().setDefaultAlignment(
+        Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+    )
     view.horizontalHeader().setStretchLastSection(True)
     view.setTextElideMode(Qt.TextElideMode.ElideMiddle)
     view.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)

@@ -35,19 +35,38 @@ from steplog.openfiles import identity
 from .json_sql import JsonSql, for_dialect
 
 KIND_CODES: tuple[EventKind, ...] = (
-    EventKind.STEP_STARTED, EventKind.STEP_COMMITTED, EventKind.DECISION_RECORDED, EventKind.EFFECT_STARTED,
-    EventKind.EFFECT_COMPLETED, EventKind.STEP_ATTEMPT_FAILED, EventKind.LEASE_ACQUIRED, EventKind.RUN_FINISHED,
-    EventKind.RUN_CREATED, EventKind.BUDGET_CHANGED, EventKind.LEASE_RELEASED, EventKind.WAITING,
-    EventKind.CANCEL_REQUESTED, EventKind.RETRIED, EventKind.STEP_COPIED, EventKind.WORKER_CLAIMED,
-    EventKind.WORKER_RELEASED)
+    EventKind.STEP_STARTED,
+    EventKind.STEP_COMMITTED,
+    EventKind.DECISION_RECORDED,
+    EventKind.EFFECT_STARTED,
+    EventKind.EFFECT_COMPLETED,
+    EventKind.STEP_ATTEMPT_FAILED,
+    EventKind.LEASE_ACQUIRED,
+    EventKind.RUN_FINISHED,
+    EventKind.RUN_CREATED,
+    EventKind.BUDGET_CHANGED,
+    EventKind.LEASE_RELEASED,
+    EventKind.WAITING,
+    EventKind.CANCEL_REQUESTED,
+    EventKind.RETRIED,
+    EventKind.STEP_COPIED,
+    EventKind.WORKER_CLAIMED,
+    EventKind.WORKER_RELEASED,
+)
 """The kinds a columnar read codes as small integers: ``KIND_CODES[code - 1]``; 0 is any other kind."""
-NULL_SEQ = -(2 ** 62)
+NULL_SEQ = -(2**62)
 """``seq`` of an event that has none, in columns (-1 is taken: the timeline's gave-up marker)."""
-EVENT_ARRAY = np.dtype([("id", "i8"), ("ts", "f8"), ("incarnation", "i8"), ("code", "i1"), ("seq", "i8")])
+EVENT_ARRAY = np.dtype(
+    [("id", "i8"), ("ts", "f8"), ("incarnation", "i8"), ("code", "i1"), ("seq", "i8")]
+)
 USAGE_KEYS = ("steps", "tokens", "tokens_estimated", "cost_usd", "seconds")
 """The usage figures the budget charts draw, as the events' ``usage`` objects name them."""
 USAGE_COLUMNS = np.dtype([("ts", "f8"), *((key, "f8") for key in USAGE_KEYS)])
-_CODE_SQL = "CASE kind " + " ".join(f"WHEN '{k.value}' THEN {i + 1}" for i, k in enumerate(KIND_CODES)) + " ELSE 0 END"
+_CODE_SQL = (
+    "CASE kind "
+    + " ".join(f"WHEN '{k.value}' THEN {i + 1}" for i, k in enumerate(KIND_CODES))
+    + " ELSE 0 END"
+)
 _IDS_PER_QUERY = 500
 
 
@@ -118,7 +137,9 @@ class LogRepository:
         try:
             if self.on_postgres:  # inspect connects: an empty database is a log no run made yet
                 if inspect(self.path) == 0:
-                    raise LogNotReady(f"{self.path} is an empty database: waiting for the first run to create the log")
+                    raise LogNotReady(
+                        f"{self.path} is an empty database: waiting for the first run to create the log"
+                    )
             elif self.path.exists() and inspect(self.path) == 0:
                 raise LogNotReady(f"{self.path} is empty: waiting for the first run to create it")
             conn = open_readonly(self.path)
@@ -167,7 +188,9 @@ class LogRepository:
 
     # -- reads ------------------------------------------------------------------------------
 
-    def events_since(self, bookmark: int, *, limit: int = 5000, run_id: str | None = None) -> list[Event]:
+    def events_since(
+        self, bookmark: int, *, limit: int = 5000, run_id: str | None = None
+    ) -> list[Event]:
         """Events with ``id > bookmark``, oldest first, at most ``limit`` of them (``steplog.logread``)."""
         conn = self._c()
         try:
@@ -192,16 +215,21 @@ class LogRepository:
         """Every run with events up to id ``upto``, in the order of its first event. A prune's
         record (``runs_pruned``, run id ``""``) belongs to no run: it is not listed (it was, as a
         blank "stopped" run, every time a pruned log was opened)."""
-        rows = self._query("SELECT run_id FROM event WHERE id <= ? AND run_id != '' GROUP BY run_id"
-                           " ORDER BY min(id)", (upto,))
+        rows = self._query(
+            "SELECT run_id FROM event WHERE id <= ? AND run_id != '' GROUP BY run_id"
+            " ORDER BY min(id)",
+            (upto,),
+        )
         return [r[0] for r in rows]
 
     def event_columns(self, run_id: str, upto: int) -> npt.NDArray[Any]:
         """The run's events up to ``upto`` as one ``EVENT_ARRAY`` array, ids ascending (not
         necessarily dense: pruning may delete rows). The kind is coded in SQL (``KIND_CODES``)
         and the payload is not read at all: 200k events in ~0.17 s here."""
-        sql = (f"SELECT id, ts, incarnation, {_CODE_SQL}, coalesce(seq, {NULL_SEQ}) FROM event"
-               " WHERE run_id = ? AND id <= ? ORDER BY id")
+        sql = (
+            f"SELECT id, ts, incarnation, {_CODE_SQL}, coalesce(seq, {NULL_SEQ}) FROM event"
+            " WHERE run_id = ? AND id <= ? ORDER BY id"
+        )
         try:
             return np.fromiter(self._c().execute(sql, (run_id, upto)), dtype=EVENT_ARRAY)
         except sqlite3.DatabaseError as exc:
@@ -212,9 +240,12 @@ class LogRepository:
         out: list[Event] = []
         wanted = [int(i) for i in ids]
         for start in range(0, len(wanted), _IDS_PER_QUERY):
-            chunk = wanted[start:start + _IDS_PER_QUERY]
-            rows = self._query(f"SELECT {EVENT_COLUMNS} FROM event WHERE id IN"
-                               f" ({','.join('?' * len(chunk))}) ORDER BY id", tuple(chunk))
+            chunk = wanted[start : start + _IDS_PER_QUERY]
+            rows = self._query(
+                f"SELECT {EVENT_COLUMNS} FROM event WHERE id IN"
+                f" ({','.join('?' * len(chunk))}) ORDER BY id",
+                tuple(chunk),
+            )
             out.extend(Event.from_row(r) for r in rows)
         return out
 
@@ -225,21 +256,26 @@ class LogRepository:
         wanted = [int(i) for i in ids]
         j = self._json
         for start in range(0, len(wanted), _IDS_PER_QUERY):
-            chunk = wanted[start:start + _IDS_PER_QUERY]
+            chunk = wanted[start : start + _IDS_PER_QUERY]
             rows = self._query(
                 f"SELECT id, CASE WHEN {j.valid}"
                 f" THEN coalesce({j.number('tokens_in', 'INTEGER')}, 0)"
                 f" + coalesce({j.number('tokens_out', 'INTEGER')}, 0) ELSE 0 END,"
                 f" CASE WHEN {j.valid} THEN coalesce({j.number('estimated', 'INTEGER')}, 0) != 0 ELSE false END"
-                f" FROM event WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id", tuple(chunk))
+                f" FROM event WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id",
+                tuple(chunk),
+            )
             parts.append(np.array(rows, dtype=dtype) if rows else np.zeros(0, dtype))
         return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
     def last_usage(self, run_id: str, upto: int) -> dict[str, Any] | None:
         """The usage object of the run's newest event that carries one (up to ``upto``)."""
         j = self._json
-        rows = self._query(f"SELECT {j.object_text('usage')} FROM event WHERE run_id = ? AND id <= ?"
-                           f" AND {j.valid} AND {j.is_object('usage')} ORDER BY id DESC LIMIT 1", (run_id, upto))
+        rows = self._query(
+            f"SELECT {j.object_text('usage')} FROM event WHERE run_id = ? AND id <= ?"
+            f" AND {j.valid} AND {j.is_object('usage')} ORDER BY id DESC LIMIT 1",
+            (run_id, upto),
+        )
         return payload(rows[0][0]) if rows else None
 
     def usage_columns(self, run_id: str, upto: int) -> npt.NDArray[Any]:
@@ -247,11 +283,15 @@ class LogRepository:
         usage, but a step's start (it repeats the last commit's usage), ids ascending."""
         j = self._json
         fields = ", ".join(f"coalesce({j.number(f'usage.{f}', 'REAL')}, 0)" for f in USAGE_KEYS)
-        sql = (f"SELECT ts, {fields} FROM event WHERE run_id = ? AND id <= ? AND kind != ?"
-               f" AND {j.valid} AND {j.is_object('usage')} ORDER BY id")
+        sql = (
+            f"SELECT ts, {fields} FROM event WHERE run_id = ? AND id <= ? AND kind != ?"
+            f" AND {j.valid} AND {j.is_object('usage')} ORDER BY id"
+        )
         try:
-            return np.fromiter(self._c().execute(sql, (run_id, upto, EventKind.STEP_STARTED.value)),
-                               dtype=USAGE_COLUMNS)
+            return np.fromiter(
+                self._c().execute(sql, (run_id, upto, EventKind.STEP_STARTED.value)),
+                dtype=USAGE_COLUMNS,
+            )
         except sqlite3.DatabaseError as exc:
             raise self._unavailable(exc) from exc
 
@@ -262,14 +302,17 @@ class LogRepository:
         Read row by row into the dict (no list of 100k rows on the way), each kind string kept
         once: a 100k-step run's names are most of what the monitor holds for it."""
         j = self._json
-        sql = (f"SELECT seq, coalesce({j.text('name')}, ''), coalesce({j.text('kind')}, '')"
-               f" FROM event WHERE run_id = ? AND id <= ? AND kind IN (?, ?) AND seq IS NOT NULL AND {j.valid}"
-               " ORDER BY id")
+        sql = (
+            f"SELECT seq, coalesce({j.text('name')}, ''), coalesce({j.text('kind')}, '')"
+            f" FROM event WHERE run_id = ? AND id <= ? AND kind IN (?, ?) AND seq IS NOT NULL AND {j.valid}"
+            " ORDER BY id"
+        )
         names: dict[int, tuple[str, str]] = {}
         kinds: dict[str, str] = {}
         try:
             for seq, name, kind in self._c().execute(
-                    sql, (run_id, upto, EventKind.STEP_STARTED.value, EventKind.STEP_COPIED.value)):
+                sql, (run_id, upto, EventKind.STEP_STARTED.value, EventKind.STEP_COPIED.value)
+            ):
                 kind = str(kind)
                 names[seq] = (str(name), kinds.setdefault(kind, kind))
         except sqlite3.DatabaseError as exc:
@@ -308,20 +351,72 @@ class LogRepository:
         rows = self._query(
             "SELECT run_id, seq, name, kind, status, phase, decision, result, error, attempts, recoveries,"
             " tokens_in, tokens_out, tokens_estimated, cost_usd, started_at, finished_at, incarnation"
-            " FROM step WHERE run_id = ? AND seq = ?", (run_id, seq))
+            " FROM step WHERE run_id = ? AND seq = ?",
+            (run_id, seq),
+        )
         if not rows:
             return None
         r = rows[0]
         effects = tuple(
-            {"key": e[0], "idx": e[1], "kind": e[2], "target": e[3], "idempotent": bool(e[4]), "status": e[5],
-             "attempts": e[6], "response": e[7], "started_at": e[8], "completed_at": e[9]}
+            {
+                "key": e[0],
+                "idx": e[1],
+                "kind": e[2],
+                "target": e[3],
+                "idempotent": bool(e[4]),
+                "status": e[5],
+                "attempts": e[6],
+                "response": e[7],
+                "started_at": e[8],
+                "completed_at": e[9],
+            }
             for e in self._query(
                 "SELECT key, idx, kind, target, idempotent, status, attempts, response, started_at, completed_at"
-                " FROM effect WHERE run_id = ? AND seq = ? ORDER BY idx", (run_id, seq)))
-        (rid, seq_, name, kind, status, phase, decision, result, error, attempts, recoveries, tokens_in, tokens_out,
-         estimated, cost, started, finished, incarnation) = r
-        return StepDetail(rid, seq_, name, kind, status, phase, decision, result, error, attempts, recoveries,
-                          tokens_in, tokens_out, bool(estimated), cost, started, finished, incarnation, effects)
+                " FROM effect WHERE run_id = ? AND seq = ? ORDER BY idx",
+                (run_id, seq),
+            )
+        )
+        (
+            rid,
+            seq_,
+            name,
+            kind,
+            status,
+            phase,
+            decision,
+            result,
+            error,
+            attempts,
+            recoveries,
+            tokens_in,
+            tokens_out,
+            estimated,
+            cost,
+            started,
+            finished,
+            incarnation,
+        ) = r
+        return StepDetail(
+            rid,
+            seq_,
+            name,
+            kind,
+            status,
+            phase,
+            decision,
+            result,
+            error,
+            attempts,
+            recoveries,
+            tokens_in,
+            tokens_out,
+            bool(estimated),
+            cost,
+            started,
+            finished,
+            incarnation,
+            effects,
+        )
 
 
 def describe_problem(path: Path) -> str | None:

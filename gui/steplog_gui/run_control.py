@@ -14,12 +14,24 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFormLayout, QFrame, QHBoxLayout, QLabel, QLineEdit,
-                               QMessageBox, QPlainTextEdit, QPushButton, QSpinBox, QStyle, QWidget)
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QStyle,
+    QWidget,
+)
 
 from steplog.location import LogLocation
 from steplog.procs import child_env, python_argv, without_secrets
@@ -45,11 +57,19 @@ class CommandResult:
         return text[-1].removeprefix("steplog: ") if text else f"exit {self.code}"
 
 
-def run_command(db: LogLocation, args: tuple[str, ...], env: dict[str, str] | None = None) -> CommandResult:
+def run_command(
+    db: LogLocation, args: tuple[str, ...], env: dict[str, str] | None = None
+) -> CommandResult:
     """``steplog ARGS --db DB`` to completion (blocking: call it through ``jobs.submit``)."""
     argv, full_env = without_secrets(python_argv("steplog", *args, "--db", str(db)), child_env(env))
-    done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=full_env,
-                          timeout=COMMAND_TIMEOUT_S)
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=full_env,
+        timeout=COMMAND_TIMEOUT_S,
+    )
     return CommandResult(args, done.returncode, done.stdout, done.stderr)
 
 
@@ -62,8 +82,13 @@ def _fits(edit: QLineEdit, text: str) -> int:
     the screen: a long id (a fork of a fork) is not cut at the dialog's default width."""
     margins = edit.textMargins()
     frame = edit.style().pixelMetric(QStyle.PixelMetric.PM_DefaultFrameWidth, None, edit)
-    wanted = (edit.fontMetrics().horizontalAdvance(text) + margins.left() + margins.right()
-              + 2 * frame + 16)
+    wanted = (
+        edit.fontMetrics().horizontalAdvance(text)
+        + margins.left()
+        + margins.right()
+        + 2 * frame
+        + 16
+    )
     screen = edit.screen().availableGeometry().width() if edit.screen() is not None else 1600
     return min(wanted, int(screen * 0.8))
 
@@ -84,7 +109,9 @@ class SignalDialog(QDialog):
         form.addRow("Signal", self.name)
         form.addRow("Data (JSON)", self.data)
         form.addRow(self.problem)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
         buttons.accepted.connect(self._accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
@@ -97,7 +124,9 @@ class SignalDialog(QDialog):
         try:
             json.loads(data)
         except json.JSONDecodeError as exc:
-            self.problem.setText(f"the data is not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})")
+            self.problem.setText(
+                f"the data is not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+            )
             return
         if not name:
             self.problem.setText("a signal needs a name (the one the run waits for)")
@@ -116,12 +145,16 @@ class ForkDialog(QDialog):
         self.at_step = QSpinBox()
         self.at_step.setRange(1, max(1, run.steps_committed + 1))
         self.at_step.setValue(min(max(1, at_step), run.steps_committed + 1))
-        self.at_step.setToolTip("the first step the fork runs itself; the steps before it are copied, not run again")
+        self.at_step.setToolTip(
+            "the first step the fork runs itself; the steps before it are copied, not run again"
+        )
         self.params: dict[str, QLineEdit] = {}
         form = QFormLayout(self)
-        note = QLabel(f"Steps before the chosen one are copied from {run.run_id} (their effects are not sent "
-                      "again); from it on the fork runs with its own idempotency keys. Its workdir starts as a "
-                      "copy of the parent's.")
+        note = QLabel(
+            f"Steps before the chosen one are copied from {run.run_id} (their effects are not sent "
+            "again); from it on the fork runs with its own idempotency keys. Its workdir starts as a "
+            "copy of the parent's."
+        )
         note.setWordWrap(True)
         note.setTextFormat(Qt.TextFormat.PlainText)
         form.addRow(note)
@@ -136,7 +169,11 @@ class ForkDialog(QDialog):
         self.extra.setPlaceholderText("KEY=VALUE …  (params the parent left at their defaults)")
         form.addRow("other params", self.extra)
         self.limits: dict[str, QSpinBox] = {}
-        for name, option in (("steps", "max-steps"), ("tokens", "max-tokens"), ("seconds", "max-seconds")):
+        for name, option in (
+            ("steps", "max-steps"),
+            ("tokens", "max-tokens"),
+            ("seconds", "max-seconds"),
+        ):
             spin = QSpinBox()
             spin.setRange(0, 2_000_000_000)
             spin.setSpecialValueText("as the parent")
@@ -145,7 +182,9 @@ class ForkDialog(QDialog):
             self.limits[option] = spin
             form.addRow(f"max {name}", spin)
         self._original_limits = {k: s.value() for k, s in self.limits.items()}
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
         buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Fork and run")
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -153,8 +192,15 @@ class ForkDialog(QDialog):
 
     def arguments(self, parent_id: str) -> tuple[str, ...]:
         """``steplog fork`` arguments: only what the person changed overrides the parent."""
-        args = ["fork", parent_id, "--at-step", str(self.at_step.value()), "--run-id", self.run_id.text().strip(),
-                "--no-start"]
+        args = [
+            "fork",
+            parent_id,
+            "--at-step",
+            str(self.at_step.value()),
+            "--run-id",
+            self.run_id.text().strip(),
+            "--no-start",
+        ]
         for key, edit in self.params.items():
             if edit.text() != self._original[key]:
                 args += ["--param", f"{key}={edit.text()}"]
@@ -177,8 +223,10 @@ class WaitingBanner(QFrame):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("waiting_banner")
-        self.setStyleSheet("#waiting_banner { background: #006f7a; border-radius: 4px }"
-                           " #waiting_banner QLabel { color: white; font-weight: bold }")
+        self.setStyleSheet(
+            "#waiting_banner { background: #006f7a; border-radius: 4px }"
+            " #waiting_banner QLabel { color: white; font-weight: bold }"
+        )
         self.text = QLabel("")
         self.text.setTextFormat(Qt.TextFormat.PlainText)
         self.approve = QPushButton("Approve")
@@ -215,8 +263,10 @@ class WaitingBanner(QFrame):
         since = run.waiting_since or time.time()
         minutes, seconds = divmod(int(time.time() - since), 60)
         engine = "" if not run.engine_gone() else "  (no engine: Resume run after answering)"
-        self.text.setText(f"{run.run_id} waits for “{run.waiting_for}” since "
-                          f"{time.strftime('%H:%M:%S', time.localtime(since))} ({minutes} min {seconds:02d} s){engine}")
+        self.text.setText(
+            f"{run.run_id} waits for “{run.waiting_for}” since "
+            f"{time.strftime('%H:%M:%S', time.localtime(since))} ({minutes} min {seconds:02d} s){engine}"
+        )
 
     def _answer(self, approved: bool) -> None:
         run = self._run
@@ -237,8 +287,14 @@ class RunControl(QObject):
     launch = Signal(str, str)
     """(run_id, agent): start an engine on this run (after retry or fork), then show it."""
 
-    def __init__(self, monitor: Monitor, window: QWidget, *, env: dict[str, str] | None = None,
-                 engine_busy: Callable[[], bool] = lambda: False) -> None:
+    def __init__(
+        self,
+        monitor: Monitor,
+        window: QWidget,
+        *,
+        env: dict[str, str] | None = None,
+        engine_busy: Callable[[], bool] = lambda: False,
+    ) -> None:
         super().__init__(window)
         self._monitor = monitor
         self._window = window
@@ -246,13 +302,24 @@ class RunControl(QObject):
         self._engine_busy = engine_busy
         self._run_id: str | None = None
         self._step: int | None = None
-        self.act_cancel = self._action("&Cancel run…", self.cancel, "end the run as cancelled: it never runs again")
-        self.act_retry = self._action("Re&try failed run", self.retry, "run a failed run again from its failed step")
-        self.act_fork = self._action("&Fork from this step…", self.fork,
-                                     "a new run: the steps before the selected one copied, the rest run anew")
-        self.act_signal = self._action("Send &signal…", self.send_signal, "deliver a named signal to the run")
+        self.act_cancel = self._action(
+            "&Cancel run…", self.cancel, "end the run as cancelled: it never runs again"
+        )
+        self.act_retry = self._action(
+            "Re&try failed run", self.retry, "run a failed run again from its failed step"
+        )
+        self.act_fork = self._action(
+            "&Fork from this step…",
+            self.fork,
+            "a new run: the steps before the selected one copied, the rest run anew",
+        )
+        self.act_signal = self._action(
+            "Send &signal…", self.send_signal, "deliver a named signal to the run"
+        )
         self.banner = WaitingBanner()
-        self.banner.answered.connect(lambda rid, name, data, key: self._signal(rid, name, data, key))
+        self.banner.answered.connect(
+            lambda rid, name, data, key: self._signal(rid, name, data, key)
+        )
         self.banner.custom.connect(self.send_signal)
         self.update()
 
@@ -286,7 +353,9 @@ class RunControl(QObject):
         self.act_cancel.setEnabled(active)
         self.act_signal.setEnabled(active)
         self.act_retry.setEnabled(run is not None and run.status == "failed")
-        self.act_fork.setEnabled(run is not None and run.steps_committed + 1 >= 1 and run.agent != "?")
+        self.act_fork.setEnabled(
+            run is not None and run.steps_committed + 1 >= 1 and run.agent != "?"
+        )
         self.banner.show_run(run)
 
     # -- the actions ------------------------------------------------------------------------
@@ -296,11 +365,16 @@ class RunControl(QObject):
         if run is None:
             return
         answer = QMessageBox.question(
-            self._window, "Cancel run", f"Cancel {run.run_id}? It ends as cancelled and never runs again; a running "
-            "engine stops at its next step boundary.")
+            self._window,
+            "Cancel run",
+            f"Cancel {run.run_id}? It ends as cancelled and never runs again; a running "
+            "engine stops at its next step boundary.",
+        )
         if answer == QMessageBox.StandardButton.Yes:
-            self._command(("cancel", run.run_id, "--reason", "cancelled from the monitor", "--wait", "0"),
-                          lambda r: self.notice.emit(r.message))
+            self._command(
+                ("cancel", run.run_id, "--reason", "cancelled from the monitor", "--wait", "0"),
+                lambda r: self.notice.emit(r.message),
+            )
 
     def send_signal(self) -> None:
         run = self.run()
@@ -322,15 +396,22 @@ class RunControl(QObject):
 
         def refused(r: CommandResult) -> bool:
             if r.code == 2 and "--force" in r.err and not force:
-                answer = QMessageBox.warning(self._window, "Retry anyway?", f"{r.message}\n\nRetry anyway (--force)?",
-                                             QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No)
+                answer = QMessageBox.warning(
+                    self._window,
+                    "Retry anyway?",
+                    f"{r.message}\n\nRetry anyway (--force)?",
+                    QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                )
                 if answer == QMessageBox.StandardButton.Yes:
                     self.retry(force=True)
                 return True
             return False
 
-        self._command(("retry", run.run_id, "--no-start", *(("--force",) if force else ())),
-                      lambda _r: self.launch.emit(run.run_id, run.agent), refused=refused)
+        self._command(
+            ("retry", run.run_id, "--no-start", *(("--force",) if force else ())),
+            lambda _r: self.launch.emit(run.run_id, run.agent),
+            refused=refused,
+        )
 
     def fork(self) -> None:
         run = self.run()
@@ -345,8 +426,13 @@ class RunControl(QObject):
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _command(self, args: tuple[str, ...], on_ok: Callable[[CommandResult], None], *,
-                 refused: Callable[[CommandResult], bool] | None = None) -> None:
+    def _command(
+        self,
+        args: tuple[str, ...],
+        on_ok: Callable[[CommandResult], None],
+        *,
+        refused: Callable[[CommandResult], bool] | None = None,
+    ) -> None:
         path = self._monitor.path
         self.notice.emit(f"steplog {' '.join(args[:2])}…")
 
@@ -357,8 +443,19 @@ class RunControl(QObject):
             elif refused is None or not refused(r):
                 self.problem.emit(f"steplog {args[0]} {args[1]}: {r.message}")
 
-        jobs.submit(lambda: run_command(path, args, self._env), done,
-                    lambda exc: self.problem.emit(f"steplog {args[0]} did not run: {exc}"), owner=self)
+        jobs.submit(
+            lambda: run_command(path, args, self._env),
+            done,
+            lambda exc: self.problem.emit(f"steplog {args[0]} did not run: {exc}"),
+            owner=self,
+        )
 
 
-__all__ = ["CommandResult", "ForkDialog", "RunControl", "SignalDialog", "WaitingBanner", "run_command"]
+__all__ = [
+    "CommandResult",
+    "ForkDialog",
+    "RunControl",
+    "SignalDialog",
+    "WaitingBanner",
+    "run_command",
+]

@@ -34,13 +34,27 @@ ALIVE_CHECK_S = 0.5
 """How long an answer to "is the engine's process alive" is kept (see ``RunState.engine_gone``)."""
 # Outcome of one step execution (a bar's colour).
 RUNNING, COMMITTED, REDONE, FAILED, GAVE_UP, COPIED, INTERRUPTED = range(7)
-OUTCOME_NAMES = ("in progress", "committed", "redone (interrupted by a kill)", "failed", "gave up",
-                 "copied from the parent run (not run again)",
-                 "interrupted by a stop (run again on resume: not redone work)")
+OUTCOME_NAMES = (
+    "in progress",
+    "committed",
+    "redone (interrupted by a kill)",
+    "failed",
+    "gave up",
+    "copied from the parent run (not run again)",
+    "interrupted by a stop (run again on resume: not redone work)",
+)
 # Phase reached by one execution (engine's step.phase).
 PHASES = ("started", "decided", "acting", "recorded")
-EXECUTION_FIELDS = {"start": "f8", "end": "f8", "lane": "i4", "outcome": "i1", "seq": "i8", "phase": "i1",
-                    "tokens": "i8", "estimated": "?"}
+EXECUTION_FIELDS = {
+    "start": "f8",
+    "end": "f8",
+    "lane": "i4",
+    "outcome": "i1",
+    "seq": "i8",
+    "phase": "i1",
+    "tokens": "i8",
+    "estimated": "?",
+}
 """One row per step execution: the timeline's bars."""
 USAGE_FIELDS = {"ts": "f8", **{key: "f8" for key in USAGE_KEYS}}
 """One row per usage report: the budget charts' points."""
@@ -64,7 +78,9 @@ class Columns:
         self = cls.__new__(cls)
         self._names = tuple(rows.dtype.names or ())
         self._n = len(rows)
-        self._cap = len(rows) + max(256, len(rows) // 8)  # room to grow live, not double the history
+        self._cap = len(rows) + max(
+            256, len(rows) // 8
+        )  # room to grow live, not double the history
         self._rows = np.zeros(self._cap, dtype=rows.dtype)
         self._rows[: self._n] = rows
         return self
@@ -162,7 +178,9 @@ class RunState:
     usage_series: Columns = field(default_factory=lambda: Columns(**USAGE_FIELDS))
     _open: dict[int, int] = field(default_factory=dict)  # seq -> execution index still running
     _last_ts_by_inc: dict[int, float] = field(default_factory=dict)
-    _alive: tuple[int | None, float, bool] = field(default=(None, 0.0, False), compare=False, repr=False)
+    _alive: tuple[int | None, float, bool] = field(
+        default=(None, 0.0, False), compare=False, repr=False
+    )
 
     # -- derived ----------------------------------------------------------------------------
 
@@ -195,8 +213,11 @@ class RunState:
         process group is a process on this host (a log on PostgreSQL is shared by a fleet)."""
         if self.terminal:
             return None
-        host = self.host if self.pid is not None else (
-            self.worker[0] if self.worker_active and self.worker is not None else None)
+        host = (
+            self.host
+            if self.pid is not None
+            else (self.worker[0] if self.worker_active and self.worker is not None else None)
+        )
         return host if host and host != socket.gethostname() else None
 
     def engine_gone(self) -> bool:
@@ -221,7 +242,11 @@ class RunState:
         return self.last_ts if self.engine_gone() else now
 
     def duration(self, now: float) -> float:
-        end = self.finished if self.finished is not None else (now if not self.terminal else self.last_ts)
+        end = (
+            self.finished
+            if self.finished is not None
+            else (now if not self.terminal else self.last_ts)
+        )
         return max(0.0, end - self.created) if not math.isnan(self.created) else 0.0
 
     def execution_at(self, x: float, lane: int, now: float) -> int | None:
@@ -243,7 +268,9 @@ class RunState:
         if "usage" in d and isinstance(d["usage"], dict):
             self.usage = d["usage"]
             u = self.usage
-            if kind != EventKind.STEP_STARTED:  # a start repeats the last commit's usage: no new chart point
+            if (
+                kind != EventKind.STEP_STARTED
+            ):  # a start repeats the last commit's usage: no new chart point
                 self.usage_series.append(ts=ev.ts, **{key: u.get(key, 0) for key in USAGE_KEYS})
         if kind == EventKind.RUN_CREATED:
             self.agent = str(d.get("agent", "?"))
@@ -260,7 +287,12 @@ class RunState:
             if isinstance(span, list) and len(span) == 2 and isinstance(span[1], (int, float)):
                 self._copied_shift = ev.ts - float(span[1])
         elif kind == EventKind.BUDGET_CHANGED:
-            self.limits.update({k: d.get(k) for k in ("steps", "tokens", "seconds", "cost_usd", "retries", "recoveries")})
+            self.limits.update(
+                {
+                    k: d.get(k)
+                    for k in ("steps", "tokens", "seconds", "cost_usd", "retries", "recoveries")
+                }
+            )
             if d.get("reopened"):
                 self.status, self.reason, self.finished = "running", None, None
         elif kind == EventKind.LEASE_ACQUIRED:
@@ -268,23 +300,29 @@ class RunState:
         elif kind == EventKind.STEP_STARTED and ev.seq is not None:
             self.step_names[ev.seq] = (str(d.get("name", "")), str(d.get("kind", "")))
             self._open[ev.seq] = self.executions.append(
-                start=ev.ts, end=math.nan, lane=ev.incarnation, outcome=RUNNING, seq=ev.seq, phase=0)
+                start=ev.ts, end=math.nan, lane=ev.incarnation, outcome=RUNNING, seq=ev.seq, phase=0
+            )
         elif kind == EventKind.DECISION_RECORDED and ev.seq in self._open:
             i = self._open[ev.seq]
             ex = self.executions
             ex["phase"][i] = 1
             ex["tokens"][i] = int(d.get("tokens_in", 0)) + int(d.get("tokens_out", 0))
             ex["estimated"][i] = bool(d.get("estimated"))
-        elif kind in (EventKind.EFFECT_STARTED, EventKind.EFFECT_COMPLETED) and ev.seq in self._open:
+        elif (
+            kind in (EventKind.EFFECT_STARTED, EventKind.EFFECT_COMPLETED) and ev.seq in self._open
+        ):
             self.executions["phase"][self._open[ev.seq]] = 2
         elif kind == EventKind.STEP_COPIED and ev.seq is not None:
             self.step_names[ev.seq] = (str(d.get("name", "")), str(d.get("kind", "")))
             start, end = self.copied_span(ev)
-            self.executions.append(start=start, end=end, lane=0, outcome=COPIED, seq=ev.seq, phase=3)
+            self.executions.append(
+                start=start, end=end, lane=0, outcome=COPIED, seq=ev.seq, phase=3
+            )
         elif kind == EventKind.WAITING:
             signal, since = str(d.get("signal")), d.get("since")
-            again = (self.status == "waiting" and self.waiting_for == signal
-                     and self._wait_seq == ev.seq)
+            again = (
+                self.status == "waiting" and self.waiting_for == signal and self._wait_seq == ev.seq
+            )
             if isinstance(since, (int, float)):
                 self.waiting_since = float(since)
             elif not again or self.waiting_since is None:  # a log from before ``since``
@@ -296,7 +334,11 @@ class RunState:
         elif kind == EventKind.CANCEL_REQUESTED:
             self.cancel_requested = str(d.get("reason") or "cancel requested")
         elif kind == EventKind.RETRIED:
-            self.status, self.reason, self.finished = "queued" if d.get("queued") else "running", None, None
+            self.status, self.reason, self.finished = (
+                "queued" if d.get("queued") else "running",
+                None,
+                None,
+            )
         elif kind in (EventKind.WORKER_CLAIMED, EventKind.WORKER_RELEASED):
             w = d.get("worker")
             if isinstance(w, dict):
@@ -320,9 +362,17 @@ class RunState:
             if self._open:
                 for seq in list(self._open):
                     self._close(seq, ev.ts, outcome)
-            elif self.status == "gave_up":  # stopped before starting the next step: a short marker bar
-                self.executions.append(start=ev.ts, end=ev.ts + 0.05, lane=ev.incarnation, outcome=GAVE_UP,
-                                       seq=-1, phase=0)
+            elif (
+                self.status == "gave_up"
+            ):  # stopped before starting the next step: a short marker bar
+                self.executions.append(
+                    start=ev.ts,
+                    end=ev.ts + 0.05,
+                    lane=ev.incarnation,
+                    outcome=GAVE_UP,
+                    seq=-1,
+                    phase=0,
+                )
                 self.step_names[-1] = (f"gave up: {self.reason or ''}", "budget")
             self.pid = None
         elif kind == EventKind.LEASE_RELEASED:
@@ -359,7 +409,9 @@ class RunState:
             if exact:
                 dead_end = at  # the interrupted step ran until the kill
         # The previous engine's open steps will run again: lost to a kill, or put down by a stop.
-        outcome = REDONE if self.kills and self.kills[-1].killed_incarnation == previous else INTERRUPTED
+        outcome = (
+            REDONE if self.kills and self.kills[-1].killed_incarnation == previous else INTERRUPTED
+        )
         for seq, i in list(self._open.items()):
             ex = self.executions
             ex["end"][i] = dead_end

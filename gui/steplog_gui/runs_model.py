@@ -23,7 +23,12 @@ _Index = QModelIndex | QPersistentModelIndex
 def budget_use(run: RunState) -> tuple[float, str]:
     """The most used budget as (fraction, text), e.g. (0.43, "43% tokens")."""
     best, label = -1.0, ""
-    for name, used_key in (("steps", "steps"), ("tokens", "tokens"), ("seconds", "seconds"), ("cost_usd", "cost_usd")):
+    for name, used_key in (
+        ("steps", "steps"),
+        ("tokens", "tokens"),
+        ("seconds", "seconds"),
+        ("cost_usd", "cost_usd"),
+    ):
         limit = run.limits.get(name)
         if not limit:
             continue
@@ -38,28 +43,51 @@ def family(run: RunState) -> str:
     if run.forked_from is None:
         return ""
     parent, step = run.forked_from
-    return f"\nforked from {parent} at step {step}: steps 1–{step - 1} copied from it, not run again"
+    return (
+        f"\nforked from {parent} at step {step}: steps 1–{step - 1} copied from it, not run again"
+    )
 
 
 def status_text(run: RunState) -> tuple[str, str | None]:
     """The status as shown, and why: a "running" run whose engine is gone reads "stopped"."""
     if run.status == "waiting":
-        since = time.strftime("%H:%M:%S", time.localtime(run.waiting_since)) if run.waiting_since else "?"
-        engine = "its engine waits with it" if not run.engine_gone() else "no engine: a signal, then Resume run"
+        since = (
+            time.strftime("%H:%M:%S", time.localtime(run.waiting_since))
+            if run.waiting_since
+            else "?"
+        )
+        engine = (
+            "its engine waits with it"
+            if not run.engine_gone()
+            else "no engine: a signal, then Resume run"
+        )
         return "waiting", f"waiting for the signal {run.waiting_for!r} since {since}; {engine}"
     if run.status == "queued":
         if run.worker_active and run.worker is not None:
-            return "queued", f"claimed by worker pid {run.worker[1]} on {run.worker[0]}; its engine starts next"
+            return (
+                "queued",
+                f"claimed by worker pid {run.worker[1]} on {run.worker[0]}; its engine starts next",
+            )
         return "queued", "waits for a worker (steplog worker) to start it, or Resume run"
     if run.status != "running":
         return run.status.replace("_", " "), run.reason
     if run.cancel_requested:
-        return "cancelling", f"cancel requested ({run.cancel_requested}); the engine stops at its next step boundary"
+        return (
+            "cancelling",
+            f"cancel requested ({run.cancel_requested}); the engine stops at its next step boundary",
+        )
     if run.pid is None:
         return "stopped", "no engine holds it (stopped or released); Resume run continues it"
     if run.engine_gone():
-        return "stopped", f"its engine (pid {run.pid}) is gone; Resume run continues it from its last checkpoint"
-    by = f", started by worker pid {run.worker[1]} on {run.worker[0]}" if run.worker_active and run.worker else ""
+        return (
+            "stopped",
+            f"its engine (pid {run.pid}) is gone; Resume run continues it from its last checkpoint",
+        )
+    by = (
+        f", started by worker pid {run.worker[1]} on {run.worker[0]}"
+        if run.worker_active and run.worker
+        else ""
+    )
     return "running", f"engine pid {run.pid} on {run.host}{by}"
 
 
@@ -69,7 +97,9 @@ def host_text(run: RunState) -> tuple[str, str]:
         host, pid = run.worker
         return host, f"worker pid {pid} on {host}" + ("" if run.worker_active else " (last had it)")
     if run.host:
-        return run.host, f"engine on {run.host}" + (f", pid {run.pid}" if run.pid is not None else " (last)")
+        return run.host, f"engine on {run.host}" + (
+            f", pid {run.pid}" if run.pid is not None else " (last)"
+        )
     return "", ""
 
 
@@ -111,8 +141,14 @@ class RunsModel(QAbstractTableModel):
     def columnCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(COLUMNS)
 
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole and 0 <= section < len(COLUMNS):
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
+        if (
+            orientation == Qt.Orientation.Horizontal
+            and role == Qt.ItemDataRole.DisplayRole
+            and 0 <= section < len(COLUMNS)
+        ):
             return COLUMNS[section]
         return None
 
@@ -158,7 +194,11 @@ class RunsModel(QAbstractTableModel):
         if col == HOST:
             return host_text(run)[0]
         if col == STARTED:
-            return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.created)) if not math.isnan(run.created) else ""
+            return (
+                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.created))
+                if not math.isnan(run.created)
+                else ""
+            )
         return fmt_duration(run.duration(time.time()))
 
     def run_id(self, row: int) -> str:
@@ -197,6 +237,10 @@ class RunsModel(QAbstractTableModel):
         self.endResetModel()
 
     def _tick(self) -> None:
-        running = [i for i, rid in enumerate(self._ids) if (r := self._monitor.run(rid)) and not r.terminal]
+        running = [
+            i for i, rid in enumerate(self._ids) if (r := self._monitor.run(rid)) and not r.terminal
+        ]
         if running:
-            self.dataChanged.emit(self.index(min(running), STATUS), self.index(max(running), DURATION))
+            self.dataChanged.emit(
+                self.index(min(running), STATUS), self.index(max(running), DURATION)
+            )

@@ -44,9 +44,12 @@ class StepDetailLoader(QObject):
     def load(self, run_id: str, seq: int) -> None:
         self._wanted = (run_id, seq)
         path = self._path_of()
-        jobs.submit(lambda: _read_detail(path, run_id, seq),
-                    lambda d: self.detail_loaded.emit(d) if self._wanted == (run_id, seq) else None,
-                    lambda exc: self.load_failed.emit(str(exc)), owner=self)
+        jobs.submit(
+            lambda: _read_detail(path, run_id, seq),
+            lambda d: self.detail_loaded.emit(d) if self._wanted == (run_id, seq) else None,
+            lambda exc: self.load_failed.emit(str(exc)),
+            owner=self,
+        )
 
     def reload(self) -> None:
         if self._wanted:
@@ -91,7 +94,9 @@ def decision_text(text: str | None) -> str:
         inner = json.loads(answer)
     except ValueError:
         inner = None
-    if isinstance(inner, dict) and all(isinstance(v, (str, int, float, bool)) or v is None for v in inner.values()):
+    if isinstance(inner, dict) and all(
+        isinstance(v, (str, int, float, bool)) or v is None for v in inner.values()
+    ):
         answer = "\n".join(_field(k, v) for k, v in inner.items())  # a flat answer, e.g. a triage
     elif inner is not None:
         answer = json.dumps(inner, indent=2, ensure_ascii=False)
@@ -110,14 +115,18 @@ def ledger_status(effect: dict[str, Any], ledger: Any) -> str:
     if not attempts:
         return "not received"
     replayed = sum(1 for a in attempts if a.outcome == "replayed")
-    return f"delivered {delivered}×, {len(attempts)} attempt(s)" + (f", {replayed} deduplicated" if replayed else "")
+    return f"delivered {delivered}×, {len(attempts)} attempt(s)" + (
+        f", {replayed} deduplicated" if replayed else ""
+    )
 
 
 PROMPT = "Click a bar in the timeline to inspect a step."
 
 
 class StepDetailView(QWidget):
-    def __init__(self, loader: StepDetailLoader, watcher: OutboxWatcher, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, loader: StepDetailLoader, watcher: OutboxWatcher, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self._watcher = watcher
         self._detail: StepDetail | None = None
@@ -131,8 +140,17 @@ class StepDetailView(QWidget):
         self.result = QPlainTextEdit()
         self.result.setReadOnly(True)
         self.result.setPlaceholderText("result or error")
-        self.effects = RecordsModel([("Idempotency key", "key"), ("Kind", "kind"), ("Target", "target"),
-                                     ("Log status", "status"), ("Attempts", "attempts"), ("Outbox ledger", "ledger")], self)
+        self.effects = RecordsModel(
+            [
+                ("Idempotency key", "key"),
+                ("Kind", "kind"),
+                ("Target", "target"),
+                ("Log status", "status"),
+                ("Attempts", "attempts"),
+                ("Outbox ledger", "ledger"),
+            ],
+            self,
+        )
         table = records_table(self.effects)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -144,7 +162,9 @@ class StepDetailView(QWidget):
         layout.addWidget(QLabel("Result / error"))
         layout.addWidget(self.result, 2)
         loader.detail_loaded.connect(self.show_detail)
-        loader.load_failed.connect(lambda text: self.header.setText(f"cannot read the step: {text}"))
+        loader.load_failed.connect(
+            lambda text: self.header.setText(f"cannot read the step: {text}")
+        )
         watcher.ledger_changed.connect(lambda _l: self._show_effects())
 
     def clear(self) -> None:
@@ -170,8 +190,14 @@ class StepDetailView(QWidget):
             f"attempts {d.attempts}, recoveries {d.recoveries}, incarnation {d.incarnation}, "
             f"started {time.strftime('%H:%M:%S', time.localtime(d.started_at))}"
             + (f", took {took:.3f} s" if took is not None else "")
-            + (f"\ntokens {tokens} (in {d.tokens_in}, out {d.tokens_out})" + (" estimated" if d.tokens_estimated else "")
-               + f", cost ${d.cost_usd:.6f}" if tokens else ""))
+            + (
+                f"\ntokens {tokens} (in {d.tokens_in}, out {d.tokens_out})"
+                + (" estimated" if d.tokens_estimated else "")
+                + f", cost ${d.cost_usd:.6f}"
+                if tokens
+                else ""
+            )
+        )
         self.decision.setPlainText(decision_text(d.decision))
         result = decision_text(d.result) if d.kind == "chat" else _pretty(d.result)
         self.result.setPlainText(("ERROR: " + d.error + "\n\n" if d.error else "") + result)

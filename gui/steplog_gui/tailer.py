@@ -27,9 +27,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from steplog.location import LogLocation, PgUrl
-
 from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
+
+from steplog.location import LogLocation, PgUrl
 
 from .bulk_load import RunDetails, load_details, load_run
 from .pg_watch import PgWatch
@@ -145,7 +145,9 @@ class _TailWorker(QObject):
         try:
             if not self.repo.is_open:
                 if not self.path.exists() or os.path.getsize(self.path) == 0:
-                    self._set_problem("" if self.bookmark == 0 else f"{self.path} was deleted while open")
+                    self._set_problem(
+                        "" if self.bookmark == 0 else f"{self.path} was deleted while open"
+                    )
                     return
                 self.repo.open()
                 self._version = None
@@ -157,7 +159,9 @@ class _TailWorker(QObject):
                 self._set_problem("")
             elif problem == "deleted":
                 self.repo.close()
-                self._set_problem(f"{self.path} was deleted while open; showing what was read before")
+                self._set_problem(
+                    f"{self.path} was deleted while open; showing what was read before"
+                )
                 return
             version = self.repo.data_version()
             if not force and version == self._version:
@@ -210,7 +214,6 @@ class _TailWorker(QObject):
             if not more:
                 return
 
-
     def _load_history(self) -> None:
         """Everything up to the newest event, in columns: runs and timelines first (oldest run
         first, the order of the runs list), then details, newest run first (the one shown)."""
@@ -261,7 +264,9 @@ class Tailer(QObject):
     _notified = Signal(int)
     _listen_problem = Signal(str)
 
-    def __init__(self, path: LogLocation, parent: QObject | None = None, *, use_watchdog: bool = True) -> None:
+    def __init__(
+        self, path: LogLocation, parent: QObject | None = None, *, use_watchdog: bool = True
+    ) -> None:
         super().__init__(parent)
         self.path: LogLocation = path if isinstance(path, PgUrl) else Path(path)
         self._thread = QThread()
@@ -333,7 +338,11 @@ class Tailer(QObject):
 
     def _ensure_watch(self) -> None:
         """Watch the folder once it exists (a fresh demo creates it after the window opens)."""
-        if self._observer is not None or isinstance(self.path, PgUrl) or not self.path.parent.is_dir():
+        if (
+            self._observer is not None
+            or isinstance(self.path, PgUrl)
+            or not self.path.parent.is_dir()
+        ):
             return
         from watchdog.events import FileSystemEvent, FileSystemEventHandler
         from watchdog.observers import Observer

@@ -31,20 +31,64 @@ class Palette:
 
 
 LIGHT = Palette(
-    dark=False, background="#ffffff", foreground="#202124", grid="#d0d0d0",
-    outcome={COMMITTED: "#2e9d4f", REDONE: "#e8930c", FAILED: "#d03030", RUNNING: "#2f74d0", GAVE_UP: "#8a5cc2",
-             COPIED: "#a3acb9", INTERRUPTED: "#bfa77f"},
-    status={"running": "#2f74d0", "succeeded": "#2e9d4f", "gave_up": "#b27300", "failed": "#d03030", "stopped": "#7a7a7a",
-            "waiting": "#00838f", "cancelled": "#6d6d6d", "queued": "#7a7a7a"},
-    kill="#d00000", limit="#d03030", estimated="#8a5cc2", projection="#888888", duplicate="#d00000",
+    dark=False,
+    background="#ffffff",
+    foreground="#202124",
+    grid="#d0d0d0",
+    outcome={
+        COMMITTED: "#2e9d4f",
+        REDONE: "#e8930c",
+        FAILED: "#d03030",
+        RUNNING: "#2f74d0",
+        GAVE_UP: "#8a5cc2",
+        COPIED: "#a3acb9",
+        INTERRUPTED: "#bfa77f",
+    },
+    status={
+        "running": "#2f74d0",
+        "succeeded": "#2e9d4f",
+        "gave_up": "#b27300",
+        "failed": "#d03030",
+        "stopped": "#7a7a7a",
+        "waiting": "#00838f",
+        "cancelled": "#6d6d6d",
+        "queued": "#7a7a7a",
+    },
+    kill="#d00000",
+    limit="#d03030",
+    estimated="#8a5cc2",
+    projection="#888888",
+    duplicate="#d00000",
 )
 DARK = Palette(
-    dark=True, background="#1e1f22", foreground="#e6e6e6", grid="#444444",
-    outcome={COMMITTED: "#3fbf66", REDONE: "#f0a030", FAILED: "#ff5c5c", RUNNING: "#5a9cff", GAVE_UP: "#b48cf0",
-             COPIED: "#5f6773", INTERRUPTED: "#8a7a5c"},
-    status={"running": "#5a9cff", "succeeded": "#3fbf66", "gave_up": "#f0b040", "failed": "#ff5c5c", "stopped": "#9a9a9a",
-            "waiting": "#26c6da", "cancelled": "#9a9a9a", "queued": "#9a9a9a"},
-    kill="#ff4040", limit="#ff6060", estimated="#b48cf0", projection="#aaaaaa", duplicate="#ff4040",
+    dark=True,
+    background="#1e1f22",
+    foreground="#e6e6e6",
+    grid="#444444",
+    outcome={
+        COMMITTED: "#3fbf66",
+        REDONE: "#f0a030",
+        FAILED: "#ff5c5c",
+        RUNNING: "#5a9cff",
+        GAVE_UP: "#b48cf0",
+        COPIED: "#5f6773",
+        INTERRUPTED: "#8a7a5c",
+    },
+    status={
+        "running": "#5a9cff",
+        "succeeded": "#3fbf66",
+        "gave_up": "#f0b040",
+        "failed": "#ff5c5c",
+        "stopped": "#9a9a9a",
+        "waiting": "#26c6da",
+        "cancelled": "#9a9a9a",
+        "queued": "#9a9a9a",
+    },
+    kill="#ff4040",
+    limit="#ff6060",
+    estimated="#b48cf0",
+    projection="#aaaaaa",
+    duplicate="#ff4040",
 )
 
 
@@ -71,7 +115,11 @@ def qcolor(hex_: str) -> QColor:
     return QColor(hex_)
 
 
-SCHEMES = {"system": Qt.ColorScheme.Unknown, "light": Qt.ColorScheme.Light, "dark": Qt.ColorScheme.Dark}
+SCHEMES = {
+    "system": Qt.ColorScheme.Unknown,
+    "light": Qt.ColorScheme.Light,
+    "dark": Qt.ColorScheme.Dark,
+}
 """View → Theme choices; ``system`` follows the OS."""
 
 
@@ -97,10 +145,20 @@ def _palette(p: Palette) -> QPalette:
     base, text = QColor(p.background), QColor(p.foreground)
     window = base.lighter(130) if p.dark else QColor("#f2f2f2")
     role = QPalette.ColorRole
-    for r, c in ((role.Window, window), (role.WindowText, text), (role.Base, base),
-                 (role.AlternateBase, window), (role.Text, text), (role.Button, window), (role.ButtonText, text),
-                 (role.ToolTipBase, window), (role.ToolTipText, text), (role.PlaceholderText, QColor("#8a8a8a")),
-                 (role.Highlight, QColor(p.status["running"])), (role.HighlightedText, QColor("#ffffff"))):
+    for r, c in (
+        (role.Window, window),
+        (role.WindowText, text),
+        (role.Base, base),
+        (role.AlternateBase, window),
+        (role.Text, text),
+        (role.Button, window),
+        (role.ButtonText, text),
+        (role.ToolTipBase, window),
+        (role.ToolTipText, text),
+        (role.PlaceholderText, QColor("#8a8a8a")),
+        (role.Highlight, QColor(p.status["running"])),
+        (role.HighlightedText, QColor("#ffffff")),
+    ):
         pal.setColor(r, c)
     pal.setColor(QPalette.ColorGroup.Disabled, role.ButtonText, QColor("#7a7a7a"))
     pal.setColor(QPalette.ColorGroup.Disabled, role.WindowText, QColor("#7a7a7a"))
@@ -116,7 +174,9 @@ class Theme(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        QGuiApplication.styleHints().colorSchemeChanged.connect(lambda _s: self.changed.emit(current()))
+        QGuiApplication.styleHints().colorSchemeChanged.connect(
+            lambda _s: self.changed.emit(current())
+        )
 
     @property
     def palette(self) -> Palette:

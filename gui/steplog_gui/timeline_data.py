@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .run_state import OUTCOME_NAMES, PHASES, RUNNING, Kill, RunState
+from .run_state import OUTCOME_NAMES, PHASES, Kill, RunState
 
 BAR_HEIGHT = 0.7
 MIN_WIDTH = 0.02
@@ -31,7 +31,9 @@ STEP_WIDTH = 0.9
 def origin(run: RunState) -> float:
     """The time x = 0 stands for: the run's creation."""
     ex = run.executions
-    return run.created if np.isfinite(run.created) else (float(ex["start"].min()) if len(ex) else 0.0)
+    return (
+        run.created if np.isfinite(run.created) else (float(ex["start"].min()) if len(ex) else 0.0)
+    )
 
 
 def spans(run: RunState, now: float, *, by_step: bool = False) -> tuple[F, F]:
@@ -40,7 +42,9 @@ def spans(run: RunState, now: float, *, by_step: bool = False) -> tuple[F, F]:
     if by_step:
         seq = ex["seq"].astype(np.float64)
         return seq - STEP_WIDTH / 2, seq + STEP_WIDTH / 2
-    end = np.where(np.isnan(ex["end"]), run.open_until(now), ex["end"])  # a stopped run's open step stops
+    end = np.where(
+        np.isnan(ex["end"]), run.open_until(now), ex["end"]
+    )  # a stopped run's open step stops
     t0 = origin(run)
     return ex["start"] - t0, end - t0
 
@@ -65,7 +69,9 @@ def sublanes(run: RunState, now: float) -> tuple[F, F]:
         end = np.where(np.isnan(ends), np.inf, ends)
         order = np.lexsort((start, ex["lane"]))
         same_lane = ex["lane"][order][1:] == ex["lane"][order][:-1]
-        running_end = np.maximum.accumulate(end[order])  # (per lane is enough: lanes are far apart in time)
+        running_end = np.maximum.accumulate(
+            end[order]
+        )  # (per lane is enough: lanes are far apart in time)
         if np.any(same_lane & (start[order][1:] < running_end[:-1] - 1e-9)):
             slot = np.zeros(n, dtype=np.int64)
             free_at: dict[int, list[float]] = {}
@@ -87,8 +93,16 @@ def sublanes(run: RunState, now: float) -> tuple[F, F]:
     return offset, height
 
 
-def bars(run: RunState, outcome: int, now: float, *, by_step: bool = False, visible: tuple[float, float] | None = None,
-         pixels: int = 0, keep: npt.NDArray[np.bool_] | None = None) -> Bars:
+def bars(
+    run: RunState,
+    outcome: int,
+    now: float,
+    *,
+    by_step: bool = False,
+    visible: tuple[float, float] | None = None,
+    pixels: int = 0,
+    keep: npt.NDArray[np.bool_] | None = None,
+) -> Bars:
     """Bars (x from ``spans``, y = engine incarnation) for one outcome.
 
     Level of detail: given the ``visible`` x range and its width in ``pixels``, bars narrower than
@@ -104,7 +118,9 @@ def bars(run: RunState, outcome: int, now: float, *, by_step: bool = False, visi
     if keep is not None:
         mask &= keep
     lane = ex["lane"].astype(np.float64)
-    sub, tall = sublanes(run, now) if not by_step else (np.zeros(len(ex)), np.full(len(ex), BAR_HEIGHT))
+    sub, tall = (
+        sublanes(run, now) if not by_step else (np.zeros(len(ex)), np.full(len(ex), BAR_HEIGHT))
+    )
     if visible is None or pixels <= 0:
         start, stop = x0[mask], x1[mask]
         width = np.maximum(stop - start, 0.0 if by_step else MIN_WIDTH)
@@ -129,11 +145,21 @@ def bars(run: RunState, outcome: int, now: float, *, by_step: bool = False, visi
         out_w.append((cols[last] - cols[first] + 1) * per_px)
         out_y.append(lanes_n[first].astype(np.float64) - BAR_HEIGHT / 2)
         out_h.append(np.full(len(first), BAR_HEIGHT))  # an aggregate stands for the whole lane
-    return Bars(np.concatenate(out_x), np.concatenate(out_w), np.concatenate(out_y), np.concatenate(out_h))
+    return Bars(
+        np.concatenate(out_x), np.concatenate(out_w), np.concatenate(out_y), np.concatenate(out_h)
+    )
 
 
-def nearest(run: RunState, x: float, lane: int, now: float, *, by_step: bool = False, within: float = np.inf,
-            keep: npt.NDArray[np.bool_] | None = None) -> int | None:
+def nearest(
+    run: RunState,
+    x: float,
+    lane: int,
+    now: float,
+    *,
+    by_step: bool = False,
+    within: float = np.inf,
+    keep: npt.NDArray[np.bool_] | None = None,
+) -> int | None:
     """The execution in ``lane`` closest to ``x`` (0 inside it), if closer than ``within``."""
     ex = run.executions
     if not len(ex):
@@ -153,8 +179,10 @@ def name_filter(run: RunState, text: str) -> npt.NDArray[np.bool_] | None:
     text = text.strip().lower()
     if not text:
         return None
-    wanted = np.array(sorted(seq for seq, (name, _kind) in run.step_names.items() if text in name.lower()),
-                      dtype=np.int64)
+    wanted = np.array(
+        sorted(seq for seq, (name, _kind) in run.step_names.items() if text in name.lower()),
+        dtype=np.int64,
+    )
     return np.isin(run.executions["seq"], wanted)
 
 
@@ -177,7 +205,13 @@ def kill_marks(run: RunState, *, by_step: bool = False) -> list[tuple[float, int
         out = []
         for k in run.kills:
             started = ex["seq"][(ex["lane"] == k.killed_incarnation) & (ex["seq"] >= 0)]
-            out.append((float(started.max()) + 0.5 if len(started) else 0.5, k.killed_incarnation, kill_label(k)))
+            out.append(
+                (
+                    float(started.max()) + 0.5 if len(started) else 0.5,
+                    k.killed_incarnation,
+                    kill_label(k),
+                )
+            )
         return out
     t0 = origin(run)
     return [(k.ts - t0, k.killed_incarnation, kill_label(k)) for k in run.kills]
@@ -191,9 +225,14 @@ def describe(run: RunState, i: int, now: float) -> str:
     end = ex["end"][i]
     duration = (now if np.isnan(end) else end) - ex["start"][i]
     tokens = int(ex["tokens"][i])
-    lines = [f"#{seq} {name}" if seq >= 0 else name, f"kind: {kind}", f"phase: {PHASES[int(ex['phase'][i])]}",
-             f"duration: {duration * 1000:.0f} ms" if duration < 10 else f"duration: {duration:.1f} s",
-             f"outcome: {OUTCOME_NAMES[int(ex['outcome'][i])]}", f"engine incarnation: {int(ex['lane'][i])}"]
+    lines = [
+        f"#{seq} {name}" if seq >= 0 else name,
+        f"kind: {kind}",
+        f"phase: {PHASES[int(ex['phase'][i])]}",
+        f"duration: {duration * 1000:.0f} ms" if duration < 10 else f"duration: {duration:.1f} s",
+        f"outcome: {OUTCOME_NAMES[int(ex['outcome'][i])]}",
+        f"engine incarnation: {int(ex['lane'][i])}",
+    ]
     if tokens:
         lines.append(f"tokens: {tokens}" + (" (estimated)" if ex["estimated"][i] else ""))
     return "\n".join(lines)

@@ -66,7 +66,9 @@ class TimelineView(QWidget):
         self._keep: np.ndarray | None = None
         self.axis_choice = QComboBox()
         self.axis_choice.addItems(["x: time", "x: step number"])
-        self.axis_choice.setToolTip("draw steps by when they ran, or by their number (redone steps line up)")
+        self.axis_choice.setToolTip(
+            "draw steps by when they ran, or by their number (redone steps line up)"
+        )
         self.axis_choice.currentIndexChanged.connect(lambda i: self.set_axis(by_step=i == 1))
         self.filter = QLineEdit()
         self.filter.setPlaceholderText("filter steps by name…")
@@ -83,19 +85,28 @@ class TimelineView(QWidget):
         self.plot.getViewBox().setLimits(yMin=-0.6, minYRange=1)
         self._items: dict[int, pg.BarGraphItem] = {}
         for outcome in OUTCOMES:
-            item = pg.BarGraphItem(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT, pen=None)
+            item = pg.BarGraphItem(
+                x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT, pen=None
+            )
             self._items[outcome] = item
             self.plot.addItem(item)
-        self._selected = pg.BarGraphItem(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT + 0.1,
-                                         brush=None, pen=pg.mkPen("#000000", width=2))
+        self._selected = pg.BarGraphItem(
+            x0=np.zeros(0),
+            width=np.zeros(0),
+            y0=np.zeros(0),
+            height=BAR_HEIGHT + 0.1,
+            brush=None,
+            pen=pg.mkPen("#000000", width=2),
+        )
         self.plot.addItem(self._selected)
         self._kills = pg.PlotDataItem(connect="pairs")
         self.plot.addItem(self._kills)
         self._kill_labels: list[pg.TextItem] = []
         self._kill_key: object = None
         # A fork's start: its copied steps (lane 0) are left of this line, its own to the right.
-        self._fork_line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#888888", width=2,
-                                                                               style=Qt.PenStyle.DashLine))
+        self._fork_line = pg.InfiniteLine(
+            angle=90, movable=False, pen=pg.mkPen("#888888", width=2, style=Qt.PenStyle.DashLine)
+        )
         self._fork_label = pg.TextItem("", anchor=(0, 1))
         for item in (self._fork_line, self._fork_label):
             item.hide()
@@ -116,7 +127,9 @@ class TimelineView(QWidget):
         self.overview.hideButtons()
         self._overview_items: dict[int, pg.BarGraphItem] = {}
         for outcome in OUTCOMES:
-            item = pg.BarGraphItem(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT, pen=None)
+            item = pg.BarGraphItem(
+                x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT, pen=None
+            )
             self._overview_items[outcome] = item
             self.overview.addItem(item)
         self.region = pg.LinearRegionItem(movable=True)
@@ -234,7 +247,11 @@ class TimelineView(QWidget):
         run = self.run()
         if run is None:
             return
-        if self._dirty and self._monitor.catching_up and time.monotonic() - self._last_refresh < CATCH_UP_REDRAW_S:
+        if (
+            self._dirty
+            and self._monitor.catching_up
+            and time.monotonic() - self._last_refresh < CATCH_UP_REDRAW_S
+        ):
             return  # reading a backlog: a redraw a second shows progress; each batch would cost seconds
         if self._dirty:
             self.refresh()
@@ -251,7 +268,10 @@ class TimelineView(QWidget):
         self._keep = name_filter(run, self.filter.text()) if run is not None else None
         for outcome in OUTCOMES:
             self._draw(outcome, run, now)
-        if run is not self._overview_run or time.monotonic() - self._overview_at >= OVERVIEW_EVERY_S:
+        if (
+            run is not self._overview_run
+            or time.monotonic() - self._overview_at >= OVERVIEW_EVERY_S
+        ):
             self._draw_overview(run, now)
         else:
             self._overview_stale = True
@@ -272,9 +292,13 @@ class TimelineView(QWidget):
         self._empty.setVisible(empty)
         if run is None or not empty:
             return
-        self._empty.setText("no step ran: the run ended before its first one" if run.terminal
-                            else "queued: no engine has started it yet" if run.status == "queued"
-                            else "no steps yet")
+        self._empty.setText(
+            "no step ran: the run ended before its first one"
+            if run.terminal
+            else "queued: no engine has started it yet"
+            if run.status == "queued"
+            else "no steps yet"
+        )
         self._empty.setColor(self._palette.foreground)
         (lo, hi), (bottom, top) = self.plot.getViewBox().viewRange()
         self._empty.setPos((lo + hi) / 2, (bottom + top) / 2)
@@ -306,12 +330,23 @@ class TimelineView(QWidget):
         else:
             (lo, hi), _ = box.viewRange()
             visible = (lo, hi)
-        b = bars(run, outcome, now, by_step=self._by_step, visible=visible, pixels=pixels, keep=self._keep)
+        b = bars(
+            run,
+            outcome,
+            now,
+            by_step=self._by_step,
+            visible=visible,
+            pixels=pixels,
+            keep=self._keep,
+        )
         # In pixels of the range the bars were cut for: while following the run, the view shows
         # that range and a little padding, so a pixel here is a little less than one on screen.
         unit = (visible[1] - visible[0]) / pixels
-        width = np.where(b.width >= 3 * GAP_PIXELS * unit, b.width - GAP_PIXELS * unit,
-                         np.maximum(b.width, MIN_BAR_PIXELS * unit))
+        width = np.where(
+            b.width >= 3 * GAP_PIXELS * unit,
+            b.width - GAP_PIXELS * unit,
+            np.maximum(b.width, MIN_BAR_PIXELS * unit),
+        )
         item.setOpts(x0=b.x0, width=width, y0=b.y0, height=self._with_gaps(b.height))
 
     def _with_gaps(self, height: Heights) -> Heights:
@@ -336,7 +371,16 @@ class TimelineView(QWidget):
             if full is None:
                 item.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT)
                 continue
-            b = bars(run, outcome, now, by_step=self._by_step, visible=full, pixels=width, keep=self._keep)  # type: ignore[arg-type]
+            assert run is not None  # a full span is only measured on a run
+            b = bars(
+                run,
+                outcome,
+                now,
+                by_step=self._by_step,
+                visible=full,
+                pixels=width,
+                keep=self._keep,
+            )
             item.setOpts(x0=b.x0, width=b.width, y0=b.y0, height=b.height)
         if full is not None:
             lanes = max(1, run.incarnation) if run is not None else 1
@@ -349,15 +393,20 @@ class TimelineView(QWidget):
     def _draw_selection(self) -> None:
         run = self.run()
         if run is None or self._selected_seq is None:
-            self._selected.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT + 0.1)
+            self._selected.setOpts(
+                x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT + 0.1
+            )
             return
         ex = run.executions
         mask = ex["seq"] == self._selected_seq
         x0, x1 = spans(run, time.time(), by_step=self._by_step)
         (lo, hi), _ = self.plot.getViewBox().viewRange()
         least = 3 * (hi - lo) / max(1, self.plot.getViewBox().width())  # visible at any zoom
-        self._selected.setOpts(x0=x0[mask], width=np.maximum(x1[mask] - x0[mask], least),
-                               y0=ex["lane"][mask] - (BAR_HEIGHT + 0.1) / 2)
+        self._selected.setOpts(
+            x0=x0[mask],
+            width=np.maximum(x1[mask] - x0[mask], least),
+            y0=ex["lane"][mask] - (BAR_HEIGHT + 0.1) / 2,
+        )
 
     def _draw_kills(self, run: RunState | None) -> None:
         marks = kill_marks(run, by_step=self._by_step) if run is not None else []
@@ -377,8 +426,9 @@ class TimelineView(QWidget):
         backing = theme.qcolor(self._palette.background)
         backing.setAlpha(215)  # legible where it has to sit over the killed engine's bars
         for x, lane, text in marks[-MAX_KILL_LABELS:]:
-            label = pg.TextItem(text, color=self._palette.kill, anchor=(0, 0.5),
-                                fill=pg.mkBrush(backing))
+            label = pg.TextItem(
+                text, color=self._palette.kill, anchor=(0, 0.5), fill=pg.mkBrush(backing)
+            )
             label.setPos(x, lane)
             self.plot.addItem(label, ignoreBounds=True)
             self._kill_labels.append(label)
@@ -414,7 +464,9 @@ class TimelineView(QWidget):
             return None
         (lo, hi), _ = box.viewRange()
         within = PICK_PIXELS * (hi - lo) / max(1, box.width())  # a few pixels, whatever the zoom
-        return nearest(run, p.x(), lane, time.time(), by_step=self._by_step, within=within, keep=self._keep)
+        return nearest(
+            run, p.x(), lane, time.time(), by_step=self._by_step, within=within, keep=self._keep
+        )
 
     def _hover(self, scene_pos: QPointF) -> None:
         i = self._execution_at(scene_pos)

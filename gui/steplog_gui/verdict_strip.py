@@ -76,7 +76,9 @@ class VerdictStrip(QFrame):
         for key in ("kills", "redone", "duplicates", "latency", "deliveries"):
             label = _plain(QLabel(""))
             label.setObjectName(f"verdict_{key}")
-            label.setMinimumWidth(40)  # below its text's width when space is short: never widens the window
+            label.setMinimumWidth(
+                40
+            )  # below its text's width when space is short: never widens the window
             self.labels[key] = label
             figures.addWidget(label, 0 if key != "deliveries" else 1)
         figures.addStretch(1)
@@ -90,8 +92,12 @@ class VerdictStrip(QFrame):
         self.evidence.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         grid.addWidget(self.evidence, 1, 1)
         grid.setColumnStretch(1, 1)
-        self.hint = _plain(QLabel("No run selected: pick one under Runs, or start one with New run "
-                                  "(the demo: steplog demo)."))
+        self.hint = _plain(
+            QLabel(
+                "No run selected: pick one under Runs, or start one with New run "
+                "(the demo: steplog demo)."
+            )
+        )
         self.hint.setMinimumWidth(50)
         grid.addWidget(self.hint, 0, 1)
         self._watcher = watcher
@@ -100,8 +106,10 @@ class VerdictStrip(QFrame):
 
     def _colour(self, label: QLabel, colour: str | None) -> None:
         pal = label.palette()
-        pal.setColor(QPalette.ColorRole.WindowText,
-                     theme.qcolor(colour) if colour else self.palette().color(QPalette.ColorRole.WindowText))
+        pal.setColor(
+            QPalette.ColorRole.WindowText,
+            theme.qcolor(colour) if colour else self.palette().color(QPalette.ColorRole.WindowText),
+        )
         label.setPalette(pal)
 
     def show_verdict(self, v: Any) -> None:
@@ -114,31 +122,59 @@ class VerdictStrip(QFrame):
             self.labels["verdict"].setToolTip("")
             return
         self.labels["outcome"].setText(outcome(v))
-        self.labels["outcome"].setToolTip(f"how the run ended{': ' + v.reason if v.reason else ''} "
-                                          "(the verdict judges its kills, not its outcome)" if outcome(v) else "")
+        self.labels["outcome"].setToolTip(
+            f"how the run ended{': ' + v.reason if v.reason else ''} "
+            "(the verdict judges its kills, not its outcome)"
+            if outcome(v)
+            else ""
+        )
         self._colour(self.labels["outcome"], pal.status.get(v.status) if outcome(v) else None)
         self.labels["kills"].setText(f"Kills: {len(v.kills)}")
         self.labels["redone"].setText(f"Redone: {v.redone_steps}")
-        self.labels["redone"].setToolTip("steps run again because an engine was killed (at most one per kill "
-                                         "passes); retries after errors, stops and waits are not redone work")
-        dup = "not checked" if v.deliveries is None and any(
-            c.name == "no duplicate effects" and c.ok is None for c in v.checks) else str(len(v.duplicates))
+        self.labels["redone"].setToolTip(
+            "steps run again because an engine was killed (at most one per kill "
+            "passes); retries after errors, stops and waits are not redone work"
+        )
+        dup = (
+            "not checked"
+            if v.deliveries is None
+            and any(c.name == "no duplicate effects" and c.ok is None for c in v.checks)
+            else str(len(v.duplicates))
+        )
         self.labels["duplicates"].setText(f"Duplicates: {dup}")
         self._colour(self.labels["duplicates"], pal.duplicate if v.duplicates else None)
         latencies = v.latencies
-        self.labels["latency"].setText("Resume: " + (f"{latencies[-1] * 1000:.0f} ms" if latencies else "—"))
-        self.labels["latency"].setToolTip("the last kill → the first step committed by the relaunched engine"
-                                          if latencies else "no kill yet")
-        self.labels["deliveries"].setText("" if v.deliveries is None else f"Outbox: {v.deliveries}/{v.attempts}")
-        self.labels["deliveries"].setToolTip("" if v.deliveries is None else
-                                             f"{v.deliveries} messages delivered for {v.attempts} attempts "
-                                             "(this run's own, in its outbox's ledger)")
+        self.labels["latency"].setText(
+            "Resume: " + (f"{latencies[-1] * 1000:.0f} ms" if latencies else "—")
+        )
+        self.labels["latency"].setToolTip(
+            "the last kill → the first step committed by the relaunched engine"
+            if latencies
+            else "no kill yet"
+        )
+        self.labels["deliveries"].setText(
+            "" if v.deliveries is None else f"Outbox: {v.deliveries}/{v.attempts}"
+        )
+        self.labels["deliveries"].setToolTip(
+            ""
+            if v.deliveries is None
+            else f"{v.deliveries} messages delivered for {v.attempts} attempts "
+            "(this run's own, in its outbox's ledger)"
+        )
         label = v.label
         self.labels["verdict"].setText(decision(v))
-        self._colour(self.labels["verdict"], {"PASS": pal.status["succeeded"], "FAIL": pal.status["failed"],
-                                              "UNTESTED": pal.status["stopped"]}.get(label))
+        self._colour(
+            self.labels["verdict"],
+            {
+                "PASS": pal.status["succeeded"],
+                "FAIL": pal.status["failed"],
+                "UNTESTED": pal.status["stopped"],
+            }.get(label),
+        )
         self.evidence.setText(v.explanation)
         self.evidence.setToolTip(v.explanation)
-        checks = "\n".join(f"{'✔' if c.ok else '✘' if c.ok is False else '·'} {c.name}: {c.detail}  [{c.source}]"
-                           for c in v.checks)
+        checks = "\n".join(
+            f"{'✔' if c.ok else '✘' if c.ok is False else '·'} {c.name}: {c.detail}  [{c.source}]"
+            for c in v.checks
+        )
         self.labels["verdict"].setToolTip(f"{label}: {v.explanation}\n\n{checks}")

@@ -8,7 +8,6 @@ and this strip call ``steplog.verdict``; the strip adds only the outbox ledger i
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -34,7 +33,9 @@ class VerdictWatcher(QObject):
     verdict_changed = Signal(object)
     """A ``steplog.verdict.Verdict`` for the selected run, or ``None`` (no run / not readable)."""
 
-    def __init__(self, monitor: Monitor, outbox: OutboxWatcher, parent: QObject | None = None) -> None:
+    def __init__(
+        self, monitor: Monitor, outbox: OutboxWatcher, parent: QObject | None = None
+    ) -> None:
         super().__init__(parent)
         self._monitor = monitor
         self._outbox = outbox
@@ -85,7 +86,12 @@ class VerdictWatcher(QObject):
                 self.verdict = verdict
                 self.verdict_changed.emit(verdict)
 
-        jobs.submit(lambda: _evaluate(db, run_id, outbox, transport), done, lambda _exc: self._finish(), owner=self)
+        jobs.submit(
+            lambda: _evaluate(db, run_id, outbox, transport),
+            done,
+            lambda _exc: self._finish(),
+            owner=self,
+        )
 
     def _finish(self) -> None:
         self._busy = False

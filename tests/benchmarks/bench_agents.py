@@ -16,8 +16,9 @@ import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-import steplog  # noqa: E402
 from peers import MARK_BEGIN, MARK_END, Body, Marks, checkpointed_size, mark, pragmas  # noqa: E402
+
+import steplog  # noqa: E402
 
 
 @steplog.agent(budget=steplog.Budget(max_steps=10_000_000, max_retries=None, max_recoveries=None))
@@ -36,7 +37,9 @@ def resumable(run: steplog.Run, n: int = 200, pause: float = 0.0) -> int:
     run must be started with its recorded params, and these differ from one process to the next."""
     m = Marks(os.environ.get("BENCH_MARKS", ""), T_IMPORTED)
     m.once("setup")  # the log is open, the lease taken, the recorded steps loaded
-    body = Body(os.environ.get("BENCH_BODYLOG", ""), pause, int(os.environ.get("BENCH_KILL_AT", "-1")))
+    body = Body(
+        os.environ.get("BENCH_BODYLOG", ""), pause, int(os.environ.get("BENCH_KILL_AT", "-1"))
+    )
     total = 0
     for i in range(n):
         total += run.step("work", body, i)
@@ -58,6 +61,10 @@ def steplog_steps(db: Path, n: int, sync: str, markers: bool) -> dict[str, Any]:
     execute(noop, run_id="bench", db=db, params={"n": n, "probe": str(probe)}, synchronous=sync)  # type: ignore[arg-type]
     elapsed, cpu = time.perf_counter() - t, time.process_time() - cpu
     mark(MARK_END, markers)
-    return {"elapsed": elapsed, "cpu": cpu, **json.loads(probe.read_text()), "before": before, "after": checkpointed_size(db)}
-
-
+    return {
+        "elapsed": elapsed,
+        "cpu": cpu,
+        **json.loads(probe.read_text()),
+        "before": before,
+        "after": checkpointed_size(db),
+    }

@@ -62,7 +62,9 @@ def env() -> dict[str, str]:
     from bytecode as installed code is (compiled on the first call)."""
     if not _ENV:
         _ENV.update(as_installed(dict(os.environ), ROOT / "engine" / "steplog", HERE))
-        _ENV["PYTHONPATH"] = os.pathsep.join([str(ROOT / "engine"), str(HERE), _ENV.get("PYTHONPATH", "")])
+        _ENV["PYTHONPATH"] = os.pathsep.join(
+            [str(ROOT / "engine"), str(HERE), _ENV.get("PYTHONPATH", "")]
+        )
         _ENV.pop("BENCH_KILL_AT", None)
     return dict(_ENV)
 
@@ -80,11 +82,20 @@ def fmt(s: dict[str, float] | None, scale: float = 1.0, digits: int = 0) -> str:
 
 # -- figure 1: steps/s, pragmas, fsyncs, bytes and rows --------------------------------------
 
+
 def run_worker(args: list[str], cwd: Path, prefix: Sequence[str] = ()) -> dict[str, Any]:
-    done = subprocess.run([*prefix, sys.executable, str(HERE / "peers.py"), *args], cwd=cwd, env=env(),
-                          capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(
+        [*prefix, sys.executable, str(HERE / "peers.py"), *args],
+        cwd=cwd,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if done.returncode != 0:
-        raise RuntimeError(f"peers.py {' '.join(args)} failed ({done.returncode}): {done.stderr[-2000:]}")
+        raise RuntimeError(
+            f"peers.py {' '.join(args)} failed ({done.returncode}): {done.stderr[-2000:]}"
+        )
     out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return out
 
@@ -95,9 +106,29 @@ def fsyncs_per_step(peer: str, sync: str, n: int, tmp: Path) -> float | None:
     if strace is None:
         return None
     trace = tmp / f"strace-{peer}-{sync}.txt"
-    run_worker(["steps", peer, "--db", str(tmp / f"strace-{peer}-{sync}.db"), "--n", str(n), "--sync", sync,
-                "--markers"], tmp, prefix=[strace, "-f", "-qq", "-o", str(trace),
-                                           "-e", "trace=fsync,fdatasync,access,faccessat,faccessat2"])
+    run_worker(
+        [
+            "steps",
+            peer,
+            "--db",
+            str(tmp / f"strace-{peer}-{sync}.db"),
+            "--n",
+            str(n),
+            "--sync",
+            sync,
+            "--markers",
+        ],
+        tmp,
+        prefix=[
+            strace,
+            "-f",
+            "-qq",
+            "-o",
+            str(trace),
+            "-e",
+            "trace=fsync,fdatasync,access,faccessat,faccessat2",
+        ],
+    )
     inside, count = False, 0
     for line in trace.read_text().splitlines():
         if MARK_BEGIN in line:
@@ -109,15 +140,23 @@ def fsyncs_per_step(peer: str, sync: str, n: int, tmp: Path) -> float | None:
     return count / n
 
 
-def figure_steps(peers: Sequence[str], rounds: int, n: int, tmp: Path, log: Callable[[str], None]) -> dict[str, Any]:
-    raw: dict[str, dict[str, list[dict[str, Any]]]] = {s: {p: [] for p in peers} for s in ("FULL", "NORMAL")}
+def figure_steps(
+    peers: Sequence[str], rounds: int, n: int, tmp: Path, log: Callable[[str], None]
+) -> dict[str, Any]:
+    raw: dict[str, dict[str, list[dict[str, Any]]]] = {
+        s: {p: [] for p in peers} for s in ("FULL", "NORMAL")
+    }
     for r in range(rounds):
         for sync in ("FULL", "NORMAL"):
             for peer in peers:
                 db = tmp / f"steps-{peer}-{sync}-{r}.db"
-                raw[sync][peer].append(run_worker(["steps", peer, "--db", str(db), "--n", str(n), "--sync", sync], tmp))
+                raw[sync][peer].append(
+                    run_worker(["steps", peer, "--db", str(db), "--n", str(n), "--sync", sync], tmp)
+                )
         log(f"steps: round {r + 1}/{rounds} done")
-    fsyncs = {s: {p: fsyncs_per_step(p, s, min(n, 200), tmp) for p in peers} for s in ("FULL", "NORMAL")}
+    fsyncs = {
+        s: {p: fsyncs_per_step(p, s, min(n, 200), tmp) for p in peers} for s in ("FULL", "NORMAL")
+    }
     return {"n": n, "raw": raw, "fsyncs_per_step": fsyncs, "peers": summarise_steps(raw, n)}
 
 
@@ -126,11 +165,20 @@ def summarise_steps(raw: dict[str, dict[str, list[dict[str, Any]]]], n: int) -> 
     out: dict[str, Any] = {}
     for peer, full in raw["FULL"].items():
         out[peer] = {
-            **{f"steps_per_s_{s}": summary([n / x["elapsed"] for x in raw[s][peer]]) for s in ("FULL", "NORMAL")},
-            **{f"cpu_us_per_step_{s}": summary([x.get("cpu", 0.0) / n * 1e6 for x in raw[s][peer]])
-               for s in ("FULL", "NORMAL")},
-            **{f"ran_with_{s}": sorted({f"{x['journal_mode']}/{x['synchronous']}" for x in raw[s][peer]})
-               for s in ("FULL", "NORMAL")},
+            **{
+                f"steps_per_s_{s}": summary([n / x["elapsed"] for x in raw[s][peer]])
+                for s in ("FULL", "NORMAL")
+            },
+            **{
+                f"cpu_us_per_step_{s}": summary([x.get("cpu", 0.0) / n * 1e6 for x in raw[s][peer]])
+                for s in ("FULL", "NORMAL")
+            },
+            **{
+                f"ran_with_{s}": sorted(
+                    {f"{x['journal_mode']}/{x['synchronous']}" for x in raw[s][peer]}
+                )
+                for s in ("FULL", "NORMAL")
+            },
             "bytes_per_step": summary([(x["after"][0] - x["before"][0]) / n for x in full]),
             "rows_per_step": summary([(x["after"][1] - x["before"][1]) / n for x in full]),
         }
@@ -139,19 +187,69 @@ def summarise_steps(raw: dict[str, dict[str, list[dict[str, Any]]]], n: int) -> 
 
 # -- figure 2: kill -> first new step --------------------------------------------------------
 
-def launch(peer: str, db: Path, n: int, pause: float, bodylog: Path, marks: Path | None, *, kill_at: int = -1,
-           sync: str = "FULL") -> subprocess.Popen[bytes]:
+
+def launch(
+    peer: str,
+    db: Path,
+    n: int,
+    pause: float,
+    bodylog: Path,
+    marks: Path | None,
+    *,
+    kill_at: int = -1,
+    sync: str = "FULL",
+) -> subprocess.Popen[bytes]:
     e = env()
     if peer == "steplog":
-        e.update(BENCH_BODYLOG=str(bodylog), BENCH_MARKS=str(marks or ""), BENCH_KILL_AT=str(kill_at))
-        argv = [sys.executable, "-m", "steplog", "run", f"{HERE / 'bench_agents.py'}:resumable", "--run-id", "r",
-                "--db", str(db), "--param", f"n={n}", "--param", f"pause={pause}", "--sync", sync.lower()]
+        e.update(
+            BENCH_BODYLOG=str(bodylog), BENCH_MARKS=str(marks or ""), BENCH_KILL_AT=str(kill_at)
+        )
+        argv = [
+            sys.executable,
+            "-m",
+            "steplog",
+            "run",
+            f"{HERE / 'bench_agents.py'}:resumable",
+            "--run-id",
+            "r",
+            "--db",
+            str(db),
+            "--param",
+            f"n={n}",
+            "--param",
+            f"pause={pause}",
+            "--sync",
+            sync.lower(),
+        ]
     else:
-        argv = [sys.executable, str(HERE / "peers.py"), "run", peer, "--db", str(db), "--n", str(n),
-                "--pause", str(pause), "--bodylog", str(bodylog), "--marks", str(marks or ""), "--kill-at", str(kill_at),
-                "--sync", sync]
-    return subprocess.Popen(argv, cwd=db.parent, env=e, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        argv = [
+            sys.executable,
+            str(HERE / "peers.py"),
+            "run",
+            peer,
+            "--db",
+            str(db),
+            "--n",
+            str(n),
+            "--pause",
+            str(pause),
+            "--bodylog",
+            str(bodylog),
+            "--marks",
+            str(marks or ""),
+            "--kill-at",
+            str(kill_at),
+            "--sync",
+            sync,
+        ]
+    return subprocess.Popen(
+        argv,
+        cwd=db.parent,
+        env=e,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def lines(path: Path) -> list[int]:
@@ -171,7 +269,9 @@ def one_resume(peer: str, tmp: Path) -> dict[str, Any]:
     deadline = time.monotonic() + 120
     while len(lines(bodylog)) < RESUME_KILL_AFTER:
         if first.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"{peer}: the first process ended or stalled before the kill: {first.stderr.read()!r}")  # type: ignore[union-attr]
+            raise RuntimeError(
+                f"{peer}: the first process ended or stalled before the kill: {first.stderr.read()!r}"
+            )  # type: ignore[union-attr]
         time.sleep(0.002)
     os.killpg(first.pid, signal.SIGKILL)
     t_kill = time.time()
@@ -181,9 +281,13 @@ def one_resume(peer: str, tmp: Path) -> dict[str, Any]:
     m = json.loads(marks.read_text())
     bodies = lines(bodylog)
     return {
-        "imports": m["imports"] - t_kill, "setup": m["setup"] - m["imports"], "recovery": m["first"] - m["setup"],
-        "total": m["first"] - t_kill, "redone": len(bodies) - RESUME_STEPS,
-        "correct": m["result"] == expected_result(RESUME_STEPS) and sorted(set(bodies)) == list(range(RESUME_STEPS)),
+        "imports": m["imports"] - t_kill,
+        "setup": m["setup"] - m["imports"],
+        "recovery": m["first"] - m["setup"],
+        "total": m["first"] - t_kill,
+        "redone": len(bodies) - RESUME_STEPS,
+        "correct": m["result"] == expected_result(RESUME_STEPS)
+        and sorted(set(bodies)) == list(range(RESUME_STEPS)),
     }
 
 
@@ -193,7 +297,9 @@ def floor(code: str) -> float:
     return time.perf_counter() - t
 
 
-def figure_resume(peers: Sequence[str], rounds: int, tmp: Path, log: Callable[[str], None]) -> dict[str, Any]:
+def figure_resume(
+    peers: Sequence[str], rounds: int, tmp: Path, log: Callable[[str], None]
+) -> dict[str, Any]:
     names = ["python -c pass", "python -c 'import steplog'", *[p for p in peers if p in RESUMABLE]]
     raw: dict[str, list[Any]] = {k: [] for k in names}
     for r in range(rounds):
@@ -208,18 +314,30 @@ def figure_resume(peers: Sequence[str], rounds: int, tmp: Path, log: Callable[[s
             out["peers"][name] = {"total": summary(raw[name])}
         else:
             rs = raw[name]
-            out["peers"][name] = {k: summary([x[k] for x in rs]) for k in ("imports", "setup", "recovery", "total", "redone")}
+            out["peers"][name] = {
+                k: summary([x[k] for x in rs])
+                for k in ("imports", "setup", "recovery", "total", "redone")
+            }
             out["peers"][name]["correct"] = all(x["correct"] for x in rs)
     return out
 
 
 # -- figure 3: resume against log length -----------------------------------------------------
 
+
 def prepare(peer: str, length: int, d: Path) -> Path:
     """A log holding ``length`` committed no-op steps of a run whose process was then killed."""
     db = d / f"prep-{peer}-{length}.db"
-    proc = launch(peer, db, length + 1, 0.0, Path(os.devnull), None, kill_at=length,
-                  sync="NORMAL" if peer == "steplog" else "OFF")
+    proc = launch(
+        peer,
+        db,
+        length + 1,
+        0.0,
+        Path(os.devnull),
+        None,
+        kill_at=length,
+        sync="NORMAL" if peer == "steplog" else "OFF",
+    )
     proc.communicate(timeout=3600)
     if proc.returncode != -signal.SIGKILL:
         raise RuntimeError(f"preparing {peer} at {length} steps: exit {proc.returncode}")
@@ -240,12 +358,18 @@ def one_length(peer: str, prepared: Path, length: int, tmp: Path) -> dict[str, A
     proc = launch(peer, db, length + 1, 0.0, Path(os.devnull), marks)
     finish(proc, f"{peer} resume at {length}")
     m = json.loads(marks.read_text())
-    return {"imports": m["imports"] - t0, "setup": m["setup"] - m["imports"], "recovery": m["first"] - m["setup"],
-            "resume": m["first"] - m["imports"], "total": m["first"] - t0}
+    return {
+        "imports": m["imports"] - t0,
+        "setup": m["setup"] - m["imports"],
+        "recovery": m["first"] - m["setup"],
+        "resume": m["first"] - m["imports"],
+        "total": m["first"] - t0,
+    }
 
 
-def figure_length(peers: Sequence[str], rounds: int, lengths: Sequence[int], tmp: Path,
-                  log: Callable[[str], None]) -> dict[str, Any]:
+def figure_length(
+    peers: Sequence[str], rounds: int, lengths: Sequence[int], tmp: Path, log: Callable[[str], None]
+) -> dict[str, Any]:
     resumable = [p for p in peers if p in RESUMABLE]
     prep_dir = tmp / "prepared"
     prep_dir.mkdir(exist_ok=True)
@@ -255,34 +379,69 @@ def figure_length(peers: Sequence[str], rounds: int, lengths: Sequence[int], tmp
             t = time.perf_counter()
             prepared[(peer, length)] = prepare(peer, length, prep_dir)
             prep_seconds[f"{peer}@{length}"] = time.perf_counter() - t
-            log(f"length: prepared {peer} at {length} steps in {prep_seconds[f'{peer}@{length}']:.1f} s")
+            log(
+                f"length: prepared {peer} at {length} steps in {prep_seconds[f'{peer}@{length}']:.1f} s"
+            )
     raw: dict[str, dict[str, list[Any]]] = {str(L): {p: [] for p in resumable} for L in lengths}
     for r in range(rounds):
         for length in lengths:
             for peer in resumable:
-                raw[str(length)][peer].append(one_length(peer, prepared[(peer, length)], length, tmp))
+                raw[str(length)][peer].append(
+                    one_length(peer, prepared[(peer, length)], length, tmp)
+                )
         log(f"length: round {r + 1}/{rounds} done")
-    table = {str(L): {p: {k: summary([x[k] for x in raw[str(L)][p]]) for k in ("setup", "recovery", "resume", "total")}
-                      for p in resumable} for L in lengths}
+    table = {
+        str(L): {
+            p: {
+                k: summary([x[k] for x in raw[str(L)][p]])
+                for k in ("setup", "recovery", "resume", "total")
+            }
+            for p in resumable
+        }
+        for L in lengths
+    }
     return {"raw": raw, "prepare_seconds": prep_seconds, "table": table}
 
 
 # -- figure 6: the monitor ------------------------------------------------------------------
 
+
 def figure_monitor(log: Callable[[str], None]) -> dict[str, Any]:
     """The monitor's own benchmarks (``test_gui_bench.py``, issue 8 owns their targets), run once
     as they are and their printed figures kept verbatim."""
     log("monitor: running tests/benchmarks/test_gui_bench.py")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
-                           str(HERE / "test_gui_bench.py")], cwd=ROOT, env={**env(), "QT_QPA_PLATFORM": "offscreen"},
-                          capture_output=True, text=True, timeout=3600)
-    figures = [line.strip(". ") for line in done.stdout.splitlines()
-               if any(w in line for w in (" ms", " s ", " s,", " fps", "MB", "%"))
-               and not line.startswith(("=", "FAILED", "ERROR"))]
-    return {"returncode": done.returncode, "figures": figures, "tail": done.stdout.splitlines()[-3:]}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-s",
+            "-p",
+            "no:cacheprovider",
+            str(HERE / "test_gui_bench.py"),
+        ],
+        cwd=ROOT,
+        env={**env(), "QT_QPA_PLATFORM": "offscreen"},
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    figures = [
+        line.strip(". ")
+        for line in done.stdout.splitlines()
+        if any(w in line for w in (" ms", " s ", " s,", " fps", "MB", "%"))
+        and not line.startswith(("=", "FAILED", "ERROR"))
+    ]
+    return {
+        "returncode": done.returncode,
+        "figures": figures,
+        "tail": done.stdout.splitlines()[-3:],
+    }
 
 
 # -- the table -------------------------------------------------------------------------------
+
 
 def ratio(a: dict[str, float] | None, b: dict[str, float] | None) -> str:
     return f"{a['median'] / b['median']:.2f}x" if a and b and b["median"] else "-"
@@ -300,49 +459,74 @@ def print_tables(res: dict[str, Any], out: Callable[[str], None]) -> None:
     if "steps" in res:
         s = res["steps"]
         ps = s["peers"]
-        out(f"\n1. Durable no-op steps/s, N = {s['n']}, median (min-max) of {res['rounds']} rounds;"
-            " ratio = steplog / peer at the same setting")
-        out(f"{'peer':<16} {'FULL steps/s':>22} {'ratio':>7} {'NORMAL steps/s':>24} {'ratio':>7}"
+        out(
+            f"\n1. Durable no-op steps/s, N = {s['n']}, median (min-max) of {res['rounds']} rounds;"
+            " ratio = steplog / peer at the same setting"
+        )
+        out(
+            f"{'peer':<16} {'FULL steps/s':>22} {'ratio':>7} {'NORMAL steps/s':>24} {'ratio':>7}"
             f" {'CPU us/step F/N':>16} {'ran with (FULL run)':>20} {'fsync/step F/N':>15} {'bytes/step':>11}"
-            f" {'rows/step':>9}")
+            f" {'rows/step':>9}"
+        )
         me = ps.get("steplog")
         for peer, p in ps.items():
             fs = s["fsyncs_per_step"]
             f_full, f_norm = fs["FULL"].get(peer), fs["NORMAL"].get(peer)
             fsync = "-" if f_full is None else f"{f_full:.2f}/{f_norm:.2f}"
-            out(f"{peer:<16} {fmt(p['steps_per_s_FULL']):>22} {ratio(me and me['steps_per_s_FULL'], p['steps_per_s_FULL']):>7}"
+            out(
+                f"{peer:<16} {fmt(p['steps_per_s_FULL']):>22} {ratio(me and me['steps_per_s_FULL'], p['steps_per_s_FULL']):>7}"
                 f" {fmt(p['steps_per_s_NORMAL']):>24} {ratio(me and me['steps_per_s_NORMAL'], p['steps_per_s_NORMAL']):>7}"
                 f" {cpu(p):>16} {','.join(p['ran_with_FULL']):>20} {fsync:>15} {p['bytes_per_step']['median']:>11,.0f}"
-                f" {p['rows_per_step']['median']:>9.2f}")
+                f" {p['rows_per_step']['median']:>9.2f}"
+            )
     if "resume" in res:
         ps = res["resume"]["peers"]
-        out(f"\n2. Resume: {RESUME_STEPS} steps of {RESUME_PAUSE * 1000:.0f} ms, SIGKILL after ~1 s, started again at once;"
-            " ms, median (min-max); the first new step includes its 10 ms body")
-        out(f"{'':<28} {'interp.+imports':>18} {'setup':>14} {'recovery+1st step':>20} {'kill->1st new step':>20}"
-            f" {'redone':>7} {'result':>7}")
+        out(
+            f"\n2. Resume: {RESUME_STEPS} steps of {RESUME_PAUSE * 1000:.0f} ms, SIGKILL after ~1 s, started again at once;"
+            " ms, median (min-max); the first new step includes its 10 ms body"
+        )
+        out(
+            f"{'':<28} {'interp.+imports':>18} {'setup':>14} {'recovery+1st step':>20} {'kill->1st new step':>20}"
+            f" {'redone':>7} {'result':>7}"
+        )
         for name, p in ps.items():
             if "imports" not in p:
                 out(f"{name:<28} {'':>18} {'':>14} {'':>20} {fmt(p['total'], 1000):>20}")
                 continue
-            out(f"{name:<28} {fmt(p['imports'], 1000):>18} {fmt(p['setup'], 1000):>14} {fmt(p['recovery'], 1000):>20}"
-                f" {fmt(p['total'], 1000):>20} {p['redone']['median']:>7.0f} {'ok' if p['correct'] else 'WRONG':>7}")
+            out(
+                f"{name:<28} {fmt(p['imports'], 1000):>18} {fmt(p['setup'], 1000):>14} {fmt(p['recovery'], 1000):>20}"
+                f" {fmt(p['total'], 1000):>20} {p['redone']['median']:>7.0f} {'ok' if p['correct'] else 'WRONG':>7}"
+            )
     if "length" in res:
         t = res["length"]["table"]
         peers = list(next(iter(t.values())).keys())
-        out("\n3. Resume against log length: imports done -> first new step committed (open, load, replay,"
-            " one no-op step), ms; [whole start -> first new step]")
+        out(
+            "\n3. Resume against log length: imports done -> first new step committed (open, load, replay,"
+            " one no-op step), ms; [whole start -> first new step]"
+        )
         out(f"{'steps in log':>12} " + " ".join(f"{p:>30}" for p in peers))
         for length, row in t.items():
-            out(f"{int(length):>12,} " + " ".join(
-                f"{fmt(row[p]['resume'], 1000) + ' [' + format(row[p]['total']['median'] * 1000, ',.0f') + ']':>30}"
-                for p in peers))
+            out(
+                f"{int(length):>12,} "
+                + " ".join(
+                    f"{fmt(row[p]['resume'], 1000) + ' [' + format(row[p]['total']['median'] * 1000, ',.0f') + ']':>30}"
+                    for p in peers
+                )
+            )
 
 
 def print_monitor(res: dict[str, Any], out: Callable[[str], None]) -> None:
     if "monitor" in res:
         m = res["monitor"]
-        out("\n6. The monitor (tests/benchmarks/test_gui_bench.py as it prints them"
-            + ("" if m["returncode"] == 0 else f"; pytest exit {m['returncode']}: {' / '.join(m['tail'])}") + ")")
+        out(
+            "\n6. The monitor (tests/benchmarks/test_gui_bench.py as it prints them"
+            + (
+                ""
+                if m["returncode"] == 0
+                else f"; pytest exit {m['returncode']}: {' / '.join(m['tail'])}"
+            )
+            + ")"
+        )
         for line in m["figures"]:
             out(f"   {line}")
 
@@ -356,20 +540,39 @@ def machine() -> dict[str, Any]:
             versions[dist] = md.version(dist)
         except md.PackageNotFoundError:
             versions[dist] = None
-    return {"python": sys.version.split()[0], "sqlite": sqlite3.sqlite_version, "platform": platform.platform(),
-            "cpus": os.cpu_count(), "versions": versions, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    return {
+        "python": sys.version.split()[0],
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "versions": versions,
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="steplog beside DBOS and LangGraph; see the module docstring")
-    p.add_argument("--rounds", type=int, default=5, help="rounds; each peer runs once per round (default 5)")
+    p = argparse.ArgumentParser(
+        description="steplog beside DBOS and LangGraph; see the module docstring"
+    )
+    p.add_argument(
+        "--rounds", type=int, default=5, help="rounds; each peer runs once per round (default 5)"
+    )
     p.add_argument("--n", type=int, default=1000, help="steps per throughput run (default 1000)")
     p.add_argument("--lengths", default="100,1000,10000,100000", help="log lengths for figure 3")
-    p.add_argument("--figures", default="steps,resume,length,monitor", help="any of steps,resume,length,monitor")
+    p.add_argument(
+        "--figures",
+        default="steps,resume,length,monitor",
+        help="any of steps,resume,length,monitor",
+    )
     p.add_argument("--peers", default=",".join(PEERS), help=f"any of {','.join(PEERS)}")
     p.add_argument("--json", type=Path, help="write every raw number to this file")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder of logs")
-    p.add_argument("--print", dest="print_file", type=Path, help="print the tables of an earlier --json file; run nothing")
+    p.add_argument(
+        "--print",
+        dest="print_file",
+        type=Path,
+        help="print the tables of an earlier --json file; run nothing",
+    )
     a = p.parse_args(argv)
     if a.print_file is not None:
         return print_results(json.loads(a.print_file.read_text()))
@@ -378,8 +581,11 @@ def main(argv: list[str] | None = None) -> int:
     figures = set(a.figures.split(","))
     known = {"steps", "resume", "length", "monitor"}
     if unknown or not figures <= known or a.rounds < 1:
-        print(f"compare.py: unknown peer(s) {sorted(unknown)} or figure(s) {sorted(figures - known)}, or --rounds < 1;"
-              f" peers are {','.join(PEERS)}, figures {','.join(sorted(known))}", file=sys.stderr)
+        print(
+            f"compare.py: unknown peer(s) {sorted(unknown)} or figure(s) {sorted(figures - known)}, or --rounds < 1;"
+            f" peers are {','.join(PEERS)}, figures {','.join(sorted(known))}",
+            file=sys.stderr,
+        )
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="steplog-bench-"))
 
@@ -393,7 +599,9 @@ def main(argv: list[str] | None = None) -> int:
         if "resume" in figures:
             res["resume"] = figure_resume(peers, a.rounds, tmp, log)
         if "length" in figures:
-            res["length"] = figure_length(peers, a.rounds, [int(x) for x in a.lengths.split(",")], tmp, log)
+            res["length"] = figure_length(
+                peers, a.rounds, [int(x) for x in a.lengths.split(",")], tmp, log
+            )
         if "monitor" in figures:
             res["monitor"] = figure_monitor(log)
     finally:
@@ -410,8 +618,10 @@ def print_results(res: dict[str, Any]) -> int:
     if "steps" in res:  # summarised again: a file from an earlier version prints like a new one
         res["steps"]["peers"] = summarise_steps(res["steps"]["raw"], res["steps"]["n"])
     m = res["machine"]
-    print(f"\nsteplog vs peers — Python {m['python']}, SQLite {m['sqlite']}, {m['cpus']} CPUs, {m['platform']},"
-          f" {m['when']}; {', '.join(f'{k} {v}' for k, v in m['versions'].items())}")
+    print(
+        f"\nsteplog vs peers — Python {m['python']}, SQLite {m['sqlite']}, {m['cpus']} CPUs, {m['platform']},"
+        f" {m['when']}; {', '.join(f'{k} {v}' for k, v in m['versions'].items())}"
+    )
     print_tables(res, print)
     print_monitor(res, print)
     return 0

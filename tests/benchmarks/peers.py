@@ -46,6 +46,7 @@ MARK_END = "/steplog-bench-mark/end"
 
 # -- shared pieces ---------------------------------------------------------------------------
 
+
 def as_installed(env: dict[str, str], *folders: Path) -> dict[str, str]:
     """``env`` for processes that import the code in ``folders`` from bytecode, as an installed
     package does (pip compiles it at install; the peers' packages are installed that way): the
@@ -103,8 +104,12 @@ def checkpointed_size(db: Path) -> tuple[int, int]:
     conn = sqlite3.connect(db, timeout=30)
     try:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"
-                                            " AND name NOT LIKE 'sqlite_%'")]
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
         rows = sum(conn.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0] for n in names)
     finally:
         conn.close()
@@ -114,8 +119,10 @@ def checkpointed_size(db: Path) -> tuple[int, int]:
 def pragmas(conn: Any) -> dict[str, Any]:
     """journal_mode and synchronous as the peer's own connection reports them."""
     sync_names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
-    return {"journal_mode": str(conn.execute("PRAGMA journal_mode").fetchone()[0]).upper(),
-            "synchronous": sync_names.get(int(conn.execute("PRAGMA synchronous").fetchone()[0]), "?")}
+    return {
+        "journal_mode": str(conn.execute("PRAGMA journal_mode").fetchone()[0]).upper(),
+        "synchronous": sync_names.get(int(conn.execute("PRAGMA synchronous").fetchone()[0]), "?"),
+    }
 
 
 def mark(path: str, on: bool) -> None:
@@ -124,6 +131,7 @@ def mark(path: str, on: bool) -> None:
 
 
 # -- DBOS ------------------------------------------------------------------------------------
+
 
 def _dbos(db: Path, sync: str) -> Any:
     import logging
@@ -136,8 +144,14 @@ def _dbos(db: Path, sync: str) -> Any:
         dbapi_conn.execute(f"PRAGMA synchronous = {sync}")
 
     logging.getLogger("dbos").setLevel(logging.WARNING)
-    DBOS(config={"name": "bench", "system_database_url": f"sqlite:///{db}", "run_admin_server": False,
-                 "log_level": "WARNING"})
+    DBOS(
+        config={
+            "name": "bench",
+            "system_database_url": f"sqlite:///{db}",
+            "run_admin_server": False,
+            "log_level": "WARNING",
+        }
+    )
     return DBOS
 
 
@@ -155,6 +169,7 @@ def _dbos_pragmas(DBOS: Any) -> dict[str, Any]:
 
 def dbos_noop_workflow(DBOS: Any) -> Any:
     """The workflow every DBOS measurement runs: ``n`` no-op durable steps (SQLite or PostgreSQL)."""
+
     @DBOS.step()
     def step(i: int) -> int:
         return i
@@ -180,7 +195,13 @@ def dbos_steps(db: Path, n: int, sync: str, markers: bool) -> dict[str, Any]:
     mark(MARK_END, markers)
     prag = _dbos_pragmas(DBOS)
     DBOS.destroy()
-    return {"elapsed": elapsed, "cpu": cpu, **prag, "before": before, "after": checkpointed_size(db)}
+    return {
+        "elapsed": elapsed,
+        "cpu": cpu,
+        **prag,
+        "before": before,
+        "after": checkpointed_size(db),
+    }
 
 
 def dbos_run(db: Path, n: int, body: Body, m: Marks, sync: str) -> int:
@@ -223,6 +244,7 @@ def dbos_run(db: Path, n: int, body: Body, m: Marks, sync: str) -> int:
 
 
 # -- LangGraph -------------------------------------------------------------------------------
+
 
 def _langgraph(db: Path, sync: str, body: Body | None, m: Marks | None) -> tuple[Any, Any, Any]:
     from typing import TypedDict
@@ -274,7 +296,13 @@ def langgraph_steps(db: Path, n: int, sync: str, markers: bool, durability: str)
     mark(MARK_END, markers)
     prag = pragmas(conn)
     conn.close()
-    return {"elapsed": elapsed, "cpu": cpu, **prag, "before": before, "after": checkpointed_size(db)}
+    return {
+        "elapsed": elapsed,
+        "cpu": cpu,
+        **prag,
+        "before": before,
+        "after": checkpointed_size(db),
+    }
 
 
 def langgraph_run(db: Path, n: int, body: Body, m: Marks, sync: str, durability: str) -> int:
@@ -290,6 +318,7 @@ def langgraph_run(db: Path, n: int, body: Body, m: Marks, sync: str, durability:
 
 
 # -- the floors ------------------------------------------------------------------------------
+
 
 def sqlite3_steps(db: Path, n: int, sync: str, markers: bool) -> dict[str, Any]:
     conn = sqlite3.connect(db, isolation_level=None)
@@ -307,7 +336,13 @@ def sqlite3_steps(db: Path, n: int, sync: str, markers: bool) -> dict[str, Any]:
     mark(MARK_END, markers)
     prag = pragmas(conn)
     conn.close()
-    return {"elapsed": elapsed, "cpu": cpu, **prag, "before": before, "after": checkpointed_size(db)}
+    return {
+        "elapsed": elapsed,
+        "cpu": cpu,
+        **prag,
+        "before": before,
+        "after": checkpointed_size(db),
+    }
 
 
 def sqlmodel_steps(db: Path, n: int, sync: str, markers: bool) -> dict[str, Any]:
@@ -339,10 +374,17 @@ def sqlmodel_steps(db: Path, n: int, sync: str, markers: bool) -> dict[str, Any]
     prag = pragmas(raw.driver_connection)
     raw.close()
     engine.dispose()
-    return {"elapsed": elapsed, "cpu": cpu, **prag, "before": before, "after": checkpointed_size(db)}
+    return {
+        "elapsed": elapsed,
+        "cpu": cpu,
+        **prag,
+        "before": before,
+        "after": checkpointed_size(db),
+    }
 
 
 # -- entry point -----------------------------------------------------------------------------
+
 
 def steps(peer: str, db: Path, n: int, sync: str, markers: bool) -> dict[str, Any]:
     if peer == "steplog":
@@ -385,7 +427,9 @@ def main(argv: list[str]) -> None:
     elif a.peer.startswith("langgraph-"):
         result = langgraph_run(a.db, a.n, body, m, a.sync, a.peer.removeprefix("langgraph-"))
     else:
-        raise SystemExit(f"run {a.peer} through its own entry point (steplog: python -m steplog run peers.py:resumable)")
+        raise SystemExit(
+            f"run {a.peer} through its own entry point (steplog: python -m steplog run peers.py:resumable)"
+        )
     m.write(done=time.time(), result=result, ran=body.ran)
 
 

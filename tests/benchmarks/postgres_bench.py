@@ -66,6 +66,7 @@ def with_db(url: str, name: str, sync: str | None = None) -> str:
 
 # -- workers (one process per measurement) -------------------------------------------------------
 
+
 def steplog_steps(db: str, n: int, sync: str) -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
     from bench_agents import noop  # the same agent as compare.py's steplog peer
@@ -87,7 +88,14 @@ def dbos_steps(url: str, n: int, sync: str) -> dict[str, Any]:
     from peers import dbos_noop_workflow  # this folder: sys.path[0] when run as a script
 
     logging.getLogger("dbos").setLevel(logging.WARNING)
-    DBOS(config={"name": "bench", "system_database_url": url, "run_admin_server": False, "log_level": "WARNING"})
+    DBOS(
+        config={
+            "name": "bench",
+            "system_database_url": url,
+            "run_admin_server": False,
+            "log_level": "WARNING",
+        }
+    )
     workflow = dbos_noop_workflow(DBOS)
     DBOS.launch()
     t, cpu = time.perf_counter(), time.process_time()
@@ -101,11 +109,16 @@ def psycopg_steps(url: str, n: int, sync: str) -> dict[str, Any]:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE step (run_id TEXT, seq BIGINT, result TEXT, PRIMARY KEY (run_id, seq))")
+        conn.execute(
+            "CREATE TABLE step (run_id TEXT, seq BIGINT, result TEXT, PRIMARY KEY (run_id, seq))"
+        )
         t, cpu = time.perf_counter(), time.process_time()
         for i in range(n):
             with conn.transaction():
-                conn.execute("INSERT INTO step (run_id, seq, result) VALUES (%s, %s, %s)", ("bench", i, str(i)))
+                conn.execute(
+                    "INSERT INTO step (run_id, seq, result) VALUES (%s, %s, %s)",
+                    ("bench", i, str(i)),
+                )
         return {"elapsed": time.perf_counter() - t, "cpu": time.process_time() - cpu}
 
 
@@ -145,6 +158,7 @@ def fleet_engine(db: str, run_id: str, n: int, sync: str, start_at: float) -> di
 
 # -- resume after killing a worker (real processes, real SIGKILL of the worker's group) ----------
 
+
 def create_db() -> str:
     import psycopg
 
@@ -165,13 +179,23 @@ def bench_env(**extra: str) -> dict[str, str]:
     """This checkout's steplog and this folder, imported from bytecode as installed code is."""
     from peers import as_installed  # this folder: sys.path[0] when run as a script
 
-    return {**as_installed(dict(os.environ), ROOT / "engine" / "steplog", HERE), **extra,
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "engine"), str(HERE), os.environ.get("PYTHONPATH", "")])}
+    return {
+        **as_installed(dict(os.environ), ROOT / "engine" / "steplog", HERE),
+        **extra,
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT / "engine"), str(HERE), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
 
 
 def steplog_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "steplog", *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "steplog", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"steplog {args[0]} exited {done.returncode}: {done.stderr[-1500:]}")
     return done
@@ -186,25 +210,51 @@ def one_worker_resume(backend: str, tmp: Path) -> dict[str, Any]:
     bodylog, marks = d / "bodies.txt", d / "marks.json"
     env = bench_env(BENCH_BODYLOG=str(bodylog), BENCH_MARKS=str(marks), BENCH_KILL_AT="-1")
     try:
-        steplog_cli("submit", f"{HERE / 'bench_agents.py'}:resumable", "--run-id", "r", "--db", db,
-                    "--param", f"n={RESUME_STEPS}", "--param", f"pause={RESUME_PAUSE}", env=env)
+        steplog_cli(
+            "submit",
+            f"{HERE / 'bench_agents.py'}:resumable",
+            "--run-id",
+            "r",
+            "--db",
+            db,
+            "--param",
+            f"n={RESUME_STEPS}",
+            "--param",
+            f"pause={RESUME_PAUSE}",
+            env=env,
+        )
         worker_argv = [sys.executable, "-m", "steplog", "worker", "--db", db, "--poll", "0.05"]
-        first = subprocess.Popen(worker_argv, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE)
+        first = subprocess.Popen(
+            worker_argv,
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.monotonic() + 120
         while len(lines(bodylog)) < RESUME_KILL_AFTER:
             if first.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{backend}: the first worker ended or stalled before the kill: "
-                                   f"{first.stderr.read()!r}")  # type: ignore[union-attr]
+                raise RuntimeError(
+                    f"{backend}: the first worker ended or stalled before the kill: "
+                    f"{first.stderr.read()!r}"
+                )  # type: ignore[union-attr]
             time.sleep(0.002)
         os.killpg(first.pid, signal.SIGKILL)
         t_kill = time.time()
         first.wait()
         first.stderr.close()  # type: ignore[union-attr]
-        second = subprocess.run([*worker_argv, "--drain"], env=env, start_new_session=True, capture_output=True,
-                                text=True, timeout=600)
+        second = subprocess.run(
+            [*worker_argv, "--drain"],
+            env=env,
+            start_new_session=True,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if second.returncode != 0 or "1 succeeded" not in second.stderr:
-            raise RuntimeError(f"{backend}: the second worker did not finish the run: {second.stderr[-1500:]}")
+            raise RuntimeError(
+                f"{backend}: the second worker did not finish the run: {second.stderr[-1500:]}"
+            )
         status = json.loads(steplog_cli("status", "r", "--db", db, "--json", env=env).stdout)
         claimed = claim_times(db)
     finally:
@@ -212,10 +262,15 @@ def one_worker_resume(backend: str, tmp: Path) -> dict[str, Any]:
             drop_db(name)
     m = json.loads(marks.read_text())
     bodies = lines(bodylog)
-    return {"total": m["first"] - t_kill, "claim": claimed[-1] - t_kill, "engine_start": m["imports"] - claimed[-1],
-            "redone": len(bodies) - RESUME_STEPS, "incarnations": status["incarnations"],
-            "correct": m["result"] == sum(i * i for i in range(RESUME_STEPS))
-            and sorted(set(bodies)) == list(range(RESUME_STEPS))}
+    return {
+        "total": m["first"] - t_kill,
+        "claim": claimed[-1] - t_kill,
+        "engine_start": m["imports"] - claimed[-1],
+        "redone": len(bodies) - RESUME_STEPS,
+        "incarnations": status["incarnations"],
+        "correct": m["result"] == sum(i * i for i in range(RESUME_STEPS))
+        and sorted(set(bodies)) == list(range(RESUME_STEPS)),
+    }
 
 
 def claim_times(db: str) -> list[float]:
@@ -223,8 +278,12 @@ def claim_times(db: str) -> list[float]:
 
     conn = open_readonly(location(db), one_shot=True)
     try:
-        return [float(ts) for (ts,) in conn.execute(
-            "SELECT ts FROM event WHERE run_id = 'r' AND kind = 'worker_claimed' ORDER BY id")]
+        return [
+            float(ts)
+            for (ts,) in conn.execute(
+                "SELECT ts FROM event WHERE run_id = 'r' AND kind = 'worker_claimed' ORDER BY id"
+            )
+        ]
     finally:
         conn.close()
 
@@ -239,29 +298,68 @@ def figure_resume(rounds: int, tmp: Path) -> dict[str, Any]:
         for backend in raw:
             raw[backend].append(one_worker_resume(backend, tmp))
         print(f"resume: round {r + 1}/{rounds} done", file=sys.stderr)
-    out: dict[str, Any] = {"steps": RESUME_STEPS, "pause": RESUME_PAUSE, "kill_after": RESUME_KILL_AFTER,
-                           "rounds": rounds, "raw": raw, "backends": {}}
+    out: dict[str, Any] = {
+        "steps": RESUME_STEPS,
+        "pause": RESUME_PAUSE,
+        "kill_after": RESUME_KILL_AFTER,
+        "rounds": rounds,
+        "raw": raw,
+        "backends": {},
+    }
     for backend, rs in raw.items():
-        out["backends"][backend] = {k: summary([x[k] for x in rs]) for k in ("total", "claim", "engine_start", "redone")}
-        out["backends"][backend]["correct"] = all(x["correct"] and x["incarnations"] == 2 for x in rs)
-    out["ratio_pg_sqlite"] = out["backends"]["postgres"]["total"]["median"] / out["backends"]["sqlite"]["total"]["median"]
+        out["backends"][backend] = {
+            k: summary([x[k] for x in rs]) for k in ("total", "claim", "engine_start", "redone")
+        }
+        out["backends"][backend]["correct"] = all(
+            x["correct"] and x["incarnations"] == 2 for x in rs
+        )
+    out["ratio_pg_sqlite"] = (
+        out["backends"]["postgres"]["total"]["median"]
+        / out["backends"]["sqlite"]["total"]["median"]
+    )
     return out
 
 
 # -- a fleet of engines on one database -----------------------------------------------------------
 
+
 def one_fleet(backend: str, k: int, n: int, sync: str, tmp: Path) -> dict[str, Any]:
     name = create_db() if backend == "postgres" else ""
-    db = with_db(SERVER, name) if name else str(Path(tempfile.mkdtemp(prefix="fleet-", dir=tmp)) / "log.db")
+    db = (
+        with_db(SERVER, name)
+        if name
+        else str(Path(tempfile.mkdtemp(prefix="fleet-", dir=tmp)) / "log.db")
+    )
     try:
         from steplog.db import location, open_log
 
-        open_log(location(db)).close()  # the schema first: the fleet measures steps, not its creation
+        open_log(
+            location(db)
+        ).close()  # the schema first: the fleet measures steps, not its creation
         start_at = time.time() + 1.5  # every engine's interpreter and imports are done by then
-        procs = [subprocess.Popen([sys.executable, __file__, "--fleet-engine", db, "--run-id", f"f{i}", "--n", str(n),
-                                   "--sync", sync, "--start-at", repr(start_at)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=bench_env())
-                 for i in range(k)]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "--fleet-engine",
+                    db,
+                    "--run-id",
+                    f"f{i}",
+                    "--n",
+                    str(n),
+                    "--sync",
+                    sync,
+                    "--start-at",
+                    repr(start_at),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=bench_env(),
+            )
+            for i in range(k)
+        ]
         outs = []
         for proc in procs:
             out, err = proc.communicate(timeout=1800)
@@ -273,14 +371,20 @@ def one_fleet(backend: str, k: int, n: int, sync: str, tmp: Path) -> dict[str, A
             drop_db(name)
     span = max(o["ended"] for o in outs) - min(o["began"] for o in outs)
     late = max(o["began"] for o in outs) - start_at
-    return {"steps_per_s": k * n / span, "per_engine": [n / (o["ended"] - o["began"]) for o in outs],
-            "cpu_us_per_step": sum(o["cpu"] for o in outs) / (k * n) * 1e6, "late_start": late}
+    return {
+        "steps_per_s": k * n / span,
+        "per_engine": [n / (o["ended"] - o["began"]) for o in outs],
+        "cpu_us_per_step": sum(o["cpu"] for o in outs) / (k * n) * 1e6,
+        "late_start": late,
+    }
 
 
 def figure_fleet(ks: list[int], n: int, rounds: int, tmp: Path) -> dict[str, Any]:
     """Each K on PostgreSQL, then the same on one SQLite file (its one writer at a time), in turns."""
     cases = [(b, str(k)) for b in ("postgres", "sqlite") for k in ks]
-    raw: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {s: {c: [] for c in cases} for s in ("FULL", "NORMAL")}
+    raw: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {
+        s: {c: [] for c in cases} for s in ("FULL", "NORMAL")
+    }
     for r in range(rounds):
         for sync in ("FULL", "NORMAL"):
             for backend, k in cases:
@@ -288,11 +392,15 @@ def figure_fleet(ks: list[int], n: int, rounds: int, tmp: Path) -> dict[str, Any
         print(f"fleet: round {r + 1}/{rounds} done", file=sys.stderr)
     table: dict[str, dict[str, Any]] = {b: {} for b in ("postgres", "sqlite")}
     for backend, k in cases:
-        table[backend][k] = {s: {"steps_per_s": summary([x["steps_per_s"] for x in raw[s][(backend, k)]]),
-                                 "per_engine": summary([v for x in raw[s][(backend, k)] for v in x["per_engine"]]),
-                                 "cpu_us_per_step": summary([x["cpu_us_per_step"] for x in raw[s][(backend, k)]]),
-                                 "late_start": max(x["late_start"] for x in raw[s][(backend, k)])}
-                             for s in raw}
+        table[backend][k] = {
+            s: {
+                "steps_per_s": summary([x["steps_per_s"] for x in raw[s][(backend, k)]]),
+                "per_engine": summary([v for x in raw[s][(backend, k)] for v in x["per_engine"]]),
+                "cpu_us_per_step": summary([x["cpu_us_per_step"] for x in raw[s][(backend, k)]]),
+                "late_start": max(x["late_start"] for x in raw[s][(backend, k)]),
+            }
+            for s in raw
+        }
     return {"n": n, "rounds": rounds, "ks": ks, "table": table}
 
 
@@ -302,10 +410,27 @@ def summary(values: list[float]) -> dict[str, float]:
 
 # -- the driver ----------------------------------------------------------------------------------
 
+
 def run_worker(peer: str, n: int, sync: str, tmp: Path) -> dict[str, Any]:
     env = bench_env()
-    done = subprocess.run([sys.executable, __file__, "--worker", peer, "--n", str(n), "--sync", sync, "--tmp", str(tmp)],
-                          capture_output=True, text=True, env=env, timeout=1800)
+    done = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--worker",
+            peer,
+            "--n",
+            str(n),
+            "--sync",
+            sync,
+            "--tmp",
+            str(tmp),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{peer} {sync} failed: {done.stderr[-1500:]}")
     out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -323,15 +448,25 @@ def available(peer: str) -> bool:
 
 
 def measure(peers: list[str], rounds: int, n: int) -> dict[str, Any]:
-    raw: dict[str, dict[str, list[dict[str, Any]]]] = {s: {p: [] for p in peers} for s in ("FULL", "NORMAL")}
+    raw: dict[str, dict[str, list[dict[str, Any]]]] = {
+        s: {p: [] for p in peers} for s in ("FULL", "NORMAL")
+    }
     with tempfile.TemporaryDirectory(prefix="steplog-pgbench-") as tmp:
         for r in range(rounds):
             for sync in ("FULL", "NORMAL"):
                 for peer in peers:
                     raw[sync][peer].append(run_worker(peer, n, sync, Path(tmp)))
             print(f"round {r + 1}/{rounds} done", file=sys.stderr)
-    table = {p: {s: {"steps_per_s": [n / x["elapsed"] for x in raw[s][p]],
-                     "cpu_us_per_step": [x["cpu"] / n * 1e6 for x in raw[s][p]]} for s in raw} for p in peers}
+    table = {
+        p: {
+            s: {
+                "steps_per_s": [n / x["elapsed"] for x in raw[s][p]],
+                "cpu_us_per_step": [x["cpu"] / n * 1e6 for x in raw[s][p]],
+            }
+            for s in raw
+        }
+        for p in peers
+    }
     return {"n": n, "rounds": rounds, "server": SERVER.split("@")[-1], "peers": table}
 
 
@@ -342,34 +477,54 @@ def fmt(values: list[float]) -> str:
 def print_table(res: dict[str, Any]) -> None:
     if "steps" in res:
         steps = res["steps"]
-        print(f"durable no-op steps/s, {steps['n']} steps, {steps['rounds']} round(s), PostgreSQL at {steps['server']}"
-              " (median (min-max))")
+        print(
+            f"durable no-op steps/s, {steps['n']} steps, {steps['rounds']} round(s), PostgreSQL at {steps['server']}"
+            " (median (min-max))"
+        )
         print(f"{'peer':<16} {'steps/s FULL':<24} {'steps/s NORMAL':<24} {'CPU µs/step FULL':<20}")
         for peer, by in steps["peers"].items():
-            print(f"{peer:<16} {fmt(by['FULL']['steps_per_s']):<24} {fmt(by['NORMAL']['steps_per_s']):<24} "
-                  f"{fmt(by['FULL']['cpu_us_per_step']):<20}")
+            print(
+                f"{peer:<16} {fmt(by['FULL']['steps_per_s']):<24} {fmt(by['NORMAL']['steps_per_s']):<24} "
+                f"{fmt(by['FULL']['cpu_us_per_step']):<20}"
+            )
     if "resume" in res:
         rs = res["resume"]
-        print(f"\nresume after a worker's SIGKILL: {rs['steps']} steps of {rs['pause'] * 1000:.0f} ms, the worker's group "
-              f"killed after {rs['kill_after']} bodies, a new worker started at once; ms, median (min-max) of "
-              f"{rs['rounds']} round(s); PostgreSQL / SQLite = {rs['ratio_pg_sqlite']:.2f}x")
-        print(f"{'log':<10} {'kill->claim':<20} {'claim->engine imports':<24} {'kill->1st new step':<22} {'redone':<8} result")
+        print(
+            f"\nresume after a worker's SIGKILL: {rs['steps']} steps of {rs['pause'] * 1000:.0f} ms, the worker's group "
+            f"killed after {rs['kill_after']} bodies, a new worker started at once; ms, median (min-max) of "
+            f"{rs['rounds']} round(s); PostgreSQL / SQLite = {rs['ratio_pg_sqlite']:.2f}x"
+        )
+        print(
+            f"{'log':<10} {'kill->claim':<20} {'claim->engine imports':<24} {'kill->1st new step':<22} {'redone':<8} result"
+        )
         for backend, by in rs["backends"].items():
-            print(f"{backend:<10} {fmt_s(by['claim'], 1000):<20} {fmt_s(by['engine_start'], 1000):<24} "
-                  f"{fmt_s(by['total'], 1000):<22} {fmt_s(by['redone']):<8} {'ok' if by['correct'] else 'WRONG'}")
+            print(
+                f"{backend:<10} {fmt_s(by['claim'], 1000):<20} {fmt_s(by['engine_start'], 1000):<24} "
+                f"{fmt_s(by['total'], 1000):<22} {fmt_s(by['redone']):<8} {'ok' if by['correct'] else 'WRONG'}"
+            )
     if "fleet" in res:
         fl = res["fleet"]
-        print(f"\nfleet: K engines, each its own run of {fl['n']} no-op steps, started together on one log; aggregate "
-              f"steps/s = K x N / (last done - first started), median (min-max) of {fl['rounds']} round(s)")
-        print(f"{'log':<9} {'K':<3} {'steps/s FULL':<22} {'per engine FULL':<20} {'steps/s NORMAL':<22} "
-              f"{'per engine NORMAL':<20} {'CPU µs/step F/N':<16}")
+        print(
+            f"\nfleet: K engines, each its own run of {fl['n']} no-op steps, started together on one log; aggregate "
+            f"steps/s = K x N / (last done - first started), median (min-max) of {fl['rounds']} round(s)"
+        )
+        print(
+            f"{'log':<9} {'K':<3} {'steps/s FULL':<22} {'per engine FULL':<20} {'steps/s NORMAL':<22} "
+            f"{'per engine NORMAL':<20} {'CPU µs/step F/N':<16}"
+        )
         for backend, ks in fl["table"].items():
             for k, by in ks.items():
-                print(f"{backend:<9} {k:<3} {fmt_s(by['FULL']['steps_per_s']):<22} {fmt_s(by['FULL']['per_engine']):<20} "
-                      f"{fmt_s(by['NORMAL']['steps_per_s']):<22} {fmt_s(by['NORMAL']['per_engine']):<20} "
-                      f"{by['FULL']['cpu_us_per_step']['median']:,.0f}/{by['NORMAL']['cpu_us_per_step']['median']:,.0f}")
-        late = max(by[s]["late_start"] for ks in fl["table"].values() for by in ks.values() for s in by)
-        print(f"(the last engine to start began {late * 1000:,.0f} ms after the common start at worst)")
+                print(
+                    f"{backend:<9} {k:<3} {fmt_s(by['FULL']['steps_per_s']):<22} {fmt_s(by['FULL']['per_engine']):<20} "
+                    f"{fmt_s(by['NORMAL']['steps_per_s']):<22} {fmt_s(by['NORMAL']['per_engine']):<20} "
+                    f"{by['FULL']['cpu_us_per_step']['median']:,.0f}/{by['NORMAL']['cpu_us_per_step']['median']:,.0f}"
+                )
+        late = max(
+            by[s]["late_start"] for ks in fl["table"].values() for by in ks.values() for s in by
+        )
+        print(
+            f"(the last engine to start began {late * 1000:,.0f} ms after the common start at worst)"
+        )
 
 
 def fmt_s(s: dict[str, float], scale: float = 1.0) -> str:
@@ -389,7 +544,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peers", default=",".join(PEERS))
     p.add_argument("--figures", default=",".join(FIGURES), help="any of " + ",".join(FIGURES))
     p.add_argument("--fleet", default="1,2,4", help="engine counts of the fleet figure")
-    p.add_argument("--fleet-n", type=int, default=500, help="no-op steps per engine in the fleet figure")
+    p.add_argument(
+        "--fleet-n", type=int, default=500, help="no-op steps per engine in the fleet figure"
+    )
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     if a.worker:
@@ -402,14 +559,19 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(figures) - set(FIGURES)
     if unknown:
         p.error(f"unknown figure(s) {', '.join(sorted(unknown))}: use {','.join(FIGURES)}")
-    res: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg()}
+    res: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load": os.getloadavg(),
+    }
     if "steps" in figures:
         res["steps"] = measure([x for x in a.peers.split(",") if available(x)], a.rounds, a.n)
     with tempfile.TemporaryDirectory(prefix="steplog-pgbench-") as tmp:
         if "resume" in figures:
             res["resume"] = figure_resume(a.rounds, Path(tmp))
         if "fleet" in figures:
-            res["fleet"] = figure_fleet([int(k) for k in a.fleet.split(",")], a.fleet_n, a.rounds, Path(tmp))
+            res["fleet"] = figure_fleet(
+                [int(k) for k in a.fleet.split(",")], a.fleet_n, a.rounds, Path(tmp)
+            )
     res["load_after"] = os.getloadavg()
     print_table(res)
     if a.json:

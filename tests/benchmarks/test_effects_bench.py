@@ -59,7 +59,9 @@ def _call(run: steplog.Run, kind: str, i: int) -> None:
 
 
 @steplog.agent(budget=steplog.Budget(max_steps=1_000_000, max_retries=None, max_recoveries=None))
-def effects_bench(run: steplog.Run, kind: str = "step", n: int = CALLS, first: int = 0) -> dict[str, Any]:
+def effects_bench(
+    run: steplog.Run, kind: str = "step", n: int = CALLS, first: int = 0
+) -> dict[str, Any]:
     """``n`` steps of one kind, each with its own payload. The first is timed apart (it pays the
     run's one-time costs: imports, an HTTP client); the others are the per-call figures."""
     wall = time.perf_counter()
@@ -68,7 +70,12 @@ def effects_bench(run: steplog.Run, kind: str = "step", n: int = CALLS, first: i
     wall, cpu = time.perf_counter(), _cpu()
     for i in range(int(first) + 1, int(first) + int(n)):
         _call(run, kind, i)
-    return {"calls": int(n) - 1, "wall": time.perf_counter() - wall, "cpu": _cpu() - cpu, "first": first_wall}
+    return {
+        "calls": int(n) - 1,
+        "wall": time.perf_counter() - wall,
+        "cpu": _cpu() - cpu,
+        "first": first_wall,
+    }
 
 
 @dataclass
@@ -84,10 +91,29 @@ def run_engine(tmp: Path, kind: str, n: int, first: int, extra: list[str]) -> di
     """One ``steplog run`` to completion; what its agent measured."""
     run_id = f"{kind}-{first}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("STEPLOG_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[2] / "engine"), env.get("PYTHONPATH", "")])
-    argv = [sys.executable, "-m", "steplog", "run", f"{__file__}:effects_bench", "--run-id", run_id,
-            "--db", str(tmp / f"{kind}.db"), "--workdir", str(tmp / kind),
-            "--param", f"kind={kind}", "--param", f"n={n}", "--param", f"first={first}", *extra]
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).parents[2] / "engine"), env.get("PYTHONPATH", "")]
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "steplog",
+        "run",
+        f"{__file__}:effects_bench",
+        "--run-id",
+        run_id,
+        "--db",
+        str(tmp / f"{kind}.db"),
+        "--workdir",
+        str(tmp / kind),
+        "--param",
+        f"kind={kind}",
+        "--param",
+        f"n={n}",
+        "--param",
+        f"first={first}",
+        *extra,
+    ]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{kind}: exit {done.returncode}: {done.stderr}"
     measured: dict[str, Any] = json.loads(done.stdout.split(" succeeded: ", 1)[1])
@@ -116,16 +142,28 @@ def test_effect_benchmarks(tmp_path: Path) -> None:
         assert fake.call_count == CALLS
     base = totals["write_file"]
     print()
-    print(f"{CALLS} calls of each kind through `steplog run` (--sync full), {ROUNDS} interleaved rounds of "
-          f"{per_round}; per call: each engine's first call apart")
-    print(f"{'kind':<11} {'calls/s':>9} {'ms/call':>9} {'CPU ms/call':>12} {'time vs write_file':>19} {'1st call ms':>12}")
+    print(
+        f"{CALLS} calls of each kind through `steplog run` (--sync full), {ROUNDS} interleaved rounds of "
+        f"{per_round}; per call: each engine's first call apart"
+    )
+    print(
+        f"{'kind':<11} {'calls/s':>9} {'ms/call':>9} {'CPU ms/call':>12} {'time vs write_file':>19} {'1st call ms':>12}"
+    )
     for kind, m in totals.items():
-        print(f"{kind:<11} {m.calls / m.wall:>9,.0f} {m.wall / m.calls * 1000:>9.2f} "
-              f"{m.cpu / m.calls * 1000:>12.2f} {m.wall / base.wall:>18.2f}x {m.first / ROUNDS * 1000:>12.1f}")
+        print(
+            f"{kind:<11} {m.calls / m.wall:>9,.0f} {m.wall / m.calls * 1000:>9.2f} "
+            f"{m.cpu / m.calls * 1000:>12.2f} {m.wall / base.wall:>18.2f}x {m.first / ROUNDS * 1000:>12.1f}"
+        )
     post, effect = totals["http_post"], totals["effect"]
     ratio, post_cpu = post.wall / base.wall, post.cpu / post.calls
     request_cpu = post_cpu - effect.cpu / effect.calls
-    print(f"target: http_post within 4x write_file's time: {ratio:.2f}x, {'met' if ratio <= 4 else 'NOT MET'}")
-    print(f"target: <= 2 ms engine CPU per post: {post_cpu * 1000:.2f} ms, {'met' if post_cpu <= 0.002 else 'NOT MET'} "
-          f"(the request itself: {request_cpu * 1000:.2f} ms over a ledgered effect that does nothing)")
-    assert ratio <= 4, f"http_post {post.wall / post.calls * 1000:.1f} ms/call vs write_file {base.wall / base.calls * 1000:.1f}"
+    print(
+        f"target: http_post within 4x write_file's time: {ratio:.2f}x, {'met' if ratio <= 4 else 'NOT MET'}"
+    )
+    print(
+        f"target: <= 2 ms engine CPU per post: {post_cpu * 1000:.2f} ms, {'met' if post_cpu <= 0.002 else 'NOT MET'} "
+        f"(the request itself: {request_cpu * 1000:.2f} ms over a ledgered effect that does nothing)"
+    )
+    assert ratio <= 4, (
+        f"http_post {post.wall / post.calls * 1000:.1f} ms/call vs write_file {base.wall / base.calls * 1000:.1f}"
+    )

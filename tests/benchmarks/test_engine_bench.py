@@ -19,8 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-import steplog
 from peers import as_installed
+
+import steplog
 
 STEPS = 3000
 KILLS = 20
@@ -62,13 +63,28 @@ def resume_latencies(tmp: Path, kills: int) -> list[float]:
 
     db = tmp / "resume.db"
     engine = Path(__file__).parents[2] / "engine"
-    env = {**as_installed(dict(os.environ), engine / "steplog"),
-           "PYTHONPATH": os.pathsep.join([str(engine), os.environ.get("PYTHONPATH", "")])}
-    argv = [sys.executable, "-m", "steplog", "run", f"{__file__}:noop", "--run-id", "r", "--db", str(db),
-            "--param", "n=100000000"]
+    env = {
+        **as_installed(dict(os.environ), engine / "steplog"),
+        "PYTHONPATH": os.pathsep.join([str(engine), os.environ.get("PYTHONPATH", "")]),
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "steplog",
+        "run",
+        f"{__file__}:noop",
+        "--run-id",
+        "r",
+        "--db",
+        str(db),
+        "--param",
+        "n=100000000",
+    ]
     rng = random.Random(5)
     out: list[float] = []
-    proc = subprocess.Popen(argv, env=env, start_new_session=True, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv, env=env, start_new_session=True, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+    )
     for _ in range(kills + 1):
         deadline = time.monotonic() + 30
         while True:  # wait until this engine commits, then a little more
@@ -76,7 +92,9 @@ def resume_latencies(tmp: Path, kills: int) -> list[float]:
             if db.exists():
                 conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
                 try:
-                    inc = conn.execute("SELECT max(incarnation) FROM event WHERE kind = 'step_committed'").fetchone()[0]
+                    inc = conn.execute(
+                        "SELECT max(incarnation) FROM event WHERE kind = 'step_committed'"
+                    ).fetchone()[0]
                 except sqlite3.OperationalError:
                     pass  # the schema is being created
                 conn.close()
@@ -90,12 +108,20 @@ def resume_latencies(tmp: Path, kills: int) -> list[float]:
         t_kill = time.time()
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        proc = subprocess.Popen(argv, env=env, start_new_session=True, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            start_new_session=True,
+            stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 30
         while True:
             conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
-            row = conn.execute("SELECT min(ts) FROM event WHERE kind = 'step_committed' AND incarnation = ?",
-                               (len(out) + 2,)).fetchone()
+            row = conn.execute(
+                "SELECT min(ts) FROM event WHERE kind = 'step_committed' AND incarnation = ?",
+                (len(out) + 2,),
+            ).fetchone()
             conn.close()
             if row[0] is not None:
                 out.append(row[0] - t_kill)
@@ -115,9 +141,13 @@ def test_engine_benchmarks(tmp_path: Path) -> None:
         rows.append((sync, raw, ours))
     lat = resume_latencies(tmp_path, KILLS)
     print()
-    print(f"{'synchronous':<12} {'raw sqlite3 commits/s':>22} {'steplog no-op steps/s':>22} {'ratio':>7}")
+    print(
+        f"{'synchronous':<12} {'raw sqlite3 commits/s':>22} {'steplog no-op steps/s':>22} {'ratio':>7}"
+    )
     for sync, raw, ours in rows:
         print(f"{sync:<12} {raw:>22,.0f} {ours:>22,.0f} {ours / raw:>7.2f}")
     q = statistics.quantiles(lat, n=20)
-    print(f"kill -> first step committed by the next engine, {len(lat)} kills: "
-          f"median {statistics.median(lat) * 1000:.0f} ms, p95 {q[-1] * 1000:.0f} ms, max {max(lat) * 1000:.0f} ms")
+    print(
+        f"kill -> first step committed by the next engine, {len(lat)} kills: "
+        f"median {statistics.median(lat) * 1000:.0f} ms, p95 {q[-1] * 1000:.0f} ms, max {max(lat) * 1000:.0f} ms"
+    )

@@ -1,6 +1,6 @@
 """Monitor benchmarks: timeline frame time at 100k bars, and engine commit → model latency.
 
-    python -m pytest tests/benchmarks -s -p no:cacheprovider
+python -m pytest tests/benchmarks -s -p no:cacheprovider
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ def test_timeline_frame_time_at_100k_bars(qtbot) -> None:  # type: ignore[no-unt
     t = time.perf_counter()
     view.refresh()
     refresh = time.perf_counter() - t
-    print(f"\n100k bars: frame median {statistics.median(frames) * 1000:.1f} ms (9 repaints),"
-          f" data refresh {refresh * 1000:.1f} ms")
+    print(
+        f"\n100k bars: frame median {statistics.median(frames) * 1000:.1f} ms (9 repaints),"
+        f" data refresh {refresh * 1000:.1f} ms"
+    )
 
 
 def test_commit_to_model_latency(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -50,14 +52,18 @@ def test_commit_to_model_latency(qtbot, tmp_path: Path) -> None:  # type: ignore
         for i in range(30):
             conn = sqlite3.connect(db, isolation_level=None)
             t = time.time()
-            conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, 0, 'run_created', '{}')",
-                         (f"probe{i}", t))
+            conn.execute(
+                "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, 0, 'run_created', '{}')",
+                (f"probe{i}", t),
+            )
             conn.close()
             qtbot.waitUntil(lambda i=i: monitor.run(f"probe{i}") is not None, timeout=5_000)
             latencies.append(time.time() - t)
         q = statistics.quantiles(latencies, n=20)
-        print(f"\ncommit -> model, 30 commits: median {statistics.median(latencies) * 1000:.1f} ms,"
-              f" p95 {q[-1] * 1000:.1f} ms")
+        print(
+            f"\ncommit -> model, 30 commits: median {statistics.median(latencies) * 1000:.1f} ms,"
+            f" p95 {q[-1] * 1000:.1f} ms"
+        )
     finally:
         monitor.stop()
 
@@ -71,12 +77,30 @@ def noop_log_with_kills(db: Path, run_id: str, steps: int, kills: int) -> None:
     from steplog.procs import child_env, python_argv
 
     agents = Path(__file__).parents[1] / "engine" / "agents_for_tests.py"
-    args = python_argv("steplog", "run", f"{agents}:noop", "--run-id", run_id, "--db", str(db), "--param",
-                       f"n={steps}", "--sync", "normal", "--max-steps", str(steps * 2))
+    args = python_argv(
+        "steplog",
+        "run",
+        f"{agents}:noop",
+        "--run-id",
+        run_id,
+        "--db",
+        str(db),
+        "--param",
+        f"n={steps}",
+        "--sync",
+        "normal",
+        "--max-steps",
+        str(steps * 2),
+    )
     killed_at: float | None = None
     for k in range(1, kills + 2):
-        proc = subprocess.Popen(args + (["--killed-at", repr(killed_at)] if killed_at else []), env=child_env(),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(
+            args + (["--killed-at", repr(killed_at)] if killed_at else []),
+            env=child_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         if k > kills:
             assert proc.wait(timeout=900) == 0
             return
@@ -91,8 +115,11 @@ def _committed(db: Path, run_id: str) -> int:
         return 0
     conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
     try:
-        return int(conn.execute("SELECT count(*) FROM step WHERE run_id = ? AND status = 'committed'",
-                                (run_id,)).fetchone()[0])
+        return int(
+            conn.execute(
+                "SELECT count(*) FROM step WHERE run_id = ? AND status = 'committed'", (run_id,)
+            ).fetchone()[0]
+        )
     except sqlite3.OperationalError:
         return 0
     finally:
@@ -106,7 +133,9 @@ def open_window(qtbot, db: Path, tmp_path: Path, size: tuple[int, int] = (1920, 
     from steplog_gui.settings import Settings
 
     monitor = Monitor(db)
-    settings = Settings(QSettings(str(tmp_path / f"settings-{time.monotonic_ns()}.ini"), QSettings.Format.IniFormat))
+    settings = Settings(
+        QSettings(str(tmp_path / f"settings-{time.monotonic_ns()}.ini"), QSettings.Format.IniFormat)
+    )
     window = MainWindow(monitor, settings)
     window.close_policy = "leave"
     qtbot.addWidget(window)
@@ -131,7 +160,9 @@ def test_open_runs_of_1k_10k_100k_steps_to_a_painted_timeline(qtbot, tmp_path: P
         for _ in range(3):
             before = psutil.Process().memory_info().rss
             t = time.perf_counter()
-            ticks = [t]  # the GUI thread's heartbeat while the log opens: its longest gap is a stall
+            ticks = [
+                t
+            ]  # the GUI thread's heartbeat while the log opens: its longest gap is a stall
             heartbeat = QTimer()
             heartbeat.timeout.connect(lambda: ticks.append(time.perf_counter()))  # noqa: B023
             heartbeat.start(5)
@@ -163,8 +194,10 @@ def test_open_runs_of_1k_10k_100k_steps_to_a_painted_timeline(qtbot, tmp_path: P
             timeline.plot.viewport().installEventFilter(watch)
             qtbot.waitUntil(lambda: bool(seen), timeout=60_000)  # noqa: B023
             painted.append(seen[0] - t)
-            qtbot.waitUntil(lambda: not monitor.catching_up and len(monitor.run("big").usage_series) > 0,  # noqa: B023
-                            timeout=60_000)  # type: ignore[union-attr]
+            qtbot.waitUntil(
+                lambda: not monitor.catching_up and len(monitor.run("big").usage_series) > 0,  # noqa: B023
+                timeout=60_000,
+            )  # type: ignore[union-attr]
             complete.append(time.perf_counter() - t)
             heartbeat.stop()
             # From the window built on (its first paint included; building it is not the load).
@@ -175,10 +208,12 @@ def test_open_runs_of_1k_10k_100k_steps_to_a_painted_timeline(qtbot, tmp_path: P
             run = monitor.run("big")
             assert run is not None and len(run.kills) == 2 and len(run.executions) >= steps
             window.close()  # stops its tailer and waits for its background jobs (the verdict)
-        print(f"\nopen {steps:>7,}-step run ({db.stat().st_size / 1e6:.1f} MB log): timeline painted "
-              f"{statistics.median(painted):.2f} s (min {min(painted):.2f}, max {max(painted):.2f}); "
-              f"details and charts in {statistics.median(complete):.2f} s; longest GUI-thread stall while loading "
-              f"{statistics.median(stalls) * 1000:.0f} ms; RSS +{statistics.median(rss) / 1e6:.0f} MB")
+        print(
+            f"\nopen {steps:>7,}-step run ({db.stat().st_size / 1e6:.1f} MB log): timeline painted "
+            f"{statistics.median(painted):.2f} s (min {min(painted):.2f}, max {max(painted):.2f}); "
+            f"details and charts in {statistics.median(complete):.2f} s; longest GUI-thread stall while loading "
+            f"{statistics.median(stalls) * 1000:.0f} ms; RSS +{statistics.median(rss) / 1e6:.0f} MB"
+        )
 
 
 def test_panning_a_100k_step_run(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -187,10 +222,15 @@ def test_panning_a_100k_step_run(qtbot, tmp_path: Path) -> None:  # type: ignore
     db = tmp_path / "pan.db"
     noop_log_with_kills(db, "big", 100_000, kills=2)
     window = open_window(qtbot, db, tmp_path)
-    qtbot.waitUntil(lambda: not window.monitor.catching_up and window.timeline.run() is not None, timeout=60_000)
+    qtbot.waitUntil(
+        lambda: not window.monitor.catching_up and window.timeline.run() is not None, timeout=60_000
+    )
     box = window.timeline.plot.getViewBox()
     (lo, hi), _ = box.viewRange()
-    for label, span in (("a tenth of the run in view", (hi - lo) / 10), ("the whole run in view", hi - lo)):
+    for label, span in (
+        ("a tenth of the run in view", (hi - lo) / 10),
+        ("the whole run in view", hi - lo),
+    ):
         frames = []
         for i in range(60):
             t = time.perf_counter()
@@ -200,8 +240,10 @@ def test_panning_a_100k_step_run(qtbot, tmp_path: Path) -> None:  # type: ignore
             window.timeline.plot.grab()
             frames.append(time.perf_counter() - t)
         med, p95 = statistics.median(frames), statistics.quantiles(frames, n=20)[-1]
-        print(f"\npanning 100k steps, {label}: frame median {med * 1000:.1f} ms ({1 / med:.0f} fps), "
-              f"p95 {p95 * 1000:.1f} ms ({1 / p95:.0f} fps)")
+        print(
+            f"\npanning 100k steps, {label}: frame median {med * 1000:.1f} ms ({1 / med:.0f} fps), "
+            f"p95 {p95 * 1000:.1f} ms ({1 / p95:.0f} fps)"
+        )
     window.close()
 
 
@@ -238,24 +280,53 @@ def test_commit_to_pixel_and_idle_cpu(qtbot, tmp_path: Path) -> None:  # type: i
 
     arrived: list[tuple[float, int]] = []  # (when the model got it, commits in the model)
     window.monitor.runs_changed.connect(
-        lambda ids: arrived.append((time.time(), window.monitor.run("live").steps_committed)) if "live" in ids else None)
+        lambda ids: (
+            arrived.append((time.time(), window.monitor.run("live").steps_committed))
+            if "live" in ids
+            else None
+        )
+    )
     watch = PaintWatch()
     view.plot.viewport().installEventFilter(watch)
     agents = Path(__file__).parents[1] / "engine" / "agents_for_tests.py"
     commits = 300
-    proc = subprocess.Popen(python_argv("steplog", "run", f"{agents}:witness", "--run-id", "live", "--db", str(db),
-                                        "--param", f"n={commits // 5}", "--param", f"witness={tmp_path / 'w.db'}",
-                                        "--param", "pause=0.03"), env=child_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        python_argv(
+            "steplog",
+            "run",
+            f"{agents}:witness",
+            "--run-id",
+            "live",
+            "--db",
+            str(db),
+            "--param",
+            f"n={commits // 5}",
+            "--param",
+            f"witness={tmp_path / 'w.db'}",
+            "--param",
+            "pause=0.03",
+        ),
+        env=child_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     qtbot.waitUntil(lambda: window.monitor.run("live") is not None, timeout=30_000)
     window.select_run("live")
-    qtbot.waitUntil(lambda: proc.poll() is not None and (r := window.monitor.run("live")) is not None and r.terminal,
-                    timeout=120_000)
+    qtbot.waitUntil(
+        lambda: (
+            proc.poll() is not None and (r := window.monitor.run("live")) is not None and r.terminal
+        ),
+        timeout=120_000,
+    )
     assert proc.returncode == 0
     qtbot.wait(300)
     conn = sqlite3.connect(db)
-    commit_ts = [r[0] for r in conn.execute("SELECT ts FROM event WHERE run_id = 'live' AND kind = 'step_committed'"
-                                            " ORDER BY id")]
+    commit_ts = [
+        r[0]
+        for r in conn.execute(
+            "SELECT ts FROM event WHERE run_id = 'live' AND kind = 'step_committed' ORDER BY id"
+        )
+    ]
     conn.close()
     for what, seen in (("model", arrived), ("pixel", paints)):
         latencies = []
@@ -264,8 +335,10 @@ def test_commit_to_pixel_and_idle_cpu(qtbot, tmp_path: Path) -> None:  # type: i
             if shown:
                 latencies.append(min(shown) - ts)
         q = statistics.quantiles(latencies, n=20)
-        print(f"\ncommit -> {what}, {len(latencies)} of {len(commit_ts)} commits: p50 "
-              f"{statistics.median(latencies) * 1000:.0f} ms, p95 {q[-1] * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms")
+        print(
+            f"\ncommit -> {what}, {len(latencies)} of {len(commit_ts)} commits: p50 "
+            f"{statistics.median(latencies) * 1000:.0f} ms, p95 {q[-1] * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms"
+        )
     window.close()
 
     import psutil
@@ -275,12 +348,16 @@ def test_commit_to_pixel_and_idle_cpu(qtbot, tmp_path: Path) -> None:  # type: i
     me = psutil.Process()
     before = me.memory_info().rss
     window = open_window(qtbot, db, tmp_path)
-    qtbot.waitUntil(lambda: not window.monitor.catching_up and window.judge.verdict is not None, timeout=60_000)
+    qtbot.waitUntil(
+        lambda: not window.monitor.catching_up and window.judge.verdict is not None, timeout=60_000
+    )
     qtbot.wait(1000)
     cpu0, t0 = me.cpu_times(), time.monotonic()
     qtbot.wait(10_000)
     cpu1, t1 = me.cpu_times(), time.monotonic()
     busy = (cpu1.user - cpu0.user + cpu1.system - cpu0.system) / (t1 - t0)
-    print(f"\nidle, a finished 100k-step run open: CPU {busy * 100:.2f} % of one core over {t1 - t0:.0f} s;"
-          f" RSS +{(me.memory_info().rss - before) / 1e6:.0f} MB for the window with the run and its verdict")
+    print(
+        f"\nidle, a finished 100k-step run open: CPU {busy * 100:.2f} % of one core over {t1 - t0:.0f} s;"
+        f" RSS +{(me.memory_info().rss - before) / 1e6:.0f} MB for the window with the run and its verdict"
+    )
     window.close()

@@ -65,23 +65,45 @@ def seq_chat(run: steplog.Run, n: int = CALLS) -> float:
 @steplog.agent
 async def gather_chat(run: Any, n: int = CALLS) -> float:
     t0 = time.perf_counter()
-    await asyncio.gather(*(run.chat([{"role": "user", "content": f"q {i}"}], name=f"ask {i}", max_tokens=16)
-                           for i in range(n)))
+    await asyncio.gather(
+        *(
+            run.chat([{"role": "user", "content": f"q {i}"}], name=f"ask {i}", max_tokens=16)
+            for i in range(n)
+        )
+    )
     return time.perf_counter() - t0
 
 
 def _run(tmp: Path, agent: str, run_id: str, *extra: str) -> float:
-    done = subprocess.run([sys.executable, "-m", "steplog", "run", f"{__file__}:{agent}", "--run-id", run_id,
-                           "--db", str(tmp / f"{agent}.db"), *extra], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "steplog",
+            "run",
+            f"{__file__}:{agent}",
+            "--run-id",
+            run_id,
+            "--db",
+            str(tmp / f"{agent}.db"),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     return float(json.loads(done.stdout.split(": ", 1)[1]))
 
 
 def test_parallel_steps_side_by_side(tmp_path: Path) -> None:
-    modes = {"no-op x1000, sequential": ("seq_noop", ()), "no-op x1000, run.map concurrency 8": ("map_noop", ()),
-             "no-op x1000, asyncio.gather": ("gather_noop", ()),
-             "8 model calls of 100 ms, sequential": ("seq_chat", ("--pace", "0.1")),
-             "8 model calls of 100 ms, gathered": ("gather_chat", ("--pace", "0.1"))}
+    modes = {
+        "no-op x1000, sequential": ("seq_noop", ()),
+        "no-op x1000, run.map concurrency 8": ("map_noop", ()),
+        "no-op x1000, asyncio.gather": ("gather_noop", ()),
+        "8 model calls of 100 ms, sequential": ("seq_chat", ("--pace", "0.1")),
+        "8 model calls of 100 ms, gathered": ("gather_chat", ("--pace", "0.1")),
+    }
     times: dict[str, list[float]] = {m: [] for m in modes}
     for r in range(ROUNDS):
         for mode, (agent, extra) in modes.items():
@@ -91,5 +113,11 @@ def test_parallel_steps_side_by_side(tmp_path: Path) -> None:
     for mode, ts in times.items():
         med = statistics.median(ts)
         n = STEPS if "no-op" in mode else CALLS
-        ref = base if "no-op" in mode else statistics.median(times["8 model calls of 100 ms, sequential"])
-        print(f"{mode:<40} {med:>9.3f} {min(ts):>7.3f}-{max(ts):<7.3f} {n / med:>9.0f} {ref / med:>13.2f}x")
+        ref = (
+            base
+            if "no-op" in mode
+            else statistics.median(times["8 model calls of 100 ms, sequential"])
+        )
+        print(
+            f"{mode:<40} {med:>9.3f} {min(ts):>7.3f}-{max(ts):<7.3f} {n / med:>9.0f} {ref / med:>13.2f}x"
+        )

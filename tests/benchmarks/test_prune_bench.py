@@ -43,26 +43,57 @@ def build_log(path: Path, *, old_style: bool = False) -> None:
         conn = sqlite3.connect(path)
         conn.execute("PRAGMA journal_mode = WAL")
         conn.close()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "engine"), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "steplog", "run", f"{AGENTS}:noop", "--run-id", "tpl", "--db", str(path),
-                           "--param", f"n={TEMPLATE_STEPS}"], capture_output=True, text=True, env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).parents[2] / "engine"), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "steplog",
+            "run",
+            f"{AGENTS}:noop",
+            "--run-id",
+            "tpl",
+            "--db",
+            str(path),
+            "--param",
+            f"n={TEMPLATE_STEPS}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     conn = open_log(path, synchronous="NORMAL")
     total = RUNS_PRUNED + RUNS_KEPT
-    run_cols = [r[1] for r in conn.execute("PRAGMA table_info(run)") if r[1] not in ("id", "created_at", "finished_at")]
+    run_cols = [
+        r[1]
+        for r in conn.execute("PRAGMA table_info(run)")
+        if r[1] not in ("id", "created_at", "finished_at")
+    ]
     step_cols = [r[1] for r in conn.execute("PRAGMA table_info(step)") if r[1] != "run_id"]
     ev_cols = ["ts", "incarnation", "kind", "seq", "data"]
     conn.execute("BEGIN IMMEDIATE")
     conn.execute("CREATE TEMP TABLE nums (n INTEGER PRIMARY KEY)")
     conn.executemany("INSERT INTO nums VALUES (?)", [(n,) for n in range(total)])
     base = time.time() - 30 * 86_400
-    conn.execute(f"INSERT INTO run (id, created_at, finished_at, {', '.join(run_cols)}) "
-                 f"SELECT printf('r%05d', n), ? + n * 60, ? + n * 60 + 5, {', '.join(run_cols)} FROM run, nums WHERE id = 'tpl'",
-                 (base, base))
-    conn.execute(f"INSERT INTO step (run_id, {', '.join(step_cols)}) SELECT printf('r%05d', n), {', '.join(step_cols)}"
-                 " FROM step, nums WHERE run_id = 'tpl' ORDER BY n, seq")
-    conn.execute(f"INSERT INTO event (run_id, {', '.join(ev_cols)}) SELECT printf('r%05d', n), {', '.join(ev_cols)}"
-                 " FROM event, nums WHERE run_id = 'tpl' ORDER BY n, event.id")
+    conn.execute(
+        f"INSERT INTO run (id, created_at, finished_at, {', '.join(run_cols)}) "
+        f"SELECT printf('r%05d', n), ? + n * 60, ? + n * 60 + 5, {', '.join(run_cols)} FROM run, nums WHERE id = 'tpl'",
+        (base, base),
+    )
+    conn.execute(
+        f"INSERT INTO step (run_id, {', '.join(step_cols)}) SELECT printf('r%05d', n), {', '.join(step_cols)}"
+        " FROM step, nums WHERE run_id = 'tpl' ORDER BY n, seq"
+    )
+    conn.execute(
+        f"INSERT INTO event (run_id, {', '.join(ev_cols)}) SELECT printf('r%05d', n), {', '.join(ev_cols)}"
+        " FROM event, nums WHERE run_id = 'tpl' ORDER BY n, event.id"
+    )
     conn.execute("COMMIT")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
@@ -123,12 +154,37 @@ def test_prune_ten_thousand_runs_and_a_million_steps(tmp_path: Path) -> None:
 
     tail = Tail(path)
     tail.start()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "engine"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).parents[2] / "engine"), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
     # An engine working throughout: a witness run (model calls, effects) pausing 20 ms per item.
-    live = subprocess.Popen([sys.executable, "-m", "steplog", "run", f"{AGENTS}:witness", "--run-id", "live",
-                             "--db", str(path), "--param", "n=100000", "--param", "pause=0.02",
-                             "--param", f"witness={tmp_path / 'w.db'}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    live = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "steplog",
+            "run",
+            f"{AGENTS}:witness",
+            "--run-id",
+            "live",
+            "--db",
+            str(path),
+            "--param",
+            "n=100000",
+            "--param",
+            "pause=0.02",
+            "--param",
+            f"witness={tmp_path / 'w.db'}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     time.sleep(2.0)
     t = time.perf_counter()
     started = time.time()
@@ -142,8 +198,13 @@ def test_prune_ten_thousand_runs_and_a_million_steps(tmp_path: Path) -> None:
     tail.join()
 
     conn = open_log(path)
-    ts = [r[0] for r in conn.execute("SELECT ts FROM event WHERE run_id = 'live' AND ts BETWEEN ? AND ? ORDER BY id",
-                                     (started, ended))]
+    ts = [
+        r[0]
+        for r in conn.execute(
+            "SELECT ts FROM event WHERE run_id = 'live' AND ts BETWEEN ? AND ? ORDER BY id",
+            (started, ended),
+        )
+    ]
     gaps = sorted(b - a for a, b in zip(ts, ts[1:]))
     worst = max(zip(ts, ts[1:]), key=lambda p: p[1] - p[0])
     bounds, acc = [], 0.0
@@ -155,16 +216,24 @@ def test_prune_ten_thousand_runs_and_a_million_steps(tmp_path: Path) -> None:
     conn.close()
     out = report.as_json()
     print()
-    print(f"log built in {built:.1f} s: {RUNS_PRUNED + RUNS_KEPT + 1:,} runs, {steps:,} steps, {size_before / 1e6:,.0f} MB")
-    print(f"prune of {len(report.pruned):,} runs / {report.rows:,} rows: {pruned_in:.1f} s "
-          f"(report: {out['seconds']} s); the log {out['file_bytes_before'] / 1e6:,.0f} MB -> "
-          f"{out['file_bytes_after'] / 1e6:,.0f} MB, reclaimed {out['reclaimed_bytes'] / 1e6:,.0f} MB "
-          f"(the dry run, {dry_in:.1f} s, estimated {dry.estimated_bytes / 1e6:,.0f} MB), freed pages {report.freed_pages:,}")
-    print(f"tailing reader: {tail.events:,} events read during the prune, {tail.pruned_events} runs_pruned events, "
-          f"longest poll {tail.longest * 1000:.0f} ms, errors {len(tail.errors)}")
-    print(f"live engine on the same log during the prune: {len(ts):,} events written; gaps between them median "
-          f"{gaps[len(gaps) // 2] * 1000:.1f} ms, p99 {gaps[int(len(gaps) * 0.99)] * 1000:.0f} ms, "
-          f"max {gaps[-1] * 1000:.0f} ms ({worst[0] - started:.1f} s into the prune, while {worst_phase})")
+    print(
+        f"log built in {built:.1f} s: {RUNS_PRUNED + RUNS_KEPT + 1:,} runs, {steps:,} steps, {size_before / 1e6:,.0f} MB"
+    )
+    print(
+        f"prune of {len(report.pruned):,} runs / {report.rows:,} rows: {pruned_in:.1f} s "
+        f"(report: {out['seconds']} s); the log {out['file_bytes_before'] / 1e6:,.0f} MB -> "
+        f"{out['file_bytes_after'] / 1e6:,.0f} MB, reclaimed {out['reclaimed_bytes'] / 1e6:,.0f} MB "
+        f"(the dry run, {dry_in:.1f} s, estimated {dry.estimated_bytes / 1e6:,.0f} MB), freed pages {report.freed_pages:,}"
+    )
+    print(
+        f"tailing reader: {tail.events:,} events read during the prune, {tail.pruned_events} runs_pruned events, "
+        f"longest poll {tail.longest * 1000:.0f} ms, errors {len(tail.errors)}"
+    )
+    print(
+        f"live engine on the same log during the prune: {len(ts):,} events written; gaps between them median "
+        f"{gaps[len(gaps) // 2] * 1000:.1f} ms, p99 {gaps[int(len(gaps) * 0.99)] * 1000:.0f} ms, "
+        f"max {gaps[-1] * 1000:.0f} ms ({worst[0] - started:.1f} s into the prune, while {worst_phase})"
+    )
     print(f"phases: {out['phases']}")
     print(json.dumps(out | {"runs": len(out["runs"])}))  # type: ignore[operator]
     assert len(report.pruned) == RUNS_PRUNED and kept == RUNS_KEPT + 2
@@ -182,8 +251,10 @@ def test_prune_then_vacuum_an_older_log_with_no_engine_running(tmp_path: Path) -
     t = time.perf_counter()
     vacuumed = prune(path, Selection(statuses=frozenset()), reclaim="vacuum")
     print()
-    print(f"older log: prune of {len(pruned.pruned):,} runs {pruned.seconds:.1f} s {pruned.phases}, the file "
-          f"{pruned.file_bytes_before / 1e6:,.0f} MB -> {pruned.file_bytes_after / 1e6:,.0f} MB; then --reclaim vacuum "
-          f"{time.perf_counter() - t:.1f} s: {vacuumed.file_bytes_before / 1e6:,.0f} MB -> "
-          f"{vacuumed.file_bytes_after / 1e6:,.0f} MB")
+    print(
+        f"older log: prune of {len(pruned.pruned):,} runs {pruned.seconds:.1f} s {pruned.phases}, the file "
+        f"{pruned.file_bytes_before / 1e6:,.0f} MB -> {pruned.file_bytes_after / 1e6:,.0f} MB; then --reclaim vacuum "
+        f"{time.perf_counter() - t:.1f} s: {vacuumed.file_bytes_before / 1e6:,.0f} MB -> "
+        f"{vacuumed.file_bytes_after / 1e6:,.0f} MB"
+    )
     assert vacuumed.file_bytes_after < pruned.file_bytes_after / 4

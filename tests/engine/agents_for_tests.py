@@ -24,10 +24,16 @@ def apply_to_witness(witness: str, key: str, i: int, value: int) -> dict[str, An
     try:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute("CREATE TABLE IF NOT EXISTS attempt (n INTEGER PRIMARY KEY, key TEXT, i INTEGER)")
-        conn.execute("CREATE TABLE IF NOT EXISTS applied (key TEXT PRIMARY KEY, i INTEGER, value INTEGER)")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS attempt (n INTEGER PRIMARY KEY, key TEXT, i INTEGER)"
+        )
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS applied (key TEXT PRIMARY KEY, i INTEGER, value INTEGER)"
+        )
         conn.execute("INSERT INTO attempt (key, i) VALUES (?, ?)", (key, i))
-        conn.execute("INSERT OR IGNORE INTO applied (key, i, value) VALUES (?, ?, ?)", (key, i, value))
+        conn.execute(
+            "INSERT OR IGNORE INTO applied (key, i, value) VALUES (?, ?, ?)", (key, i, value)
+        )
         conn.execute("COMMIT")
     finally:
         conn.close()
@@ -39,10 +45,17 @@ def witness(run: steplog.Run, n: int = 10, witness: str = "", pause: float = 0.0
     total = 0
     for i in range(n):
         value = run.step(f"compute {i}", compute, i, pause)
-        reply = run.chat([{"role": "user", "content": f"Item {i} has value {value}. Summarise."}],
-                         name=f"think {i}", max_tokens=64)
-        run.effect(f"apply {i}", lambda key, i=i, value=value: apply_to_witness(witness, key, i, value),
-                   target="witness", request={"i": i, "value": value})
+        reply = run.chat(
+            [{"role": "user", "content": f"Item {i} has value {value}. Summarise."}],
+            name=f"think {i}",
+            max_tokens=64,
+        )
+        run.effect(
+            f"apply {i}",
+            lambda key, i=i, value=value: apply_to_witness(witness, key, i, value),
+            target="witness",
+            request={"i": i, "value": value},
+        )
         run.write_file(f"out/{i}.txt", f"{i}: {value}\n{reply.text}\n")
         run.merge("rows.db", "items", key={"i": i}, values={"value": value})
         total += value
@@ -87,7 +100,11 @@ def fire_and_forget(run: steplog.Run, outbox_file: str = "") -> str:
 @steplog.agent
 def chatty(run: steplog.Run, n: int = 5) -> int:
     for i in range(n):
-        run.chat([{"role": "user", "content": f"Say something about item {i}."}], name=f"ask {i}", max_tokens=50)
+        run.chat(
+            [{"role": "user", "content": f"Say something about item {i}."}],
+            name=f"ask {i}",
+            max_tokens=50,
+        )
     return n
 
 
@@ -99,13 +116,20 @@ def not_a_number(run: steplog.Run, where: str = "step") -> Any:
 
 
 @steplog.agent(budget=steplog.Budget(max_steps=100_000))
-def approval(run: steplog.Run, n: int = 3, witness: str = "", pause: float = 0.0, timeout: float = -1.0) -> dict[str, Any]:
+def approval(
+    run: steplog.Run, n: int = 3, witness: str = "", pause: float = 0.0, timeout: float = -1.0
+) -> dict[str, Any]:
     """``n`` items sent to the witness, then a wait for the signal ``approve`` (with a timeout when
     ``timeout`` >= 0), then ``n`` more items, sent only when the signal's data approves them."""
+
     def send(i: int) -> None:
         value = run.step(f"compute {i}", compute, i, pause)
-        run.effect(f"apply {i}", lambda key, i=i, value=value: apply_to_witness(witness, key, i, value),
-                   target="witness", request={"i": i, "value": value})
+        run.effect(
+            f"apply {i}",
+            lambda key, i=i, value=value: apply_to_witness(witness, key, i, value),
+            target="witness",
+            request={"i": i, "value": value},
+        )
 
     for i in range(n):
         send(i)
@@ -121,7 +145,9 @@ def approval(run: steplog.Run, n: int = 3, witness: str = "", pause: float = 0.0
 
 
 @steplog.agent
-def fixable(run: steplog.Run, n: int = 3, witness: str = "", fixed_when: str = "") -> dict[str, Any]:
+def fixable(
+    run: steplog.Run, n: int = 3, witness: str = "", fixed_when: str = ""
+) -> dict[str, Any]:
     """Sends ``n`` items, then fails for good (a ``PermanentError``) until the file ``fixed_when``
     exists, then sends ``n`` more."""
     import os
@@ -135,8 +161,12 @@ def fixable(run: steplog.Run, n: int = 3, witness: str = "", fixed_when: str = "
         if i == n:
             run.step("check", check)
         value = run.step(f"compute {i}", compute, i, 0.0)
-        run.effect(f"apply {i}", lambda key, i=i, value=value: apply_to_witness(witness, key, i, value),
-                   target="witness", request={"i": i, "value": value})
+        run.effect(
+            f"apply {i}",
+            lambda key, i=i, value=value: apply_to_witness(witness, key, i, value),
+            target="witness",
+            request={"i": i, "value": value},
+        )
     return {"sent": 2 * n}
 
 
@@ -161,8 +191,14 @@ async def gatherer(run: Any, n: int = 6, seed: int = 0) -> dict[str, Any]:
     import asyncio
 
     squares = await asyncio.gather(*(run.step(f"square {i}", _jittered, i, seed) for i in range(n)))
-    replies = await asyncio.gather(*(run.chat([{"role": "user", "content": f"Item {i} is {s}."}], name=f"ask {i}",
-                                              max_tokens=40) for i, s in enumerate(squares)))
+    replies = await asyncio.gather(
+        *(
+            run.chat(
+                [{"role": "user", "content": f"Item {i} is {s}."}], name=f"ask {i}", max_tokens=40
+            )
+            for i, s in enumerate(squares)
+        )
+    )
     await asyncio.gather(*(run.write_file(f"out/{i}.txt", r.text) for i, r in enumerate(replies)))
     mapped = await run.map("plus", _jittered_sync, range(n), concurrency=3)
     return {"squares": squares, "mapped": mapped}
@@ -185,7 +221,6 @@ _most = 0
 
 
 def _counted(i: int) -> int:
-    import threading
 
     global _live, _most
     with _lock:
@@ -204,7 +239,10 @@ _lock = __import__("threading").Lock()
 def mapper(run: steplog.Run, n: int = 12, concurrency: int = 3) -> dict[str, Any]:
     """``run.map`` from a sync agent: results in item order, never more than ``concurrency`` at once."""
     most = run.map("count", _counted, range(n), concurrency=concurrency)
-    return {"most_at_once": max(most), "keys": run.map("key", lambda _i: steplog.current_key(), range(3))}
+    return {
+        "most_at_once": max(most),
+        "keys": run.map("key", lambda _i: steplog.current_key(), range(3)),
+    }
 
 
 @steplog.agent
@@ -213,8 +251,12 @@ async def async_approval(run: Any, witness: str = "") -> dict[str, Any]:
     import asyncio
 
     def send(i: int) -> Any:
-        return run.effect(f"apply {i}", lambda key, i=i: apply_to_witness(witness, key, i, i), target="witness",
-                          request={"i": i})
+        return run.effect(
+            f"apply {i}",
+            lambda key, i=i: apply_to_witness(witness, key, i, i),
+            target="witness",
+            request={"i": i},
+        )
 
     await asyncio.gather(*(send(i) for i in range(3)))
     decision = await run.wait_for("approve")
@@ -238,17 +280,30 @@ def program(run: steplog.Run, ops: str = "[]", witness: str = "") -> dict[str, A
         if op == "call":
             total += run.step(f"call {i}", compute, i, 0.0)
         elif op == "chat":
-            total += len(run.chat([{"role": "user", "content": f"item {i}"}], name=f"chat {i}", max_tokens=32).text)
+            total += len(
+                run.chat(
+                    [{"role": "user", "content": f"item {i}"}], name=f"chat {i}", max_tokens=32
+                ).text
+            )
         elif op == "write":
             run.write_file(f"files/{i}.txt", f"item {i}\n")
         elif op == "merge":
             run.merge("rows.db", "items", key={"i": i}, values={"v": i * 3})
         elif op == "apply":
-            run.effect(f"apply {i}", lambda key, i=i: apply_to_witness(witness, key, i, i), target="witness",
-                       request={"i": i})
+            run.effect(
+                f"apply {i}",
+                lambda key, i=i: apply_to_witness(witness, key, i, i),
+                target="witness",
+                request={"i": i},
+            )
         elif op == "once":
-            run.effect(f"once {i}", lambda key, i=i: _append_once(witness + ".appended", key), target="append",
-                       request={"i": i}, idempotent=False)
+            run.effect(
+                f"once {i}",
+                lambda key, i=i: _append_once(witness + ".appended", key),
+                target="append",
+                request={"i": i},
+                idempotent=False,
+            )
     return {"total": total}
 
 
@@ -292,8 +347,14 @@ def _fail_until(path: str) -> str:
 
 
 @steplog.agent(retry=steplog.RetryPolicy(max_attempts=3, initial_interval=0.01), needs_outbox=True)
-def poster(run: steplog.Run, n: int = 4, pause: float = 0.0, hiccup: str = "", fixed_when: str = "",
-           wait: str = "") -> dict[str, Any]:
+def poster(
+    run: steplog.Run,
+    n: int = 4,
+    pause: float = 0.0,
+    hiccup: str = "",
+    fixed_when: str = "",
+    wait: str = "",
+) -> dict[str, Any]:
     """``n`` items, each a computed step then a post to the run's outbox. Halfway: a step that fails
     once then succeeds (``hiccup``: its marker file), one that fails for good until a file exists
     (``fixed_when``), or a wait for the signal ``wait``."""

@@ -17,8 +17,14 @@ def test_the_engine_never_imports_qt_or_the_gui() -> None:
     """import-linter contract in pyproject.toml: steplog may not import steplog_gui, PySide6, pyqtgraph."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "engine"), str(ROOT / "gui")])}
     lint = Path(sys.executable).with_name("lint-imports")
-    done = subprocess.run([str(lint), str(ROOT / "pyproject.toml"), "--no-cache"],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    done = subprocess.run(
+        [str(lint), str(ROOT / "pyproject.toml"), "--no-cache"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Contracts: 2 kept, 0 broken" in done.stdout  # headless, and no import cycles
 
@@ -33,14 +39,32 @@ PLATFORMS = ("linux", "win32", "darwin")
 
 
 @pytest.fixture(scope="module")
-def mypy_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, subprocess.Popen[str]]]:
+def mypy_runs(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, subprocess.Popen[str]]]:
     """The three mypy runs, started together (each with a cache of its own): they take turns on
     the cores instead of one after another."""
     caches = tmp_path_factory.mktemp("mypy")
-    runs = {p: subprocess.Popen([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-                                 "--platform", p, "--cache-dir", str(caches / p)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-            for p in PLATFORMS}
+    runs = {
+        p: subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mypy",
+                "--config-file",
+                str(ROOT / "pyproject.toml"),
+                "--platform",
+                p,
+                "--cache-dir",
+                str(caches / p),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+        )
+        for p in PLATFORMS
+    }
     yield runs
     for proc in runs.values():
         if proc.poll() is None:
@@ -50,7 +74,8 @@ def mypy_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, su
 
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_the_engine_and_the_monitor_are_mypy_strict_clean_on_every_os(
-        platform: str, mypy_runs: dict[str, subprocess.Popen[str]]) -> None:
+    platform: str, mypy_runs: dict[str, subprocess.Popen[str]]
+) -> None:
     """mypy strict over both packages (pyproject: packages = steplog, steplog_gui), as on Linux,
     Windows and macOS: a POSIX-only call (``os.killpg``, ``SIGKILL``) in shared code fails here."""
     output, _ = mypy_runs[platform].communicate(timeout=600)
@@ -88,7 +113,7 @@ def test_the_exception_tree_in_errors_docstring_names_every_error_class_and_only
                 stack.pop()
             drawn[m.group(2)] = stack[-1][1] if stack else None
             stack.append((depth, m.group(2)))
-    assert set(drawn) == set(defined), (set(drawn) ^ set(defined))
+    assert set(drawn) == set(defined), set(drawn) ^ set(defined)
     for name, parent in drawn.items():
         if parent is not None:
             assert issubclass(defined[name], defined[parent]), f"{name} is drawn under {parent}"

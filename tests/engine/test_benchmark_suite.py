@@ -13,9 +13,27 @@ COMPARE = Path(__file__).resolve().parents[1] / "benchmarks" / "compare.py"
 
 def test_the_benchmark_suite_prints_its_table_and_writes_the_raw_numbers(tmp_path: Path) -> None:
     out = tmp_path / "raw.json"
-    done = subprocess.run([sys.executable, str(COMPARE), "--figures", "steps,resume,length", "--rounds", "2",
-                           "--n", "30", "--lengths", "20", "--peers", "steplog,sqlite3", "--json", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(COMPARE),
+            "--figures",
+            "steps,resume,length",
+            "--rounds",
+            "2",
+            "--n",
+            "30",
+            "--lengths",
+            "20",
+            "--peers",
+            "steplog,sqlite3",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     assert "1. Durable no-op steps/s, N = 30" in done.stdout
     steplog_row = next(line for line in done.stdout.splitlines() if line.startswith("steplog  "))
@@ -23,16 +41,24 @@ def test_the_benchmark_suite_prints_its_table_and_writes_the_raw_numbers(tmp_pat
     raw = json.loads(out.read_text())
     steps = raw["steps"]
     assert [len(steps["raw"][s]["steplog"]) for s in ("FULL", "NORMAL")] == [2, 2]  # one per round
-    assert {x["synchronous"] for x in steps["raw"]["NORMAL"]["steplog"]} == {"NORMAL"}  # read back, not assumed
+    assert {x["synchronous"] for x in steps["raw"]["NORMAL"]["steplog"]} == {
+        "NORMAL"
+    }  # read back, not assumed
     # A step row and two events per step, plus the run's own few rows over 30 steps.
     assert 3.0 < steps["peers"]["steplog"]["rows_per_step"]["median"] < 3.5
     resume = raw["resume"]["peers"]["steplog"]
-    assert resume["correct"] and resume["redone"]["max"] <= 1  # killed mid-run, resumed, nothing lost
+    assert (
+        resume["correct"] and resume["redone"]["max"] <= 1
+    )  # killed mid-run, resumed, nothing lost
     assert set(raw["length"]["table"]["20"]["steplog"]) == {"setup", "recovery", "resume", "total"}
 
 
 def test_a_bad_option_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(COMPARE), "--peers", "steplog,nosuchpeer"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(COMPARE), "--peers", "steplog,nosuchpeer"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "unknown peer(s) ['nosuchpeer']" in done.stderr

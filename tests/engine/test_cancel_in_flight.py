@@ -61,8 +61,20 @@ def key_state(outbox: OutboxProcess, key: str) -> str | None:
 def start_demo(engine: Engine, outbox: OutboxProcess, run_id: str) -> subprocess.Popen[str]:
     """The demo on two tickets; a 3 s lease, so its heartbeat (which notices a cancel in the middle
     of a step) looks every second: well inside the outbox's delay."""
-    return engine.start("run", "demo", "--run-id", run_id, "--db", str(engine.db),
-                        "--param", "tickets=2", "--outbox", outbox.url, "--lease-seconds", "3")
+    return engine.start(
+        "run",
+        "demo",
+        "--run-id",
+        run_id,
+        "--db",
+        str(engine.db),
+        "--param",
+        "tickets=2",
+        "--outbox",
+        outbox.url,
+        "--lease-seconds",
+        "3",
+    )
 
 
 def in_flight(engine: Engine, outbox: OutboxProcess, run_id: str) -> str:
@@ -91,7 +103,8 @@ def effect_row(engine: Engine, key: str) -> tuple[str, str, int]:
 
 @pytest.mark.parametrize("at_step", [SEND_T1001, 2])
 def test_a_cancel_during_a_post_lets_it_finish_and_a_fork_does_not_send_it_again(
-        engine: Engine, outbox: OutboxProcess, at_step: int) -> None:
+    engine: Engine, outbox: OutboxProcess, at_step: int
+) -> None:
     db = str(engine.db)
     proc = start_demo(engine, outbox, "c")
     key = in_flight(engine, outbox, "c")
@@ -123,14 +136,16 @@ def test_a_cancel_during_a_post_lets_it_finish_and_a_fork_does_not_send_it_again
     assert [d.key for d in ledger.deliveries] == [key, "c2:8", "c2:11"]
     # The fork carried the parent's recorded answer on: it did not even ask the outbox again.
     assert [a.key for a in ledger.attempts].count(key) == 1
-    own = engine.query("SELECT key FROM effect WHERE run_id = 'c2' AND kind = 'http_post'"
-                       " ORDER BY seq")
+    own = engine.query(
+        "SELECT key FROM effect WHERE run_id = 'c2' AND kind = 'http_post' ORDER BY seq"
+    )
     assert own == [("c2:8",), ("c2:11",)]
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 def test_a_stop_or_a_kill_during_a_post_then_the_readme_cancel_and_a_fork_send_it_once(
-        engine: Engine, outbox: OutboxProcess, how: str) -> None:
+    engine: Engine, outbox: OutboxProcess, how: str
+) -> None:
     db = str(engine.db)
     proc = start_demo(engine, outbox, "ask")
     key = in_flight(engine, outbox, "ask")
@@ -149,8 +164,9 @@ def test_a_stop_or_a_kill_during_a_post_then_the_readme_cancel_and_a_fork_send_i
     assert cancel.returncode == 0, cancel.stderr
     assert "run ask cancelled (one digest is enough)" in cancel.stdout
 
-    forked = engine.run("fork", "ask", "--at-step", str(SEND_T1001), "--run-id", "ask-2",
-                        "--db", db)
+    forked = engine.run(
+        "fork", "ask", "--at-step", str(SEND_T1001), "--run-id", "ask-2", "--db", db
+    )
     assert forked.returncode == 0, forked.stderr
     ledger = outbox.ledger()
     assert sent_once_each(ledger) == {"T-1001": 1, "T-1002": 1, "digest": 1}
@@ -161,7 +177,8 @@ def test_a_stop_or_a_kill_during_a_post_then_the_readme_cancel_and_a_fork_send_i
 
 
 def test_a_graceful_stop_during_a_post_resumes_with_the_same_key(
-        engine: Engine, outbox: OutboxProcess) -> None:
+    engine: Engine, outbox: OutboxProcess
+) -> None:
     proc = start_demo(engine, outbox, "g")
     key = in_flight(engine, outbox, "g")
     proc.send_signal(signal.SIGTERM)
@@ -173,22 +190,35 @@ def test_a_graceful_stop_during_a_post_resumes_with_the_same_key(
 
 
 def test_a_fork_of_a_fork_carries_on_what_the_first_parent_left_unconfirmed(
-        engine: Engine, tmp_path: Path) -> None:
+    engine: Engine, tmp_path: Path
+) -> None:
     """The engine dies right after its far side applied step 3's effect, before the ledger heard
     of it; the run is cancelled. A fork at 2 stops at its budget before step 3, and a fork of
     that fork runs step 3: it still carries the first run's effect on, under its key."""
     witness = tmp_path / "witness.db"
     db = str(engine.db)
-    args = ("run", f"{AGENTS}:witness", "--run-id", "base", "--db", db,
-            "--param", f"witness={witness}", "--param", "n=2")
+    args = (
+        "run",
+        f"{AGENTS}:witness",
+        "--run-id",
+        "base",
+        "--db",
+        db,
+        "--param",
+        f"witness={witness}",
+        "--param",
+        "n=2",
+    )
     crashed = engine.run(*args, env={"STEPLOG_CRASH_AT": "after_effect_applied@3"})
     assert crashed.returncode == 86
     assert engine.run("cancel", "base", "--db", db).returncode == 0
-    first = engine.run("fork", "base", "--at-step", "2", "--run-id", "f1", "--db", db,
-                       "--max-steps", "2")
+    first = engine.run(
+        "fork", "base", "--at-step", "2", "--run-id", "f1", "--db", db, "--max-steps", "2"
+    )
     assert first.returncode == 3, first.stderr  # gave up before step 3: it never got there
-    second = engine.run("fork", "f1", "--at-step", "3", "--run-id", "f2", "--db", db,
-                        "--max-steps", "100")
+    second = engine.run(
+        "fork", "f1", "--at-step", "3", "--run-id", "f2", "--db", db, "--max-steps", "100"
+    )
     assert second.returncode == 0, second.stderr
 
     conn = sqlite3.connect(witness)
@@ -202,14 +232,23 @@ def test_a_fork_of_a_fork_carries_on_what_the_first_parent_left_unconfirmed(
 
 
 def test_a_fork_refuses_to_resend_an_unconfirmed_effect_its_target_cannot_deduplicate(
-        engine: Engine, tmp_path: Path) -> None:
+    engine: Engine, tmp_path: Path
+) -> None:
     """The non-idempotent kind: started by the parent, never confirmed, then the parent cancelled.
     A fork that reaches it stops "needs reconciliation" like the parent would, and sends it only
     when a person says so (``retry --force``)."""
     sent = tmp_path / "sent.txt"
     db = str(engine.db)
-    args = ("run", f"{AGENTS}:fire_and_forget", "--run-id", "nr", "--db", db,
-            "--param", f"outbox_file={sent}")
+    args = (
+        "run",
+        f"{AGENTS}:fire_and_forget",
+        "--run-id",
+        "nr",
+        "--db",
+        db,
+        "--param",
+        f"outbox_file={sent}",
+    )
     crashed = engine.run(*args, env={"STEPLOG_CRASH_AT": "after_effect_started@2"})
     assert crashed.returncode == 86
     assert engine.run("cancel", "nr", "--db", db).returncode == 0
@@ -229,24 +268,39 @@ def test_a_fork_refuses_to_resend_an_unconfirmed_effect_its_target_cannot_dedupl
 
 
 def test_an_async_agent_cancelled_with_posts_in_flight_records_them_and_a_fork_sends_each_once(
-        engine: Engine, outbox: OutboxProcess) -> None:
+    engine: Engine, outbox: OutboxProcess
+) -> None:
     """``demo_async`` sends both replies at once (steps 6 and 7). The cancel waits for the acts
     in flight: the first to end is recorded with its answer; another may still be torn down with
     the event loop, left ``started``. Either way a fork carries both on."""
     db = str(engine.db)
-    proc = engine.start("run", "demo_async", "--run-id", "a", "--db", db, "--param", "tickets=2",
-                        "--outbox", outbox.url, "--lease-seconds", "3")
+    proc = engine.start(
+        "run",
+        "demo_async",
+        "--run-id",
+        "a",
+        "--db",
+        db,
+        "--param",
+        "tickets=2",
+        "--outbox",
+        outbox.url,
+        "--lease-seconds",
+        "3",
+    )
     for key in ("a:6", "a:7"):
         wait_until(lambda key=key: key_state(outbox, key) == "pending", f"the outbox holds {key}")
     cancel = engine.run("cancel", "a", "--db", db, "--reason", "stop now")
     assert cancel.returncode == 0, cancel.stderr
     code, _, err = finish(proc)
     assert code == 5, err
-    states = dict(engine.query("SELECT key, status FROM effect WHERE run_id = 'a'"
-                               " AND kind = 'http_post'"))
+    states = dict(
+        engine.query("SELECT key, status FROM effect WHERE run_id = 'a' AND kind = 'http_post'")
+    )
     assert "completed" in states.values(), states
-    assert engine.query("SELECT count(*) FROM step WHERE run_id = 'a' AND seq IN (6, 7)"
-                        " AND status = 'committed'") == [(0,)]
+    assert engine.query(
+        "SELECT count(*) FROM step WHERE run_id = 'a' AND seq IN (6, 7) AND status = 'committed'"
+    ) == [(0,)]
     for key in ("a:6", "a:7"):
         wait_until(lambda key=key: key_state(outbox, key) == "done", f"the outbox delivered {key}")
 

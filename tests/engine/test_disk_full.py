@@ -19,7 +19,11 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
     mnt.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
@@ -28,14 +32,30 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def test_disk_full_stops_with_one_line_and_the_run_resumes_when_space_returns(tiny_fs: Path, tmp_path: Path) -> None:
+def test_disk_full_stops_with_one_line_and_the_run_resumes_when_space_returns(
+    tiny_fs: Path, tmp_path: Path
+) -> None:
     engine = Engine(db=tiny_fs / "steplog.db", env={**os.environ})
-    args = ["run", f"{AGENTS}:noop", "--run-id", "full", "--db", str(engine.db), "--param", "n=5000",
-            "--workdir", str(tmp_path / "wd")]
+    args = [
+        "run",
+        f"{AGENTS}:noop",
+        "--run-id",
+        "full",
+        "--db",
+        str(engine.db),
+        "--param",
+        "n=5000",
+        "--workdir",
+        str(tmp_path / "wd"),
+    ]
     done = engine.run(*args)
     assert done.returncode == 1, done.stdout + done.stderr
-    lines = [l for l in done.stderr.splitlines() if l.startswith("steplog: ") and "starting run" not in l]
-    assert len(lines) == 1 and "writing the log failed" in lines[0] and "full" in lines[0], done.stderr
+    lines = [
+        l for l in done.stderr.splitlines() if l.startswith("steplog: ") and "starting run" not in l
+    ]
+    assert len(lines) == 1 and "writing the log failed" in lines[0] and "full" in lines[0], (
+        done.stderr
+    )
     assert "Traceback" not in done.stderr
 
     subprocess.run(["mount", "-o", "remount,size=64m", str(tiny_fs)], check=True)
@@ -46,17 +66,37 @@ def test_disk_full_stops_with_one_line_and_the_run_resumes_when_space_returns(ti
     assert status["step_executions"] - status["steps_committed"] <= 1
 
 
-def test_a_full_disk_under_the_workdir_stops_the_run_resumably_not_failed(tiny_fs: Path, tmp_path: Path) -> None:
+def test_a_full_disk_under_the_workdir_stops_the_run_resumably_not_failed(
+    tiny_fs: Path, tmp_path: Path
+) -> None:
     """The log has room; the agent's files do not. Retrying cannot help and the run is not at
     fault: the engine stops like after a failed log write, and resumes once space is back."""
     engine = Engine(db=tmp_path / "data" / "steplog.db", env={**os.environ})
     witness = tmp_path / "w.db"
-    args = ["run", f"{AGENTS}:witness", "--run-id", "wd-full", "--db", str(engine.db), "--param", "n=120",
-            "--param", f"witness={witness}", "--workdir", str(tiny_fs / "wd")]
+    args = [
+        "run",
+        f"{AGENTS}:witness",
+        "--run-id",
+        "wd-full",
+        "--db",
+        str(engine.db),
+        "--param",
+        "n=120",
+        "--param",
+        f"witness={witness}",
+        "--workdir",
+        str(tiny_fs / "wd"),
+    ]
     done = engine.run(*args)
     assert done.returncode == 1, done.stdout + done.stderr
-    lines = [l for l in done.stderr.splitlines() if l.startswith("steplog: ") and "starting run" not in l]
-    assert len(lines) == 1 and "could not write" in lines[0] and "run the same command again" in lines[0], done.stderr
+    lines = [
+        l for l in done.stderr.splitlines() if l.startswith("steplog: ") and "starting run" not in l
+    ]
+    assert (
+        len(lines) == 1
+        and "could not write" in lines[0]
+        and "run the same command again" in lines[0]
+    ), done.stderr
     assert "Traceback" not in done.stderr
     status = engine.status("wd-full")
     assert status["status"] == "running" and status["engine"] == "none"  # resumable, lease released
@@ -70,7 +110,10 @@ def test_a_full_disk_under_the_workdir_stops_the_run_resumably_not_failed(tiny_f
 
     conn = sqlite3.connect(witness)
     try:  # every effect at the far side exactly once, the full disk notwithstanding
-        assert conn.execute("SELECT count(*), count(DISTINCT i) FROM applied").fetchone() == (120, 120)
+        assert conn.execute("SELECT count(*), count(DISTINCT i) FROM applied").fetchone() == (
+            120,
+            120,
+        )
     finally:
         conn.close()
 
@@ -81,10 +124,17 @@ def test_a_failed_checkpoint_is_not_counted_when_the_lease_is_released(engine: E
     import sqlite3
 
     db = str(engine.db)
-    assert engine.run("run", f"{AGENTS}:noop", "--run-id", "first", "--db", db, "--param", "n=0").returncode == 0
+    assert (
+        engine.run(
+            "run", f"{AGENTS}:noop", "--run-id", "first", "--db", db, "--param", "n=0"
+        ).returncode
+        == 0
+    )
     conn = sqlite3.connect(engine.db)  # the third step's checkpoint fails as a full disk would
-    conn.execute("CREATE TRIGGER fail_third BEFORE UPDATE OF status ON step WHEN NEW.seq = 3"
-                 " AND NEW.status = 'committed' BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END")
+    conn.execute(
+        "CREATE TRIGGER fail_third BEFORE UPDATE OF status ON step WHEN NEW.seq = 3"
+        " AND NEW.status = 'committed' BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END"
+    )
     conn.commit()
     conn.close()
     args = ["run", f"{AGENTS}:noop", "--run-id", "r", "--db", db, "--param", "n=5"]

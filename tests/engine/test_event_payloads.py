@@ -24,12 +24,16 @@ def test_every_kind_of_event_has_a_payload_type() -> None:
 
 def wait_for_commit(engine: Engine, run_id: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
-    while not engine.query("SELECT 1 FROM event WHERE run_id = ? AND kind = 'step_committed'", run_id):
+    while not engine.query(
+        "SELECT 1 FROM event WHERE run_id = ? AND kind = 'step_committed'", run_id
+    ):
         assert time.monotonic() < deadline, f"run {run_id} committed no step"
         time.sleep(0.05)
 
 
-def test_every_payload_the_engine_logs_matches_its_kinds_type(engine: Engine, tmp_path: Path) -> None:
+def test_every_payload_the_engine_logs_matches_its_kinds_type(
+    engine: Engine, tmp_path: Path
+) -> None:
     db, w = str(engine.db), tmp_path / "w.db"
 
     def ok(*args: str, code: int = 0) -> None:
@@ -37,10 +41,30 @@ def test_every_payload_the_engine_logs_matches_its_kinds_type(engine: Engine, tm
         assert done.returncode == code, (args, done.stderr)
 
     # Killed mid-effect by a crash point, then resumed: lease takeover, effects, decisions, commits.
-    crashed = engine.run("run", f"{AGENTS}:witness", "--run-id", "crashed", "--db", db, "--param", "n=3",
-                         "--param", f"witness={w}", env={"STEPLOG_CRASH_AT": "after_effect_started@3"})
+    crashed = engine.run(
+        "run",
+        f"{AGENTS}:witness",
+        "--run-id",
+        "crashed",
+        "--db",
+        db,
+        "--param",
+        "n=3",
+        "--param",
+        f"witness={w}",
+        env={"STEPLOG_CRASH_AT": "after_effect_started@3"},
+    )
     assert crashed.returncode == 86, crashed.stderr
-    ok("run", f"{AGENTS}:witness", "--run-id", "crashed", "--param", "n=3", "--param", f"witness={w}")
+    ok(
+        "run",
+        f"{AGENTS}:witness",
+        "--run-id",
+        "crashed",
+        "--param",
+        "n=3",
+        "--param",
+        f"witness={w}",
+    )
 
     # Failed attempts (the run gives up on its retries); a run out of steps, its budget raised again.
     ok("run", "flaky", "--run-id", "flaky", code=3)
@@ -49,21 +73,51 @@ def test_every_payload_the_engine_logs_matches_its_kinds_type(engine: Engine, tm
 
     # A failing run retried after its cause is fixed; then forked, queued.
     fixed = tmp_path / "fixed"
-    ok("run", f"{AGENTS}:fixable", "--run-id", "fix", "--param", f"witness={w}", "--param", f"fixed_when={fixed}",
-       code=4)
+    ok(
+        "run",
+        f"{AGENTS}:fixable",
+        "--run-id",
+        "fix",
+        "--param",
+        f"witness={w}",
+        "--param",
+        f"fixed_when={fixed}",
+        code=4,
+    )
     fixed.touch()
     ok("retry", "fix")
     ok("fork", "fix", "--at-step", "2", "--run-id", "forked", "--no-start")
 
     # A wait answered by a signal.
-    ok("run", f"{AGENTS}:approval", "--run-id", "wait", "--param", f"witness={w}", "--exit-when-waiting", code=6)
+    ok(
+        "run",
+        f"{AGENTS}:approval",
+        "--run-id",
+        "wait",
+        "--param",
+        f"witness={w}",
+        "--exit-when-waiting",
+        code=6,
+    )
     ok("signal", "wait", "approve", "--data", json.dumps({"approved": True}), "--key", "k1")
     ok("run", f"{AGENTS}:approval", "--run-id", "wait", "--param", f"witness={w}")
 
     # A cancel asked of a live engine, and a stop (SIGTERM) that releases the lease.
     for run_id, how in (("cancelled", "cancel"), ("stopped", "sigterm")):
-        proc = engine.start("run", f"{AGENTS}:witness", "--run-id", run_id, "--db", db, "--param", "n=50",
-                            "--param", f"witness={w}", "--param", "pause=0.05")
+        proc = engine.start(
+            "run",
+            f"{AGENTS}:witness",
+            "--run-id",
+            run_id,
+            "--db",
+            db,
+            "--param",
+            "n=50",
+            "--param",
+            f"witness={w}",
+            "--param",
+            "pause=0.05",
+        )
         try:
             wait_for_commit(engine, run_id)
             if how == "cancel":
@@ -83,4 +137,6 @@ def test_every_payload_the_engine_logs_matches_its_kinds_type(engine: Engine, tm
     rows = engine.query("SELECT kind, data FROM event ORDER BY id")
     problems = [p for kind, data in rows if (p := payload_problem(kind, json.loads(data or "{}")))]
     assert problems == []
-    assert {kind for kind, _ in rows} == set(EventKind)  # every kind was exercised, so every type was checked
+    assert {kind for kind, _ in rows} == set(
+        EventKind
+    )  # every kind was exercised, so every type was checked

@@ -28,7 +28,9 @@ def test_runs_steps_effects_and_events_come_back_typed(db: Path) -> None:
         run = h.run("h1")
         assert (run.status, run.used_steps, run.incarnation) == ("succeeded", 2, 1)
         assert [(s.seq, s.name, s.kind, s.status) for s in h.steps("h1")] == [
-            (1, "one", "call", "committed"), (2, "write a.txt", "write_file", "committed")]
+            (1, "one", "call", "committed"),
+            (2, "write a.txt", "write_file", "committed"),
+        ]
         (effect,) = h.effects("h1")
         assert (effect.key, effect.status, effect.kind) == ("h1:2", "completed", "write_file")
         all_events = h.events("h1")

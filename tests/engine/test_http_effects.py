@@ -22,10 +22,9 @@ from typing import Any
 import httpx
 import pytest
 
-from fakes.openai_server import FakeOpenAI, fake_openai  # noqa: F401 (the fixture)
-
 import steplog
 import steplog.engine
+from fakes.openai_server import FakeOpenAI, fake_openai  # noqa: F401 (the fixture)
 from steplog.effects import EffectRejected, HttpClient
 from steplog.errors import TransientError, UsageError
 from steplog.interrupts import StopRequested
@@ -75,7 +74,9 @@ class CountingServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.02,), daemon=True
+        )
         self._thread.start()
 
     @property
@@ -148,7 +149,8 @@ def poster(run: steplog.Run, url: str = "", end: str = "success") -> int:
 
 @pytest.mark.parametrize("end", ["success", "failure", "stop"])
 def test_one_connection_carries_every_post_of_a_run_and_is_closed_when_the_run_ends(
-        db: Path, server: CountingServer, clients: list[tuple[HttpClient, RecordingTransport]], end: str) -> None:
+    db: Path, server: CountingServer, clients: list[tuple[HttpClient, RecordingTransport]], end: str
+) -> None:
     if end == "success":
         assert poster.run("r", db=db, url=server.url, end=end) == POSTS
     elif end == "failure":
@@ -160,19 +162,27 @@ def test_one_connection_carries_every_post_of_a_run_and_is_closed_when_the_run_e
     assert len(clients) == 1
     client, transport = clients[0]
     assert len(transport.requests) == POSTS
-    assert server.keys == [f"r:{seq}" for seq in range(1, POSTS + 1)]  # each exactly once, with its key
+    assert server.keys == [
+        f"r:{seq}" for seq in range(1, POSTS + 1)
+    ]  # each exactly once, with its key
     assert server.accepted == 1  # one TCP connection for all of them
-    assert client.closed and transport.closed == 1  # closed by the engine, not left to the collector
+    assert (
+        client.closed and transport.closed == 1
+    )  # closed by the engine, not left to the collector
     assert server.wait_closed(1) == 1
 
 
 @steplog.agent
 def asker(run: steplog.Run) -> list[str]:
-    return [run.chat([{"role": "user", "content": f"q{i}"}], name=f"ask {i}", max_tokens=8).text for i in range(3)]
+    return [
+        run.chat([{"role": "user", "content": f"q{i}"}], name=f"ask {i}", max_tokens=8).text
+        for i in range(3)
+    ]
 
 
 def test_the_model_adapter_keeps_one_client_for_the_run_and_closes_it_at_the_end(
-        db: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+    db: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
     made: list[OpenAICompatModel] = []
     closed: list[OpenAICompatModel] = []
     real_init, real_close = OpenAICompatModel.__init__, OpenAICompatModel.close
@@ -202,8 +212,13 @@ def test_a_run_that_never_posts_never_builds_a_client_nor_imports_httpx(tmp_path
         f"quiet.run('q', db={str(tmp_path / 'log.db')!r})\n"
         "print('httpx' in sys.modules)\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ENGINE), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ENGINE), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False"]
 
@@ -226,14 +241,26 @@ def test_the_default_timeout_applies_unless_a_call_gives_its_own() -> None:
     client, seen = mock(lambda r: httpx.Response(201, json={"id": 1}))
     assert client.post("http://far.test/m", {"a": 1}, "k1") == {"status": 201, "body": {"id": 1}}
     client.post("http://far.test/m", {"a": 2}, "k2", timeout=0.25)
-    assert seen[0].extensions["timeout"] == {"connect": 30.0, "read": 30.0, "write": 30.0, "pool": 30.0}
-    assert seen[1].extensions["timeout"] == {"connect": 0.25, "read": 0.25, "write": 0.25, "pool": 0.25}
+    assert seen[0].extensions["timeout"] == {
+        "connect": 30.0,
+        "read": 30.0,
+        "write": 30.0,
+        "pool": 30.0,
+    }
+    assert seen[1].extensions["timeout"] == {
+        "connect": 0.25,
+        "read": 0.25,
+        "write": 0.25,
+        "pool": 0.25,
+    }
     client.close()
 
 
 def test_the_step_key_is_sent_and_wins_over_a_callers_header() -> None:
     client, seen = mock(lambda r: httpx.Response(200, json={}))
-    client.post("http://far.test/m", {"a": 1}, "run:3", headers={"idempotency-key": "mine", "X-Trace": "t"})
+    client.post(
+        "http://far.test/m", {"a": 1}, "run:3", headers={"idempotency-key": "mine", "X-Trace": "t"}
+    )
     assert seen[0].headers.get_list("Idempotency-Key") == ["run:3"]
     assert seen[0].headers["X-Trace"] == "t"
     assert json.loads(seen[0].content) == {"a": 1}

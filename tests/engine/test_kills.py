@@ -33,7 +33,9 @@ def witness_rows(witness: Path) -> tuple[list[tuple[str, int]], int]:
 
 
 def files_of(workdir: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(workdir)): p.read_bytes() for p in sorted((workdir / "out").iterdir())}
+    return {
+        str(p.relative_to(workdir)): p.read_bytes() for p in sorted((workdir / "out").iterdir())
+    }
 
 
 def rows_of(workdir: Path) -> list[tuple[int, int]]:
@@ -45,12 +47,26 @@ def rows_of(workdir: Path) -> list[tuple[int, int]]:
 
 
 def run_args(engine: Engine, run_id: str, witness: Path, n: int, pause: float) -> list[str]:
-    return ["run", f"{AGENTS}:witness", "--run-id", run_id, "--db", str(engine.db),
-            "--param", f"n={n}", "--param", f"witness={witness}", "--param", f"pause={pause}"]
+    return [
+        "run",
+        f"{AGENTS}:witness",
+        "--run-id",
+        run_id,
+        "--db",
+        str(engine.db),
+        "--param",
+        f"n={n}",
+        "--param",
+        f"witness={witness}",
+        "--param",
+        f"pause={pause}",
+    ]
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[dict[str, bytes], list[tuple[int, int]], int]]:
+def reference(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[int, tuple[dict[str, bytes], list[tuple[int, int]], int]]:
     """Uninterrupted runs to compare with, by item count: files, merged rows, tokens used."""
     cache: dict[int, tuple[dict[str, bytes], list[tuple[int, int]], int]] = {}
 
@@ -69,7 +85,9 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[dict[
 
 
 @pytest.mark.backends("sqlite", "postgres")
-def test_a_storm_of_kills_loses_nothing_and_duplicates_nothing(engine: Engine, tmp_path: Path, reference) -> None:  # type: ignore[no-untyped-def]
+def test_a_storm_of_kills_loses_nothing_and_duplicates_nothing(
+    engine: Engine, tmp_path: Path, reference
+) -> None:  # type: ignore[no-untyped-def]
     """At least STORM_KILLS kills at random moments (start-up, inside steps, in the act→record
     window); should a run finish first, the storm goes on with a fresh run."""
     n = 400
@@ -92,9 +110,16 @@ def test_a_storm_of_kills_loses_nothing_and_duplicates_nothing(engine: Engine, t
         workdir = Path(status["workdir"])
         assert files_of(workdir) == ref_files  # byte for byte
         assert rows_of(workdir) == ref_rows
-        firsts = dict(engine.query("SELECT incarnation, min(ts) FROM event WHERE run_id = ? AND kind = 'step_committed'"
-                                   " GROUP BY incarnation", run_id))
-        for t in result.kill_times:  # kill -> first step committed by a later engine (reported only)
+        firsts = dict(
+            engine.query(
+                "SELECT incarnation, min(ts) FROM event WHERE run_id = ? AND kind = 'step_committed'"
+                " GROUP BY incarnation",
+                run_id,
+            )
+        )
+        for (
+            t
+        ) in result.kill_times:  # kill -> first step committed by a later engine (reported only)
             later = [ts for ts in firsts.values() if ts > t]
             if later:
                 latencies.append(min(later) - t)
@@ -102,22 +127,44 @@ def test_a_storm_of_kills_loses_nothing_and_duplicates_nothing(engine: Engine, t
             break
     assert total >= STORM_KILLS
     if latencies:
-        print(f"\nresume latency over {len(latencies)} kills: median {statistics.median(latencies) * 1000:.0f} ms,"
-              f" max {max(latencies) * 1000:.0f} ms")
+        print(
+            f"\nresume latency over {len(latencies)} kills: median {statistics.median(latencies) * 1000:.0f} ms,"
+            f" max {max(latencies) * 1000:.0f} ms"
+        )
 
 
 # Which crash points each step of a witness item passes, by its position in the item.
 KIND_POINTS = {
-    1: ("before_step_record", "after_step_record"),                                     # compute (call)
-    2: ("after_decision", "before_step_record", "after_step_record"),                   # think (chat)
-    3: ("after_effect_started", "after_effect_applied", "after_effect_completed", "before_step_record",
-        "after_step_record"),  # apply
-    4: ("after_effect_started", "after_effect_applied", "after_effect_completed", "before_step_record",
-        "after_step_record"),  # write
-    5: ("after_effect_started", "after_effect_applied", "after_effect_completed", "before_step_record",
-        "after_step_record"),  # merge
+    1: ("before_step_record", "after_step_record"),  # compute (call)
+    2: ("after_decision", "before_step_record", "after_step_record"),  # think (chat)
+    3: (
+        "after_effect_started",
+        "after_effect_applied",
+        "after_effect_completed",
+        "before_step_record",
+        "after_step_record",
+    ),  # apply
+    4: (
+        "after_effect_started",
+        "after_effect_applied",
+        "after_effect_completed",
+        "before_step_record",
+        "after_step_record",
+    ),  # write
+    5: (
+        "after_effect_started",
+        "after_effect_applied",
+        "after_effect_completed",
+        "before_step_record",
+        "after_step_record",
+    ),  # merge
 }
-CASES = [(point, item * 5 + pos) for item in (0, 3) for pos, points in KIND_POINTS.items() for point in points]
+CASES = [
+    (point, item * 5 + pos)
+    for item in (0, 3)
+    for pos, points in KIND_POINTS.items()
+    for point in points
+]
 
 
 def test_every_crash_point_is_covered() -> None:
@@ -126,16 +173,21 @@ def test_every_crash_point_is_covered() -> None:
 
 @pytest.mark.parametrize(("point", "seq"), CASES, ids=[f"{p}@{s}" for p, s in CASES])
 def test_a_crash_at_each_point_resumes_with_no_duplicate_and_nothing_missing(
-        engine: Engine, tmp_path: Path, reference, point: str, seq: int) -> None:  # type: ignore[no-untyped-def]
+    engine: Engine, tmp_path: Path, reference, point: str, seq: int
+) -> None:  # type: ignore[no-untyped-def]
     crash_and_resume(engine, tmp_path, reference, point, seq)
 
 
-PG_CASES = [(point, seq) for point, seq in CASES if seq <= 5]  # the first item: every kind of step, every point
+PG_CASES = [
+    (point, seq) for point, seq in CASES if seq <= 5
+]  # the first item: every kind of step, every point
 
 
 @pytest.mark.backends("postgres")
 @pytest.mark.parametrize(("point", "seq"), PG_CASES, ids=[f"{p}@{s}" for p, s in PG_CASES])
-def test_a_crash_at_each_point_on_postgres(engine: Engine, tmp_path: Path, reference, point: str, seq: int) -> None:  # type: ignore[no-untyped-def]
+def test_a_crash_at_each_point_on_postgres(
+    engine: Engine, tmp_path: Path, reference, point: str, seq: int
+) -> None:  # type: ignore[no-untyped-def]
     crash_and_resume(engine, tmp_path, reference, point, seq)
 
 

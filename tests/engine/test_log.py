@@ -54,8 +54,12 @@ def test_the_event_table_is_append_only(db: Path) -> None:
     conn.close()
 
 
-@pytest.mark.parametrize("content", [b"hello, this is not a database" * 10, b"SQLite format 3\x00" + b"\x00" * 20])
-def test_non_sqlite_or_truncated_files_are_refused_untouched(tmp_path: Path, content: bytes) -> None:
+@pytest.mark.parametrize(
+    "content", [b"hello, this is not a database" * 10, b"SQLite format 3\x00" + b"\x00" * 20]
+)
+def test_non_sqlite_or_truncated_files_are_refused_untouched(
+    tmp_path: Path, content: bytes
+) -> None:
     path = tmp_path / "x.db"
     path.write_bytes(content)
     before = digest(path)
@@ -150,14 +154,14 @@ def test_sqlmodel_tables_mirror_the_migrated_schema(db: Path) -> None:
         conn.close()
 
 
-def test_a_new_log_has_1k_pages_and_an_older_4k_log_keeps_working_with_its_own(tmp_path: Path) -> None:
+def test_a_new_log_has_1k_pages_and_an_older_4k_log_keeps_working_with_its_own(
+    tmp_path: Path,
+) -> None:
     """Small pages make each commit's WAL frames small (a step changes about six pages per
     commit); logs made before that have SQLite's 4 KiB pages, which cannot change under WAL."""
-    from steplog.db import PAGE_SIZE
-    from steplog.schema import split_statements
-    from steplog.schema import MIGRATIONS
-
     import steplog
+    from steplog.db import PAGE_SIZE
+    from steplog.schema import MIGRATIONS, split_statements
 
     @steplog.agent
     def three(run: steplog.Run) -> int:
@@ -166,12 +170,16 @@ def test_a_new_log_has_1k_pages_and_an_older_4k_log_keeps_working_with_its_own(t
     new = open_log(tmp_path / "new.db")
     try:
         assert new.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE == 1024
-        assert new.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 4000  # 4 MB of WAL, as 1,000 4 KiB pages
+        assert (
+            new.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 4000
+        )  # 4 MB of WAL, as 1,000 4 KiB pages
     finally:
         new.close()
 
     old_path = tmp_path / "old.db"
-    old = sqlite3.connect(old_path, isolation_level=None)  # as steplog made logs before: 4 KiB pages
+    old = sqlite3.connect(
+        old_path, isolation_level=None
+    )  # as steplog made logs before: 4 KiB pages
     old.execute("PRAGMA page_size = 4096")
     old.execute("PRAGMA journal_mode = WAL")
     for migration in MIGRATIONS:

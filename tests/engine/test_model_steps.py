@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from conftest import AGENTS, Engine
 from fakes.openai_server import FakeOpenAI
 from steplog.crashpoints import CRASH_EXIT_CODE
@@ -11,8 +10,20 @@ KEY_ENV = {"OPENAI_API_KEY": "sk-test-0000000000000000000000"}
 
 
 def chatty(engine: Engine, fake: FakeOpenAI, run_id: str, n: int) -> list[str]:
-    return ["run", f"{AGENTS}:chatty", "--run-id", run_id, "--db", str(engine.db), "--param", f"n={n}",
-            "--model", "gpt-4o-mini", "--base-url", fake.base_url]
+    return [
+        "run",
+        f"{AGENTS}:chatty",
+        "--run-id",
+        run_id,
+        "--db",
+        str(engine.db),
+        "--param",
+        f"n={n}",
+        "--model",
+        "gpt-4o-mini",
+        "--base-url",
+        fake.base_url,
+    ]
 
 
 def test_real_usage_is_recorded_and_charged(engine: Engine) -> None:
@@ -20,7 +31,9 @@ def test_real_usage_is_recorded_and_charged(engine: Engine) -> None:
         done = engine.run(*chatty(engine, fake, "u", 3), env=KEY_ENV)
         assert done.returncode == 0, done.stderr
         assert fake.call_count == 3
-    steps = engine.query("SELECT tokens_in, tokens_out, tokens_estimated, cost_usd FROM step ORDER BY seq")
+    steps = engine.query(
+        "SELECT tokens_in, tokens_out, tokens_estimated, cost_usd FROM step ORDER BY seq"
+    )
     assert all(tin > 0 and tout > 0 and est == 0 and cost > 0 for tin, tout, est, cost in steps)
     status = engine.status("u")
     assert status["budget"]["tokens"]["used"] == sum(tin + tout for tin, tout, _e, _c in steps)
@@ -54,6 +67,9 @@ def test_a_committed_decision_is_never_asked_for_again(engine: Engine) -> None:
 def test_a_missing_api_key_fails_with_what_to_do(engine: Engine) -> None:
     with FakeOpenAI() as fake:
         fake.script("401")
-        done = engine.run(*chatty(engine, fake, "nokey", 1), env={"OPENAI_API_KEY": "sk-wrong-0000000000000000000"})
+        done = engine.run(
+            *chatty(engine, fake, "nokey", 1),
+            env={"OPENAI_API_KEY": "sk-wrong-0000000000000000000"},
+        )
     assert done.returncode == 4
     assert "OPENAI_API_KEY" in done.stdout and "sk-wrong" not in done.stdout

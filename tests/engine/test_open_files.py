@@ -19,9 +19,13 @@ def events(conn: sqlite3.Connection) -> set[str]:
     return {r for (r,) in conn.execute("SELECT DISTINCT run_id FROM event")}
 
 
-def test_a_long_lived_reader_sees_every_new_run_while_the_process_reopens_the_log(engine: Engine) -> None:
+def test_a_long_lived_reader_sees_every_new_run_while_the_process_reopens_the_log(
+    engine: Engine,
+) -> None:
     def run(run_id: str) -> None:
-        done = engine.run("run", f"{AGENTS}:noop", "--run-id", run_id, "--db", str(engine.db), "--param", "n=3")
+        done = engine.run(
+            "run", f"{AGENTS}:noop", "--run-id", run_id, "--db", str(engine.db), "--param", "n=3"
+        )
         assert done.returncode == 0, done.stderr
 
     run("first")
@@ -44,8 +48,12 @@ def test_a_long_lived_reader_sees_every_new_run_while_the_process_reopens_the_lo
     assert not openfiles.held(engine.db)  # every connection made through steplog.db was counted out
 
 
-def test_a_file_held_open_is_inspected_through_sqlite_not_read_as_bytes(engine: Engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    done = engine.run("run", f"{AGENTS}:noop", "--run-id", "r", "--db", str(engine.db), "--param", "n=1")
+def test_a_file_held_open_is_inspected_through_sqlite_not_read_as_bytes(
+    engine: Engine, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    done = engine.run(
+        "run", f"{AGENTS}:noop", "--run-id", "r", "--db", str(engine.db), "--param", "n=1"
+    )
     assert done.returncode == 0, done.stderr
     reader = open_readonly(engine.db)
     opened: list[str] = []

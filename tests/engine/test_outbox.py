@@ -77,7 +77,9 @@ def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
 # -- idempotency ---------------------------------------------------------------------------
 
 
-def test_first_delivery_is_201_and_the_same_key_replays_200_without_delivering_again(client: httpx.Client) -> None:
+def test_first_delivery_is_201_and_the_same_key_replays_200_without_delivering_again(
+    client: httpx.Client,
+) -> None:
     first = post(client, {"ticket_id": "T-1", "text": "hello"})
     again = post(client, {"ticket_id": "T-1", "text": "hello"})
 
@@ -88,18 +90,25 @@ def test_first_delivery_is_201_and_the_same_key_replays_200_without_delivering_a
     assert again.headers["Idempotent-Replayed"] == "true"
     ledger = client.get("/messages").json()
     assert [d["body"] for d in ledger["deliveries"]] == [{"ticket_id": "T-1", "text": "hello"}]
-    assert [(a["status"], a["outcome"]) for a in ledger["attempts"]] == [(201, "delivered"), (200, "replayed")]
+    assert [(a["status"], a["outcome"]) for a in ledger["attempts"]] == [
+        (201, "delivered"),
+        (200, "replayed"),
+    ]
 
 
 def test_the_same_body_in_another_key_order_or_spacing_is_a_replay(client: httpx.Client) -> None:
     assert post(client, {"a": 1, "b": [1, 2]}).status_code == 201
     response = client.post(
-        "/messages", content=b'{ "b" : [1, 2], "a": 1 }', headers={"Idempotency-Key": "key-1", "Content-Type": "application/json"}
+        "/messages",
+        content=b'{ "b" : [1, 2], "a": 1 }',
+        headers={"Idempotency-Key": "key-1", "Content-Type": "application/json"},
     )
     assert response.status_code == 200
 
 
-def test_the_same_key_with_a_different_body_is_422_and_delivers_nothing(client: httpx.Client) -> None:
+def test_the_same_key_with_a_different_body_is_422_and_delivers_nothing(
+    client: httpx.Client,
+) -> None:
     post(client, {"text": "first"})
 
     response = post(client, {"text": "second"})
@@ -116,10 +125,14 @@ def test_a_request_without_an_idempotency_key_is_400_and_recorded(client: httpx.
     assert "Idempotency-Key" in response.json()["error"]["message"]
     ledger = client.get("/messages").json()
     assert ledger["deliveries"] == []
-    assert [(a["key"], a["status"], a["outcome"]) for a in ledger["attempts"]] == [(None, 400, "rejected")]
+    assert [(a["key"], a["status"], a["outcome"]) for a in ledger["attempts"]] == [
+        (None, 400, "rejected")
+    ]
 
 
-@pytest.mark.parametrize("raw", [b"not json", b"[1, 2]", b'"text"', b"", b'{"x": NaN}', b"\xff\xfe{"])
+@pytest.mark.parametrize(
+    "raw", [b"not json", b"[1, 2]", b'"text"', b"", b'{"x": NaN}', b"\xff\xfe{"]
+)
 def test_a_body_that_is_not_a_json_object_is_400(client: httpx.Client, raw: bytes) -> None:
     response = client.post("/messages", content=raw, headers={"Idempotency-Key": "k"})
 
@@ -128,7 +141,10 @@ def test_a_body_that_is_not_a_json_object_is_400(client: httpx.Client, raw: byte
     assert client.get("/messages").json()["attempts"][-1]["outcome"] == "rejected"
 
 
-@pytest.mark.parametrize(("method", "path"), [("GET", "/"), ("GET", "/nope"), ("POST", "/message"), ("DELETE", "/messages")])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/"), ("GET", "/nope"), ("POST", "/message"), ("DELETE", "/messages")],
+)
 def test_anything_else_is_a_json_404(client: httpx.Client, method: str, path: str) -> None:
     response = client.request(method, path)
 
@@ -176,8 +192,10 @@ CLIENTS = 200
 
 def raw_post(port: int, body: bytes, key: str, start: threading.Barrier) -> int | str:
     """One POST on its own socket, sent when every client is ready: the status, or the error."""
-    request = (f"POST /messages HTTP/1.0\r\nHost: 127.0.0.1\r\nIdempotency-Key: {key}\r\n"
-               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+    request = (
+        f"POST /messages HTTP/1.0\r\nHost: 127.0.0.1\r\nIdempotency-Key: {key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
             start.wait(timeout=60)
@@ -190,7 +208,9 @@ def raw_post(port: int, body: bytes, key: str, start: threading.Barrier) -> int 
         return type(exc).__name__
 
 
-def test_200_simultaneous_identical_posts_are_all_answered_and_delivered_once(outbox: OutboxProcess) -> None:
+def test_200_simultaneous_identical_posts_are_all_answered_and_delivered_once(
+    outbox: OutboxProcess,
+) -> None:
     """Every one of 200 clients connecting and posting at the same moment gets an answer (with
     the stdlib's listen backlog of 5, 56-104 of them were reset or never answered), and the
     message is delivered once."""
@@ -210,14 +230,18 @@ def test_200_simultaneous_identical_posts_are_all_answered_and_delivered_once(ou
         t.join(timeout=120)
 
     failures = [r for r in results if isinstance(r, str)]
-    assert len(results) == CLIENTS and failures == [], f"{len(failures)} of {CLIENTS} failed: {sorted(set(failures))}"
+    assert len(results) == CLIENTS and failures == [], (
+        f"{len(failures)} of {CLIENTS} failed: {sorted(set(failures))}"
+    )
     assert results.count(201) == 1 and set(results) <= {201, 200, 409}
     assert [d.key for d in outbox.ledger().deliveries] == ["same"]
 
 
 @pytest.mark.parametrize("depth", [10_000, 100_000])
 @pytest.mark.parametrize("shape", ["[{}]", '{{"a": {}}}'])
-def test_a_body_nested_too_deeply_is_400_not_a_crash(client: httpx.Client, depth: int, shape: str) -> None:
+def test_a_body_nested_too_deeply_is_400_not_a_crash(
+    client: httpx.Client, depth: int, shape: str
+) -> None:
     """A JSON body nested past what the outbox parses is bad input (400), like any body it
     cannot read, and the outbox keeps serving."""
     opening, closing = shape.split("{}")
@@ -232,7 +256,8 @@ def test_a_body_nested_too_deeply_is_400_not_a_crash(client: httpx.Client, depth
 
 
 def test_a_body_nested_deeper_than_the_limit_but_parseable_is_refused_so_the_listing_stays_readable(
-        client: httpx.Client) -> None:
+    client: httpx.Client,
+) -> None:
     """A body the parser could still read but nested past ``MAX_DEPTH`` is refused too: stored, it
     would make ``GET /messages`` fail for everyone."""
     from steplog.outbox.server import MAX_DEPTH
@@ -248,7 +273,9 @@ def test_a_body_nested_deeper_than_the_limit_but_parseable_is_refused_so_the_lis
     assert client.get("/messages").status_code == 200
 
 
-def test_a_second_request_while_the_first_is_in_flight_gets_409(launch: StartOutbox, outbox_db: Path) -> None:
+def test_a_second_request_while_the_first_is_in_flight_gets_409(
+    launch: StartOutbox, outbox_db: Path
+) -> None:
     outbox = launch(delay=1.0)
     first: list[httpx.Response] = []
     sender = threading.Thread(target=lambda: first.append(post_to(outbox.url, {"n": 1})))
@@ -262,13 +289,18 @@ def test_a_second_request_while_the_first_is_in_flight_gets_409(launch: StartOut
     assert second.status_code == 409
     assert second.json()["error"]["code"] == "idempotency_key_in_use"
     assert first[0].status_code == 201
-    assert [(a.status, a.outcome) for a in outbox.ledger().attempts] == [(409, "in_flight"), (201, "delivered")]
+    assert [(a.status, a.outcome) for a in outbox.ledger().attempts] == [
+        (409, "in_flight"),
+        (201, "delivered"),
+    ]
 
 
 # -- durability ----------------------------------------------------------------------------
 
 
-def test_a_restart_on_the_same_file_keeps_everything_and_still_deduplicates(launch: StartOutbox) -> None:
+def test_a_restart_on_the_same_file_keeps_everything_and_still_deduplicates(
+    launch: StartOutbox,
+) -> None:
     before = launch()
     with httpx.Client(base_url=before.url) as c:
         original = post(c, {"ticket_id": "T-1"}).json()["id"]
@@ -286,9 +318,13 @@ def test_a_restart_on_the_same_file_keeps_everything_and_still_deduplicates(laun
     assert ledger_after.attempts[-1].outcome == "replayed"
 
 
-def test_a_key_left_in_flight_by_a_killed_outbox_is_delivered_once_after_restart(launch: StartOutbox, outbox_db: Path) -> None:
+def test_a_key_left_in_flight_by_a_killed_outbox_is_delivered_once_after_restart(
+    launch: StartOutbox, outbox_db: Path
+) -> None:
     doomed = launch(delay=30)
-    threading.Thread(target=lambda: _swallow(lambda: post_to(doomed.url, {"n": 1})), daemon=True).start()
+    threading.Thread(
+        target=lambda: _swallow(lambda: post_to(doomed.url, {"n": 1})), daemon=True
+    ).start()
     with OutboxStore(outbox_db, readonly=True) as store:
         wait_until(lambda: store.in_flight() == ["key-1"])
     os.kill(doomed.pid, signal.SIGKILL)
@@ -313,7 +349,9 @@ def test_the_data_file_is_private(outbox: OutboxProcess, outbox_db: Path) -> Non
     assert stat.S_IMODE(outbox_db.stat().st_mode) == 0o600
 
 
-def test_the_ledger_read_from_the_file_equals_the_one_served_over_http(outbox: OutboxProcess, client: httpx.Client, outbox_db: Path) -> None:
+def test_the_ledger_read_from_the_file_equals_the_one_served_over_http(
+    outbox: OutboxProcess, client: httpx.Client, outbox_db: Path
+) -> None:
     post(client, {"n": 1}, key="a")
     post(client, {"n": 1}, key="a")
     post(client, {"n": 2}, key=None)
@@ -341,18 +379,31 @@ def test_a_busy_port_exits_2_with_a_one_line_error(tmp_path: Path) -> None:
         busy.listen()
         port = busy.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "steplog.outbox", "--port", str(port), "--db", str(tmp_path / "outbox.db")],
+            [
+                sys.executable,
+                "-m",
+                "steplog.outbox",
+                "--port",
+                str(port),
+                "--db",
+                str(tmp_path / "outbox.db"),
+            ],
             capture_output=True,
             text=True,
             timeout=30,
         )
 
     assert result.returncode == 2
-    assert result.stderr == f"steplog: port {port} on 127.0.0.1 is in use; pick another --port or use --port 0\n"
+    assert (
+        result.stderr
+        == f"steplog: port {port} on 127.0.0.1 is in use; pick another --port or use --port 0\n"
+    )
     assert not (tmp_path / "outbox.db").exists()
 
 
-def test_the_port_file_appears_whole_by_an_atomic_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_port_file_appears_whole_by_an_atomic_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = tmp_path / "port"
     target.write_text("stale")
     renames: list[tuple[Path, str]] = []
@@ -373,7 +424,9 @@ def test_the_port_file_appears_whole_by_an_atomic_rename(tmp_path: Path, monkeyp
     assert os.listdir(tmp_path) == ["port"]
 
 
-def test_a_started_outbox_is_in_its_own_session_and_stops_cleanly_on_sigterm(outbox: OutboxProcess) -> None:
+def test_a_started_outbox_is_in_its_own_session_and_stops_cleanly_on_sigterm(
+    outbox: OutboxProcess,
+) -> None:
     assert os.getsid(outbox.pid) == outbox.pid != os.getsid(0)
     assert outbox.url == f"http://127.0.0.1:{outbox.port}"
 
@@ -391,7 +444,10 @@ def test_without_db_the_data_file_goes_to_a_private_user_data_directory(tmp_path
     port_file = tmp_path / "port"
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "HOME": str(tmp_path)}
     child = subprocess.Popen(
-        [sys.executable, "-m", "steplog.outbox", "--port-file", str(port_file)], cwd=tmp_path, env=env, stderr=subprocess.PIPE
+        [sys.executable, "-m", "steplog.outbox", "--port-file", str(port_file)],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
     )
     try:
         wait_until(port_file.exists)
@@ -409,7 +465,9 @@ def test_without_db_the_data_file_goes_to_a_private_user_data_directory(tmp_path
 # -- finding duplicates --------------------------------------------------------------------
 
 
-def test_duplicates_finds_one_body_delivered_under_two_keys(client: httpx.Client, outbox: OutboxProcess) -> None:
+def test_duplicates_finds_one_body_delivered_under_two_keys(
+    client: httpx.Client, outbox: OutboxProcess
+) -> None:
     post(client, {"ticket_id": "T-1", "text": "a"}, key="random-1")
     post(client, {"ticket_id": "T-2", "text": "b"}, key="random-2")
     post(client, {"text": "a", "ticket_id": "T-1"}, key="random-3")  # the same message, a new key
@@ -417,7 +475,9 @@ def test_duplicates_finds_one_body_delivered_under_two_keys(client: httpx.Client
 
     groups = fetch_ledger(outbox.url).duplicates()
 
-    assert [[(d.id, d.key) for d in group] for group in groups] == [[(1, "random-1"), (3, "random-3")]]
+    assert [[(d.id, d.key) for d in group] for group in groups] == [
+        [(1, "random-1"), (3, "random-3")]
+    ]
 
 
 def test_a_ledger_with_distinct_bodies_has_no_duplicates() -> None:

@@ -31,8 +31,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from steplog.outbox import OutboxProcess, start_outbox
 
 EXAMPLES = int(os.environ.get("STEPLOG_FUZZ_EXAMPLES", "150"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +52,9 @@ class Answer:
         lines = head.decode("latin-1").split("\r\n")
         self.status_line = lines[0]
         self.status = int(lines[0].split()[1]) if lines[0].startswith("HTTP/") else 0
-        self.headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        self.headers = {
+            k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])
+        }
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -67,7 +73,9 @@ def exchange(outbox: OutboxProcess, request: bytes) -> Answer:
 
 
 def http_request(method: str, path: str, headers: list[tuple[str, str]], body: bytes) -> bytes:
-    head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
+    head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n" + "".join(
+        f"{k}: {v}\r\n" for k, v in headers
+    )
     return head.encode("latin-1") + b"\r\n" + body
 
 
@@ -81,7 +89,10 @@ def post(outbox: OutboxProcess, key: str | None, body: bytes) -> Answer:
 def assert_answered_in_json(answer: Answer) -> None:
     assert answer.status != 0, f"no HTTP answer: {answer.status_line!r}"
     assert answer.status < 500, (answer.status_line, answer.body[:300])
-    assert answer.headers.get("content-type") == "application/json", (answer.status_line, answer.headers)
+    assert answer.headers.get("content-type") == "application/json", (
+        answer.status_line,
+        answer.headers,
+    )
     payload = answer.json()
     assert isinstance(payload, dict)
     if answer.status >= 400:
@@ -100,43 +111,105 @@ def assert_alive_and_listing(outbox: OutboxProcess) -> dict[str, Any]:
 # -- what a hostile or broken client sends -----------------------------------------------------
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=12,
 )
-almost_json = st.sampled_from([
-    b'{"x": 1e999}', b'{"x": -1e999}', b'{"x": "\\ud800"}', b'{"x": "\\udfff\\ud800"}', b'{"x": NaN}',
-    b'{"x": Infinity}', b'{"x": 1' + b"0" * 5000 + b"}", b'{"a": 1, "a": 2}', b"\xef\xbb\xbf{}",
-    b'{"x": "\x00"}', b"[" * 200 + b"]" * 200, b'{"x":' * 150 + b"1" + b"}" * 150, b"{", b"",
-    b'{"x": 1}{"y": 2}', b'{"\xff": 1}', b"null", b"1", b'"s"',
-])
+almost_json = st.sampled_from(
+    [
+        b'{"x": 1e999}',
+        b'{"x": -1e999}',
+        b'{"x": "\\ud800"}',
+        b'{"x": "\\udfff\\ud800"}',
+        b'{"x": NaN}',
+        b'{"x": Infinity}',
+        b'{"x": 1' + b"0" * 5000 + b"}",
+        b'{"a": 1, "a": 2}',
+        b"\xef\xbb\xbf{}",
+        b'{"x": "\x00"}',
+        b"[" * 200 + b"]" * 200,
+        b'{"x":' * 150 + b"1" + b"}" * 150,
+        b"{",
+        b"",
+        b'{"x": 1}{"y": 2}',
+        b'{"\xff": 1}',
+        b"null",
+        b"1",
+        b'"s"',
+    ]
+)
 bodies = st.one_of(
     json_values.map(lambda v: json.dumps(v).encode()),
-    st.dictionaries(st.text(max_size=8), json_values, max_size=4).map(lambda v: json.dumps(v, ensure_ascii=False).encode()),
+    st.dictionaries(st.text(max_size=8), json_values, max_size=4).map(
+        lambda v: json.dumps(v, ensure_ascii=False).encode()
+    ),
     almost_json,
     st.binary(max_size=64),
 )
 keys = st.one_of(
-    st.none(), st.just(""), st.just(" "), st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0xFF), min_size=1, max_size=40),
-    st.just("k" * 256), st.just("k" * 255),
+    st.none(),
+    st.just(""),
+    st.just(" "),
+    st.text(
+        alphabet=st.characters(min_codepoint=0x21, max_codepoint=0xFF), min_size=1, max_size=40
+    ),
+    st.just("k" * 256),
+    st.just("k" * 255),
 )
-methods = st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE", "BREW", "post"])
+methods = st.sampled_from(
+    ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE", "BREW", "post"]
+)
 paths = st.one_of(
-    st.sampled_from(["/messages", "/messages/", "/messages?x=1", "/health", "/", "//messages", "/messages#f",
-                     "*", "http://127.0.0.1/messages", "/" + "a" * 70_000]),
-    st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=30).map(lambda p: "/" + p),
+    st.sampled_from(
+        [
+            "/messages",
+            "/messages/",
+            "/messages?x=1",
+            "/health",
+            "/",
+            "//messages",
+            "/messages#f",
+            "*",
+            "http://127.0.0.1/messages",
+            "/" + "a" * 70_000,
+        ]
+    ),
+    st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=30).map(
+        lambda p: "/" + p
+    ),
 )
-lengths = st.one_of(st.just("exact"), st.just(None), st.sampled_from(["-1", "abc", "0", "1e3", "99999999999", " 3", "+5"]),
-                    st.integers(min_value=0, max_value=200).map(str))
-extra_headers = st.lists(st.tuples(st.sampled_from(["X-A", "Idempotency-Key", "Content-Type", "Transfer-Encoding", "Expect"]),
-                                   st.sampled_from(["1", "", "chunked", "100-continue", "text/plain", "é"])), max_size=3)
+lengths = st.one_of(
+    st.just("exact"),
+    st.just(None),
+    st.sampled_from(["-1", "abc", "0", "1e3", "99999999999", " 3", "+5"]),
+    st.integers(min_value=0, max_value=200).map(str),
+)
+extra_headers = st.lists(
+    st.tuples(
+        st.sampled_from(["X-A", "Idempotency-Key", "Content-Type", "Transfer-Encoding", "Expect"]),
+        st.sampled_from(["1", "", "chunked", "100-continue", "text/plain", "é"]),
+    ),
+    max_size=3,
+)
 
 
 @FUZZ
 @given(method=methods, path=paths, key=keys, length=lengths, body=bodies, extra=extra_headers)
 def test_any_request_gets_a_json_answer_below_500_and_the_outbox_lives_on(
-        outbox: OutboxProcess, method: str, path: str, key: str | None, length: str | None, body: bytes,
-        extra: list[tuple[str, str]]) -> None:
+    outbox: OutboxProcess,
+    method: str,
+    path: str,
+    key: str | None,
+    length: str | None,
+    body: bytes,
+    extra: list[tuple[str, str]],
+) -> None:
     headers = list(extra)
     if key is not None:
         headers.append(("Idempotency-Key", key))
@@ -153,7 +226,9 @@ def test_any_request_gets_a_json_answer_below_500_and_the_outbox_lives_on(
 
 @FUZZ
 @given(body=bodies)
-def test_a_posted_body_is_delivered_as_it_was_sent_or_refused_with_400(outbox: OutboxProcess, body: bytes) -> None:
+def test_a_posted_body_is_delivered_as_it_was_sent_or_refused_with_400(
+    outbox: OutboxProcess, body: bytes
+) -> None:
     key = f"fuzz-{uuid.uuid4()}"
     answer = post(outbox, key, body)
     assert_answered_in_json(answer)
@@ -178,8 +253,11 @@ class IdempotencyModel(RuleBasedStateMachine):
         self.prefix = f"model-{uuid.uuid4()}-"
         self.first: dict[str, tuple[str, int]] = {}  # key -> (canonical body, delivery id)
 
-    @rule(key=st.sampled_from("abc"), body=st.sampled_from([{"n": 1}, {"n": 2}, {"n": 1, "m": [1, 2]}]),
-          spacing=st.booleans())
+    @rule(
+        key=st.sampled_from("abc"),
+        body=st.sampled_from([{"n": 1}, {"n": 2}, {"n": 1, "m": [1, 2]}]),
+        spacing=st.booleans(),
+    )
     def post_a_message(self, key: str, body: dict[str, Any], spacing: bool) -> None:
         raw = json.dumps(body, indent=2 if spacing else None).encode()
         answer = post(self.outbox, self.prefix + key, raw)
@@ -214,16 +292,25 @@ class IdempotencyModel(RuleBasedStateMachine):
 def test_keys_and_bodies_in_any_order_behave_like_a_dict(outbox: OutboxProcess) -> None:
     IdempotencyModel.outbox = outbox
     machine = IdempotencyModel.TestCase
-    machine.settings = settings(max_examples=max(10, EXAMPLES // 5), stateful_step_count=12, deadline=None,
-                                derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+    machine.settings = settings(
+        max_examples=max(10, EXAMPLES // 5),
+        stateful_step_count=12,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
     machine().runTest()
 
 
-def test_the_regressions_the_fuzzing_found_stay_fixed(outbox: OutboxProcess, tmp_path: Path) -> None:
+def test_the_regressions_the_fuzzing_found_stay_fixed(
+    outbox: OutboxProcess, tmp_path: Path
+) -> None:
     """Each was a 500, a dropped connection or an HTML answer before."""
     for body in (b'{"x": 1e999}', b'{"x": "\\ud800"}'):
         answer = post(outbox, f"regression-{uuid.uuid4()}", body)
-        assert answer.status == 400 and answer.json()["error"]["code"] == "invalid_body", answer.body
+        assert answer.status == 400 and answer.json()["error"]["code"] == "invalid_body", (
+            answer.body
+        )
     for method in ("OPTIONS", "BREW", "post"):
         answer = exchange(outbox, http_request(method, "/messages", [], b""))
         assert_answered_in_json(answer)

@@ -31,11 +31,15 @@ INSERT_EVENT = "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (
 
 def writer(db: PgUrl) -> Any:
     conn = open_log(db)
-    conn.execute("SET lock_timeout = '5s'")  # a wait that should not happen fails the test instead of hanging it
+    conn.execute(
+        "SET lock_timeout = '5s'"
+    )  # a wait that should not happen fails the test instead of hanging it
     return conn
 
 
-def test_writers_of_two_runs_commit_side_by_side_and_a_reader_waits_for_the_lower_id(db: PgUrl) -> None:
+def test_writers_of_two_runs_commit_side_by_side_and_a_reader_waits_for_the_lower_id(
+    db: PgUrl,
+) -> None:
     a, b = writer(db), writer(db)
     reader = open_readonly(db)
     tail = EventTail()
@@ -92,7 +96,9 @@ def test_transactions_that_are_not_one_runs_still_take_turns(db: PgUrl) -> None:
         b.close()
 
 
-def test_a_claim_skips_a_run_whose_row_another_transaction_holds_instead_of_waiting(db: PgUrl) -> None:
+def test_a_claim_skips_a_run_whose_row_another_transaction_holds_instead_of_waiting(
+    db: PgUrl,
+) -> None:
     from steplog.agent import resolve
     from steplog.queue import claim_next_run, submit
 
@@ -102,7 +108,9 @@ def test_a_claim_skips_a_run_whose_row_another_transaction_holds_instead_of_wait
     holder, claimer = writer(db), writer(db)
     try:
         holder.execute(RUN_WRITE)
-        holder.execute("SELECT id FROM run WHERE id = 'first' FOR UPDATE")  # another worker mid-claim
+        holder.execute(
+            "SELECT id FROM run WHERE id = 'first' FOR UPDATE"
+        )  # another worker mid-claim
         job = claim_next_run(claimer)
         assert job is not None and job.run_id == "second"
         holder.execute("ROLLBACK")
@@ -119,8 +127,10 @@ def test_an_engine_waits_for_a_takeover_holding_its_row_and_is_then_fenced(db: P
     from steplog.journal import Journal, Usage
 
     conn = writer(db)
-    conn.execute("INSERT INTO run (id, agent, params, workdir, created_at, updated_at, status, incarnation)"
-                  " VALUES ('r', 'a', '{}', '/tmp', 1, 1, 'running', 1)")
+    conn.execute(
+        "INSERT INTO run (id, agent, params, workdir, created_at, updated_at, status, incarnation)"
+        " VALUES ('r', 'a', '{}', '/tmp', 1, 1, 'running', 1)"
+    )
     journal = Journal(writer(db), "r", 1, Usage(), lease_seconds=30)
     takeover = writer(db)
     try:
@@ -131,7 +141,9 @@ def test_an_engine_waits_for_a_takeover_holding_its_row_and_is_then_fenced(db: P
         def commit_later() -> None:
             time.sleep(0.3)
             takeover.execute("UPDATE run SET incarnation = 2 WHERE id = 'r'")
-            committed_at.append(time.monotonic())  # just before: the server may wake the engine first
+            committed_at.append(
+                time.monotonic()
+            )  # just before: the server may wake the engine first
             takeover.execute("COMMIT")
 
         thread = threading.Thread(target=commit_later)
@@ -148,12 +160,33 @@ def test_an_engine_waits_for_a_takeover_holding_its_row_and_is_then_fenced(db: P
             c.close()
 
 
-def test_a_tail_through_three_engines_writing_at_once_sees_every_event_once_in_id_order(db: PgUrl,
-                                                                                        tmp_path: Path) -> None:
+def test_a_tail_through_three_engines_writing_at_once_sees_every_event_once_in_id_order(
+    db: PgUrl, tmp_path: Path
+) -> None:
     open_log(db).close()
-    engines = [subprocess.Popen([sys.executable, "-m", "steplog", "run", f"{AGENTS}:noop", "--param", "n=150",
-                                 "--run-id", f"r{i}", "--db", str(db), "--workdir", str(tmp_path / f"w{i}")],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
+    engines = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "steplog",
+                "run",
+                f"{AGENTS}:noop",
+                "--param",
+                "n=150",
+                "--run-id",
+                f"r{i}",
+                "--db",
+                str(db),
+                "--workdir",
+                str(tmp_path / f"w{i}"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(3)
+    ]
     reader = open_readonly(db)
     tail = EventTail()
     seen: list[int] = []
@@ -165,8 +198,10 @@ def test_a_tail_through_three_engines_writing_at_once_sees_every_event_once_in_i
         seen += [e.id for e in tail.read(reader)]
         every = [r[0] for r in reader.execute("SELECT id FROM event ORDER BY id").fetchall()]
         assert seen == every
-        per_run = reader.execute("SELECT run_id, count(*) FROM event WHERE kind = 'step_committed' GROUP BY run_id"
-                                 " ORDER BY run_id").fetchall()
+        per_run = reader.execute(
+            "SELECT run_id, count(*) FROM event WHERE kind = 'step_committed' GROUP BY run_id"
+            " ORDER BY run_id"
+        ).fetchall()
         assert [tuple(r) for r in per_run] == [("r0", 150), ("r1", 150), ("r2", 150)]
     finally:
         reader.close()
@@ -180,26 +215,56 @@ def test_export_reads_a_run_on_postgresql_as_on_sqlite(db: PgUrl, tmp_path: Path
     import json
 
     def export(log: str) -> list[dict[str, Any]]:
-        run = subprocess.run([sys.executable, "-m", "steplog", "run", f"{AGENTS}:noop", "--param", "n=3",
-                              "--run-id", "x", "--db", log, "--workdir", str(tmp_path / "w")], capture_output=True, text=True)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "steplog",
+                "run",
+                f"{AGENTS}:noop",
+                "--param",
+                "n=3",
+                "--run-id",
+                "x",
+                "--db",
+                log,
+                "--workdir",
+                str(tmp_path / "w"),
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert run.returncode == 0, run.stderr
-        done = subprocess.run([sys.executable, "-m", "steplog", "export", "x", "--db", log], capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "steplog", "export", "x", "--db", log],
+            capture_output=True,
+            text=True,
+        )
         assert done.returncode == 0, done.stderr
         return [json.loads(line) for line in done.stdout.splitlines()]
 
     def shape(lines: list[dict[str, Any]]) -> list[Any]:
-        return [(line.get("table"), sorted(line["row"]), line["row"].get("seq")) if "row" in line else sorted(line)
-                for line in lines]
+        return [
+            (line.get("table"), sorted(line["row"]), line["row"].get("seq"))
+            if "row" in line
+            else sorted(line)
+            for line in lines
+        ]
 
     on_pg, on_file = export(str(db)), export(str(tmp_path / "s.db"))
     assert shape(on_pg) == shape(on_file)
-    assert on_pg[-1] == on_file[-1] == {"end": "x", "rows": on_file[-1]["rows"]} and on_file[-1]["rows"]["step"] == 3
+    assert (
+        on_pg[-1] == on_file[-1] == {"end": "x", "rows": on_file[-1]["rows"]}
+        and on_file[-1]["rows"]["step"] == 3
+    )
 
 
 def test_without_secrets_moves_a_urls_password_from_the_command_line_to_pgpassword() -> None:
     from steplog.procs import without_secrets
 
-    argv, env = without_secrets(["steplog", "run", "--db", "postgresql://me:p%40ss@db.example:5433/log"], {"A": "1"})
+    argv, env = without_secrets(
+        ["steplog", "run", "--db", "postgresql://me:p%40ss@db.example:5433/log"], {"A": "1"}
+    )
     assert argv == ["steplog", "run", "--db", "postgresql://me@db.example:5433/log"]
     assert env == {"A": "1", "PGPASSWORD": "p@ss"}
     plain = ["steplog", "run", "--db", "postgresql://me@db/log"]
@@ -208,7 +273,9 @@ def test_without_secrets_moves_a_urls_password_from_the_command_line_to_pgpasswo
     assert without_secrets(two, {}) == (two, {})  # one variable cannot hold both: left alone
 
 
-def test_a_password_in_the_url_never_reaches_an_engines_command_line(db: PgUrl, tmp_path: Path) -> None:
+def test_a_password_in_the_url_never_reaches_an_engines_command_line(
+    db: PgUrl, tmp_path: Path
+) -> None:
     """A worker given ``--db postgresql://user:PASSWORD@…`` starts its engines with the URL
     without it (every user can read a command line) and the password in ``PGPASSWORD``."""
     import os
@@ -219,22 +286,38 @@ def test_a_password_in_the_url_never_reaches_an_engines_command_line(db: PgUrl, 
     from steplog.agent import resolve
     from steplog.queue import submit
 
-    submit(resolve(f"{AGENTS}:witness"), run_id="w", db=db,
-           params={"n": 3, "pause": 0.5, "witness": str(tmp_path / "w.db")})
+    submit(
+        resolve(f"{AGENTS}:witness"),
+        run_id="w",
+        db=db,
+        params={"n": 3, "pause": 0.5, "witness": str(tmp_path / "w.db")},
+    )
     parts = urlsplit(str(db))
-    secret = f"{parts.scheme}://{parts.username}:s3cret-word@{parts.hostname}:{parts.port}{parts.path}"
-    worker = subprocess.Popen([sys.executable, "-m", "steplog", "worker", "--db", secret, "--drain", "--poll", "0.05"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    secret = (
+        f"{parts.scheme}://{parts.username}:s3cret-word@{parts.hostname}:{parts.port}{parts.path}"
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "steplog", "worker", "--db", secret, "--drain", "--poll", "0.05"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 30
         engines: list[Any] = []
         while not engines:
-            assert time.monotonic() < deadline and worker.poll() is None, worker.stderr.read() if worker.stderr else ""
+            assert time.monotonic() < deadline and worker.poll() is None, (
+                worker.stderr.read() if worker.stderr else ""
+            )
             engines = [p for p in psutil.Process(worker.pid).children() if "run" in p.cmdline()]
             time.sleep(0.02)
         cmdline = engines[0].cmdline()
         assert "s3cret-word" not in " ".join(cmdline)
-        assert urlunsplit(parts._replace(netloc=f"{parts.username}@{parts.hostname}:{parts.port}")) in cmdline
+        assert (
+            urlunsplit(parts._replace(netloc=f"{parts.username}@{parts.hostname}:{parts.port}"))
+            in cmdline
+        )
         if os.access(f"/proc/{engines[0].pid}/environ", os.R_OK):
             assert engines[0].environ().get("PGPASSWORD") == "s3cret-word"
         assert worker.wait(timeout=60) == 0
@@ -244,13 +327,17 @@ def test_a_password_in_the_url_never_reaches_an_engines_command_line(db: PgUrl, 
 
 
 @pytest.mark.backends("sqlite", "postgres")
-def test_nul_characters_in_a_name_a_result_and_a_failure_are_recorded_and_replayed(engine: Any, tmp_path: Path) -> None:
+def test_nul_characters_in_a_name_a_result_and_a_failure_are_recorded_and_replayed(
+    engine: Any, tmp_path: Path
+) -> None:
     """PostgreSQL's text cannot hold NUL: names and messages keep it as U+FFFD there (SQLite as
     it is), results keep it in their JSON; the failure is recorded, and a retry replays the
     NUL-named step instead of calling the log non-deterministic."""
     fixed = tmp_path / "fixed"
     db = str(engine.db)
-    first = engine.run("run", f"{AGENTS}:nul_text", "--run-id", "z", "--db", db, "--param", f"fixed_when={fixed}")
+    first = engine.run(
+        "run", f"{AGENTS}:nul_text", "--run-id", "z", "--db", db, "--param", f"fixed_when={fixed}"
+    )
     assert first.returncode == 4, first.stderr
     reason = engine.status("z")["reason"]
     assert "byte;" in reason and ("\x00" in reason or "\ufffd" in reason)
@@ -258,4 +345,6 @@ def test_nul_characters_in_a_name_a_result_and_a_failure_are_recorded_and_replay
     done = engine.run("retry", "z", "--db", db)
     assert done.returncode == 0, done.stderr
     assert engine.status("z")["result"] == "x\x00yok"
-    assert engine.query("SELECT attempts FROM step WHERE run_id = 'z' AND seq = 1") == [(1,)]  # replayed, not redone
+    assert engine.query("SELECT attempts FROM step WHERE run_id = 'z' AND seq = 1") == [
+        (1,)
+    ]  # replayed, not redone

@@ -14,7 +14,6 @@ import hashlib
 import os
 import shutil
 import signal
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -33,9 +32,19 @@ Wrap = Callable[[list[str]], list[str]]
 def _unshare_works(folder: Path) -> bool:
     probe = folder / "probe"
     probe.mkdir()
-    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                           'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" && ! touch "$0/x" 2>/dev/null',
-                           str(probe)], capture_output=True)
+    done = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" && ! touch "$0/x" 2>/dev/null',
+            str(probe),
+        ],
+        capture_output=True,
+    )
     shutil.rmtree(probe)
     return done.returncode == 0
 
@@ -45,9 +54,21 @@ def read_only_folder(folder: Path) -> Iterator[Wrap]:
     """Run commands (through the returned argv wrapper) that see ``folder`` read-only."""
     if ROOT:
         if shutil.which("unshare") is None or not _unshare_works(folder.parent):
-            pytest.skip("running as root without unshare/mount: cannot make a folder read-only for root")
+            pytest.skip(
+                "running as root without unshare/mount: cannot make a folder read-only for root"
+            )
         script = 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" && exec "$@"'
-        yield lambda argv: ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(folder), *argv]
+        yield lambda argv: [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            str(folder),
+            *argv,
+        ]
         return
     modes = {p: stat.S_IMODE(p.stat().st_mode) for p in [folder, *folder.iterdir()]}
     for p in modes:
@@ -63,7 +84,10 @@ def read_only_folder(folder: Path) -> Iterator[Wrap]:
 def read_only_file(path: Path) -> Iterator[Wrap]:
     """The file itself cannot be written; its folder can."""
     if ROOT:
-        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+        if (
+            shutil.which("chattr") is None
+            or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode
+        ):
             pytest.skip("running as root without chattr +i: cannot make a file read-only for root")
         try:
             yield lambda argv: argv
@@ -80,13 +104,19 @@ def read_only_file(path: Path) -> Iterator[Wrap]:
 
 def snapshot(folder: Path) -> dict[str, str]:
     """Every file in the folder and its bytes' hash: a read must leave this exactly as it was."""
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.iterdir())
+        if p.is_file()
+    }
 
 
 @pytest.fixture
 def log(engine: Engine) -> Path:
     """A real log with one finished run ``done``, idle (no -wal beside it)."""
-    done = engine.run("run", f"{AGENTS}:noop", "--run-id", "done", "--param", "n=5", "--db", str(engine.db))
+    done = engine.run(
+        "run", f"{AGENTS}:noop", "--run-id", "done", "--param", "n=5", "--db", str(engine.db)
+    )
     assert done.returncode == 0, done.stderr
     assert not Path(f"{engine.db}-wal").exists()
     return engine.db
@@ -95,16 +125,20 @@ def log(engine: Engine) -> Path:
 def leave_a_wal(db: Path) -> None:
     """A writer that commits (the change lives only in -wal) and is then SIGKILLed, as an engine
     killed mid-run leaves it: -wal and -shm stay beside the log."""
-    code = ("import os, signal, sqlite3, sys\n"
-            "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-            "c.execute(\"UPDATE run SET reason = 'only in the wal' WHERE id = 'done'\")\n"
-            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    code = (
+        "import os, signal, sqlite3, sys\n"
+        "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "c.execute(\"UPDATE run SET reason = 'only in the wal' WHERE id = 'done'\")\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
     assert subprocess.run([sys.executable, "-c", code, str(db)]).returncode == -signal.SIGKILL
     assert Path(f"{db}-wal").stat().st_size > 0 and Path(f"{db}-shm").exists()
 
 
 def steplog(engine: Engine, wrap: Wrap, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(wrap(engine.argv(*args)), capture_output=True, text=True, timeout=120, env=engine.env)
+    return subprocess.run(
+        wrap(engine.argv(*args)), capture_output=True, text=True, timeout=120, env=engine.env
+    )
 
 
 def one_line(stderr: str) -> str:
@@ -114,8 +148,9 @@ def one_line(stderr: str) -> str:
 
 
 @pytest.mark.parametrize("state", ["idle", "left by a killed engine"])
-def test_status_runs_and_check_read_a_log_in_a_read_only_folder_and_create_nothing(engine: Engine, log: Path,
-                                                                                   state: str) -> None:
+def test_status_runs_and_check_read_a_log_in_a_read_only_folder_and_create_nothing(
+    engine: Engine, log: Path, state: str
+) -> None:
     if state != "idle":
         leave_a_wal(log)
     before = snapshot(log.parent)
@@ -134,14 +169,26 @@ def test_status_runs_and_check_read_a_log_in_a_read_only_folder_and_create_nothi
 
 @pytest.mark.parametrize("run_id", ["new", "done"])
 @pytest.mark.parametrize("what", ["folder", "file"])
-def test_run_on_a_read_only_log_exits_2_saying_so_and_writes_nothing(engine: Engine, log: Path, what: str,
-                                                                     run_id: str) -> None:
+def test_run_on_a_read_only_log_exits_2_saying_so_and_writes_nothing(
+    engine: Engine, log: Path, what: str, run_id: str
+) -> None:
     """A new run or a resume needs to write: refused before SQLite is asked to (it used to end
     in an ``attempt to write a readonly database`` traceback, leaving -wal and -shm behind)."""
     before = snapshot(log.parent)
     read_only = read_only_folder(log.parent) if what == "folder" else read_only_file(log)
     with read_only as wrap:
-        done = steplog(engine, wrap, "run", f"{AGENTS}:noop", "--run-id", run_id, "--param", "n=5", "--db", str(log))
+        done = steplog(
+            engine,
+            wrap,
+            "run",
+            f"{AGENTS}:noop",
+            "--run-id",
+            run_id,
+            "--param",
+            "n=5",
+            "--db",
+            str(log),
+        )
     assert done.returncode == 2, done.stdout + done.stderr
     line = one_line(done.stderr)
     assert f"{log} cannot be written" in line and "read-only" in line, line

@@ -7,7 +7,6 @@ Every case runs the real command line in its own process, on real logs, files an
 from __future__ import annotations
 
 import json
-import os
 import socket
 import stat
 import subprocess
@@ -16,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_disk_full import tiny_fs  # noqa: F401 - the 256 KiB tmpfs fixture
 
 from conftest import AGENTS, Engine, log_bytes
 from steplog.outbox import start_outbox
-from test_disk_full import tiny_fs  # noqa: F401 - the 256 KiB tmpfs fixture
 
 NOOP = f"{AGENTS}:noop"
 
@@ -63,14 +62,25 @@ def test_a_fork_workdir_is_private_like_every_other_workdir(engine: Engine, tmp_
     parent = tmp_path / "parent-wd"
     parent.mkdir(mode=0o755)
     parent.chmod(0o755)
-    done = engine.run("run", NOOP, "--run-id", "p", "--db", str(engine.db), "--param", "n=3",
-                      "--workdir", str(parent))
+    done = engine.run(
+        "run",
+        NOOP,
+        "--run-id",
+        "p",
+        "--db",
+        str(engine.db),
+        "--param",
+        "n=3",
+        "--workdir",
+        str(parent),
+    )
     assert done.returncode == 0, done.stderr
     deep = tmp_path / "new" / "deeper" / "fork-wd"
 
     for run_id, extra in (("f1", []), ("f2", ["--workdir", str(deep)])):
-        done = engine.run("fork", "p", "--at-step", "2", "--run-id", run_id, "--db", str(engine.db),
-                          *extra)
+        done = engine.run(
+            "fork", "p", "--at-step", "2", "--run-id", run_id, "--db", str(engine.db), *extra
+        )
         assert done.returncode == 0, done.stderr
 
     default = engine.db.parent / "runs" / "f1"
@@ -96,19 +106,37 @@ BAD_URLS = {
     "postgresql://u:s3cret/db": "port is not a number",
 }
 TAKES_DB = {
-    "gui": ["gui"], "demo": ["demo"], "run": ["run", NOOP], "status": ["status", "r"],
-    "runs": ["runs"], "verdict": ["verdict", "r"], "check": ["check"], "cancel": ["cancel", "r"],
-    "retry": ["retry", "r"], "fork": ["fork", "r", "--at-step", "1"],
-    "signal": ["signal", "r", "go"], "submit": ["submit", NOOP], "worker": ["worker"],
-    "prune": ["prune", "--status", "succeeded"], "export": ["export", "r"],
-    "import": ["import", "x.jsonl"], "killtest": ["killtest", NOOP, "--kills", "0"],
+    "gui": ["gui"],
+    "demo": ["demo"],
+    "run": ["run", NOOP],
+    "status": ["status", "r"],
+    "runs": ["runs"],
+    "verdict": ["verdict", "r"],
+    "check": ["check"],
+    "cancel": ["cancel", "r"],
+    "retry": ["retry", "r"],
+    "fork": ["fork", "r", "--at-step", "1"],
+    "signal": ["signal", "r", "go"],
+    "submit": ["submit", NOOP],
+    "worker": ["worker"],
+    "prune": ["prune", "--status", "succeeded"],
+    "export": ["export", "r"],
+    "import": ["import", "x.jsonl"],
+    "killtest": ["killtest", NOOP, "--kills", "0"],
 }
 
 
-def _in_empty_folder(engine: Engine, cwd: Path, *args: str,
-                     env: dict[str, str] | None = None) -> Any:
-    return subprocess.run(engine.argv(*args), capture_output=True, text=True, cwd=cwd, timeout=60,
-                          env={**engine.env, **(env or {})})
+def _in_empty_folder(
+    engine: Engine, cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> Any:
+    return subprocess.run(
+        engine.argv(*args),
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=60,
+        env={**engine.env, **(env or {})},
+    )
 
 
 def test_a_malformed_postgresql_url_is_named_in_one_line(engine: Engine, tmp_path: Path) -> None:
@@ -124,18 +152,26 @@ def test_a_malformed_postgresql_url_is_named_in_one_line(engine: Engine, tmp_pat
 @pytest.mark.slow
 @pytest.mark.parametrize("command", list(TAKES_DB))
 def test_every_command_that_takes_a_log_refuses_a_malformed_url_in_one_line(
-        engine: Engine, tmp_path: Path, command: str) -> None:
+    engine: Engine, tmp_path: Path, command: str
+) -> None:
     """The same on every command with ``--db``, and from ``$STEPLOG_DB``."""
-    for url in ("postgresql://u:s3cret@[::1/db", "postgresql://u@h/a%FFb",
-                "postgresql://u@h:99999/db"):
+    for url in (
+        "postgresql://u:s3cret@[::1/db",
+        "postgresql://u@h/a%FFb",
+        "postgresql://u@h:99999/db",
+    ):
         done = _in_empty_folder(engine, tmp_path, *TAKES_DB[command], "--db", url)
         line = refused(done, BAD_URLS[url])
         assert "s3cret" not in line, line
     # The monitor reads $STEPLOG_DB itself, after the exec; the kill test gives each run a log
     # of its own.
     if command not in ("gui", "demo", "killtest"):
-        from_env = _in_empty_folder(engine, tmp_path, *TAKES_DB[command],
-                                    env={"STEPLOG_DB": "postgresql://u:s3cret@[::1/db"})
+        from_env = _in_empty_folder(
+            engine,
+            tmp_path,
+            *TAKES_DB[command],
+            env={"STEPLOG_DB": "postgresql://u:s3cret@[::1/db"},
+        )
         assert "s3cret" not in refused(from_env, "not a URL")
     assert list(tmp_path.iterdir()) == []
 
@@ -161,13 +197,15 @@ def test_export_never_overwrites_a_file_unless_forced(engine: Engine, tmp_path: 
 
 
 def test_export_and_archive_onto_a_full_disk_leave_no_file_and_change_nothing(
-        engine: Engine, tmp_path: Path, tiny_fs: Path) -> None:  # noqa: F811 - the fixture
+    engine: Engine, tmp_path: Path, tiny_fs: Path
+) -> None:  # noqa: F811 - the fixture
     finished_run(engine, n=3000)  # about 1.5 MB of JSON lines: more than the 256 KiB disk holds
     before = log_bytes(engine.db)
 
     exported = engine.run("export", "r", "--db", str(engine.db), "-o", str(tiny_fs / "r.jsonl"))
-    archived = engine.run("prune", "r", "--db", str(engine.db),
-                          "--archive", str(tiny_fs / "r.jsonl"))
+    archived = engine.run(
+        "prune", "r", "--db", str(engine.db), "--archive", str(tiny_fs / "r.jsonl")
+    )
 
     for done in (exported, archived):
         refused(done, "cannot write", "No space left on device", "nothing of it was left")
@@ -180,25 +218,35 @@ def test_export_and_archive_onto_a_full_disk_leave_no_file_and_change_nothing(
 
 
 NOT_NUMBERS = [
-    ("worker", "--poll", "nan"), ("worker", "--poll", "inf"), ("worker", "--poll", "-1"),
+    ("worker", "--poll", "nan"),
+    ("worker", "--poll", "inf"),
+    ("worker", "--poll", "-1"),
     ("worker", "--poll", "0"),
-    ("worker", "--grace", "nan"), ("worker", "--grace", "-1"), ("worker", "--lease-seconds", "nan"),
-    ("worker", "--lease-seconds", "0"), ("cancel", "--wait", "nan"), ("cancel", "--wait", "-1"),
-    ("outbox", "--delay", "nan"), ("outbox", "--delay", "inf"), ("killtest", "--time-limit", "nan"),
+    ("worker", "--grace", "nan"),
+    ("worker", "--grace", "-1"),
+    ("worker", "--lease-seconds", "nan"),
+    ("worker", "--lease-seconds", "0"),
+    ("cancel", "--wait", "nan"),
+    ("cancel", "--wait", "-1"),
+    ("outbox", "--delay", "nan"),
+    ("outbox", "--delay", "inf"),
+    ("killtest", "--time-limit", "nan"),
     ("killtest", "--time-limit", "inf"),
 ]
 
 
 @pytest.mark.parametrize(("command", "option", "value"), NOT_NUMBERS)
 def test_a_number_of_seconds_that_is_nan_infinite_or_out_of_range_is_refused(
-        engine: Engine, tmp_path: Path, command: str, option: str, value: str) -> None:
+    engine: Engine, tmp_path: Path, command: str, option: str, value: str
+) -> None:
     """``worker --poll nan`` passed click's range check (every comparison with NaN is false) and
     crashed in ``time.sleep``; ``cancel --wait nan`` would wait for ever."""
-    args = {"worker": ["worker", "--db", str(engine.db)],
-            "cancel": ["cancel", "r", "--db", str(engine.db)],
-            "outbox": ["outbox", "--port", "0", "--db", str(tmp_path / "outbox.db")],
-            "killtest": ["killtest", NOOP, "--kills", "0", "--keep", str(tmp_path / "keep")],
-            }[command]
+    args = {
+        "worker": ["worker", "--db", str(engine.db)],
+        "cancel": ["cancel", "r", "--db", str(engine.db)],
+        "outbox": ["outbox", "--port", "0", "--db", str(tmp_path / "outbox.db")],
+        "killtest": ["killtest", NOOP, "--kills", "0", "--keep", str(tmp_path / "keep")],
+    }[command]
 
     done = engine.run(*args, option, value, timeout=60)
 
@@ -210,8 +258,9 @@ def test_a_number_of_seconds_that_is_nan_infinite_or_out_of_range_is_refused(
 
 
 @pytest.mark.parametrize("model", ["", "  ", " gpt-4o-mini", "gpt\n4"])
-def test_a_model_name_that_names_no_model_is_refused_before_anything_runs(engine: Engine,
-                                                                           model: str) -> None:
+def test_a_model_name_that_names_no_model_is_refused_before_anything_runs(
+    engine: Engine, model: str
+) -> None:
     """``--model ''`` was accepted and the run failed at its first model step; ``run``,
     ``submit``, ``retry`` and ``fork`` refuse it now, with the log as it was."""
     db = str(engine.db)
@@ -219,8 +268,18 @@ def test_a_model_name_that_names_no_model_is_refused_before_anything_runs(engine
         refused(engine.run(*args, "--db", db, "--model", model), "--model")
         assert not engine.db.exists(), "no log was created"
     witness = engine.db.parent / "w.db"
-    done = engine.run("run", f"{AGENTS}:witness", "--run-id", "w", "--db", db, "--param", "n=2",
-                      "--param", f"witness={witness}")
+    done = engine.run(
+        "run",
+        f"{AGENTS}:witness",
+        "--run-id",
+        "w",
+        "--db",
+        db,
+        "--param",
+        "n=2",
+        "--param",
+        f"witness={witness}",
+    )
     assert done.returncode == 0, done.stderr
     before = log_bytes(engine.db)
     for args in (["retry", "w"], ["fork", "w", "--at-step", "2", "--run-id", "f"]):
@@ -233,7 +292,8 @@ def test_a_model_name_that_names_no_model_is_refused_before_anything_runs(engine
 
 @pytest.mark.parametrize("run_id", ["../../etc", "a b", "", "-x", "x" * 101, "é", None, 7])
 def test_an_archive_whose_run_id_steplog_would_never_accept_is_refused(
-        engine: Engine, tmp_path: Path, run_id: Any) -> None:
+    engine: Engine, tmp_path: Path, run_id: Any
+) -> None:
     """Run ids have a documented charset (``run --run-id``: letters, digits, '-', '_', '.',
     at most 100, starting with a letter or digit); an edited archive carried any id in."""
     finished_run(engine)
@@ -260,8 +320,10 @@ def test_an_archive_whose_run_id_steplog_would_never_accept_is_refused(
 def test_prune_of_a_log_that_does_not_exist_creates_none(engine: Engine, tmp_path: Path) -> None:
     missing = tmp_path / "nowhere" / "steplog.db"
     for extra in ([], ["--dry-run"], ["--reclaim", "vacuum"]):
-        refused(engine.run("prune", "--db", str(missing), "--status", "succeeded", *extra),
-                f"no log at {missing}")
+        refused(
+            engine.run("prune", "--db", str(missing), "--status", "succeeded", *extra),
+            f"no log at {missing}",
+        )
     assert not missing.parent.exists()
 
 
@@ -272,8 +334,10 @@ def _post_raw(port: int, body: bytes, *, length: int, then: str) -> tuple[bytes,
     """POST ``body`` with a Content-Length of ``length``; ``then``: "half-close" (shut our
     sending side) or "stall" (send nothing more, keep the socket open). The answer and how long
     it took."""
-    head = (f"POST /messages HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: k-{then}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n").encode()
+    head = (
+        f"POST /messages HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: k-{then}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
     started = time.monotonic()
     with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
         sock.sendall(head + body)
@@ -286,8 +350,9 @@ def _post_raw(port: int, body: bytes, *, length: int, then: str) -> tuple[bytes,
 
 
 @pytest.mark.parametrize("then", ["half-close", "stall"])
-def test_a_body_shorter_than_its_content_length_is_refused_and_delivers_nothing(tmp_path: Path,
-                                                                                then: str) -> None:
+def test_a_body_shorter_than_its_content_length_is_refused_and_delivers_nothing(
+    tmp_path: Path, then: str
+) -> None:
     """``{"ticket_id": "T-1"}`` announced as 64 bytes and then cut: a JSON object all the same,
     and it was delivered (201). Now a closed body is a 400 and a stalled one a 408 after the
     read timeout (not a hang, not a 500), nothing is delivered, the attempt is on the ledger, and
@@ -307,8 +372,11 @@ def test_a_body_shorter_than_its_content_length_is_refused_and_delivers_nothing(
 
         import httpx
 
-        whole = httpx.post(f"{outbox.url}/messages", content=body, timeout=30,
-                           headers={"Idempotency-Key": f"k-{then}",
-                                    "Content-Type": "application/json"})
+        whole = httpx.post(
+            f"{outbox.url}/messages",
+            content=body,
+            timeout=30,
+            headers={"Idempotency-Key": f"k-{then}", "Content-Type": "application/json"},
+        )
         assert whole.status_code == 201, whole.text
         assert [d.body for d in outbox.ledger().deliveries] == [{"ticket_id": "T-1"}]

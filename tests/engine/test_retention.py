@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from steplog.schema import RUN_TABLES
-
 from conftest import AGENTS, Engine, kill_group
+from steplog.schema import RUN_TABLES
 
 NOOP = f"{AGENTS}:noop"
 WITNESS = f"{AGENTS}:witness"
@@ -30,7 +29,10 @@ def noop_runs(engine: Engine, *ids: str, n: int = 20) -> None:
 
 
 def rows_of(engine: Engine, run_id: str) -> dict[str, int]:
-    return {t: engine.query(f"SELECT count(*) FROM {t} WHERE {c} = ?", run_id)[0][0] for t, c in RUN_TABLES}
+    return {
+        t: engine.query(f"SELECT count(*) FROM {t} WHERE {c} = ?", run_id)[0][0]
+        for t, c in RUN_TABLES
+    }
 
 
 def digest(path: Path) -> str:
@@ -58,7 +60,9 @@ def test_prune_removes_a_whole_finished_run_and_leaves_an_audit_record(engine: E
     assert report["rows_by_table"] == old_before
     assert rows_of(engine, "old") == dict.fromkeys(old_before, 0)
     assert rows_of(engine, "kept") == kept_before
-    [(state, counts, status)] = engine.query("SELECT state, rows, status FROM pruned WHERE run_id = 'old'")
+    [(state, counts, status)] = engine.query(
+        "SELECT state, rows, status FROM pruned WHERE run_id = 'old'"
+    )
     assert (state, json.loads(counts), status) == ("done", old_before, "succeeded")
     [(run_id, data)] = engine.query("SELECT run_id, data FROM event WHERE kind = 'runs_pruned'")
     assert run_id == "" and json.loads(data)["runs"] == ["old"]
@@ -74,7 +78,9 @@ def test_outside_prune_the_log_refuses_to_lose_events_or_runs(engine: Engine) ->
             conn.execute("DELETE FROM run WHERE id = 'r1'")
         conn.execute("UPDATE run SET status = 'running' WHERE id = 'r1'")
         with pytest.raises(sqlite3.IntegrityError, match="only a finished run"):
-            conn.execute("INSERT INTO pruned (run_id, agent, status, created_at, pruned_at) VALUES ('r1', 'a', 's', 0, 0)")
+            conn.execute(
+                "INSERT INTO pruned (run_id, agent, status, created_at, pruned_at) VALUES ('r1', 'a', 's', 0, 0)"
+            )
         conn.execute("UPDATE run SET status = 'succeeded' WHERE id = 'r1'")
     finally:
         conn.close()
@@ -92,8 +98,20 @@ def test_outside_prune_the_log_refuses_to_lose_events_or_runs(engine: Engine) ->
 
 def test_a_running_run_is_never_pruned(engine: Engine, tmp_path: Path) -> None:
     noop_runs(engine, "done")
-    proc = engine.start("run", WITNESS, "--run-id", "live", "--db", str(engine.db),
-                        "--param", "n=50", "--param", "pause=0.2", "--param", f"witness={tmp_path / 'w.db'}")
+    proc = engine.start(
+        "run",
+        WITNESS,
+        "--run-id",
+        "live",
+        "--db",
+        str(engine.db),
+        "--param",
+        "n=50",
+        "--param",
+        "pause=0.2",
+        "--param",
+        f"witness={tmp_path / 'w.db'}",
+    )
     try:
         deadline = time.monotonic() + 30
         while engine.events("step_committed") < 21:  # "done" made 20; "live" is under way
@@ -103,7 +121,9 @@ def test_a_running_run_is_never_pruned(engine: Engine, tmp_path: Path) -> None:
         assert refused.returncode == 2
         assert "live is running; prune removes finished runs only" in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
-        live_commits = "SELECT count(*) FROM event WHERE run_id = 'live' AND kind = 'step_committed'"
+        live_commits = (
+            "SELECT count(*) FROM event WHERE run_id = 'live' AND kind = 'step_committed'"
+        )
         committed = engine.query(live_commits)[0][0]
         assert prune(engine, "--older-than", "0")["runs"] == ["done"]
         while engine.query(live_commits)[0][0] <= committed + 2:  # the live run goes on undisturbed
@@ -119,7 +139,9 @@ def test_a_running_run_is_never_pruned(engine: Engine, tmp_path: Path) -> None:
 
 def test_runs_are_chosen_by_status_age_and_keep_last(engine: Engine) -> None:
     noop_runs(engine, "a", "b", "c", "d")
-    gave_up = engine.run("run", NOOP, "--run-id", "g", "--db", str(engine.db), "--param", "n=5", "--max-steps", "2")
+    gave_up = engine.run(
+        "run", NOOP, "--run-id", "g", "--db", str(engine.db), "--param", "n=5", "--max-steps", "2"
+    )
     assert gave_up.returncode == 3
     conn = sqlite3.connect(engine.db, isolation_level=None)  # age a and b by ten days
     conn.execute("UPDATE run SET finished_at = finished_at - 10 * 86400 WHERE id IN ('a', 'b')")
@@ -128,7 +150,9 @@ def test_runs_are_chosen_by_status_age_and_keep_last(engine: Engine) -> None:
     assert prune(engine, "--older-than", "5", "--dry-run")["runs"] == ["a", "b"]
     assert prune(engine, "--status", "gave_up", "--dry-run")["runs"] == ["g"]
     assert prune(engine, "--status", "succeeded", "--keep-last", "3", "--dry-run")["runs"] == ["a"]
-    assert prune(engine, "--older-than", "5", "--keep-last", "1")["runs"] == ["a"]  # b is the newer of the two
+    assert prune(engine, "--older-than", "5", "--keep-last", "1")["runs"] == [
+        "a"
+    ]  # b is the newer of the two
     assert [r[0] for r in engine.query("SELECT id FROM run ORDER BY id")] == ["b", "c", "d", "g"]
     bare = engine.run("prune", "--db", str(engine.db))
     assert bare.returncode == 2 and "say which runs to prune" in bare.stderr
@@ -175,7 +199,10 @@ def test_an_older_log_keeps_its_free_pages_until_a_rewrite(engine: Engine) -> No
 
     done = engine.run("prune", "a", "b", "--reclaim", "none", "--db", str(engine.db))
     assert done.returncode == 0, done.stderr
-    assert "freed pages stay in the file for new rows; `steplog prune --reclaim vacuum` gives them back" in done.stdout
+    assert (
+        "freed pages stay in the file for new rows; `steplog prune --reclaim vacuum` gives them back"
+        in done.stdout
+    )
     size = engine.db.stat().st_size
     report = prune(engine, "--reclaim", "vacuum")
     assert report["reclaimed_by"] == "vacuum" and report["runs"] == []
@@ -188,8 +215,20 @@ def test_export_prune_import_gives_back_the_same_run(engine: Engine, tmp_path: P
     """The round trip: a run killed twice (a crash inside an effect, then a SIGKILL of its
     process group), exported, pruned with an archive, imported back from the archive: status and
     verdict read exactly as before, and the export reads the same."""
-    args = ["run", WITNESS, "--run-id", "w", "--db", str(engine.db), "--param", "n=6", "--param", "pause=0.2",
-            "--param", f"witness={tmp_path / 'witness.db'}"]
+    args = [
+        "run",
+        WITNESS,
+        "--run-id",
+        "w",
+        "--db",
+        str(engine.db),
+        "--param",
+        "n=6",
+        "--param",
+        "pause=0.2",
+        "--param",
+        f"witness={tmp_path / 'witness.db'}",
+    ]
     assert engine.run(*args, env={"STEPLOG_CRASH_AT": "after_effect_started@3"}).returncode == 86
     proc = engine.start(*args)
     try:
@@ -241,13 +280,17 @@ def test_import_never_overwrites_a_run(engine: Engine, tmp_path: Path) -> None:
     before = digest(engine.db)
     done = engine.run("import", str(export), "--db", str(engine.db))
     assert done.returncode == 2
-    assert done.stderr.strip() == (f"steplog: run 'r1' is already in {engine.db}; import never overwrites a run: "
-                                   "prune it first, or import into another --db")
+    assert done.stderr.strip() == (
+        f"steplog: run 'r1' is already in {engine.db}; import never overwrites a run: "
+        "prune it first, or import into another --db"
+    )
     assert digest(engine.db) == before
 
 
 @pytest.mark.parametrize("damage", ["cut", "foreign", "gzip-cut", "newer"])
-def test_import_refuses_a_damaged_or_foreign_file_and_writes_nothing(engine: Engine, tmp_path: Path, damage: str) -> None:
+def test_import_refuses_a_damaged_or_foreign_file_and_writes_nothing(
+    engine: Engine, tmp_path: Path, damage: str
+) -> None:
     noop_runs(engine, "r1")
     good = engine.run("export", "r1", "--db", str(engine.db)).stdout
     prune(engine, "r1")
@@ -268,7 +311,12 @@ def test_import_refuses_a_damaged_or_foreign_file_and_writes_nothing(engine: Eng
     done = engine.run("import", str(bad), "--db", str(engine.db))
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
-    assert {"cut": "cut off", "foreign": "not JSON", "gzip-cut": "cut off", "newer": "upgrade steplog"}[damage] in done.stderr
+    assert {
+        "cut": "cut off",
+        "foreign": "not JSON",
+        "gzip-cut": "cut off",
+        "newer": "upgrade steplog",
+    }[damage] in done.stderr
     assert digest(engine.db) == before
 
 
@@ -289,18 +337,35 @@ def test_export_of_an_unknown_run_is_refused(engine: Engine) -> None:
     assert "no run 'nope'" in done.stderr
 
 
-def test_a_cancelled_run_and_a_run_with_a_signal_leave_and_come_back_whole(engine: Engine, tmp_path: Path) -> None:
+def test_a_cancelled_run_and_a_run_with_a_signal_leave_and_come_back_whole(
+    engine: Engine, tmp_path: Path
+) -> None:
     """Every per-run table goes and comes back: the signal a run consumed too; ``cancelled`` is finished."""
     approval, db = f"{AGENTS}:approval", str(engine.db)
     witness = tmp_path / "witness.db"
-    signalled = engine.start("run", approval, "--run-id", "s", "--db", db, "--param", f"witness={witness}",
-                             "--param", "pause=0.3")
-    cancelled = engine.start("run", approval, "--run-id", "c", "--db", db, "--param", f"witness={witness}")
+    signalled = engine.start(
+        "run",
+        approval,
+        "--run-id",
+        "s",
+        "--db",
+        db,
+        "--param",
+        f"witness={witness}",
+        "--param",
+        "pause=0.3",
+    )
+    cancelled = engine.start(
+        "run", approval, "--run-id", "c", "--db", db, "--param", f"witness={witness}"
+    )
     deadline = time.monotonic() + 60
     while engine.events("step_committed") < 1 or engine.events("waiting") < 1:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    assert engine.run("signal", "s", "approve", "--db", db, "--data", '{"approved": false}').returncode == 0
+    assert (
+        engine.run("signal", "s", "approve", "--db", db, "--data", '{"approved": false}').returncode
+        == 0
+    )
     assert engine.run("cancel", "c", "--db", db, "--reason", "not needed").returncode in (0, 5)
     assert signalled.wait(timeout=60) == 0 and cancelled.wait(timeout=60) == 5
     for proc in (signalled, cancelled):
@@ -311,7 +376,9 @@ def test_a_cancelled_run_and_a_run_with_a_signal_leave_and_come_back_whole(engin
     assert before["c"]["status"] == "cancelled" and rows_of(engine, "s")["signal"] == 1
     archive = tmp_path / "a.jsonl.gz"
 
-    assert sorted(prune(engine, "--archive", str(archive), "--status", "succeeded,cancelled")["runs"]) == ["c", "s"]  # type: ignore[arg-type]
+    assert sorted(
+        prune(engine, "--archive", str(archive), "--status", "succeeded,cancelled")["runs"]
+    ) == ["c", "s"]  # type: ignore[arg-type]
     assert rows_of(engine, "s") == dict.fromkeys(rows_of(engine, "s"), 0)
     assert engine.run("import", str(archive), "--db", db).returncode == 0
     assert {r: engine.status(r) for r in ("s", "c")} == before
@@ -322,7 +389,8 @@ def test_a_cancelled_run_and_a_run_with_a_signal_leave_and_come_back_whole(engin
 
 
 def test_a_running_run_is_not_exported_and_its_export_once_it_ended_round_trips(
-        engine: Engine, tmp_path: Path) -> None:
+    engine: Engine, tmp_path: Path
+) -> None:
     """An export of a live run, imported into another log, was a second run an engine there
     resumed in the same workdir: 22 of 40 step bodies ran again and 23 posts were re-sent. Now
     the export is refused (exit 2, one line naming ``steplog cancel``, no file, nothing on
@@ -333,8 +401,20 @@ def test_a_running_run_is_not_exported_and_its_export_once_it_ended_round_trips(
     out = tmp_path / "out"
     out.mkdir()
     with start_outbox(tmp_path / "outbox.db") as outbox:
-        proc = engine.start("run", "demo", "--run-id", "d", "--db", db, "--outbox", outbox.url,
-                            "--pace", "0.5", "--param", "tickets=4")
+        proc = engine.start(
+            "run",
+            "demo",
+            "--run-id",
+            "d",
+            "--db",
+            db,
+            "--outbox",
+            outbox.url,
+            "--pace",
+            "0.5",
+            "--param",
+            "tickets=4",
+        )
         try:
             deadline = time.monotonic() + 60
             while engine.events("step_committed") < 2:
@@ -365,7 +445,8 @@ def test_a_running_run_is_not_exported_and_its_export_once_it_ended_round_trips(
     assert Engine(db=other, env=engine.env).status("d") == engine.status("d")
     back = engine.run("export", "d", "--db", str(other)).stdout
     assert _without_export_time_and_event_ids(back) == _without_export_time_and_event_ids(
-        engine.run("export", "d", "--db", db).stdout)
+        engine.run("export", "d", "--db", db).stdout
+    )
 
 
 def _as_an_older_steplog_exported(db: Path, run_id: str) -> str:
@@ -375,12 +456,14 @@ def _as_an_older_steplog_exported(db: Path, run_id: str) -> str:
     conn.row_factory = sqlite3.Row
     try:
         schema = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        lines = [{"steplog_export": 1, "schema": schema, "run_id": run_id,
-                  "exported_at": time.time()}]
+        lines = [
+            {"steplog_export": 1, "schema": schema, "run_id": run_id, "exported_at": time.time()}
+        ]
         counts = {}
         for table, column in RUN_TABLES:
-            rows = conn.execute(f'SELECT * FROM "{table}" WHERE "{column}" = ? ORDER BY rowid',
-                                (run_id,)).fetchall()
+            rows = conn.execute(
+                f'SELECT * FROM "{table}" WHERE "{column}" = ? ORDER BY rowid', (run_id,)
+            ).fetchall()
             lines += [{"table": table, "row": dict(r)} for r in rows]
             counts[table] = len(rows)
         lines.append({"end": run_id, "rows": counts})
@@ -390,13 +473,24 @@ def _as_an_older_steplog_exported(db: Path, run_id: str) -> str:
 
 
 def test_an_unfinished_run_in_an_older_archive_is_imported_cancelled_and_never_runs(
-        engine: Engine, tmp_path: Path) -> None:
+    engine: Engine, tmp_path: Path
+) -> None:
     """An archive from before the refusal may hold a run that was running: it is imported as
     ``cancelled``, with a reason that says why, so no engine or worker ever resumes the copy."""
     db = str(engine.db)
     witness = tmp_path / "witness.db"
-    args = ["run", WITNESS, "--run-id", "k", "--db", db, "--param", "n=40",
-            "--param", f"witness={witness}"]
+    args = [
+        "run",
+        WITNESS,
+        "--run-id",
+        "k",
+        "--db",
+        db,
+        "--param",
+        "n=40",
+        "--param",
+        f"witness={witness}",
+    ]
     proc = engine.start(*args)
     try:
         deadline = time.monotonic() + 60
@@ -436,14 +530,16 @@ def _attempts(witness: Path) -> int:
 
 
 def test_prune_archives_and_removes_only_runs_that_are_finished_when_archived(
-        engine: Engine) -> None:
+    engine: Engine,
+) -> None:
     """``prune --archive`` chooses finished runs; one set going again before it is written (a
     ``steplog retry`` in between) is left out of the archive (``write_runs``), and so kept."""
     from steplog.archive import write_runs
 
     noop_runs(engine, "done")
-    proc = engine.start("run", NOOP, "--run-id", "live", "--db", str(engine.db),
-                        "--param", "n=100000")
+    proc = engine.start(
+        "run", NOOP, "--run-id", "live", "--db", str(engine.db), "--param", "n=100000"
+    )
     try:
         deadline = time.monotonic() + 60
         while engine.events("step_committed") < 30:

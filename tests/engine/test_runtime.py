@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import log_bytes, query_log
 
 import steplog
+from conftest import log_bytes, query_log
 from steplog.errors import TransientError
 
 pytestmark = pytest.mark.backends("sqlite", "postgres")
@@ -56,7 +56,10 @@ def test_a_replay_that_reaches_another_step_is_non_determinism(db: Path) -> None
 
     with pytest.raises(Interrupt):
         drifting.run("r", db=db)
-    with pytest.raises(steplog.RunFailed, match="non-determinism at step 1: the log has call 'first' but the agent now reached call 'second'") as info:
+    with pytest.raises(
+        steplog.RunFailed,
+        match="non-determinism at step 1: the log has call 'first' but the agent now reached call 'second'",
+    ) as info:
         drifting.run("r", db=db)
     assert info.value.status == "failed"
     assert rows(db, "SELECT status FROM run") == [("failed",)]
@@ -76,7 +79,9 @@ def test_a_result_that_is_not_json_fails_the_run_clearly(db: Path) -> None:
     def bad(run: steplog.Run) -> None:
         run.step("object", object)
 
-    with pytest.raises(steplog.RunFailed, match="returned object, which cannot be recorded as JSON"):
+    with pytest.raises(
+        steplog.RunFailed, match="returned object, which cannot be recorded as JSON"
+    ):
         bad.run("r", db=db)
 
 
@@ -96,8 +101,17 @@ def test_transient_errors_are_retried_per_policy_with_attempts_committed(db: Pat
     assert rows(db, "SELECT attempts, status FROM step") == [(3, "committed")]
     assert rows(db, "SELECT used_retries, step_executions, used_steps FROM run") == [(2, 3, 1)]
     kinds = [k for (k,) in rows(db, "SELECT kind FROM event ORDER BY id")]
-    assert kinds == ["run_created", "lease_acquired", "step_started", "step_attempt_failed", "step_started",
-                     "step_attempt_failed", "step_started", "step_committed", "run_finished"]
+    assert kinds == [
+        "run_created",
+        "lease_acquired",
+        "step_started",
+        "step_attempt_failed",
+        "step_started",
+        "step_attempt_failed",
+        "step_started",
+        "step_committed",
+        "run_finished",
+    ]
 
 
 def test_errors_past_the_retry_policy_fail_the_run(db: Path) -> None:
@@ -148,7 +162,9 @@ def test_file_effects_stay_inside_the_workdir(db: Path, tmp_path: Path) -> None:
 
 def test_secrets_in_errors_never_reach_the_log(db: Path) -> None:
     def leak() -> None:
-        raise RuntimeError("auth failed for key sk-abcdefghijklmnopqrstuvwx and Bearer abc.def.ghi123")
+        raise RuntimeError(
+            "auth failed for key sk-abcdefghijklmnopqrstuvwx and Bearer abc.def.ghi123"
+        )
 
     @steplog.agent(retry=steplog.RetryPolicy(max_attempts=1))
     def leaky(run: steplog.Run) -> None:
@@ -156,14 +172,20 @@ def test_secrets_in_errors_never_reach_the_log(db: Path) -> None:
 
     with pytest.raises(steplog.RunFailed):
         leaky.run("r", db=db)
-    files = [log_bytes(db)] if isinstance(db, str) else [p.read_bytes() for p in db.parent.glob("steplog.db*")]
+    files = (
+        [log_bytes(db)]
+        if isinstance(db, str)
+        else [p.read_bytes() for p in db.parent.glob("steplog.db*")]
+    )
     dump = "\n".join("\n".join(f.decode("latin-1") for f in files).splitlines())
     assert "sk-abcdefghijklmnopqrstuvwx" not in dump
     assert "abc.def.ghi123" not in dump
     assert "[redacted]" in rows(db, "SELECT reason FROM run")[0][0]
 
 
-def test_every_state_change_writes_an_event_in_the_same_transaction(db: Path, tmp_path: Path) -> None:
+def test_every_state_change_writes_an_event_in_the_same_transaction(
+    db: Path, tmp_path: Path
+) -> None:
     @steplog.agent
     def one_of_each(run: steplog.Run) -> None:
         run.step("call", int, 1)
@@ -177,9 +199,17 @@ def test_every_state_change_writes_an_event_in_the_same_transaction(db: Path, tm
         by_seq.setdefault(seq, []).append(kind)
     assert by_seq[1] == ["step_started", "step_committed"]
     assert by_seq[2] == ["step_started", "decision_recorded", "step_committed"]
-    assert by_seq[3] == by_seq[4] == ["step_started", "effect_started", "effect_completed", "step_committed"]
-    usage = json.loads(rows(db, "SELECT data FROM event WHERE kind = 'run_finished'")[0][0])["usage"]
-    assert usage["steps"] == 4 and usage["tokens"] > 0 and usage["tokens_estimated"] == usage["tokens"]
+    assert (
+        by_seq[3]
+        == by_seq[4]
+        == ["step_started", "effect_started", "effect_completed", "step_committed"]
+    )
+    usage = json.loads(rows(db, "SELECT data FROM event WHERE kind = 'run_finished'")[0][0])[
+        "usage"
+    ]
+    assert (
+        usage["steps"] == 4 and usage["tokens"] > 0 and usage["tokens_estimated"] == usage["tokens"]
+    )
 
 
 def test_steps_cannot_nest(db: Path) -> None:
@@ -214,15 +244,22 @@ def test_steps_from_another_thread_are_refused(db: Path) -> None:
     assert rows(db, "SELECT seq, name FROM step") == [(1, "from the agent")]
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), {"score": [1.0, float("nan")]}])
-def test_a_step_result_that_is_nan_or_infinite_fails_the_run_like_any_non_json_value(db: Path, value: Any) -> None:
+@pytest.mark.parametrize(
+    "value", [float("nan"), float("inf"), -float("inf"), {"score": [1.0, float("nan")]}]
+)
+def test_a_step_result_that_is_nan_or_infinite_fails_the_run_like_any_non_json_value(
+    db: Path, value: Any
+) -> None:
     """NaN and Infinity are not JSON: a step returning one fails the run clearly, and nothing
     that is not strict JSON reaches the log."""
+
     @steplog.agent
     def measuring(run: steplog.Run) -> Any:
         return run.step("measure", lambda: value)
 
-    with pytest.raises(steplog.RunFailed, match="step 1 'measure' returned .*which cannot be recorded as JSON"):
+    with pytest.raises(
+        steplog.RunFailed, match="step 1 'measure' returned .*which cannot be recorded as JSON"
+    ):
         measuring.run("r", db=db)
     assert rows(db, "SELECT result FROM step") == [(None,)]
 
@@ -232,13 +269,17 @@ def test_an_agent_result_that_is_not_finite_fails_the_run(db: Path) -> None:
     def infinite(run: steplog.Run) -> float:
         return float("inf")
 
-    with pytest.raises(steplog.RunFailed, match="the agent returned float, which cannot be recorded as JSON"):
+    with pytest.raises(
+        steplog.RunFailed, match="the agent returned float, which cannot be recorded as JSON"
+    ):
         infinite.run("r", db=db)
     assert rows(db, "SELECT result FROM run") == [(None,)]
 
 
 @pytest.mark.parametrize("value", [float("nan"), object()])
-def test_params_that_are_not_json_are_refused_before_the_log_is_opened(db: Path, value: Any) -> None:
+def test_params_that_are_not_json_are_refused_before_the_log_is_opened(
+    db: Path, value: Any
+) -> None:
     @steplog.agent
     def echo(run: steplog.Run, x: Any = None) -> Any:
         return run.step("echo", lambda: x)
@@ -250,8 +291,9 @@ def test_params_that_are_not_json_are_refused_before_the_log_is_opened(db: Path,
 
 @pytest.mark.parametrize("path", [".", "sub/..", "./", "sub/", "sub/.", "a/b/../..", "existing"])
 @pytest.mark.parametrize("effect", ["write_file", "merge"])
-def test_a_file_effect_must_name_a_file_strictly_inside_the_workdir(db: Path, tmp_path: Path, path: str,
-                                                                     effect: str) -> None:
+def test_a_file_effect_must_name_a_file_strictly_inside_the_workdir(
+    db: Path, tmp_path: Path, path: str, effect: str
+) -> None:
     """The workdir itself, or any directory, is not a file target: refused before the step runs,
     and nothing appears beside the workdir (a temp file of ``write_file('.')`` used to land in the
     workdir's parent)."""
@@ -266,7 +308,9 @@ def test_a_file_effect_must_name_a_file_strictly_inside_the_workdir(db: Path, tm
         else:
             run.merge(path, "t", key={"id": 1}, values={"v": 1})
 
-    with pytest.raises(steplog.RunFailed, match=f"effect path '{path}' names a directory, not a file"):
+    with pytest.raises(
+        steplog.RunFailed, match=f"effect path '{path}' names a directory, not a file"
+    ):
         misdirected.run("r", db=db, workdir=workdir)
     assert sorted(p.name for p in workdir.parent.iterdir()) == before
     assert [p.name for p in workdir.iterdir()] == ["existing"]
@@ -280,23 +324,41 @@ def _nested(depth: int) -> Any:
     return value
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    (lambda run: run.merge("m.db", "bad table", key={"id": 1}, values={"v": 1}),
-     r"step 1 'merge bad table id=1' .*'bad table' is not a plain SQL identifier"),
-    (lambda run: run.merge("m.db", "t", key={}, values={"v": 1}),
-     r"step 1 'merge t ' .*key must name at least one column"),
-    (lambda run: run.write_file("../outside.txt", "x"),
-     r"step 1 'write ../outside.txt' .*escapes the run's workdir"),
-    (lambda run: run.write_file("/etc/passwd", "x", name="save"),
-     r"step 1 'save' .*must be relative to the run's workdir"),
-    (lambda run: run.step("outer", lambda: run.step("inner", int, 1)),
-     r"step 1 'outer' .*step 'inner' was called inside another step"),
-    (lambda run: run.step("deep", _nested, 100_000),
-     r"step 1 'deep' returned list, which cannot be recorded as JSON \(it is nested too deeply\)"),
-])
-def test_a_refusal_inside_a_step_names_the_step(db: Path, tmp_path: Path, body: Any, message: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            lambda run: run.merge("m.db", "bad table", key={"id": 1}, values={"v": 1}),
+            r"step 1 'merge bad table id=1' .*'bad table' is not a plain SQL identifier",
+        ),
+        (
+            lambda run: run.merge("m.db", "t", key={}, values={"v": 1}),
+            r"step 1 'merge t ' .*key must name at least one column",
+        ),
+        (
+            lambda run: run.write_file("../outside.txt", "x"),
+            r"step 1 'write ../outside.txt' .*escapes the run's workdir",
+        ),
+        (
+            lambda run: run.write_file("/etc/passwd", "x", name="save"),
+            r"step 1 'save' .*must be relative to the run's workdir",
+        ),
+        (
+            lambda run: run.step("outer", lambda: run.step("inner", int, 1)),
+            r"step 1 'outer' .*step 'inner' was called inside another step",
+        ),
+        (
+            lambda run: run.step("deep", _nested, 100_000),
+            r"step 1 'deep' returned list, which cannot be recorded as JSON \(it is nested too deeply\)",
+        ),
+    ],
+)
+def test_a_refusal_inside_a_step_names_the_step(
+    db: Path, tmp_path: Path, body: Any, message: str
+) -> None:
     """Bad input met while a step runs (a path, an identifier, a nested step, a result nested too
     deeply) fails that step, and the reason says which step, never "outside any step"."""
+
     @steplog.agent
     def refused(run: steplog.Run) -> None:
         body(run)
@@ -312,8 +374,11 @@ def test_an_agent_result_nested_too_deeply_fails_the_run_clearly(db: Path) -> No
     def deep(run: steplog.Run) -> Any:
         return _nested(100_000)
 
-    with pytest.raises(steplog.RunFailed, match=r"the agent returned list, which cannot be recorded as JSON "
-                                                r"\(it is nested too deeply\)"):
+    with pytest.raises(
+        steplog.RunFailed,
+        match=r"the agent returned list, which cannot be recorded as JSON "
+        r"\(it is nested too deeply\)",
+    ):
         deep.run("r", db=db)
 
 

@@ -32,14 +32,18 @@ from steplog.crashpoints import CRASH_EXIT_CODE, POINTS
 OPS = ("call", "chat", "write", "merge", "apply", "once")
 EXAMPLES = int(os.environ.get("STEPLOG_SIMULATION_EXAMPLES", "8"))
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("STEPLOG_")}
-ENV["PYTHONPATH"] = os.pathsep.join([str(Path(AGENTS).parents[2] / "engine"), ENV.get("PYTHONPATH", "")])
+ENV["PYTHONPATH"] = os.pathsep.join(
+    [str(Path(AGENTS).parents[2] / "engine"), ENV.get("PYTHONPATH", "")]
+)
 
 programs = st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 3)), min_size=1, max_size=6)
 
 
 def outputs(workdir: Path) -> dict[str, str]:
-    files = {str(p.relative_to(workdir)): hashlib.sha256(p.read_bytes()).hexdigest()
-             for p in sorted(workdir.rglob("*.txt"))}
+    files = {
+        str(p.relative_to(workdir)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(workdir.rglob("*.txt"))
+    }
     rows = workdir / "rows.db"
     if rows.exists():
         conn = sqlite3.connect(rows)
@@ -72,8 +76,19 @@ class CrashAndResume(RuleBasedStateMachine):
 
     def _run(self, run_id: str, witness: Path, crash: str | None = None) -> Any:
         env = {"STEPLOG_CRASH_AT": crash} if crash else None
-        return self.engine.run("run", f"{AGENTS}:program", "--run-id", run_id, "--db", str(self.engine.db),
-                               "--param", f"ops={json.dumps(self.ops)}", "--param", f"witness={witness}", env=env)
+        return self.engine.run(
+            "run",
+            f"{AGENTS}:program",
+            "--run-id",
+            run_id,
+            "--db",
+            str(self.engine.db),
+            "--param",
+            f"ops={json.dumps(self.ops)}",
+            "--param",
+            f"witness={witness}",
+            env=env,
+        )
 
     @precondition(lambda self: self.finished is None)
     @rule(point=st.sampled_from(POINTS), seq=st.integers(1, 6))
@@ -117,8 +132,12 @@ class CrashAndResume(RuleBasedStateMachine):
     def committed_steps_are_a_prefix_and_each_crash_redoes_at_most_one(self) -> None:
         if not self.engine.db.exists():
             return
-        seqs = [s for (s,) in self.engine.query("SELECT seq FROM step WHERE run_id = 'sim' AND status = 'committed'"
-                                               " ORDER BY seq")]
+        seqs = [
+            s
+            for (s,) in self.engine.query(
+                "SELECT seq FROM step WHERE run_id = 'sim' AND status = 'committed' ORDER BY seq"
+            )
+        ]
         assert seqs == list(range(1, len(seqs) + 1))
         row = self.engine.query("SELECT step_executions, used_steps FROM run WHERE id = 'sim'")
         if row:
@@ -141,7 +160,10 @@ class CrashAndResume(RuleBasedStateMachine):
             conn = sqlite3.connect(self.witness) if self.witness.exists() else None
             applied = sorted(i for (i,) in conn.execute("SELECT i FROM applied")) if conn else []
             want = sorted(i for op, i in self.ops if op == "apply")
-            assert applied == want, (applied, want)  # each apply op is its own effect (its own key), once
+            assert applied == want, (
+                applied,
+                want,
+            )  # each apply op is its own effect (its own key), once
             if conn:
                 conn.close()
         finally:
@@ -150,6 +172,10 @@ class CrashAndResume(RuleBasedStateMachine):
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-CrashAndResume.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=4, deadline=None,
-                                             suppress_health_check=[HealthCheck.too_slow])
+CrashAndResume.TestCase.settings = settings(
+    max_examples=EXAMPLES,
+    stateful_step_count=4,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 TestCrashAndResume = CrashAndResume.TestCase

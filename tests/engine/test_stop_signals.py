@@ -20,9 +20,9 @@ from types import FrameType
 from typing import Any
 
 import pytest
-from conftest import query_log
 
 import steplog
+from conftest import query_log
 from steplog import interrupts, openfiles
 from steplog.interrupts import StopRequested
 
@@ -48,8 +48,12 @@ def apply_once(witness: Path, key: str) -> dict[str, Any]:
 @steplog.agent
 def every_kind(run: steplog.Run, witness: str = "") -> dict[str, Any]:
     value = run.step("compute", lambda: 41 + 1)
-    reply = run.chat([{"role": "user", "content": f"Summarise {value}."}], name="think", max_tokens=32)
-    run.effect("apply", lambda key: apply_once(Path(witness), key), target="witness", request={"v": value})
+    reply = run.chat(
+        [{"role": "user", "content": f"Summarise {value}."}], name="think", max_tokens=32
+    )
+    run.effect(
+        "apply", lambda key: apply_once(Path(witness), key), target="witness", request={"v": value}
+    )
     run.write_file("out/answer.txt", f"{value}\n{reply.text}\n")
     run.merge("rows.db", "items", key={"i": 1}, values={"value": value})
     return {"value": value}
@@ -94,7 +98,9 @@ class StopAtLine:
 def unraisable(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Errors Python could only print (e.g. a generator closed after its log was closed)."""
     seen: list[str] = []
-    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(f"{u.exc_type.__name__}: {u.exc_value}"))
+    monkeypatch.setattr(
+        sys, "unraisablehook", lambda u: seen.append(f"{u.exc_type.__name__}: {u.exc_value}")
+    )
     yield seen
 
 
@@ -102,13 +108,20 @@ def lines_in_one_run(tmp_path: Path) -> int:
     """Lines a fresh run executes once the lazy imports are done (the second of two runs)."""
     for attempt in ("first", "second"):
         with StopAtLine(target=10**9) as counter:
-            every_kind.run("count", db=tmp_path / f"count-{attempt}.db", witness=str(tmp_path / f"{attempt}-w.db"))
+            every_kind.run(
+                "count",
+                db=tmp_path / f"count-{attempt}.db",
+                witness=str(tmp_path / f"{attempt}-w.db"),
+            )
     return counter.count
 
 
-@pytest.mark.timeout(900)  # ~400 traced runs and their resumes: 170 s with three other test processes on 2 cores
+@pytest.mark.timeout(
+    900
+)  # ~400 traced runs and their resumes: 170 s with three other test processes on 2 cores
 def test_a_stop_at_any_line_of_the_engine_stops_cleanly_and_the_run_resumes_exactly_once(
-        tmp_path: Path, unraisable: list[str]) -> None:
+    tmp_path: Path, unraisable: list[str]
+) -> None:
     total = lines_in_one_run(tmp_path)
     assert total > 500  # the sweep below really walks the engine's code
     stride = max(1, total // 400)  # ~400 moments spread over the whole run, each a fresh log

@@ -5,7 +5,6 @@ variables name; and nothing of OpenTelemetry imported when tracing is off."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -17,7 +16,10 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -65,22 +67,31 @@ def by_name(found: list[ReadableSpan], name: str) -> ReadableSpan:
 
 
 def test_a_run_is_one_trace_with_a_span_per_step_and_its_effects_and_model_calls(
-        spans: InMemorySpanExporter, tmp_path: Path) -> None:
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
     assert traced.run("t1", db=tmp_path / "log.db") == 42
     found = list(spans.get_finished_spans())
 
     root = by_name(found, "steplog run")
     assert root.parent is None
     assert {s.context.trace_id for s in found} == {root.context.trace_id}
-    assert {"steplog.run.id": "t1", "steplog.incarnation": 1, "steplog.resumed": False,
-            "steplog.run.status": "succeeded"}.items() <= dict(root.attributes or {}).items()
+    assert {
+        "steplog.run.id": "t1",
+        "steplog.incarnation": 1,
+        "steplog.resumed": False,
+        "steplog.run.status": "succeeded",
+    }.items() <= dict(root.attributes or {}).items()
     steps = {s.name: s for s in found if s.attributes and "steplog.step.seq" in s.attributes}
     assert list(steps) == ["double", "summarise", "write out.txt"]
     for seq, step in enumerate(steps.values(), 1):
         assert step.parent is not None and step.parent.span_id == root.context.span_id
         assert step.attributes is not None
-        assert (step.attributes["steplog.step.seq"], step.attributes["steplog.step.attempt"],
-                step.attributes["steplog.step.redone"], step.attributes["steplog.step.outcome"]) == (seq, 1, False, "committed")
+        assert (
+            step.attributes["steplog.step.seq"],
+            step.attributes["steplog.step.attempt"],
+            step.attributes["steplog.step.redone"],
+            step.attributes["steplog.step.outcome"],
+        ) == (seq, 1, False, "committed")
 
     user = by_name(found, "user work 21")  # the agent's own span nests under its step
     assert user.parent is not None and user.parent.span_id == steps["double"].context.span_id
@@ -91,10 +102,16 @@ def test_a_run_is_one_trace_with_a_span_per_step_and_its_effects_and_model_calls
     assert attrs["gen_ai.operation.name"] == "chat" and attrs["gen_ai.request.model"] == "offline"
     assert attrs["gen_ai.usage.input_tokens"] > 0 and attrs["gen_ai.usage.output_tokens"] > 0
     assert steps["summarise"].attributes is not None
-    assert steps["summarise"].attributes["steplog.step.tokens"] == attrs["gen_ai.usage.input_tokens"] + attrs["gen_ai.usage.output_tokens"]
+    assert (
+        steps["summarise"].attributes["steplog.step.tokens"]
+        == attrs["gen_ai.usage.input_tokens"] + attrs["gen_ai.usage.output_tokens"]
+    )
 
     effect = by_name(found, "effect write_file")
-    assert effect.parent is not None and effect.parent.span_id == steps["write out.txt"].context.span_id
+    assert (
+        effect.parent is not None
+        and effect.parent.span_id == steps["write out.txt"].context.span_id
+    )
     assert dict(effect.attributes or {})["steplog.effect.key"] == "t1:3"
 
 
@@ -115,7 +132,9 @@ def plain(run: steplog.Run) -> str:
     return "ok"
 
 
-def test_a_tracing_failure_never_fails_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_tracing_failure_never_fails_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     saved = trace._TRACER_PROVIDER
     trace._TRACER_PROVIDER_SET_ONCE = Once()
     trace.set_tracer_provider(_BrokenProvider())
@@ -125,11 +144,14 @@ def test_a_tracing_failure_never_fails_the_run(tmp_path: Path, capsys: pytest.Ca
         trace._TRACER_PROVIDER_SET_ONCE = Once()
         trace._TRACER_PROVIDER = saved
     said = [ln for ln in capsys.readouterr().err.splitlines() if "tracing failed" in ln]
-    assert said == ["steplog: tracing failed (RuntimeError: collector library bug); the run goes on"]
+    assert said == [
+        "steplog: tracing failed (RuntimeError: collector library bug); the run goes on"
+    ]
 
 
-def test_parallel_steps_are_siblings_under_the_incarnation(spans: InMemorySpanExporter, tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_parallel_steps_are_siblings_under_the_incarnation(
+    spans: InMemorySpanExporter, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """asyncio.gather and run.map open several steps at once: each span still has the right parent."""
     import sys
 
@@ -140,7 +162,9 @@ def test_parallel_steps_are_siblings_under_the_incarnation(spans: InMemorySpanEx
     found = list(spans.get_finished_spans())
     root = by_name(found, "steplog run")
     steps = [s for s in found if s.attributes and "steplog.step.seq" in s.attributes]
-    assert len(steps) >= 16 and all(s.parent is not None and s.parent.span_id == root.context.span_id for s in steps)
+    assert len(steps) >= 16 and all(
+        s.parent is not None and s.parent.span_id == root.context.span_id for s in steps
+    )
     by_id = {s.context.span_id: s for s in steps}
     for child in (s for s in found if s.name.startswith(("chat ", "effect "))):
         assert child.parent is not None and child.parent.span_id in by_id
@@ -155,18 +179,26 @@ def fails_once(run: steplog.Run, marker: str) -> str:
             Path(marker).write_text("failed once")
             raise RuntimeError("first attempt fails")
         return "ok"
+
     return run.step("flaky", flaky)  # type: ignore[no-any-return]
 
 
-def test_a_retried_step_is_one_span_per_attempt(spans: InMemorySpanExporter, tmp_path: Path) -> None:
+def test_a_retried_step_is_one_span_per_attempt(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
     assert fails_once.run("f1", db=tmp_path / "log.db", marker=str(tmp_path / "marker")) == "ok"
     attempts = [s for s in spans.get_finished_spans() if s.name == "flaky"]
     assert [(s.attributes or {}).get("steplog.step.attempt") for s in attempts] == [1, 2]
-    assert [(s.attributes or {}).get("steplog.step.outcome") for s in attempts] == ["retrying", "committed"]
+    assert [(s.attributes or {}).get("steplog.step.outcome") for s in attempts] == [
+        "retrying",
+        "committed",
+    ]
     assert attempts[0].status.description == "RuntimeError: first attempt fails"
 
 
-def test_without_otel_settings_nothing_of_opentelemetry_is_imported(tmp_path: Path, engine: Engine) -> None:
+def test_without_otel_settings_nothing_of_opentelemetry_is_imported(
+    tmp_path: Path, engine: Engine
+) -> None:
     """Start-up is unchanged when tracing is off: a whole run (from Python, and from the command
     line's module) leaves no opentelemetry module loaded, though the package is installed."""
     script = (
@@ -174,11 +206,20 @@ def test_without_otel_settings_nothing_of_opentelemetry_is_imported(tmp_path: Pa
         f"sys.path.insert(0, {str(AGENTS.parent)!r})\n"
         "import agents_for_tests as a\n"
         f"a.witness.run('w', db={str(tmp_path / 'log.db')!r}, n=2, witness={str(tmp_path / 'w.db')!r})\n"
-        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n")
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
     clean = {k: v for k, v in engine.env.items() if not k.startswith("OTEL_")}
-    for extra in ({}, {"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}):
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env={**clean, **extra},
-                              timeout=120)
+    for extra in (
+        {},
+        {"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"},
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            env={**clean, **extra},
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == "[]"
 
@@ -204,13 +245,23 @@ class _Handler(BaseHTTPRequestHandler):
         request = ExportTraceServiceRequest.FromString(body)
         found = []
         for resource in request.resource_spans:
-            service = {a.key: a.value.string_value for a in resource.resource.attributes}.get("service.name")
+            service = {a.key: a.value.string_value for a in resource.resource.attributes}.get(
+                "service.name"
+            )
             for scope in resource.scope_spans:
                 for s in scope.spans:
                     attrs = {a.key: _value(a.value) for a in s.attributes}
-                    found.append({"name": s.name, "trace": s.trace_id.hex(), "id": s.span_id.hex(),
-                                  "parent": s.parent_span_id.hex(), "attrs": attrs, "service": service,
-                                  "path": self.path})
+                    found.append(
+                        {
+                            "name": s.name,
+                            "trace": s.trace_id.hex(),
+                            "id": s.span_id.hex(),
+                            "parent": s.parent_span_id.hex(),
+                            "attrs": attrs,
+                            "service": service,
+                            "path": self.path,
+                        }
+                    )
         with self.server.lock:
             self.server.spans.extend(found)
         reply = ExportTraceServiceResponse().SerializeToString()
@@ -246,23 +297,50 @@ def _wait_for(predicate: Any, what: str, timeout: float = 60) -> None:
         time.sleep(0.02)
 
 
-def test_a_killed_run_sends_both_incarnations_to_an_otlp_receiver(engine: Engine, receiver: _Receiver,
-                                                                  tmp_path: Path) -> None:
+def test_a_killed_run_sends_both_incarnations_to_an_otlp_receiver(
+    engine: Engine, receiver: _Receiver, tmp_path: Path
+) -> None:
     """Real engine processes, a real SIGKILL, a real OTLP/HTTP receiver on 127.0.0.1: the killed
     incarnation's finished steps arrive, its trace stops there; the next one's root names the
     takeover and its first step is marked redone."""
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "20",
-           "OTEL_SERVICE_NAME": "steplog-test"}
-    args = ["run", WITNESS, "--run-id", "k", "--db", str(engine.db), "--param", "n=4", "--param", "pause=0.4",
-            "--param", f"witness={tmp_path / 'w.db'}"]
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "OTEL_BSP_SCHEDULE_DELAY": "20",
+        "OTEL_SERVICE_NAME": "steplog-test",
+    }
+    args = [
+        "run",
+        WITNESS,
+        "--run-id",
+        "k",
+        "--db",
+        str(engine.db),
+        "--param",
+        "n=4",
+        "--param",
+        "pause=0.4",
+        "--param",
+        f"witness={tmp_path / 'w.db'}",
+    ]
     proc = engine.start(*args, env=env)
 
     def inside_second_compute() -> bool:
-        rows = engine.query("SELECT kind, data FROM event ORDER BY id DESC LIMIT 1") if engine.db.exists() else []
-        return bool(rows) and rows[0][0] == "step_started" and json.loads(rows[0][1])["name"] == "compute 1"
+        rows = (
+            engine.query("SELECT kind, data FROM event ORDER BY id DESC LIMIT 1")
+            if engine.db.exists()
+            else []
+        )
+        return (
+            bool(rows)
+            and rows[0][0] == "step_started"
+            and json.loads(rows[0][1])["name"] == "compute 1"
+        )
 
     try:
-        _wait_for(lambda: engine.events("step_committed") >= 5 and inside_second_compute(), "the second compute step")
+        _wait_for(
+            lambda: engine.events("step_committed") >= 5 and inside_second_compute(),
+            "the second compute step",
+        )
         time.sleep(0.1)  # the batch processor exports every 20 ms: the first five steps go out
     finally:
         kill_group(proc)
@@ -279,11 +357,21 @@ def test_a_killed_run_sends_both_incarnations_to_an_otlp_receiver(engine: Engine
     [root] = roots()  # the killed incarnation's root never ended, so it was never sent
     assert root["path"] == "/v1/traces" and root["service"] == "steplog-test"
     assert root["attrs"]["steplog.incarnation"] == 2 and root["attrs"]["steplog.resumed"] is True
-    assert "dead" in root["attrs"]["steplog.takeover"] and root["attrs"]["steplog.previous_pid"] == proc.pid
-    first = [s for s in got if s["attrs"].get("steplog.step.seq") is not None and s["trace"] != root["trace"]]
+    assert (
+        "dead" in root["attrs"]["steplog.takeover"]
+        and root["attrs"]["steplog.previous_pid"] == proc.pid
+    )
+    first = [
+        s
+        for s in got
+        if s["attrs"].get("steplog.step.seq") is not None and s["trace"] != root["trace"]
+    ]
     assert {s["attrs"]["steplog.step.seq"] for s in first} == {1, 2, 3, 4, 5}
-    second = {s["attrs"]["steplog.step.seq"]: s for s in got
-              if s["trace"] == root["trace"] and "steplog.step.seq" in s["attrs"]}
+    second = {
+        s["attrs"]["steplog.step.seq"]: s
+        for s in got
+        if s["trace"] == root["trace"] and "steplog.step.seq" in s["attrs"]
+    }
     assert sorted(second) == list(range(6, 21))
     assert second[6]["attrs"]["steplog.step.redone"] is True
     assert all(not s["attrs"]["steplog.step.redone"] for seq, s in second.items() if seq > 6)

@@ -119,8 +119,9 @@ def timed(engine: Engine, *args: str, env: dict[str, str] | None = None) -> tupl
 @pytest.fixture
 def untraced(engine: Engine) -> Engine:
     """The engine's environment with no OpenTelemetry setting at all (each test adds its own)."""
-    engine.env = {k: v for k, v in engine.env.items()
-                  if not k.startswith(("OTEL_", "STEPLOG_OTEL_"))}
+    engine.env = {
+        k: v for k, v in engine.env.items() if not k.startswith(("OTEL_", "STEPLOG_OTEL_"))
+    }
     return engine
 
 
@@ -132,13 +133,15 @@ def said(stderr: str) -> list[str]:
 
 @pytest.mark.parametrize("where", ["closed port", "silent listener"])
 def test_a_run_whose_collector_is_down_takes_as_long_as_one_without_tracing(
-        engine: Engine, tmp_path: Path, silent_collector: str, where: str) -> None:
+    engine: Engine, tmp_path: Path, silent_collector: str, where: str
+) -> None:
     url = f"http://127.0.0.1:{closed_port()}" if where == "closed port" else silent_collector
     plain, plain_seconds = timed(engine, *seven_steps(engine, "plain"))
     assert plain.returncode == 0, plain.stderr
 
-    traced, traced_seconds = timed(engine, *seven_steps(engine, "traced"),
-                                   env={"OTEL_EXPORTER_OTLP_ENDPOINT": url})
+    traced, traced_seconds = timed(
+        engine, *seven_steps(engine, "traced"), env={"OTEL_EXPORTER_OTLP_ENDPOINT": url}
+    )
 
     assert traced.returncode == 0, traced.stderr
     assert traced_seconds < plain_seconds + 1.0 + SLACK_SECONDS, (plain_seconds, traced_seconds)
@@ -162,12 +165,26 @@ def test_the_flush_is_as_long_as_the_variable_says(engine: Engine, silent_collec
 
 
 def test_a_stopped_engine_exits_promptly_though_its_collector_never_answers(
-        engine: Engine, tmp_path: Path, silent_collector: str) -> None:
+    engine: Engine, tmp_path: Path, silent_collector: str
+) -> None:
     """SIGTERM mid-run (Stop engine, a worker's drain): the engine stops at its safe point, waits
     the flush out, says what it dropped, and exits with its usual code."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": silent_collector, "OTEL_BSP_SCHEDULE_DELAY": "50"}
-    proc = engine.start("run", WITNESS, "--run-id", "w", "--db", str(engine.db), "--param", "n=40",
-                        "--param", "pause=0.2", "--param", f"witness={tmp_path / 'w.db'}", env=env)
+    proc = engine.start(
+        "run",
+        WITNESS,
+        "--run-id",
+        "w",
+        "--db",
+        str(engine.db),
+        "--param",
+        "n=40",
+        "--param",
+        "pause=0.2",
+        "--param",
+        f"witness={tmp_path / 'w.db'}",
+        env=env,
+    )
     try:
         deadline = time.monotonic() + 60
         while engine.events("step_committed") < 6:  # an export to the listener is in flight by now
@@ -210,32 +227,44 @@ def test_malformed_otlp_headers_are_refused_before_anything_is_written(engine: E
     first = engine.run("run", NOOP, "--run-id", "earlier", "--db", str(engine.db), "--param", "n=2")
     assert first.returncode == 0, first.stderr
     before = engine.db.read_bytes()
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed_port()}",
-           "OTEL_EXPORTER_OTLP_HEADERS": MALFORMED["a semicolon in the value"]}
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed_port()}",
+        "OTEL_EXPORTER_OTLP_HEADERS": MALFORMED["a semicolon in the value"],
+    }
 
-    for args in (["run", NOOP, "--run-id", "new", "--db", str(engine.db), "--param", "n=2"],
-                 ["run", NOOP, "--run-id", "earlier", "--db", str(engine.db)],
-                 ["worker", "--db", str(engine.db), "--drain"]):
+    for args in (
+        ["run", NOOP, "--run-id", "new", "--db", str(engine.db), "--param", "n=2"],
+        ["run", NOOP, "--run-id", "earlier", "--db", str(engine.db)],
+        ["worker", "--db", str(engine.db), "--drain"],
+    ):
         assert_refused(engine.run(*args, env=env, timeout=60), "OTEL_EXPORTER_OTLP_HEADERS")
         assert engine.db.read_bytes() == before, args
 
 
-@pytest.mark.parametrize(("how", "variable"), [
-    ("no equals sign", "OTEL_EXPORTER_OTLP_HEADERS"),
-    ("a semicolon in the value", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"),
-    ("a quote in the value", "OTEL_EXPORTER_OTLP_HEADERS"),
-    ("a bad escape", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"),
-    ("a line break once decoded", "OTEL_EXPORTER_OTLP_HEADERS")])
-def test_every_malformed_form_is_refused_without_being_printed(engine: Engine, how: str,
-                                                               variable: str) -> None:
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed_port()}",
-           variable: MALFORMED[how]}
+@pytest.mark.parametrize(
+    ("how", "variable"),
+    [
+        ("no equals sign", "OTEL_EXPORTER_OTLP_HEADERS"),
+        ("a semicolon in the value", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"),
+        ("a quote in the value", "OTEL_EXPORTER_OTLP_HEADERS"),
+        ("a bad escape", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"),
+        ("a line break once decoded", "OTEL_EXPORTER_OTLP_HEADERS"),
+    ],
+)
+def test_every_malformed_form_is_refused_without_being_printed(
+    engine: Engine, how: str, variable: str
+) -> None:
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed_port()}",
+        variable: MALFORMED[how],
+    }
     assert_refused(engine.run("run", NOOP, "--db", str(engine.db), env=env, timeout=60), variable)
     assert not engine.db.exists()
 
 
 def test_well_formed_headers_reach_a_working_collector_and_never_stderr(
-        engine: Engine, collector: _Collector) -> None:
+    engine: Engine, collector: _Collector
+) -> None:
     """The plain form (a space in the value) and the URL-encoded one both work; the spans arrive."""
     url = f"http://127.0.0.1:{collector.server_address[1]}"
     forms = [f"Authorization=Bearer {SECRET},x-team=a", f"authorization=Bearer%20{SECRET}"]
@@ -250,17 +279,21 @@ def test_well_formed_headers_reach_a_working_collector_and_never_stderr(
 
 
 def test_bad_flush_seconds_are_refused(engine: Engine) -> None:
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed_port()}",
-           "STEPLOG_OTEL_FLUSH_SECONDS": "soon"}
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed_port()}",
+        "STEPLOG_OTEL_FLUSH_SECONDS": "soon",
+    }
     done = engine.run("run", NOOP, "--db", str(engine.db), env=env, timeout=60)
     assert done.returncode == 2 and not engine.db.exists()
     assert done.stderr.splitlines() == [
         "steplog: STEPLOG_OTEL_FLUSH_SECONDS must be a number of seconds from 0 to 600 "
-        "(got 'soon'): how long an engine's end waits for its spans to be sent"]
+        "(got 'soon'): how long an engine's end waits for its spans to be sent"
+    ]
 
 
 def test_opentelemetry_log_records_never_carry_a_header_value(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """Whatever an OpenTelemetry logger says outside the export thread goes on to the program's
     handlers with every header value masked (the export thread's own troubles are summed up in
     the one drop line instead)."""

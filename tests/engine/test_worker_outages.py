@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_run_control import applied, wait_until
 
 from conftest import AGENTS, TESTS, Engine, kill_group
-from test_run_control import applied, wait_until
 
 WITNESS = f"{AGENTS}:witness"
 TICKETS = 3
@@ -59,7 +59,9 @@ def own_server() -> Iterator[Restartable]:
         admin = server.start()
     except NoServer as exc:
         if os.environ.get("CI"):
-            pytest.fail(f"these tests restart a PostgreSQL server of their own and cannot start one: {exc}")
+            pytest.fail(
+                f"these tests restart a PostgreSQL server of their own and cannot start one: {exc}"
+            )
         pytest.skip(f"no PostgreSQL server of our own to restart: {exc}")
     try:
         yield Restartable(server, admin)
@@ -70,8 +72,9 @@ def own_server() -> Iterator[Restartable]:
 def engine_on(db: Any, tmp_path: Path) -> Engine:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STEPLOG_")}
     env["XDG_DATA_HOME"] = str(tmp_path / "xdg")  # default workdirs of a PostgreSQL log go there
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent / "engine"), str(TESTS.parent / "gui"),
-                                         env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(TESTS.parent / "engine"), str(TESTS.parent / "gui"), env.get("PYTHONPATH", "")]
+    )
     return Engine(db=db, env=env)
 
 
@@ -81,9 +84,13 @@ class Worker:
     def __init__(self, engine: Engine, err: Path, *args: str) -> None:
         self.err = err
         with open(err, "wb") as sink:
-            self.proc = subprocess.Popen(engine.argv("worker", "--db", str(engine.db), "--poll", "0.05", *args),
-                                         stdout=subprocess.DEVNULL, stderr=sink, env=engine.env,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                engine.argv("worker", "--db", str(engine.db), "--poll", "0.05", *args),
+                stdout=subprocess.DEVNULL,
+                stderr=sink,
+                env=engine.env,
+                start_new_session=True,
+            )
 
     @property
     def stderr(self) -> str:
@@ -110,7 +117,9 @@ def submit(engine: Engine, *args: str) -> str:
 
 def statuses(engine: Engine, ids: list[str]) -> dict[str, int]:
     try:
-        rows = engine.query(f"SELECT status FROM run WHERE id IN ({', '.join('?' for _ in ids)})", *ids)
+        rows = engine.query(
+            f"SELECT status FROM run WHERE id IN ({', '.join('?' for _ in ids)})", *ids
+        )
     except sqlite3.Error:  # the server restarting right now (PgOperationalError is one too)
         return {}
     out: dict[str, int] = {}
@@ -129,9 +138,11 @@ def no_traceback(worker: Worker) -> None:
 
 # -- PostgreSQL: the server restarted, and stopped ------------------------------------------
 
+
 @pytest.mark.slow
-def test_three_workers_outlive_two_server_restarts_and_send_every_message_once(own_server: Restartable,
-                                                                                 tmp_path: Path) -> None:
+def test_three_workers_outlive_two_server_restarts_and_send_every_message_once(
+    own_server: Restartable, tmp_path: Path
+) -> None:
     """Three workers, twenty queued demo runs, the server restarted twice (``pg_ctl restart -m
     fast``) while they work: every run succeeds once, the outbox's ledger holds each message once,
     and every worker is still there, having said once per outage that it lost the log and once
@@ -144,17 +155,37 @@ def test_three_workers_outlive_two_server_restarts_and_send_every_message_once(o
     db = PgUrl(own_server.create("outage_log"))
     engine = engine_on(db, tmp_path)
     with start_outbox(tmp_path / "outbox.db") as outbox:
-        ids = [submit(engine, "demo", "--param", f"tickets={TICKETS}", "--outbox", outbox.url, "--pace", "0.05",
-                      "--sync", "normal") for _ in range(20)]
-        workers = [Worker(engine, tmp_path / f"worker-{i}.err", "--concurrency", "2") for i in range(3)]
+        ids = [
+            submit(
+                engine,
+                "demo",
+                "--param",
+                f"tickets={TICKETS}",
+                "--outbox",
+                outbox.url,
+                "--pace",
+                "0.05",
+                "--sync",
+                "normal",
+            )
+            for _ in range(20)
+        ]
+        workers = [
+            Worker(engine, tmp_path / f"worker-{i}.err", "--concurrency", "2") for i in range(3)
+        ]
         try:
             for restart in (1, 2):
                 # Mid-work: runs in flight (steps committed, not finished) and runs still queued.
                 wait_until(lambda: in_flight(engine, ids) >= 3, timeout=120)
                 assert succeeded(engine, ids) < 20
                 own_server.restart()
-                wait_until(lambda: all(len(w.lines("the log is back")) >= restart or w.proc.poll() is not None
-                                       for w in workers), timeout=60)
+                wait_until(
+                    lambda: all(
+                        len(w.lines("the log is back")) >= restart or w.proc.poll() is not None
+                        for w in workers
+                    ),
+                    timeout=60,
+                )
                 assert all(w.proc.poll() is None for w in workers), [w.stderr for w in workers]
             wait_until(lambda: succeeded(engine, ids) == 20, timeout=240)
             alive = [w.proc.poll() for w in workers]
@@ -169,13 +200,17 @@ def test_three_workers_outlive_two_server_restarts_and_send_every_message_once(o
         no_traceback(w)
         lost = w.lines("lost the log at ")
         assert len(lost) == 2, w.stderr  # one line per outage, however many tries it took
-        assert all(f"lost the log at {db} (" in line and line.endswith("; reconnecting…") for line in lost), lost
+        assert all(
+            f"lost the log at {db} (" in line and line.endswith("; reconnecting…") for line in lost
+        ), lost
         assert len(w.lines("the log is back after ")) == 2, w.stderr
     # The restarts cut runs short (3 or more each): their engines exited, later ones resumed them.
     assert sum(len(w.lines("engine lost the log (exit")) for w in workers) >= 4
     assert len([rid for rid, n in engine.query("SELECT id, incarnation FROM run") if n > 1]) >= 3
     # Each run finished once; every message its log completed was delivered once, and no other.
-    finished = engine.query("SELECT run_id, count(*) FROM event WHERE kind = 'run_finished' GROUP BY run_id")
+    finished = engine.query(
+        "SELECT run_id, count(*) FROM event WHERE kind = 'run_finished' GROUP BY run_id"
+    )
     assert sorted(finished) == sorted((rid, 1) for rid in ids)
     conn = connect(db)
     try:
@@ -193,9 +228,12 @@ def in_flight(engine: Engine, ids: list[str]) -> int:
     from steplog.lease import process_alive
 
     try:
-        rows = engine.query(f"SELECT lease_pid FROM run WHERE id IN ({', '.join('?' for _ in ids)})"
-                            " AND status = 'running' AND EXISTS (SELECT 1 FROM step WHERE step.run_id = run.id"
-                            " AND step.incarnation = run.incarnation AND step.status = 'committed')", *ids)
+        rows = engine.query(
+            f"SELECT lease_pid FROM run WHERE id IN ({', '.join('?' for _ in ids)})"
+            " AND status = 'running' AND EXISTS (SELECT 1 FROM step WHERE step.run_id = run.id"
+            " AND step.incarnation = run.incarnation AND step.status = 'committed')",
+            *ids,
+        )
     except sqlite3.Error:
         return 0
     return sum(1 for (pid,) in rows if pid and process_alive(pid))
@@ -203,7 +241,8 @@ def in_flight(engine: Engine, ids: list[str]) -> int:
 
 @pytest.mark.slow
 def test_a_worker_stopped_while_the_server_is_down_exits_0_promptly_and_its_run_resumes_once(
-        own_server: Restartable, tmp_path: Path) -> None:
+    own_server: Restartable, tmp_path: Path
+) -> None:
     """SIGTERM while the server is down, the worker's waits between tries grown long: it exits 0
     within seconds, having said once that it lost the log; its run, cut short by the outage, is
     finished by another worker once the server is back, every effect applied once."""
@@ -212,7 +251,9 @@ def test_a_worker_stopped_while_the_server_is_down_exits_0_promptly_and_its_run_
     db = PgUrl(own_server.create("down_log"))
     engine = engine_on(db, tmp_path)
     witness = tmp_path / "w.db"
-    rid = submit(engine, WITNESS, "--param", "n=60", "--param", "pause=0.05", "--param", f"witness={witness}")
+    rid = submit(
+        engine, WITNESS, "--param", "n=60", "--param", "pause=0.05", "--param", f"witness={witness}"
+    )
     worker = Worker(engine, tmp_path / "worker.err")
     try:
         wait_until(lambda: len(applied(witness)) >= 3)
@@ -230,7 +271,9 @@ def test_a_worker_stopped_while_the_server_is_down_exits_0_promptly_and_its_run_
     no_traceback(worker)
     assert len(worker.lines("lost the log at ")) == 1 and not worker.lines("the log is back")
     last = worker.stderr.splitlines()[-1]
-    assert "stopped by SIGTERM; 1 claimed" in last and "1 engine lost the log" in last, worker.stderr
+    assert "stopped by SIGTERM; 1 claimed" in last and "1 engine lost the log" in last, (
+        worker.stderr
+    )
     own_server.up()
     done = engine.run("worker", "--db", str(db), "--drain", "--poll", "0.05", timeout=180)
     assert done.returncode == 0 and "1 claimed, 1 succeeded" in done.stderr, done.stderr
@@ -240,8 +283,9 @@ def test_a_worker_stopped_while_the_server_is_down_exits_0_promptly_and_its_run_
     assert len(keys) == len(set(keys)) == 60
 
 
-def test_a_database_dropped_under_a_worker_ends_it_with_exit_2_not_a_wait(postgres_server: Any,
-                                                                          tmp_path: Path) -> None:
+def test_a_database_dropped_under_a_worker_ends_it_with_exit_2_not_a_wait(
+    postgres_server: Any, tmp_path: Path
+) -> None:
     """Waiting is for a server that is away, not for a log that is gone: the worker's database
     is dropped (its session ended with it), and on reconnecting the worker says in one line that
     the database does not exist and exits 2."""
@@ -251,10 +295,21 @@ def test_a_database_dropped_under_a_worker_ends_it_with_exit_2_not_a_wait(postgr
 
     db = PgUrl(postgres_server.create())
     engine = engine_on(db, tmp_path)
-    submit(engine, WITNESS, "--param", "n=1", "--param", f"witness={tmp_path / 'w.db'}", "--run-id", "first")
+    submit(
+        engine,
+        WITNESS,
+        "--param",
+        "n=1",
+        "--param",
+        f"witness={tmp_path / 'w.db'}",
+        "--run-id",
+        "first",
+    )
     worker = Worker(engine, tmp_path / "worker.err")
     try:
-        wait_until(lambda: bool(worker.lines("run first succeeded")) or worker.proc.poll() is not None)
+        wait_until(
+            lambda: bool(worker.lines("run first succeeded")) or worker.proc.poll() is not None
+        )
         with psycopg.connect(postgres_server.admin, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE "{db.dbname}" WITH (FORCE)')
         code = worker.proc.wait(timeout=60)
@@ -264,10 +319,13 @@ def test_a_database_dropped_under_a_worker_ends_it_with_exit_2_not_a_wait(postgr
     no_traceback(worker)
     assert len(worker.lines("lost the log at ")) == 1, worker.stderr
     last = worker.stderr.splitlines()[-1]
-    assert last.startswith(f"steplog: cannot connect to {db}") and "does not exist" in last, worker.stderr
+    assert last.startswith(f"steplog: cannot connect to {db}") and "does not exist" in last, (
+        worker.stderr
+    )
 
 
 # -- SQLite: a file locked past its busy timeout, a file damaged meanwhile -------------------
+
 
 @pytest.mark.slow
 def test_a_worker_waits_out_a_sqlite_log_locked_past_its_busy_timeout(tmp_path: Path) -> None:
@@ -276,16 +334,24 @@ def test_a_worker_waits_out_a_sqlite_log_locked_past_its_busy_timeout(tmp_path: 
     db = tmp_path / "steplog.db"
     engine = engine_on(db, tmp_path)
     witness = tmp_path / "w.db"
-    ids = [submit(engine, WITNESS, "--param", "n=3", "--param", f"witness={witness}") for _ in range(2)]
+    ids = [
+        submit(engine, WITNESS, "--param", "n=3", "--param", f"witness={witness}") for _ in range(2)
+    ]
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     worker = Worker(engine, tmp_path / "worker.err")
     try:
-        wait_until(lambda: bool(worker.lines("lost the log at ")) or worker.proc.poll() is not None, timeout=60)
+        wait_until(
+            lambda: bool(worker.lines("lost the log at ")) or worker.proc.poll() is not None,
+            timeout=60,
+        )
         assert worker.proc.poll() is None, worker.stderr
         [lost] = worker.lines("lost the log at ")
-        assert re.fullmatch(rf"steplog worker \S+: lost the log at {re.escape(str(db))} \(database is locked\); "
-                            "reconnecting…", lost), lost
+        assert re.fullmatch(
+            rf"steplog worker \S+: lost the log at {re.escape(str(db))} \(database is locked\); "
+            "reconnecting…",
+            lost,
+        ), lost
         holder.execute("ROLLBACK")
         holder.close()
         wait_until(lambda: succeeded(engine, ids) == 2, timeout=120)
@@ -294,13 +360,18 @@ def test_a_worker_waits_out_a_sqlite_log_locked_past_its_busy_timeout(tmp_path: 
         worker.ensure_gone()
     assert code == 0, worker.stderr
     no_traceback(worker)
-    assert len(worker.lines("lost the log at ")) == 1 and len(worker.lines("the log is back after ")) == 1
+    assert (
+        len(worker.lines("lost the log at ")) == 1
+        and len(worker.lines("the log is back after ")) == 1
+    )
     keys = [k for k, _ in applied(witness)]
     assert len(keys) == len(set(keys)) == 6
 
 
 @pytest.mark.slow
-def test_a_sqlite_log_damaged_while_a_worker_waited_for_it_ends_the_worker_with_exit_2(tmp_path: Path) -> None:
+def test_a_sqlite_log_damaged_while_a_worker_waited_for_it_ends_the_worker_with_exit_2(
+    tmp_path: Path,
+) -> None:
     """Waiting is for a log that is away, not for one that is wrong: the file is damaged while
     the worker waits out a lock, and on reopening it the worker refuses it in one line (exit 2)
     and writes nothing to it."""
@@ -311,7 +382,10 @@ def test_a_sqlite_log_damaged_while_a_worker_waited_for_it_ends_the_worker_with_
     holder.execute("BEGIN IMMEDIATE")
     worker = Worker(engine, tmp_path / "worker.err")
     try:
-        wait_until(lambda: bool(worker.lines("lost the log at ")) or worker.proc.poll() is not None, timeout=60)
+        wait_until(
+            lambda: bool(worker.lines("lost the log at ")) or worker.proc.poll() is not None,
+            timeout=60,
+        )
         assert worker.proc.poll() is None, worker.stderr
         with open(db, "r+b") as f:
             f.write(b"this is no longer a database" * 4)
@@ -325,4 +399,3 @@ def test_a_sqlite_log_damaged_while_a_worker_waited_for_it_ends_the_worker_with_
     no_traceback(worker)
     last = worker.stderr.splitlines()[-1]
     assert last.startswith(f"steplog: {db} is not a SQLite database"), worker.stderr
-

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from test_run_control import applied, wait_until
 
 from conftest import AGENTS, Engine, kill_group
 from steplog.lease import process_alive
-from test_run_control import applied, wait_until
 
 WITNESS = f"{AGENTS}:witness"
 APPROVAL = f"{AGENTS}:approval"
@@ -30,13 +30,17 @@ def submit(engine: Engine, *args: str) -> str:
 
 
 def drain(engine: Engine, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    done = engine.run("worker", "--db", str(engine.db), "--drain", "--poll", "0.05", *args, timeout=timeout)
+    done = engine.run(
+        "worker", "--db", str(engine.db), "--drain", "--poll", "0.05", *args, timeout=timeout
+    )
     assert done.returncode == 0, done.stderr
     return done
 
 
 def claims(engine: Engine, run_id: str) -> int:
-    return len(engine.query("SELECT 1 FROM event WHERE run_id = ? AND kind = 'worker_claimed'", run_id))
+    return len(
+        engine.query("SELECT 1 FROM event WHERE run_id = ? AND kind = 'worker_claimed'", run_id)
+    )
 
 
 def status_of(engine: Engine, run_id: str) -> str:
@@ -49,29 +53,51 @@ def status_of(engine: Engine, run_id: str) -> str:
 
 # -- submit ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args", [
-    ("nosuch_agent",),
-    ("demo",),                                               # demo needs --outbox
-    ("demo", "--outbox", "ftp://x"),
-    (WITNESS, "--max-seconds", "nan"),
-    (WITNESS, "--max-cost", "inf"),
-    (WITNESS, "--max-steps", "-1"),
-    (WITNESS, "--pace", "nan"),
-    (WITNESS, "--lease-seconds", "0"),
-    (WITNESS, "--param", "nosuch=1"),
-    (WITNESS, "--param", "malformed"),
-    (WITNESS, "--run-id", "bad id!"),
-])
-def test_submit_refuses_what_run_refuses_and_writes_nothing(engine: Engine, args: tuple[str, ...]) -> None:
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("nosuch_agent",),
+        ("demo",),  # demo needs --outbox
+        ("demo", "--outbox", "ftp://x"),
+        (WITNESS, "--max-seconds", "nan"),
+        (WITNESS, "--max-cost", "inf"),
+        (WITNESS, "--max-steps", "-1"),
+        (WITNESS, "--pace", "nan"),
+        (WITNESS, "--lease-seconds", "0"),
+        (WITNESS, "--param", "nosuch=1"),
+        (WITNESS, "--param", "malformed"),
+        (WITNESS, "--run-id", "bad id!"),
+    ],
+)
+def test_submit_refuses_what_run_refuses_and_writes_nothing(
+    engine: Engine, args: tuple[str, ...]
+) -> None:
     done = engine.run("submit", *args, "--db", str(engine.db))
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("steplog: ") and done.stderr.count("\n") == 1, done.stderr
     assert not engine.db.exists()
 
 
-def test_submit_records_a_queued_run_with_its_options_and_refuses_a_taken_id(engine: Engine, tmp_path: Path) -> None:
-    rid = submit(engine, WITNESS, "--run-id", "q1", "--param", "n=2", "--param", f"witness={tmp_path / 'w.db'}",
-                 "--pace", "0.01", "--max-steps", "50", "--sync", "normal")
+def test_submit_records_a_queued_run_with_its_options_and_refuses_a_taken_id(
+    engine: Engine, tmp_path: Path
+) -> None:
+    rid = submit(
+        engine,
+        WITNESS,
+        "--run-id",
+        "q1",
+        "--param",
+        "n=2",
+        "--param",
+        f"witness={tmp_path / 'w.db'}",
+        "--pace",
+        "0.01",
+        "--max-steps",
+        "50",
+        "--sync",
+        "normal",
+    )
     assert rid == "q1"
     s = engine.status("q1")
     assert (s["status"], s["incarnations"], s["engine"], s["worker"]) == ("queued", 0, "none", None)
@@ -86,10 +112,15 @@ def test_submit_records_a_queued_run_with_its_options_and_refuses_a_taken_id(eng
 
 # -- a worker --------------------------------------------------------------------------------
 
+
 @pytest.mark.backends("sqlite", "postgres")
-def test_a_worker_runs_queued_runs_to_completion_and_says_who_ran_them(engine: Engine, tmp_path: Path) -> None:
+def test_a_worker_runs_queued_runs_to_completion_and_says_who_ran_them(
+    engine: Engine, tmp_path: Path
+) -> None:
     witness = tmp_path / "w.db"
-    ids = [submit(engine, WITNESS, "--param", "n=3", "--param", f"witness={witness}") for _ in range(3)]
+    ids = [
+        submit(engine, WITNESS, "--param", "n=3", "--param", f"witness={witness}") for _ in range(3)
+    ]
     done = drain(engine)
     assert "drained; 3 claimed, 3 succeeded" in done.stderr
     for rid in ids:
@@ -104,14 +135,29 @@ def test_a_worker_runs_queued_runs_to_completion_and_says_who_ran_them(engine: E
 
 
 @pytest.mark.backends("sqlite", "postgres")
-def test_concurrency_runs_that_many_engines_at_once_and_no_more(engine: Engine, tmp_path: Path) -> None:
+def test_concurrency_runs_that_many_engines_at_once_and_no_more(
+    engine: Engine, tmp_path: Path
+) -> None:
     for _ in range(4):
-        submit(engine, WITNESS, "--param", "n=2", "--param", "pause=0.4", "--param", f"witness={tmp_path / 'w.db'}")
+        submit(
+            engine,
+            WITNESS,
+            "--param",
+            "n=2",
+            "--param",
+            "pause=0.4",
+            "--param",
+            f"witness={tmp_path / 'w.db'}",
+        )
     started = time.monotonic()
     drain(engine, "--concurrency", "2")
-    spans = engine.query("SELECT min(ts), max(ts) FROM event WHERE kind IN ('lease_acquired', 'run_finished')"
-                         " GROUP BY run_id")
-    points = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda p: (p[0], p[1]))
+    spans = engine.query(
+        "SELECT min(ts), max(ts) FROM event WHERE kind IN ('lease_acquired', 'run_finished')"
+        " GROUP BY run_id"
+    )
+    points = sorted(
+        [(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda p: (p[0], p[1])
+    )
     most = now = 0
     for _, d in points:
         now += d
@@ -120,9 +166,13 @@ def test_concurrency_runs_that_many_engines_at_once_and_no_more(engine: Engine, 
     assert time.monotonic() - started < 4 * 0.8 + 6  # two at a time, not one after another
 
 
-def test_sigterm_stops_claiming_hands_runs_back_at_a_step_boundary_and_exits_0(engine: Engine, tmp_path: Path) -> None:
+def test_sigterm_stops_claiming_hands_runs_back_at_a_step_boundary_and_exits_0(
+    engine: Engine, tmp_path: Path
+) -> None:
     witness = tmp_path / "w.db"
-    rid = submit(engine, WITNESS, "--param", "n=40", "--param", "pause=0.1", "--param", f"witness={witness}")
+    rid = submit(
+        engine, WITNESS, "--param", "n=40", "--param", "pause=0.1", "--param", f"witness={witness}"
+    )
     later = submit(engine, WITNESS, "--param", "n=1", "--param", f"witness={witness}")
     worker = engine.start("worker", "--db", str(engine.db), "--poll", "0.05")
     try:
@@ -136,7 +186,9 @@ def test_sigterm_stops_claiming_hands_runs_back_at_a_step_boundary_and_exits_0(e
     assert "stopped by SIGTERM" in err and "stopped at a safe point" in err
     s = engine.status(rid)
     assert (s["status"], s["engine"], s["worker"]) == ("running", "none", None), s
-    assert engine.query("SELECT count(*) FROM event WHERE run_id = ? AND kind = 'lease_released'", rid) == [(1,)]
+    assert engine.query(
+        "SELECT count(*) FROM event WHERE run_id = ? AND kind = 'lease_released'", rid
+    ) == [(1,)]
     assert engine.status(later)["status"] == "queued" and claims(engine, later) == 0
     done = drain(engine)
     assert "2 claimed, 2 succeeded" in done.stderr
@@ -144,11 +196,23 @@ def test_sigterm_stops_claiming_hands_runs_back_at_a_step_boundary_and_exits_0(e
     assert len(keys) == len(set(keys)) == 41
 
 
-def test_retry_and_fork_no_start_leave_runs_queued_for_workers(engine: Engine, tmp_path: Path) -> None:
+def test_retry_and_fork_no_start_leave_runs_queued_for_workers(
+    engine: Engine, tmp_path: Path
+) -> None:
     witness, fixed = tmp_path / "w.db", tmp_path / "fixed"
     db = str(engine.db)
-    failed = engine.run("run", FIXABLE, "--run-id", "f", "--db", db, "--param", f"witness={witness}",
-                        "--param", f"fixed_when={fixed}")
+    failed = engine.run(
+        "run",
+        FIXABLE,
+        "--run-id",
+        "f",
+        "--db",
+        db,
+        "--param",
+        f"witness={witness}",
+        "--param",
+        f"fixed_when={fixed}",
+    )
     assert failed.returncode == 4
     fixed.touch()
     assert engine.run("retry", "f", "--db", db, "--no-start", "--pace", "0.01").returncode == 0
@@ -163,15 +227,26 @@ def test_retry_and_fork_no_start_leave_runs_queued_for_workers(engine: Engine, t
     assert engine.status("f")["status"] == engine.status("f2")["status"] == "succeeded"
 
 
-def test_a_waiting_run_is_not_spun_on_and_is_picked_up_once_signalled(engine: Engine, tmp_path: Path) -> None:
+def test_a_waiting_run_is_not_spun_on_and_is_picked_up_once_signalled(
+    engine: Engine, tmp_path: Path
+) -> None:
     rid = submit(engine, APPROVAL, "--param", "n=1", "--param", f"witness={tmp_path / 'w.db'}")
     worker = engine.start("worker", "--db", str(engine.db), "--poll", "0.05")
     try:
-        wait_until(lambda: status_of(engine, rid) == "waiting"
-                   and bool(engine.query("SELECT 1 FROM event WHERE kind = 'worker_released'")))
+        wait_until(
+            lambda: (
+                status_of(engine, rid) == "waiting"
+                and bool(engine.query("SELECT 1 FROM event WHERE kind = 'worker_released'"))
+            )
+        )
         time.sleep(1.0)
         assert claims(engine, rid) == 1
-        assert engine.run("signal", rid, "approve", "--db", str(engine.db), "--data", '{"approved": true}').returncode == 0
+        assert (
+            engine.run(
+                "signal", rid, "approve", "--db", str(engine.db), "--data", '{"approved": true}'
+            ).returncode
+            == 0
+        )
         wait_until(lambda: status_of(engine, rid) == "succeeded")
         assert claims(engine, rid) == 2
         os.kill(worker.pid, signal.SIGTERM)
@@ -182,9 +257,17 @@ def test_a_waiting_run_is_not_spun_on_and_is_picked_up_once_signalled(engine: En
     assert engine.status(rid)["result"] == {"approved": True, "sent": 2, "note": None}
 
 
-def test_a_run_that_ended_or_keeps_crashing_is_not_retried_forever(engine: Engine, tmp_path: Path) -> None:
-    failing = submit(engine, FIXABLE, "--param", f"witness={tmp_path / 'w.db'}",
-                     "--param", f"fixed_when={tmp_path / 'never'}")
+def test_a_run_that_ended_or_keeps_crashing_is_not_retried_forever(
+    engine: Engine, tmp_path: Path
+) -> None:
+    failing = submit(
+        engine,
+        FIXABLE,
+        "--param",
+        f"witness={tmp_path / 'w.db'}",
+        "--param",
+        f"fixed_when={tmp_path / 'never'}",
+    )
     agent_file = tmp_path / "gone.py"
     shutil.copy(AGENTS, agent_file)
     crashing = submit(engine, f"{agent_file}:noop", "--param", "n=1")
@@ -199,14 +282,21 @@ def test_agents_filter_claims_only_those_agents(engine: Engine, tmp_path: Path) 
     mine = submit(engine, WITNESS, "--param", "n=1", "--param", f"witness={tmp_path / 'w.db'}")
     other = submit(engine, f"{AGENTS}:noop", "--param", "n=1")
     drain(engine, "--agents", WITNESS)
-    assert engine.status(mine)["status"] == "succeeded" and engine.status(other)["status"] == "queued"
+    assert (
+        engine.status(mine)["status"] == "succeeded" and engine.status(other)["status"] == "queued"
+    )
     bad = engine.run("worker", "--db", str(engine.db), "--agents", "nosuch_agent")
     assert bad.returncode == 2
 
 
 def test_run_prefix_claims_only_runs_whose_id_starts_with_it(engine: Engine) -> None:
-    theirs = submit(engine, f"{AGENTS}:noop", "--run-id", "theirs-1", "--param", "n=1")  # older: first in line
-    mine = [submit(engine, f"{AGENTS}:noop", "--run-id", f"mine-{i}", "--param", "n=1") for i in range(2)]
+    theirs = submit(
+        engine, f"{AGENTS}:noop", "--run-id", "theirs-1", "--param", "n=1"
+    )  # older: first in line
+    mine = [
+        submit(engine, f"{AGENTS}:noop", "--run-id", f"mine-{i}", "--param", "n=1")
+        for i in range(2)
+    ]
     done = drain(engine, "--run-prefix", "mine-")
     assert "runs mine-*" in done.stderr and "2 claimed, 2 succeeded" in done.stderr, done.stderr
     assert [engine.status(r)["status"] for r in mine] == ["succeeded", "succeeded"]
@@ -214,16 +304,21 @@ def test_run_prefix_claims_only_runs_whose_id_starts_with_it(engine: Engine) -> 
 
 
 @pytest.mark.backends("sqlite", "postgres")
-def test_a_sigkilled_worker_takes_its_engines_with_it_and_another_takes_over_at_once(engine: Engine,
-                                                                                     tmp_path: Path) -> None:
+def test_a_sigkilled_worker_takes_its_engines_with_it_and_another_takes_over_at_once(
+    engine: Engine, tmp_path: Path
+) -> None:
     witness = tmp_path / "w.db"
-    rid = submit(engine, WITNESS, "--param", "n=30", "--param", "pause=0.05", "--param", f"witness={witness}")
+    rid = submit(
+        engine, WITNESS, "--param", "n=30", "--param", "pause=0.05", "--param", f"witness={witness}"
+    )
     worker = engine.start("worker", "--db", str(engine.db), "--poll", "0.05")
     try:
         wait_until(lambda: len(applied(witness)) >= 2)
         engine_pid = engine.query("SELECT lease_pid FROM run WHERE id = ?", rid)[0][0]
         assert engine_pid and process_alive(engine_pid)
-        killed_at = kill_group(worker)  # the worker's group only: its engine is in a session of its own
+        killed_at = kill_group(
+            worker
+        )  # the worker's group only: its engine is in a session of its own
     finally:
         if worker.poll() is None:
             kill_group(worker)
@@ -231,9 +326,13 @@ def test_a_sigkilled_worker_takes_its_engines_with_it_and_another_takes_over_at_
     assert engine.status(rid)["status"] == "running"
     drain(engine)
     assert engine.status(rid)["status"] == "succeeded"
-    taken = engine.query("SELECT ts, data FROM event WHERE run_id = ? AND kind = 'lease_acquired' ORDER BY id", rid)
+    taken = engine.query(
+        "SELECT ts, data FROM event WHERE run_id = ? AND kind = 'lease_acquired' ORDER BY id", rid
+    )
     assert len(taken) == 2 and json.loads(taken[1][1])["previous_pid"] == engine_pid
-    claimed = engine.query("SELECT data FROM event WHERE run_id = ? AND kind = 'worker_claimed' ORDER BY id", rid)
+    claimed = engine.query(
+        "SELECT data FROM event WHERE run_id = ? AND kind = 'worker_claimed' ORDER BY id", rid
+    )
     assert "is dead" in json.loads(claimed[1][0])["takeover"]
     assert taken[1][0] - killed_at < 5  # not after the 15 s lease: at once
     keys = [k for k, _ in applied(witness)]
@@ -241,6 +340,7 @@ def test_a_sigkilled_worker_takes_its_engines_with_it_and_another_takes_over_at_
 
 
 # -- the storm -------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_worker_storm_three_workers_thirty_demo_runs_every_message_once(tmp_path: Path) -> None:
@@ -250,8 +350,18 @@ def test_worker_storm_three_workers_thirty_demo_runs_every_message_once(tmp_path
 
     # Kills 0.2-0.6 s apart: all 12 fit in the ~8 s the runs take here, and the storm stops killing
     # once every run ended (a quick machine may end it before the last kills).
-    result = worker_storm(tmp_path / "storm", runs=30, workers=3, concurrency=2, kills=12, seed=12,
-                          params={"tickets": 3}, pace=0.02, time_limit=240, gap=(0.2, 0.6))
+    result = worker_storm(
+        tmp_path / "storm",
+        runs=30,
+        workers=3,
+        concurrency=2,
+        kills=12,
+        seed=12,
+        params={"tickets": 3},
+        pace=0.02,
+        time_limit=240,
+        gap=(0.2, 0.6),
+    )
     print(result.summary())
     assert result.passed, result.summary()
     assert result.statuses == {"succeeded": 30}
@@ -264,32 +374,62 @@ def test_worker_storm_three_workers_thirty_demo_runs_every_message_once(tmp_path
 
 @pytest.mark.slow
 @pytest.mark.backends("postgres")
-def test_worker_storm_on_postgresql_every_message_once_and_other_runs_untouched(engine: Engine,
-                                                                                 tmp_path: Path) -> None:
+def test_worker_storm_on_postgresql_every_message_once_and_other_runs_untouched(
+    engine: Engine, tmp_path: Path
+) -> None:
     """The worker storm with the log on PostgreSQL, from the command line: 3 workers, 15 queued
     demo runs, whole workers SIGKILLed at random and restarted: all its runs succeed, the outbox's
     ledger holds every message once, and a run of someone else's in the same database (queued
     before the storm, so first in line) is neither claimed nor counted."""
     other = submit(engine, f"{AGENTS}:noop", "--run-id", "someone-elses", "--param", "n=1")
-    done = engine.run("killtest", "demo", "--workers", "3", "--runs", "15", "--kills", "8", "--seed", "12",
-                      "--param", "tickets=2", "--db", str(engine.db), "--json", "--keep", str(tmp_path / "kept"),
-                      timeout=300)
+    done = engine.run(
+        "killtest",
+        "demo",
+        "--workers",
+        "3",
+        "--runs",
+        "15",
+        "--kills",
+        "8",
+        "--seed",
+        "12",
+        "--param",
+        "tickets=2",
+        "--db",
+        str(engine.db),
+        "--json",
+        "--keep",
+        str(tmp_path / "kept"),
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)
     print({k: v for k, v in result.items() if k != "details"})
     assert result["passed"]
     assert result["statuses"] == {"succeeded": 15}
     assert result["deliveries"] == 15 * 3  # two replies and a digest per run
-    assert not result["duplicate_keys"] and not result["stray_deliveries"] and not result["duplicate_bodies"]
-    assert result["worker_kills"] >= 5 and result["kills_landed"] >= 3 and result["engines_killed"] >= 3
+    assert (
+        not result["duplicate_keys"]
+        and not result["stray_deliveries"]
+        and not result["duplicate_bodies"]
+    )
+    assert (
+        result["worker_kills"] >= 5
+        and result["kills_landed"] >= 3
+        and result["engines_killed"] >= 3
+    )
     assert result["takeovers"] >= 1 and not result["orphans"]
     assert result["clean_exits"] == result["workers_stopped"] == 3
-    assert result["takeover_seconds"] and max(result["takeover_seconds"]) < 12, result["takeover_seconds"]
+    assert result["takeover_seconds"] and max(result["takeover_seconds"]) < 12, result[
+        "takeover_seconds"
+    ]
     # The storm's runs are new ones of its own in that database; its workdirs and outbox are files.
     ids = [r for (r,) in engine.query("SELECT id FROM run WHERE id <> ? ORDER BY id", other)]
     assert len(ids) == 15 and all(r.startswith("storm-") for r in ids)
     assert {p.name for p in (tmp_path / "kept" / "runs").iterdir()} == set(ids)
-    assert (tmp_path / "kept" / "outbox.db").exists() and not (tmp_path / "kept" / "steplog.db").exists()
+    assert (tmp_path / "kept" / "outbox.db").exists() and not (
+        tmp_path / "kept" / "steplog.db"
+    ).exists()
     assert engine.status(other)["status"] == "queued" and claims(engine, other) == 0
 
 
@@ -302,8 +442,12 @@ def test_the_readme_scale_out_commands_do_what_it_says(engine: Engine, tmp_path:
     assert shell is not None, "the README no longer shows submit and worker"
     *submitted, worked, listed = run_shell_block(engine, tmp_path, shell.group(1))
     assert [s.stdout for s in submitted] == ["job-1\n", "job-2\n"], [s.stderr for s in submitted]
-    assert worked.returncode == 0 and "drained; 2 claimed, 2 succeeded" in worked.stderr, worked.stderr
-    assert listed.stdout.count("succeeded") == 2 and listed.stdout.count(" worker ") == 2, listed.stdout
+    assert worked.returncode == 0 and "drained; 2 claimed, 2 succeeded" in worked.stderr, (
+        worked.stderr
+    )
+    assert listed.stdout.count("succeeded") == 2 and listed.stdout.count(" worker ") == 2, (
+        listed.stdout
+    )
 
 
 @pytest.mark.backends("sqlite", "postgres")
@@ -312,7 +456,8 @@ def test_claims_page_past_runs_others_hold_and_a_live_workers_claim_is_respected
     from steplog.agent import resolve
     from steplog.db import open_log
     from steplog.lease import Holder, me
-    from steplog.queue import claim_next_run, submit as submit_run
+    from steplog.queue import claim_next_run
+    from steplog.queue import submit as submit_run
 
     noop = resolve(f"{AGENTS}:noop")
     ids = [submit_run(noop, run_id=f"r{i:02d}", db=db, params={"n": 1}) for i in range(40)]
@@ -324,31 +469,68 @@ def test_claims_page_past_runs_others_hold_and_a_live_workers_claim_is_respected
         parent = os.getppid()
         from steplog.lease import _proc_start
 
-        other = Holder(pid=parent, host=me().host, boot=me().boot, proc_start=_proc_start(parent) or 0.0)
+        other = Holder(
+            pid=parent, host=me().host, boot=me().boot, proc_start=_proc_start(parent) or 0.0
+        )
         taken = claim_next_run(conn, worker=other)
         assert taken is not None and taken.run_id == "r00"
         # ...so this worker gets the next one, and a dead worker's claim is free at once.
         assert (mine := claim_next_run(conn)) is not None and mine.run_id == "r01"
-        dead = Holder(pid=2 ** 22 + 7, host=me().host, boot=me().boot, proc_start=1.0)
+        dead = Holder(pid=2**22 + 7, host=me().host, boot=me().boot, proc_start=1.0)
         assert (gone := claim_next_run(conn, worker=dead)) is not None and gone.run_id == "r02"
-        assert (again := claim_next_run(conn, skip={"r01", "r35"})) is not None and again.run_id == "r02"
+        assert (
+            again := claim_next_run(conn, skip={"r01", "r35"})
+        ) is not None and again.run_id == "r02"
     finally:
         conn.close()
 
 
-def test_killtest_workers_runs_the_worker_storm_from_the_command_line(engine: Engine, tmp_path: Path) -> None:
-    done = engine.run("killtest", "demo", "--workers", "2", "--runs", "4", "--kills", "2", "--seed", "3",
-                      "--param", "tickets=1", "--json", "--keep", str(tmp_path / "kept"), timeout=180)
+def test_killtest_workers_runs_the_worker_storm_from_the_command_line(
+    engine: Engine, tmp_path: Path
+) -> None:
+    done = engine.run(
+        "killtest",
+        "demo",
+        "--workers",
+        "2",
+        "--runs",
+        "4",
+        "--kills",
+        "2",
+        "--seed",
+        "3",
+        "--param",
+        "tickets=1",
+        "--json",
+        "--keep",
+        str(tmp_path / "kept"),
+        timeout=180,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
-    assert report["passed"] and report["statuses"] == {"succeeded": 4} and report["deliveries"] == 4 * 2
+    assert (
+        report["passed"]
+        and report["statuses"] == {"succeeded": 4}
+        and report["deliveries"] == 4 * 2
+    )
     assert (tmp_path / "kept" / "steplog.db").exists()
     refused = engine.run("killtest", "demo", "--workers", "2", "--sweep")
     assert refused.returncode == 2 and "--workers" in refused.stderr
 
 
-def test_a_waiting_run_whose_wait_times_out_is_taken_up_without_a_signal(engine: Engine, tmp_path: Path) -> None:
-    rid = submit(engine, APPROVAL, "--param", "n=1", "--param", "timeout=1.5", "--param", f"witness={tmp_path / 'w.db'}")
+def test_a_waiting_run_whose_wait_times_out_is_taken_up_without_a_signal(
+    engine: Engine, tmp_path: Path
+) -> None:
+    rid = submit(
+        engine,
+        APPROVAL,
+        "--param",
+        "n=1",
+        "--param",
+        "timeout=1.5",
+        "--param",
+        f"witness={tmp_path / 'w.db'}",
+    )
     worker = engine.start("worker", "--db", str(engine.db), "--poll", "0.05")
     try:
         wait_until(lambda: status_of(engine, rid) == "succeeded", timeout=60)

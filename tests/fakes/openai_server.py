@@ -31,7 +31,7 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
@@ -39,8 +39,21 @@ from typing import Any
 import pytest
 
 BEHAVIOURS = frozenset(
-    {"ok", "ok_cached", "no_usage", "hang", "429", "quota", "500", "401", "400", "404",
-     "malformed", "no_choices", "no_content"}
+    {
+        "ok",
+        "ok_cached",
+        "no_usage",
+        "hang",
+        "429",
+        "quota",
+        "500",
+        "401",
+        "400",
+        "404",
+        "malformed",
+        "no_choices",
+        "no_content",
+    }
 )
 CACHED_TOKENS = 7
 HANG_LIMIT_S = 30.0
@@ -66,7 +79,9 @@ def reply_content(body: Mapping[str, Any] | None) -> str:
 
 
 def usage_for(body: Mapping[str, Any] | None, content: str, cached: int) -> dict[str, Any]:
-    prompt = 10 + sum(len(str(m.get("content", ""))) // 4 for m in (body or {}).get("messages") or [])
+    prompt = 10 + sum(
+        len(str(m.get("content", ""))) // 4 for m in (body or {}).get("messages") or []
+    )
     completion = 1 + len(content) // 4
     return {
         "prompt_tokens": prompt,
@@ -108,13 +123,17 @@ class FakeOpenAI:
         """Queue behaviours for the next calls; once used up, calls get ``ok``."""
         unknown = set(behaviours) - BEHAVIOURS
         if unknown:
-            raise ValueError(f"unknown fake behaviours {sorted(unknown)}; known: {sorted(BEHAVIOURS)}")
+            raise ValueError(
+                f"unknown fake behaviours {sorted(unknown)}; known: {sorted(BEHAVIOURS)}"
+            )
         with self._lock:
             self._queue.extend(behaviours)
 
     def start(self) -> FakeOpenAI:
         # A short poll interval so that close() (shutdown) returns promptly.
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), name="fake-openai", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.02,), name="fake-openai", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -128,7 +147,12 @@ class FakeOpenAI:
     def __enter__(self) -> FakeOpenAI:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def _record(self, call: Call) -> None:
@@ -157,9 +181,18 @@ class FakeOpenAI:
                     body = json.loads(raw) if raw else None
                 except ValueError:
                     body = None
-                behaviour = fake._take_behaviour() if self.path.rstrip("/") == "/v1/chat/completions" else "404"
-                call = Call(self.path, self.headers.get("Idempotency-Key"), self.headers.get("Authorization"),
-                            body, behaviour)
+                behaviour = (
+                    fake._take_behaviour()
+                    if self.path.rstrip("/") == "/v1/chat/completions"
+                    else "404"
+                )
+                call = Call(
+                    self.path,
+                    self.headers.get("Idempotency-Key"),
+                    self.headers.get("Authorization"),
+                    body,
+                    behaviour,
+                )
                 fake._record(call)
                 self._respond(call)
 
@@ -190,35 +223,53 @@ class FakeOpenAI:
         return Handler
 
 
-def _error(status: int, message: str, kind: str, code: str | None = None) -> tuple[int, dict[str, Any], dict[str, str]]:
+def _error(
+    status: int, message: str, kind: str, code: str | None = None
+) -> tuple[int, dict[str, Any], dict[str, str]]:
     return status, {"error": {"message": message, "type": kind, "param": None, "code": code}}, {}
 
 
 def _payload(call: Call) -> tuple[int, dict[str, Any], dict[str, str]]:
     behaviour, body = call.behaviour, call.body
     if behaviour == "429":
-        status, payload, _ = _error(429, "Rate limit reached for requests", "requests", "rate_limit_exceeded")
+        status, payload, _ = _error(
+            429, "Rate limit reached for requests", "requests", "rate_limit_exceeded"
+        )
         return status, payload, {"Retry-After": "1"}
     if behaviour == "quota":
-        return _error(429, "You exceeded your current quota.", "insufficient_quota", "insufficient_quota")
+        return _error(
+            429, "You exceeded your current quota.", "insufficient_quota", "insufficient_quota"
+        )
     if behaviour == "500":
         return _error(500, "The server had an error while processing your request.", "server_error")
     if behaviour == "401":
         # Worst case for secret hygiene: echo the whole key back, as some proxies do.
         auth = (call.authorization or "").removeprefix("Bearer ") or "(none)"
-        return _error(401, f"Incorrect API key provided: {auth}.", "invalid_request_error", "invalid_api_key")
+        return _error(
+            401, f"Incorrect API key provided: {auth}.", "invalid_request_error", "invalid_api_key"
+        )
     if behaviour == "400":
         return _error(400, "Invalid value for 'max_tokens'.", "invalid_request_error")
     if behaviour == "404":
-        return _error(404, "The model does not exist or you do not have access to it.", "invalid_request_error",
-                      "model_not_found")
+        return _error(
+            404,
+            "The model does not exist or you do not have access to it.",
+            "invalid_request_error",
+            "model_not_found",
+        )
     content = reply_content(body)
     completion: dict[str, Any] = {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
         "created": 1_700_000_000,
         "model": str((body or {}).get("model", "fake")),
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+            }
+        ],
         "usage": usage_for(body, content, CACHED_TOKENS if behaviour == "ok_cached" else 0),
     }
     if behaviour == "no_usage":

@@ -19,9 +19,23 @@ CRASH_AT = "after_effect_started@8"
 """A witness run that dies (os._exit) while step 8's effect is in flight, then resumes."""
 
 
-def witness_args(engine: Engine, run_id: str, witness: Path, n: int, pause: float = 0.0) -> list[str]:
-    return ["run", f"{AGENTS}:witness", "--run-id", run_id, "--db", str(engine.db),
-            "--param", f"n={n}", "--param", f"witness={witness}", "--param", f"pause={pause}"]
+def witness_args(
+    engine: Engine, run_id: str, witness: Path, n: int, pause: float = 0.0
+) -> list[str]:
+    return [
+        "run",
+        f"{AGENTS}:witness",
+        "--run-id",
+        run_id,
+        "--db",
+        str(engine.db),
+        "--param",
+        f"n={n}",
+        "--param",
+        f"witness={witness}",
+        "--param",
+        f"pause={pause}",
+    ]
 
 
 @pytest.fixture
@@ -68,7 +82,9 @@ def window(qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> Iterator
     yield win
     stray.stop()
     win.shutdown(stop_engine=True)
-    assert not stray.seen, f"a modal dialog nobody answered was shut after {STRAY_MODAL_S:.0f} s: {stray.seen}"
+    assert not stray.seen, (
+        f"a modal dialog nobody answered was shut after {STRAY_MODAL_S:.0f} s: {stray.seen}"
+    )
 
 
 STRAY_MODAL_S = 10.0
@@ -129,39 +145,103 @@ def gui_env(engine: Engine) -> dict[str, str]:
     return {**engine.env, "PATH": os.environ.get("PATH", "")}
 
 
-def synthetic_events(run_id: str, steps: int, *, kill_every: int = 0, step_seconds: float = 0.01) -> list[object]:
+def synthetic_events(
+    run_id: str, steps: int, *, kill_every: int = 0, step_seconds: float = 0.01
+) -> list[object]:
     """Events of a run with ``steps`` committed steps (a kill every ``kill_every``), for scale tests."""
     from steplog.logread import Event
-
 
     events: list[Event] = []
     t, inc = 1_000.0, 1
 
-    def add(kind: str, seq: int | None = None, data: dict[str, object] | None = None, incarnation: int | None = None) -> None:
-        events.append(Event(len(events) + 1, run_id, t, inc if incarnation is None else incarnation, kind, seq, data or {}))
+    def add(
+        kind: str,
+        seq: int | None = None,
+        data: dict[str, object] | None = None,
+        incarnation: int | None = None,
+    ) -> None:
+        events.append(
+            Event(
+                len(events) + 1,
+                run_id,
+                t,
+                inc if incarnation is None else incarnation,
+                kind,
+                seq,
+                data or {},
+            )
+        )
 
     add("run_created", data={"agent": "synthetic", "budget": {"steps": steps * 2}}, incarnation=0)
     add("lease_acquired", data={"pid": 1, "previous_pid": None})
     executions = 0
     for s in range(1, steps + 1):
         executions += 1
-        add("step_started", s, {"name": f"step {s}", "kind": "call", "usage": {"steps": s - 1, "executions": executions}})
+        add(
+            "step_started",
+            s,
+            {
+                "name": f"step {s}",
+                "kind": "call",
+                "usage": {"steps": s - 1, "executions": executions},
+            },
+        )
         t += step_seconds
         if kill_every and s % kill_every == 0:
             inc += 1
-            add("lease_acquired", data={"pid": inc, "previous_pid": inc - 1, "takeover": f"holder pid {inc - 1} is dead"})
+            add(
+                "lease_acquired",
+                data={
+                    "pid": inc,
+                    "previous_pid": inc - 1,
+                    "takeover": f"holder pid {inc - 1} is dead",
+                },
+            )
             executions += 1
-            add("step_started", s, {"name": f"step {s}", "kind": "call", "usage": {"steps": s - 1, "executions": executions}})
+            add(
+                "step_started",
+                s,
+                {
+                    "name": f"step {s}",
+                    "kind": "call",
+                    "usage": {"steps": s - 1, "executions": executions},
+                },
+            )
             t += step_seconds
         add("step_committed", s, {"usage": {"steps": s, "executions": executions}})
         t += step_seconds / 10
-    add("run_finished", None, {"status": "succeeded", "usage": {"steps": steps, "executions": executions}})
+    add(
+        "run_finished",
+        None,
+        {"status": "succeeded", "usage": {"steps": steps, "executions": executions}},
+    )
     return events
 
 
-SCALARS = ("agent", "params", "model", "limits", "status", "reason", "created", "finished", "last_ts", "usage",
-           "incarnation", "pid", "host", "kills", "step_names", "_open", "_last_ts_by_inc", "forked_from",
-           "waiting_for", "waiting_since", "cancel_requested", "_copied_shift")
+SCALARS = (
+    "agent",
+    "params",
+    "model",
+    "limits",
+    "status",
+    "reason",
+    "created",
+    "finished",
+    "last_ts",
+    "usage",
+    "incarnation",
+    "pid",
+    "host",
+    "kills",
+    "step_names",
+    "_open",
+    "_last_ts_by_inc",
+    "forked_from",
+    "waiting_for",
+    "waiting_since",
+    "cancel_requested",
+    "_copied_shift",
+)
 
 
 def assert_same(bulk: Any, folded: Any, where: str) -> None:
@@ -177,8 +257,9 @@ def assert_same(bulk: Any, folded: Any, where: str) -> None:
         a, b = getattr(bulk, columns), getattr(folded, columns)
         assert len(a) == len(b), f"{where}: {columns} has {len(a)} rows bulk, {len(b)} folded"
         for field in a._names:
-            assert np.array_equal(a[field], b[field], equal_nan=a[field].dtype.kind == "f"), \
+            assert np.array_equal(a[field], b[field], equal_nan=a[field].dtype.kind == "f"), (
                 f"{where}: {columns}.{field}: bulk {a[field]}, folded {b[field]}"
+            )
 
 
 def answer_next_modal(act: Callable[[QDialog], None]) -> None:
@@ -197,4 +278,5 @@ def answer_next_modal(act: Callable[[QDialog], None]) -> None:
         finally:
             if modal.isVisible():
                 modal.reject()  # type: ignore[attr-defined]
+
     QTimer.singleShot(20, answer)

@@ -36,8 +36,23 @@ def screen_env(width: int, height: int, folder: Path) -> dict[str, str]:
     """An offscreen screen with room for a window of this size and its frame (offscreen draws no
     frame but counts one, and a saved geometry that does not fit is shrunk to fit on restore)."""
     config = folder / f"screen-{width}x{height}.json"
-    config.write_text(json.dumps({"screens": [{"name": "screen", "x": 0, "y": 0, "width": width + 64,
-                                               "height": height + 64, "dpi": 96, "dpr": 1}]}))
+    config.write_text(
+        json.dumps(
+            {
+                "screens": [
+                    {
+                        "name": "screen",
+                        "x": 0,
+                        "y": 0,
+                        "width": width + 64,
+                        "height": height + 64,
+                        "dpi": 96,
+                        "dpr": 1,
+                    }
+                ]
+            }
+        )
+    )
     return {**os.environ, "QT_QPA_PLATFORM": f"offscreen:configfile={config}"}
 
 
@@ -55,8 +70,9 @@ def settle(app: QApplication, seconds: float) -> None:
     wait(app, lambda: time.monotonic() > end, seconds + 5)
 
 
-def open_window(app: QApplication, db: Path, settings_file: Path, theme: str,
-                size: tuple[int, int] | None) -> MainWindow:
+def open_window(
+    app: QApplication, db: Path, settings_file: Path, theme: str, size: tuple[int, int] | None
+) -> MainWindow:
     """A window as on a first launch (``size``: maximised to it) or, with ``size`` None, as the
     settings file left it."""
     settings = Settings(QSettings(str(settings_file), QSettings.Format.IniFormat))
@@ -73,14 +89,24 @@ def open_window(app: QApplication, db: Path, settings_file: Path, theme: str,
 
 def show_redone_step(app: QApplication, window: MainWindow, run_id: str | None = None) -> None:
     """Wait for the run (default: the one the window selects) and its verdict; select its last redone step."""
-    wait(app, lambda: window._run_id is not None and (run_id is None or window._run_id == run_id)
-         and not window.monitor.catching_up)
+    wait(
+        app,
+        lambda: (
+            window._run_id is not None
+            and (run_id is None or window._run_id == run_id)
+            and not window.monitor.catching_up
+        ),
+    )
     run = window.monitor.run(window._run_id or "")
     assert run is not None
     ex = run.executions
     redone = [int(s) for s, o in zip(ex["seq"], ex["outcome"]) if o == REDONE]
     # The last step redone after a kill; without one, the first step the last takeover ran.
-    resumed = [int(s) for s, lane in zip(ex["seq"], ex["lane"]) if run.kills and lane == run.incarnation and s >= 0]
+    resumed = [
+        int(s)
+        for s, lane in zip(ex["seq"], ex["lane"])
+        if run.kills and lane == run.incarnation and s >= 0
+    ]
     pick = redone[-1] if redone else resumed[0] if resumed else None
     if pick is not None:
         window.timeline.select_step(pick)
@@ -95,16 +121,30 @@ def layout_of(window: MainWindow) -> dict[str, Any]:
     charts = {}
     for key, chart in window.charts.charts.items():
         item = chart.widget.getPlotItem()
-        charts[key] = {"rect": list(chart.widget.geometry().getRect()), "plot width": round(item.size().width()),
-                       "view width": chart.widget.viewport().width()}
-    strip = {k: {"width": label.width(), "needs": label.sizeHint().width(), "text": label.text()}
-             for k, label in window.verdict.labels.items() if label.text()}
-    return {"window": [window.width(), window.height()],
-            "docks": {d.objectName(): [d.width(), d.height()]
-                      for d in (window._runs_dock, window._detail_dock, window._outbox_dock)},
-            "runs": {"key columns": sum(runs.columnWidth(c) for c in range(3)), "view": runs.viewport().width()},
-            "charts": charts, "strip": strip,
-            "timeline": [window.timeline.plot.width(), window.timeline.plot.height()]}
+        charts[key] = {
+            "rect": list(chart.widget.geometry().getRect()),
+            "plot width": round(item.size().width()),
+            "view width": chart.widget.viewport().width(),
+        }
+    strip = {
+        k: {"width": label.width(), "needs": label.sizeHint().width(), "text": label.text()}
+        for k, label in window.verdict.labels.items()
+        if label.text()
+    }
+    return {
+        "window": [window.width(), window.height()],
+        "docks": {
+            d.objectName(): [d.width(), d.height()]
+            for d in (window._runs_dock, window._detail_dock, window._outbox_dock)
+        },
+        "runs": {
+            "key columns": sum(runs.columnWidth(c) for c in range(3)),
+            "view": runs.viewport().width(),
+        },
+        "charts": charts,
+        "strip": strip,
+        "timeline": [window.timeline.plot.width(), window.timeline.plot.height()],
+    }
 
 
 def probe(db: Path, width: int, height: int, theme: str = "dark") -> dict[str, Any]:

@@ -57,7 +57,9 @@ def shoot(args: argparse.Namespace) -> int:
         same = restored == first
         ok &= same
         diff = {k: (first[k], restored[k]) for k in first if first[k] != restored[k]}
-        print(name, first, "restored exactly" if same else f"RESTORED DIFFERENTLY: {diff}", flush=True)
+        print(
+            name, first, "restored exactly" if same else f"RESTORED DIFFERENTLY: {diff}", flush=True
+        )
     return 0 if ok else 1
 
 
@@ -80,6 +82,7 @@ def main() -> int:
     wait(app, lambda: driver.engine.running and demo.run_id is not None)
     run_id = demo.run_id
     assert run_id is not None
+
     def mid_step(kills: int) -> bool:
         """Past a few commits, and a step (a model call, paced) 2 s into its work: the kill lands
         mid-step, so the timeline shows the interrupted attempt (orange) before the kill line."""
@@ -92,18 +95,46 @@ def main() -> int:
     for kills in (1, 2):
         wait(app, lambda: mid_step(kills), timeout=120)  # noqa: B023
         assert driver.engine.kill_now()
-    wait(app, lambda: (r := driver.monitor.run(run_id)) is not None and r.steps_committed >= 14, timeout=120)
+    wait(
+        app,
+        lambda: (r := driver.monitor.run(run_id)) is not None and r.steps_committed >= 14,
+        timeout=120,
+    )
     failed = 0
     for width, height in SIZES:
-        child = subprocess.Popen([sys.executable, __file__, str(args.out), "--shoot", str(width), str(height),
-                                  "--db", str(db), "--run", run_id], env=screen_env(width, height, work))
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                str(args.out),
+                "--shoot",
+                str(width),
+                str(height),
+                "--db",
+                str(db),
+                "--run",
+                run_id,
+            ],
+            env=screen_env(width, height, work),
+        )
         while child.poll() is None:  # the demo's engine is this process's: keep its loop turning
             app.processEvents()
             time.sleep(0.02)
         failed += child.returncode != 0
     if args.big is not None:
-        child = subprocess.Popen([sys.executable, __file__, str(args.out), "--shoot", "1920", "1080",
-                                  "--db", str(args.big)], env=screen_env(1920, 1080, work))
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                str(args.out),
+                "--shoot",
+                "1920",
+                "1080",
+                "--db",
+                str(args.big),
+            ],
+            env=screen_env(1920, 1080, work),
+        )
         while child.poll() is None:
             app.processEvents()
             time.sleep(0.02)

@@ -7,10 +7,8 @@ own part of the outbox's ledger, shown red) and spends more tokens.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from gui_helpers import gui_env, settings, theme_restored, window  # noqa: F401 (fixtures)
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
@@ -21,8 +19,6 @@ from steplog_gui import theme
 from steplog_gui.compare_window import CompareWindow
 from steplog_gui.demo import DemoConfig
 from steplog_gui.main_window import MainWindow
-from steplog_gui.monitor import Monitor
-
 
 
 def deliveries(compare: CompareWindow, side: str) -> int:
@@ -31,10 +27,13 @@ def deliveries(compare: CompareWindow, side: str) -> int:
 
 
 def test_one_kill_now_kills_both_naive_fails_with_its_duplicates_durable_passes(  # type: ignore[no-untyped-def]
-        qtbot, window: MainWindow) -> None:
+    qtbot, window: MainWindow
+) -> None:
     compare = window.open_compare(DemoConfig(params={"tickets": "8"}, pace=0.5))
     assert window.act_compare.isChecked()
-    qtbot.waitUntil(lambda: compare.runs.naive.running and compare.runs.durable.running, timeout=20_000)
+    qtbot.waitUntil(
+        lambda: compare.runs.naive.running and compare.runs.durable.running, timeout=20_000
+    )
     naive_id, durable_id = compare.runs.naive_id, compare.runs.durable_id
     assert naive_id and durable_id
     kill_button = compare.findChild(object, "compare_kill_now")
@@ -45,16 +44,29 @@ def test_one_kill_now_kills_both_naive_fails_with_its_duplicates_durable_passes(
         sent_before = deliveries(compare, "naive")
         qtbot.waitUntil(lambda: deliveries(compare, "naive") >= sent_before + 2, timeout=30_000)
         durable = compare.view.run(durable_id)
-        assert durable is not None and not durable.terminal, "the durable run finished first: slow the demo down"
+        assert durable is not None and not durable.terminal, (
+            "the durable run finished first: slow the demo down"
+        )
         qtbot.mouseClick(kill_button, Qt.MouseButton.LeftButton)
         assert compare.runs.naive.kills == kill and compare.runs.durable.kills == kill
-        qtbot.waitUntil(lambda: compare.runs.naive.running and compare.runs.durable.running, timeout=10_000)
+        qtbot.waitUntil(
+            lambda: compare.runs.naive.running and compare.runs.durable.running, timeout=10_000
+        )
 
-    qtbot.waitUntil(lambda: all(r is not None and r.terminal for r in (compare.view.run(naive_id),
-                                                                         compare.view.run(durable_id))),
-                    timeout=60_000)
-    qtbot.waitUntil(lambda: compare.strips["naive"].labels["verdict"].text() == "FAIL"
-                    and compare.strips["durable"].labels["verdict"].text() == "PASS", timeout=15_000)
+    qtbot.waitUntil(
+        lambda: all(
+            r is not None and r.terminal
+            for r in (compare.view.run(naive_id), compare.view.run(durable_id))
+        ),
+        timeout=60_000,
+    )
+    qtbot.waitUntil(
+        lambda: (
+            compare.strips["naive"].labels["verdict"].text() == "FAIL"
+            and compare.strips["durable"].labels["verdict"].text() == "PASS"
+        ),
+        timeout=15_000,
+    )
 
     # The naive side's duplicates, counted from its own part of the outbox's ledger, are red.
     ledger = compare.outboxes["naive"].ledger
@@ -62,7 +74,11 @@ def test_one_kill_now_kills_both_naive_fails_with_its_duplicates_durable_passes(
     assert groups and all(d.key.startswith(f"{naive_id}:") for d in ledger.deliveries)
     verdict = compare.judges["naive"].verdict
     assert {f.subject for f in verdict.duplicates} == {
-        f"message for ticket {g[0].body['ticket_id']}" if "ticket_id" in g[0].body else "digest message" for g in groups}
+        f"message for ticket {g[0].body['ticket_id']}"
+        if "ticket_id" in g[0].body
+        else "digest message"
+        for g in groups
+    }
     assert len(red_rows(compare, "naive")) == sum(len(g) - 1 for g in groups)
     assert red_rows(compare, "durable") == []
     assert compare.judges["durable"].verdict.duplicates == []
@@ -81,31 +97,44 @@ def test_one_kill_now_kills_both_naive_fails_with_its_duplicates_durable_passes(
         assert len(mine) and mine[0] == 1
     assert compare.lanes["naive"].restart_texts() == ["starts over at step 1 ▸"] * 2
     resumed = compare.lanes["durable"].restart_texts()
-    assert len(resumed) == 2 and all(t.startswith("resumes at step ") and not t.startswith("resumes at step 1 ")
-                                     for t in resumed)
+    assert len(resumed) == 2 and all(
+        t.startswith("resumes at step ") and not t.startswith("resumes at step 1 ") for t in resumed
+    )
 
     # The figures side by side: the naive agent redid more, and spent more tokens.
     compare.figures.show_figures(compare_figures(compare))
-    n_redone, d_redone = (int(compare.figures.value("Steps redone", side)) for side in ("naive", "durable"))
+    n_redone, d_redone = (
+        int(compare.figures.value("Steps redone", side)) for side in ("naive", "durable")
+    )
     assert n_redone > d_redone and d_redone <= 2
     assert compare.view.result.trace.tokens > int(durable.usage["tokens"])
     assert compare.figures.value("Messages duplicated", "durable") == "0"
     assert compare.figures.value("Messages duplicated", "naive").startswith(f"{len(groups)} (")
-    assert compare.figures.value("Kills", "naive") == compare.figures.value("Kills", "durable") == "2"
+    assert (
+        compare.figures.value("Kills", "naive") == compare.figures.value("Kills", "durable") == "2"
+    )
     tokens = compare.charts.curves[("tokens", "naive")].getData()[1]
     assert tokens[-1] == compare.view.result.trace.tokens
 
     # The monitor's own outbox panel shows the selected run's deliveries only: the durable run's
     # messages have the naive run's bodies, and are not its duplicates.
     window.select_run(durable_id)
-    qtbot.waitUntil(lambda: window.watcher.run_id == durable_id and window.watcher.ledger is not None
-                    and window.outbox_panel.deliveries.rowCount() == len(compare.outboxes["durable"].ledger.deliveries),
-                    timeout=10_000)
+    qtbot.waitUntil(
+        lambda: (
+            window.watcher.run_id == durable_id
+            and window.watcher.ledger is not None
+            and window.outbox_panel.deliveries.rowCount()
+            == len(compare.outboxes["durable"].ledger.deliveries)
+        ),
+        timeout=10_000,
+    )
     model = window.outbox_panel.deliveries
     assert not any(model.record(row)["duplicate"] for row in range(model.rowCount()))
 
     compare.close()
-    assert not compare.runs.running and not window.act_compare.isChecked() and window.compare is None
+    assert (
+        not compare.runs.running and not window.act_compare.isChecked() and window.compare is None
+    )
 
 
 def red_rows(compare: CompareWindow, side: str) -> list[str]:
@@ -122,22 +151,36 @@ def red_rows(compare: CompareWindow, side: str) -> list[str]:
 def compare_figures(compare: CompareWindow) -> Any:
     from steplog_gui.compare_figures import figures
 
-    return figures(compare.view.result, compare.judges["naive"].verdict, compare.judges["durable"].verdict,
-                   compare.outboxes["naive"].ledger, compare.outboxes["durable"].ledger)
+    return figures(
+        compare.view.result,
+        compare.judges["naive"].verdict,
+        compare.judges["durable"].verdict,
+        compare.outboxes["naive"].ledger,
+        compare.outboxes["durable"].ledger,
+    )
 
 
 def test_auto_kill_kills_both_together_until_the_durable_run_is_done_then_the_naive_one_finishes(  # type: ignore[no-untyped-def]
-        qtbot, window: MainWindow) -> None:
+    qtbot, window: MainWindow
+) -> None:
     compare = window.open_compare(DemoConfig(params={"tickets": "6"}, pace=0.4))
-    qtbot.waitUntil(lambda: compare.runs.naive.running and compare.runs.durable.running, timeout=20_000)
+    qtbot.waitUntil(
+        lambda: compare.runs.naive.running and compare.runs.durable.running, timeout=20_000
+    )
     naive_id, durable_id = compare.runs.naive_id, compare.runs.durable_id
     compare.auto_seconds.setValue(1.5)
     compare.auto_kill.setChecked(True)
     assert compare.runs.auto_kill_seconds == 1.5
 
-    qtbot.waitUntil(lambda: (r := compare.view.run(durable_id)) is not None and r.terminal, timeout=60_000)
-    qtbot.waitUntil(lambda: not compare.auto_kill.isChecked(), timeout=5_000)  # the comparison is decided
-    qtbot.waitUntil(lambda: (r := compare.view.run(naive_id)) is not None and r.terminal, timeout=60_000)
+    qtbot.waitUntil(
+        lambda: (r := compare.view.run(durable_id)) is not None and r.terminal, timeout=60_000
+    )
+    qtbot.waitUntil(
+        lambda: not compare.auto_kill.isChecked(), timeout=5_000
+    )  # the comparison is decided
+    qtbot.waitUntil(
+        lambda: (r := compare.view.run(naive_id)) is not None and r.terminal, timeout=60_000
+    )
 
     naive, durable = compare.view.run(naive_id), compare.view.run(durable_id)
     assert naive is not None and durable is not None
@@ -146,62 +189,87 @@ def test_auto_kill_kills_both_together_until_the_durable_run_is_done_then_the_na
     assert all(abs(n.ts - d.ts) < 0.05 for n, d in zip(naive.kills, durable.kills))
     ex = naive.executions
     last = ex["seq"][ex["lane"] == naive.incarnation]
-    assert last[0] == 1 and len(set(last)) == len(durable.step_names)  # its last pass did every step, from 1
+    assert last[0] == 1 and len(set(last)) == len(
+        durable.step_names
+    )  # its last pass did every step, from 1
     # Again: new run ids, the same outbox; the lanes and strips follow the new pair.
     qtbot.waitUntil(compare.act_start.isEnabled, timeout=10_000)  # once both processes are gone
     compare.act_start.trigger()
-    qtbot.waitUntil(lambda: compare.runs.naive_id not in (None, naive_id) and compare.runs.durable.running,
-                    timeout=20_000)
+    qtbot.waitUntil(
+        lambda: compare.runs.naive_id not in (None, naive_id) and compare.runs.durable.running,
+        timeout=20_000,
+    )
     assert compare.view.naive_id == compare.judges["naive"].run_id == compare.runs.naive_id
     assert compare.outboxes["durable"].run_id == compare.runs.durable_id
 
 
 def test_with_approval_the_durable_agent_asks_once_and_the_naive_one_again_after_a_kill(  # type: ignore[no-untyped-def]
-        qtbot, window: MainWindow, engine: Engine) -> None:
+    qtbot, window: MainWindow, engine: Engine
+) -> None:
     compare = window.open_compare(DemoConfig(params={"tickets": "2", "approve": "true"}, pace=0.1))
-    qtbot.waitUntil(lambda: compare.runs.naive.running and compare.runs.durable.running, timeout=20_000)
+    qtbot.waitUntil(
+        lambda: compare.runs.naive.running and compare.runs.durable.running, timeout=20_000
+    )
     naive_id, durable_id = compare.runs.naive_id, compare.runs.durable_id
     assert naive_id and durable_id
     asked = engine.db.parent / "runs" / naive_id / "approval-request.json"
 
     def both_wait() -> bool:
         durable = compare.view.run(durable_id)
-        return durable is not None and durable.status == "waiting" and asked.exists() and \
-            len(asked.read_text().splitlines()) == compare.runs.kills + 1
+        return (
+            durable is not None
+            and durable.status == "waiting"
+            and asked.exists()
+            and len(asked.read_text().splitlines()) == compare.runs.kills + 1
+        )
 
     qtbot.waitUntil(both_wait, timeout=30_000)
     compare.kill_both()  # while both wait for a person
-    qtbot.waitUntil(lambda: compare.runs.naive.running and compare.runs.durable.running, timeout=10_000)
-    qtbot.waitUntil(both_wait, timeout=30_000)  # the naive agent did everything again, and asks again
+    qtbot.waitUntil(
+        lambda: compare.runs.naive.running and compare.runs.durable.running, timeout=10_000
+    )
+    qtbot.waitUntil(
+        both_wait, timeout=30_000
+    )  # the naive agent did everything again, and asks again
     compare.act_approve.trigger()
-    qtbot.waitUntil(lambda: all(r is not None and r.terminal for r in (compare.view.run(naive_id),
-                                                                         compare.view.run(durable_id))),
-                    timeout=30_000)
+    qtbot.waitUntil(
+        lambda: all(
+            r is not None and r.terminal
+            for r in (compare.view.run(naive_id), compare.view.run(durable_id))
+        ),
+        timeout=30_000,
+    )
     assert engine.status(durable_id)["result"]["digest"] == "approved"
     assert engine.status(naive_id)["result"]["digest"] == "approved"
     assert len(asked.read_text().splitlines()) == 2, "the naive agent asked the person twice"
-    assert engine.query("SELECT count(*), count(consumed_seq) FROM signal WHERE run_id = ?", durable_id) == [(1, 1)]
+    assert engine.query(
+        "SELECT count(*), count(consumed_seq) FROM signal WHERE run_id = ?", durable_id
+    ) == [(1, 1)]
     assert engine.events("waiting") >= 1
 
 
 def title_tokens(compare: CompareWindow) -> dict[str, int]:
-    """"Tokens spent: naive 11,397 · durable 9,560", the chart's title, as numbers."""
+    """ "Tokens spent: naive 11,397 · durable 9,560", the chart's title, as numbers."""
     import re
 
     text = compare.charts.plots["tokens"].getPlotItem().titleLabel.text
     found = re.search(r"naive ([\d,]+) · durable ([\d,]+)", text)
     assert found is not None, text
-    return {side: int(found.group(i).replace(",", ""))
-            for i, side in ((1, "naive"), (2, "durable"))}
+    return {
+        side: int(found.group(i).replace(",", "")) for i, side in ((1, "naive"), (2, "durable"))
+    }
 
 
 def table_tokens(compare: CompareWindow) -> dict[str, int]:
-    return {side: int(compare.figures.value("Tokens spent", side).split()[0].replace(",", ""))
-            for side in ("naive", "durable")}
+    return {
+        side: int(compare.figures.value("Tokens spent", side).split()[0].replace(",", ""))
+        for side in ("naive", "durable")
+    }
 
 
 def test_one_token_total_per_run_in_the_table_and_the_chart_and_colours_that_follow_the_theme(
-        qtbot: Any, window: MainWindow, theme_restored: None) -> None:
+    qtbot: Any, window: MainWindow, theme_restored: None
+) -> None:
     """Mid-step (the durable run's reservation is in its last usage) and after a kill (the naive
     run's cut call is charged at the kill by its chart, at its next process by its trace), the
     figures table and the Tokens spent chart showed two totals for one run: both now read it
@@ -209,8 +277,9 @@ def test_one_token_total_per_run_in_the_table_and_the_chart_and_colours_that_fol
     (they kept the light theme's near-black), the naive run's failures in its red."""
     window.set_theme("light")
     compare = window.open_compare(DemoConfig(params={"tickets": "4"}, pace=0.5))
-    qtbot.waitUntil(lambda: compare.runs.naive.running and compare.runs.durable.running,
-                    timeout=20_000)
+    qtbot.waitUntil(
+        lambda: compare.runs.naive.running and compare.runs.durable.running, timeout=20_000
+    )
     naive_id, durable_id = compare.runs.naive_id, compare.runs.durable_id
     seen: list[tuple[dict[str, int], dict[str, int]]] = []
 
@@ -224,8 +293,10 @@ def test_one_token_total_per_run_in_the_table_and_the_chart_and_colours_that_fol
         runs = (compare.view.run(naive_id), compare.view.run(durable_id))
         return all(r is not None and r.terminal for r in runs)
 
-    qtbot.waitUntil(lambda: (r := compare.view.run(durable_id)) is not None
-                    and r.steps_committed >= 3, timeout=30_000)
+    qtbot.waitUntil(
+        lambda: (r := compare.view.run(durable_id)) is not None and r.steps_committed >= 3,
+        timeout=30_000,
+    )
     for _ in range(10):
         look()
         qtbot.wait(70)
@@ -251,5 +322,6 @@ def test_one_token_total_per_run_in_the_table_and_the_chart_and_colours_that_fol
         assert shown_in == (red if bad else text.name()), f"{name} ({side}) is drawn in {shown_in}"
     strip = compare.strips["durable"].labels
     duplicates = strip["duplicates"]
-    qtbot.waitUntil(lambda: duplicates.palette().color(QPalette.ColorRole.WindowText) == text,
-                    timeout=2_000)
+    qtbot.waitUntil(
+        lambda: duplicates.palette().color(QPalette.ColorRole.WindowText) == text, timeout=2_000
+    )

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 from gui_helpers import assert_same, crashed_run, witness_args  # noqa: F401 (fixture)
-
 from PySide6.QtCore import Qt
 
 from conftest import Engine, kill_group
@@ -26,8 +25,12 @@ def started_monitor(qtbot, path: Path) -> Monitor:  # type: ignore[no-untyped-de
     return monitor
 
 
-def test_runs_model_passes_the_model_tester_while_runs_arrive(qtbot, qtmodeltester, crashed_run: Engine,  # type: ignore[no-untyped-def]
-                                                              tmp_path: Path) -> None:
+def test_runs_model_passes_the_model_tester_while_runs_arrive(
+    qtbot,
+    qtmodeltester,
+    crashed_run: Engine,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
     monitor = started_monitor(qtbot, crashed_run.db)
     try:
         model = RunsModel(monitor)
@@ -35,11 +38,19 @@ def test_runs_model_passes_the_model_tester_while_runs_arrive(qtbot, qtmodeltest
         qtbot.waitUntil(lambda: model.rowCount() == 1, timeout=10_000)
         done = crashed_run.run(*witness_args(crashed_run, "R2", tmp_path / "w2.db", 1))
         assert done.returncode == 0, done.stderr
-        qtbot.waitUntil(lambda: model.rowCount() == 2 and monitor.run("R2").status == "succeeded", timeout=10_000)
+        qtbot.waitUntil(
+            lambda: model.rowCount() == 2 and monitor.run("R2").status == "succeeded",
+            timeout=10_000,
+        )
         qtmodeltester.check(model)
         assert model.run_id(0) == "R2"  # newest first
-        row = {model.headerData(c, Qt.Orientation.Horizontal): model.index(1, c).data() for c in range(model.columnCount())}
-        assert row["Run"] == "R" and row["Status"] == "succeeded" and row["Agent"].endswith(":witness")
+        row = {
+            model.headerData(c, Qt.Orientation.Horizontal): model.index(1, c).data()
+            for c in range(model.columnCount())
+        }
+        assert (
+            row["Run"] == "R" and row["Status"] == "succeeded" and row["Agent"].endswith(":witness")
+        )
         assert row["Steps"].startswith("15")
     finally:
         monitor.stop()
@@ -57,14 +68,18 @@ def test_records_model_passes_the_model_tester_on_append_and_replace(qtmodeltest
     assert model.rowCount() == 1 and model.index(0, 0).data() == "<b>c</b>"
 
 
-def test_the_tailer_delivers_a_live_run_in_order_and_quickly(qtbot, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_tailer_delivers_a_live_run_in_order_and_quickly(
+    qtbot, engine: Engine, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     monitor = started_monitor(qtbot, engine.db)  # the log does not exist yet
     seen: list[int] = []
     monitor.events_applied.connect(lambda evs: seen.extend(e.id for e in evs))
     proc = engine.start(*witness_args(engine, "live", tmp_path / "w.db", 20, 0.02))
     try:
-        qtbot.waitUntil(lambda: monitor.run("live") is not None and monitor.run("live").status == "succeeded",
-                        timeout=30_000)
+        qtbot.waitUntil(
+            lambda: monitor.run("live") is not None and monitor.run("live").status == "succeeded",
+            timeout=30_000,
+        )
     finally:
         kill_group(proc)
         monitor.stop()
@@ -81,24 +96,34 @@ def test_the_tailer_delivers_a_live_run_in_order_and_quickly(qtbot, engine: Engi
     assert monitor.problem == ""
 
 
-def test_each_commit_reaches_the_model_without_a_manual_refresh(qtbot, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_each_commit_reaches_the_model_without_a_manual_refresh(
+    qtbot, engine: Engine, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     done = engine.run(*witness_args(engine, "first", tmp_path / "w.db", 1))
     assert done.returncode == 0, done.stderr
     monitor = started_monitor(qtbot, engine.db)
     try:
-        qtbot.waitUntil(lambda: monitor.run("first") is not None and monitor.run("first").terminal, timeout=10_000)
+        qtbot.waitUntil(
+            lambda: monitor.run("first") is not None and monitor.run("first").terminal,
+            timeout=10_000,
+        )
         for i in range(5):  # commits from another connection, as an engine writes them
             conn = sqlite3.connect(engine.db, isolation_level=None)
-            conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, 0, 'run_created', '{}')",
-                         (f"probe{i}", time.time()))
+            conn.execute(
+                "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, 0, 'run_created', '{}')",
+                (f"probe{i}", time.time()),
+            )
             conn.close()
             qtbot.waitUntil(lambda i=i: monitor.run(f"probe{i}") is not None, timeout=5_000)
     finally:
         monitor.stop()
 
 
-def test_a_deleted_replaced_or_foreign_log_shows_a_message_and_never_crashes(qtbot, crashed_run: Engine,  # type: ignore[no-untyped-def]
-                                                                            tmp_path: Path) -> None:
+def test_a_deleted_replaced_or_foreign_log_shows_a_message_and_never_crashes(
+    qtbot,
+    crashed_run: Engine,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "watched" / "steplog.db"
     path.parent.mkdir()
     for suffix in ("", "-wal", "-shm"):
@@ -108,13 +133,17 @@ def test_a_deleted_replaced_or_foreign_log_shows_a_message_and_never_crashes(qtb
     resets: list[bool] = []
     monitor.state_reset.connect(lambda: resets.append(True))
     try:
-        qtbot.waitUntil(lambda: monitor.run("R") is not None and monitor.run("R").terminal, timeout=10_000)
+        qtbot.waitUntil(
+            lambda: monitor.run("R") is not None and monitor.run("R").terminal, timeout=10_000
+        )
         for suffix in ("", "-wal", "-shm"):
             Path(str(path) + suffix).unlink(missing_ok=True)
         qtbot.waitUntil(lambda: "deleted" in monitor.problem, timeout=5_000)
         assert monitor.run("R") is not None  # what was read before stays on screen
 
-        sqlite3.connect(path).execute("CREATE TABLE stranger (x)").connection.commit()  # a foreign file appears
+        sqlite3.connect(path).execute(
+            "CREATE TABLE stranger (x)"
+        ).connection.commit()  # a foreign file appears
         qtbot.waitUntil(lambda: "not a steplog log" in monitor.problem, timeout=5_000)
 
         os.unlink(path)
@@ -122,7 +151,9 @@ def test_a_deleted_replaced_or_foreign_log_shows_a_message_and_never_crashes(qtb
         for suffix in ("-wal", "-shm"):
             if Path(str(crashed_run.db) + suffix).exists():
                 shutil.copy(str(crashed_run.db) + suffix, str(path) + suffix)
-        qtbot.waitUntil(lambda: monitor.problem == "" and monitor.run("R") is not None, timeout=5_000)
+        qtbot.waitUntil(
+            lambda: monitor.problem == "" and monitor.run("R") is not None, timeout=5_000
+        )
     finally:
         monitor.stop()
 
@@ -132,18 +163,35 @@ def test_a_chat_decision_reads_as_the_models_answer_then_its_metadata() -> None:
 
     from steplog_gui.step_detail import decision_text
 
-    recorded = json.dumps({"text": '{"category": "billing", "reply": "Hi Dana,\\n\\nSorry."}', "model": "offline",
-                           "finish_reason": "stop", "usage": {"input_tokens": 3}})
-    assert decision_text(recorded) == "category: billing\nreply:\n    Hi Dana,\n\n    Sorry.\n\n— model offline, finish stop"
+    recorded = json.dumps(
+        {
+            "text": '{"category": "billing", "reply": "Hi Dana,\\n\\nSorry."}',
+            "model": "offline",
+            "finish_reason": "stop",
+            "usage": {"input_tokens": 3},
+        }
+    )
+    assert (
+        decision_text(recorded)
+        == "category: billing\nreply:\n    Hi Dana,\n\n    Sorry.\n\n— model offline, finish stop"
+    )
     nested = json.dumps({"text": '{"items": [1, 2]}', "model": "m"})
     assert decision_text(nested) == '{\n  "items": [\n    1,\n    2\n  ]\n}\n\n— model m'
-    assert decision_text(json.dumps({"text": "plain words", "model": "m"})) == "plain words\n\n— model m"
+    assert (
+        decision_text(json.dumps({"text": "plain words", "model": "m"}))
+        == "plain words\n\n— model m"
+    )
     assert decision_text("not json <b>at all</b>") == "not json <b>at all</b>"
     assert decision_text(None) == ""
 
 
-def test_a_running_run_whose_engine_died_reads_stopped_with_what_to_do(qtbot, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    crashed = engine.run(*witness_args(engine, "orphan", tmp_path / "w.db", 3), env={"STEPLOG_CRASH_AT": "after_step_record@2"})
+def test_a_running_run_whose_engine_died_reads_stopped_with_what_to_do(
+    qtbot, engine: Engine, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    crashed = engine.run(
+        *witness_args(engine, "orphan", tmp_path / "w.db", 3),
+        env={"STEPLOG_CRASH_AT": "after_step_record@2"},
+    )
     assert crashed.returncode == 86, crashed.stderr
     monitor = started_monitor(qtbot, engine.db)
     try:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
 
 from conftest import AGENTS, Engine
-from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
 from steplog.db import open_log
 from steplog.location import PgUrl
 from steplog_gui.main_window import MainWindow
@@ -35,8 +35,10 @@ def _write(db: PgUrl, *events: tuple[str, str, int, str | None, dict[str, Any]])
     try:
         conn.execute("BEGIN IMMEDIATE")
         for run_id, kind, incarnation, seq, data in events:
-            conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?)",
-                         (run_id, time.time(), incarnation, kind, seq, json.dumps(data)))
+            conn.execute(
+                "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, time.time(), incarnation, kind, seq, json.dumps(data)),
+            )
         conn.execute("COMMIT")
         return int(conn.execute("SELECT max(id) FROM event").fetchone()[0])
     finally:
@@ -44,20 +46,41 @@ def _write(db: PgUrl, *events: tuple[str, str, int, str | None, dict[str, Any]])
 
 
 def test_runs_of_other_processes_appear_and_advance_live_by_notification(
-        qtbot, window: MainWindow, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    qtbot, window: MainWindow, engine: Engine, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     assert isinstance(window.monitor.path, PgUrl)
-    assert "postgresql://" in window.windowTitle() and window.monitor.problem == ""  # empty database: waits
+    assert (
+        "postgresql://" in window.windowTitle() and window.monitor.problem == ""
+    )  # empty database: waits
     assert "LISTEN steplog_event" in window.statusBar().currentMessage()
     tailer = _tailer(window)
     assert tailer._observer is None and tailer._worker._timer is None  # noqa: SLF001 - no file watch, no poll
-    procs = [engine.start("run", f"{AGENTS}:witness", "--run-id", rid, "--db", str(engine.db), "--param", "n=4",
-                          "--param", f"witness={tmp_path / (rid + '.db')}", "--param", "pause=0.3")
-             for rid in ("a", "b")]
+    procs = [
+        engine.start(
+            "run",
+            f"{AGENTS}:witness",
+            "--run-id",
+            rid,
+            "--db",
+            str(engine.db),
+            "--param",
+            "n=4",
+            "--param",
+            f"witness={tmp_path / (rid + '.db')}",
+            "--param",
+            "pause=0.3",
+        )
+        for rid in ("a", "b")
+    ]
     try:
-        qtbot.waitUntil(lambda: all(window.monitor.run(r) is not None for r in ("a", "b")), timeout=30_000)
+        qtbot.waitUntil(
+            lambda: all(window.monitor.run(r) is not None for r in ("a", "b")), timeout=30_000
+        )
         seen = {r: window.monitor.run(r).steps_committed for r in ("a", "b")}  # type: ignore[union-attr]
-        qtbot.waitUntil(lambda: all(window.monitor.run(r).status == "succeeded" for r in ("a", "b")),  # type: ignore[union-attr]
-                        timeout=60_000)
+        qtbot.waitUntil(
+            lambda: all(window.monitor.run(r).status == "succeeded" for r in ("a", "b")),  # type: ignore[union-attr]
+            timeout=60_000,
+        )
         for p in procs:
             assert p.wait(timeout=30) == 0
     finally:
@@ -78,14 +101,19 @@ def test_commit_to_row_latency(qtbot, window: MainWindow, engine: Engine) -> Non
     _write(engine.db, ("lat", "run_created", 0, None, {"agent": "probe"}))
     qtbot.waitUntil(lambda: window.monitor.run("lat") is not None, timeout=15_000)
     arrived: dict[int, float] = {}
-    window.monitor.events_applied.connect(lambda evs: arrived.update({e.id: time.perf_counter() for e in evs}))
+    window.monitor.events_applied.connect(
+        lambda evs: arrived.update({e.id: time.perf_counter() for e in evs})
+    )
     latencies = []
     conn = open_log(engine.db)
     try:
         for i in range(30):
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute("INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, 0, ?, NULL, ?)"
-                         " RETURNING id", ("lat", time.time(), "budget_changed", json.dumps({"i": i})))
+            conn.execute(
+                "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, 0, ?, NULL, ?)"
+                " RETURNING id",
+                ("lat", time.time(), "budget_changed", json.dumps({"i": i})),
+            )
             newest = int(conn.execute("SELECT max(id) FROM event").fetchone()[0])
             conn.execute("COMMIT")
             committed = time.perf_counter()
@@ -94,18 +122,25 @@ def test_commit_to_row_latency(qtbot, window: MainWindow, engine: Engine) -> Non
     finally:
         conn.close()
     median = statistics.median(latencies)
-    print(f"commit -> notification -> folded: median {median * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms")
+    print(
+        f"commit -> notification -> folded: median {median * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms"
+    )
     assert median < 0.5
 
 
 def test_an_event_held_back_behind_an_open_transaction_is_shown_once_that_one_rolls_back(
-        qtbot, window: MainWindow, engine: Engine) -> None:  # type: ignore[no-untyped-def]
+    qtbot, window: MainWindow, engine: Engine
+) -> None:  # type: ignore[no-untyped-def]
     """Writers of different runs commit side by side: b's event (a higher id) is committed and
     notified while a's lower id is still open, so the monitor must not read past a's yet. When a
     rolls back nobody is notified again; the monitor looks again by itself and shows b's."""
     from steplog.db import RUN_WRITE
 
-    _write(engine.db, ("a", "run_created", 0, None, {"agent": "probe"}), ("b", "run_created", 0, None, {"agent": "probe"}))
+    _write(
+        engine.db,
+        ("a", "run_created", 0, None, {"agent": "probe"}),
+        ("b", "run_created", 0, None, {"agent": "probe"}),
+    )
     qtbot.waitUntil(lambda: window.monitor.run("b") is not None, timeout=15_000)
     insert = "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, 0, 'budget_changed', NULL, '{}')"
     applied: set[int] = set()
@@ -129,9 +164,19 @@ def test_an_event_held_back_behind_an_open_transaction_is_shown_once_that_one_ro
 
 
 def test_kill_now_is_refused_for_an_engine_on_another_machine_and_cancel_is_offered(
-        qtbot, window: MainWindow, engine: Engine) -> None:  # type: ignore[no-untyped-def]
-    _write(engine.db, ("far", "run_created", 0, None, {"agent": "elsewhere:agent"}),
-           ("far", "lease_acquired", 1, None, {"pid": 4242, "host": "worker-7.example", "previous_pid": None}))
+    qtbot, window: MainWindow, engine: Engine
+) -> None:  # type: ignore[no-untyped-def]
+    _write(
+        engine.db,
+        ("far", "run_created", 0, None, {"agent": "elsewhere:agent"}),
+        (
+            "far",
+            "lease_acquired",
+            1,
+            None,
+            {"pid": 4242, "host": "worker-7.example", "previous_pid": None},
+        ),
+    )
     qtbot.waitUntil(lambda: window.monitor.run("far") is not None, timeout=15_000)
     window.select_run("far")
     run = window.monitor.run("far")
@@ -142,13 +187,23 @@ def test_kill_now_is_refused_for_an_engine_on_another_machine_and_cancel_is_offe
     assert window.auto_kill.toolTip() == why
     assert window.control.act_cancel.isEnabled()
     # the same run worked on this host again: the kill panel is back to what it says today
-    _write(engine.db, ("far", "lease_acquired", 2, None, {"pid": 4243, "host": socket.gethostname(), "previous_pid": 4242}))
+    _write(
+        engine.db,
+        (
+            "far",
+            "lease_acquired",
+            2,
+            None,
+            {"pid": 4243, "host": socket.gethostname(), "previous_pid": 4242},
+        ),
+    )
     qtbot.waitUntil(lambda: window.monitor.run("far").engine_elsewhere is None, timeout=15_000)  # type: ignore[union-attr]
     assert window.auto_kill.isEnabled() and "Cancel run" not in window.act_kill.toolTip()
 
 
 def test_a_lost_connection_is_said_and_the_tail_resumes_after_reconnecting(
-        qtbot, window: MainWindow, engine: Engine) -> None:  # type: ignore[no-untyped-def]
+    qtbot, window: MainWindow, engine: Engine
+) -> None:  # type: ignore[no-untyped-def]
     import psycopg
 
     _write(engine.db, ("r1", "run_created", 0, None, {"agent": "probe"}))
@@ -156,10 +211,14 @@ def test_a_lost_connection_is_said_and_the_tail_resumes_after_reconnecting(
     problems: list[str] = []
     window.monitor.problem_changed.connect(problems.append)
     with psycopg.connect(str(engine.db), autocommit=True) as admin:  # as a server restart would
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
-                      " AND pid <> pg_backend_pid()")
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid()"
+        )
     qtbot.waitUntil(lambda: any("lost the connection" in p for p in problems), timeout=15_000)
-    assert all("@" not in p or ":" not in p.split("@")[0].split("//")[-1] for p in problems)  # no password shape
+    assert all(
+        "@" not in p or ":" not in p.split("@")[0].split("//")[-1] for p in problems
+    )  # no password shape
     qtbot.waitUntil(lambda: window.monitor.problem == "", timeout=15_000)
     _write(engine.db, ("r2", "run_created", 0, None, {"agent": "probe"}))
     qtbot.waitUntil(lambda: window.monitor.run("r2") is not None, timeout=15_000)

@@ -36,6 +36,7 @@ def window(qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> Iterator
 
 def _click_in_dialog(label: str) -> None:
     """Press the button ``label`` of the modal dialog once it is up (it blocks the test otherwise)."""
+
     def press() -> None:
         box = QApplication.activeModalWidget()
         if not isinstance(box, QMessageBox):
@@ -44,12 +45,14 @@ def _click_in_dialog(label: str) -> None:
         press.text = box.text()  # type: ignore[attr-defined]
         [button] = [b for b in box.buttons() if b.text() == label]
         button.click()
+
     QTimer.singleShot(0, press)
     _click_in_dialog.last = press  # type: ignore[attr-defined]
 
 
 def test_prune_selected_runs_says_what_it_frees_then_the_runs_leave_the_live_list(
-        qtbot, window: MainWindow, engine: Engine) -> None:  # type: ignore[no-untyped-def]
+    qtbot, window: MainWindow, engine: Engine
+) -> None:  # type: ignore[no-untyped-def]
     window.select_run("old")
     _click_in_dialog("Prune")
     with qtbot.waitSignal(window.pruner.finished, timeout=30_000) as finished:
@@ -61,15 +64,18 @@ def test_prune_selected_runs_says_what_it_frees_then_the_runs_leave_the_live_lis
 
     qtbot.waitUntil(lambda: window.runs_model.rowCount() == 1, timeout=10_000)
     assert window.runs_model.index(0, 0).data(RUN_ID_ROLE) == "kept"
-    assert window.monitor.run("old") is None and engine.query("SELECT count(*) FROM run WHERE id = 'old'") == [(0,)]
+    assert window.monitor.run("old") is None and engine.query(
+        "SELECT count(*) FROM run WHERE id = 'old'"
+    ) == [(0,)]
 
     finished_runs(engine, "after")  # the tail goes on past the deleted rows
     qtbot.waitUntil(lambda: window.runs_model.rowCount() == 2, timeout=10_000)
     assert window.monitor.run("after") is not None and window.monitor.run("after").terminal  # type: ignore[union-attr]
 
 
-def test_a_run_brought_back_by_import_reappears_in_the_monitor(qtbot, window: MainWindow, engine: Engine,
-                                                               tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_run_brought_back_by_import_reappears_in_the_monitor(
+    qtbot, window: MainWindow, engine: Engine, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     archive = tmp_path / "old.jsonl.gz"
     window.pruner.prune(["old"], archive=archive)
     with qtbot.waitSignal(window.pruner.finished, timeout=30_000):
@@ -77,8 +83,10 @@ def test_a_run_brought_back_by_import_reappears_in_the_monitor(qtbot, window: Ma
     qtbot.waitUntil(lambda: window.monitor.run("old") is None, timeout=10_000)
     done = engine.run("import", str(archive), "--db", str(engine.db))
     assert done.returncode == 0, done.stderr
-    qtbot.waitUntil(lambda: window.monitor.run("old") is not None and window.monitor.run("old").terminal,  # type: ignore[union-attr]
-                    timeout=10_000)
+    qtbot.waitUntil(
+        lambda: window.monitor.run("old") is not None and window.monitor.run("old").terminal,  # type: ignore[union-attr]
+        timeout=10_000,
+    )
     assert window.runs_model.rowCount() == 2
 
 
@@ -89,7 +97,8 @@ def test_a_run_that_cannot_be_pruned_is_refused_with_the_reason(qtbot, window: M
 
 
 def test_a_log_with_pruned_runs_reopens_with_exactly_its_runs(
-        qtbot: Any, engine: Engine, settings: Any, gui_env: dict[str, str]) -> None:
+    qtbot: Any, engine: Engine, settings: Any, gui_env: dict[str, str]
+) -> None:
     """``steplog prune`` leaves one event that belongs to no run (its run id is ""): a monitor
     opened on the log afterwards lists the runs the log holds, not a blank "stopped" row more."""
     finished_runs(engine, "old", "kept", "newest")
@@ -99,8 +108,9 @@ def test_a_log_with_pruned_runs_reopens_with_exactly_its_runs(
     assert held == ["kept", "newest"]
     win = open_window(qtbot, engine, settings, gui_env)
     try:
-        qtbot.waitUntil(lambda: window_runs(win) == held and not win.monitor.catching_up,
-                        timeout=10_000)
+        qtbot.waitUntil(
+            lambda: window_runs(win) == held and not win.monitor.catching_up, timeout=10_000
+        )
         qtbot.wait(300)  # and nothing else arrives
         assert window_runs(win) == held
         assert sorted(win.monitor.state.runs) == held

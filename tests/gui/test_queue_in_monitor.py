@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
 
 from conftest import AGENTS, Engine
@@ -18,14 +17,25 @@ from steplog_gui.runs_model import status_text
 
 
 def submit(engine: Engine, run_id: str, witness: Path) -> None:
-    done = engine.run("submit", f"{AGENTS}:witness", "--run-id", run_id, "--db", str(engine.db),
-                      "--param", "n=2", "--param", f"witness={witness}")
+    done = engine.run(
+        "submit",
+        f"{AGENTS}:witness",
+        "--run-id",
+        run_id,
+        "--db",
+        str(engine.db),
+        "--param",
+        "n=2",
+        "--param",
+        f"witness={witness}",
+    )
     assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.backends("sqlite", "postgres")
 def test_a_queued_run_reads_queued_and_then_names_the_worker_that_ran_it(
-        qtbot, window: MainWindow, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    qtbot, window: MainWindow, engine: Engine, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     submit(engine, "q1", tmp_path / "w.db")
     qtbot.waitUntil(lambda: window.monitor.run("q1") is not None, timeout=10_000)
     run = window.monitor.run("q1")
@@ -34,7 +44,9 @@ def test_a_queued_run_reads_queued_and_then_names_the_worker_that_ran_it(
     assert text == "queued" and "worker" in (why or "")
     window.select_run("q1")
     qtbot.waitUntil(lambda: window.verdict.labels["verdict"].text() == "queued…", timeout=10_000)
-    assert "no engine works on it yet" in window.verdict.evidence.text()  # not "the run is still going"
+    assert (
+        "no engine works on it yet" in window.verdict.evidence.text()
+    )  # not "the run is still going"
 
     worker = engine.start("worker", "--db", str(engine.db), "--drain", "--poll", "0.05")
     try:
@@ -57,7 +69,9 @@ def test_a_queued_run_reads_queued_and_then_names_the_worker_that_ran_it(
         reopened.stop()
 
 
-def test_a_run_still_in_the_queue_when_the_log_is_opened_reads_queued(qtbot, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_run_still_in_the_queue_when_the_log_is_opened_reads_queued(
+    qtbot, engine: Engine, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     submit(engine, "q2", tmp_path / "w.db")
     monitor = Monitor(engine.db)
     monitor.start()

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gui_helpers import crashed_run, witness_args  # noqa: F401 (fixture)
 
 from conftest import Engine
 from steplog_gui.repository import LogRepository, LogUnavailable
 from steplog_gui.run_state import COMMITTED, REDONE, LogState
 from steplog_gui.timeline_data import bars, describe, kill_marks
-from gui_helpers import crashed_run, witness_args  # noqa: F401 (fixture)
 
 
 def test_events_are_read_since_a_bookmark_in_batches(crashed_run: Engine) -> None:
@@ -20,7 +20,9 @@ def test_events_are_read_since_a_bookmark_in_batches(crashed_run: Engine) -> Non
     try:
         everything = repo.events_since(0, limit=100_000)
         ids = [e.id for e in everything]
-        assert ids == sorted(ids) and len(ids) == crashed_run.query("SELECT count(*) FROM event")[0][0]
+        assert (
+            ids == sorted(ids) and len(ids) == crashed_run.query("SELECT count(*) FROM event")[0][0]
+        )
         first = repo.events_since(0, limit=10)
         rest = repo.events_since(first[-1].id, limit=100_000)
         assert [e.id for e in first + rest] == ids
@@ -31,7 +33,9 @@ def test_events_are_read_since_a_bookmark_in_batches(crashed_run: Engine) -> Non
         repo.close()
 
 
-def test_data_version_moves_only_when_another_connection_commits(crashed_run: Engine, tmp_path: Path) -> None:
+def test_data_version_moves_only_when_another_connection_commits(
+    crashed_run: Engine, tmp_path: Path
+) -> None:
     repo = LogRepository(crashed_run.db)
     try:
         v1 = repo.data_version()
@@ -49,8 +53,11 @@ def test_foreign_corrupt_and_missing_files_are_refused_with_a_message(tmp_path: 
     corrupt = tmp_path / "corrupt.db"
     corrupt.write_bytes(b"this is not a database at all" * 10)
     before = foreign.read_bytes(), corrupt.read_bytes()
-    for path, words in ((foreign, "not a steplog log"), (corrupt, "not a SQLite database"),
-                        (tmp_path / "missing.db", "does not exist")):
+    for path, words in (
+        (foreign, "not a steplog log"),
+        (corrupt, "not a SQLite database"),
+        (tmp_path / "missing.db", "does not exist"),
+    ):
         with pytest.raises(LogUnavailable, match=words):
             LogRepository(path).open()
     assert (foreign.read_bytes(), corrupt.read_bytes()) == before  # never modified
@@ -82,14 +89,21 @@ def test_the_fold_sees_the_crash_the_redone_step_and_the_resume(crashed_run: Eng
     assert kill_marks(run)[0][1] == 1
     text = describe(run, int(redone[0]), 0)
     assert "apply 1" in text and "redone" in text and "acting" in text
-    assert detail is not None and detail.effects[0]["key"] == "R:8" and detail.effects[0]["attempts"] == 2
+    assert (
+        detail is not None
+        and detail.effects[0]["key"] == "R:8"
+        and detail.effects[0]["attempts"] == 2
+    )
 
 
 def test_a_kill_marker_says_when_the_engine_was_up_and_when_a_step_was_committed() -> None:
     from steplog_gui.run_state import Kill
     from steplog_gui.timeline_data import kill_label
 
-    assert kill_label(Kill(1, 100.0, True, 100.15, 101.2)) == "kill → engine up in 0.15 s\nstep committed in 1.20 s"
+    assert (
+        kill_label(Kill(1, 100.0, True, 100.15, 101.2))
+        == "kill → engine up in 0.15 s\nstep committed in 1.20 s"
+    )
     assert kill_label(Kill(1, 100.0, True, 100.15, None)) == "kill → engine up in 0.15 s"
 
 
@@ -98,7 +112,6 @@ def test_a_log_from_before_the_waits_since_keeps_the_waits_start_across_a_kill()
     relaunched after a kill is the same wait (same step, same signal): it began at the first
     ``waiting``; the kill's latency ends there, not at the commit a person's answer brought."""
     from steplog.logread import Event
-
     from steplog_gui.timeline_data import kill_label
 
     events = [
@@ -106,8 +119,15 @@ def test_a_log_from_before_the_waits_since_keeps_the_waits_start_across_a_kill()
         Event(2, "w", 100.1, 1, "lease_acquired", None, {"pid": 1, "previous_pid": None}),
         Event(3, "w", 100.2, 1, "step_started", 1, {"name": "wait approve", "kind": "wait"}),
         Event(4, "w", 100.3, 1, "waiting", 1, {"signal": "approve"}),
-        Event(5, "w", 110.4, 2, "lease_acquired", None,
-              {"pid": 2, "previous_pid": 1, "killed_at": 110.0}),
+        Event(
+            5,
+            "w",
+            110.4,
+            2,
+            "lease_acquired",
+            None,
+            {"pid": 2, "previous_pid": 1, "killed_at": 110.0},
+        ),
         Event(6, "w", 110.5, 2, "step_started", 1, {"name": "wait approve", "kind": "wait"}),
         Event(7, "w", 110.6, 2, "waiting", 1, {"signal": "approve"}),
         Event(8, "w", 170.0, 2, "step_committed", 1, {"name": "wait approve", "kind": "wait"}),

@@ -4,26 +4,31 @@ step, Retry. Real engines, real subprocess commands, the real window (offscreen)
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from gui_helpers import answer_next_modal, gui_env, settings, window  # noqa: F401 (fixtures)
 from PySide6.QtWidgets import QDialog, QMessageBox
 
 from conftest import AGENTS, Engine
 from steplog_gui.main_window import MainWindow
-from steplog_gui.monitor import Monitor
 from steplog_gui.run_state import COPIED
 
 APPROVAL = f"{AGENTS}:approval"
 
 
-
 def waiting_run(engine: Engine, tmp_path: Path, run_id: str) -> None:
-    done = engine.run("run", APPROVAL, "--run-id", run_id, "--db", str(engine.db),
-                      "--param", f"witness={tmp_path / 'w.db'}", "--exit-when-waiting")
+    done = engine.run(
+        "run",
+        APPROVAL,
+        "--run-id",
+        run_id,
+        "--db",
+        str(engine.db),
+        "--param",
+        f"witness={tmp_path / 'w.db'}",
+        "--exit-when-waiting",
+    )
     assert done.returncode == 6, done.stderr
 
 
@@ -34,7 +39,8 @@ def shown(qtbot, window: MainWindow, run_id: str) -> None:  # type: ignore[no-un
 
 
 def test_a_waiting_run_shows_a_banner_and_approve_sends_one_signal_that_resume_consumes(
-        qtbot, window: MainWindow, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    qtbot, window: MainWindow, engine: Engine, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     waiting_run(engine, tmp_path, "ask")
     shown(qtbot, window, "ask")
     banner = window.control.banner
@@ -55,7 +61,8 @@ def test_a_waiting_run_shows_a_banner_and_approve_sends_one_signal_that_resume_c
 
 
 def test_cancel_run_from_the_menu_ends_a_waiting_engine(
-        qtbot, window: MainWindow, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    qtbot, window: MainWindow, engine: Engine, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     waiting_run(engine, tmp_path, "c")
     shown(qtbot, window, "c")
     window.resume_selected()  # an engine now waits with it
@@ -74,7 +81,8 @@ def test_cancel_run_from_the_menu_ends_a_waiting_engine(
 
 
 def test_fork_from_the_selected_step_creates_the_fork_runs_it_and_draws_its_copied_prefix(
-        qtbot, window: MainWindow, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    qtbot, window: MainWindow, engine: Engine, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     waiting_run(engine, tmp_path, "parent")
     shown(qtbot, window, "parent")
     window.control.set_step("parent", 5)  # as a click on step 5's bar does
@@ -89,7 +97,10 @@ def test_fork_from_the_selected_step_creates_the_fork_runs_it_and_draws_its_copi
     answer_next_modal(fill)
     window.control.act_fork.trigger()
     assert captured["step"] == "5"
-    qtbot.waitUntil(lambda: (r := window.monitor.run("child")) is not None and r.status == "succeeded", timeout=30_000)
+    qtbot.waitUntil(
+        lambda: (r := window.monitor.run("child")) is not None and r.status == "succeeded",
+        timeout=30_000,
+    )
     child = window.monitor.run("child")
     assert child is not None and child.forked_from == ("parent", 5)
     ex = child.executions
@@ -97,15 +108,29 @@ def test_fork_from_the_selected_step_creates_the_fork_runs_it_and_draws_its_copi
     assert window._run_id == "child", "the new run is shown"
     assert window.timeline._fork_label.isVisible()
     assert "forked from parent at step 5" in window.timeline._fork_label.textItem.toPlainText()
-    assert "↳ child" in [window.runs_model.data(window.runs_model.index(r, 0))
-                         for r in range(window.runs_model.rowCount())]
+    assert "↳ child" in [
+        window.runs_model.data(window.runs_model.index(r, 0))
+        for r in range(window.runs_model.rowCount())
+    ]
     assert engine.status("child")["result"] == {"approved": None, "sent": 3}
 
 
-def test_retry_a_failed_run_from_the_menu(qtbot, window: MainWindow, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_retry_a_failed_run_from_the_menu(
+    qtbot, window: MainWindow, engine: Engine, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     fixed = tmp_path / "fixed"
-    args = ("run", f"{AGENTS}:fixable", "--run-id", "f", "--db", str(engine.db), "--param", f"witness={tmp_path / 'w.db'}",
-            "--param", f"fixed_when={fixed}")
+    args = (
+        "run",
+        f"{AGENTS}:fixable",
+        "--run-id",
+        "f",
+        "--db",
+        str(engine.db),
+        "--param",
+        f"witness={tmp_path / 'w.db'}",
+        "--param",
+        f"fixed_when={fixed}",
+    )
     assert engine.run(*args).returncode == 4
     shown(qtbot, window, "f")
     qtbot.waitUntil(window.control.act_retry.isEnabled, timeout=5_000)
@@ -118,7 +143,8 @@ def test_retry_a_failed_run_from_the_menu(qtbot, window: MainWindow, engine: Eng
 
 
 def test_a_kill_while_waiting_keeps_the_waits_start_and_the_persons_time_is_no_resume_latency(
-        qtbot: Any, window: MainWindow, engine: Engine, tmp_path: Path) -> None:
+    qtbot: Any, window: MainWindow, engine: Engine, tmp_path: Path
+) -> None:
     """Kill now while the run waits for approval: the relaunched engine waits again at once.
     The banner's "since" is when the wait began (the log's first ``waiting`` for it), not when
     the new engine took it up; and the kill's resume latency ends when the new engine is back
@@ -128,8 +154,11 @@ def test_a_kill_while_waiting_keeps_the_waits_start_and_the_persons_time_is_no_r
     from steplog_gui.engine_process import LaunchSpec
     from steplog_gui.timeline_data import kill_label
 
-    window.start_run(LaunchSpec(agent=APPROVAL, run_id="k", db=engine.db,
-                                params={"witness": str(tmp_path / "w.db")}))
+    window.start_run(
+        LaunchSpec(
+            agent=APPROVAL, run_id="k", db=engine.db, params={"witness": str(tmp_path / "w.db")}
+        )
+    )
     shown(qtbot, window, "k")
     banner = window.control.banner
     qtbot.waitUntil(lambda: banner.isVisible() and engine.events("waiting") == 1, timeout=20_000)

@@ -20,7 +20,9 @@ from steplog_gui.timeline_view import TimelineView
 def folded(qtbot, path: Path, run_id: str) -> Monitor:  # type: ignore[no-untyped-def]
     monitor = Monitor(path)
     monitor.start()
-    qtbot.waitUntil(lambda: monitor.run(run_id) is not None and monitor.run(run_id).terminal, timeout=10_000)
+    qtbot.waitUntil(
+        lambda: monitor.run(run_id) is not None and monitor.run(run_id).terminal, timeout=10_000
+    )
     return monitor
 
 
@@ -42,7 +44,9 @@ def test_100k_bars_are_a_handful_of_items(qtbot) -> None:  # type: ignore[no-unt
     assert not view.plot.grab().isNull()  # and it paints
 
 
-def test_hover_describes_and_click_selects_the_step_under_the_mouse(qtbot, crashed_run: Engine) -> None:  # type: ignore[no-untyped-def]
+def test_hover_describes_and_click_selects_the_step_under_the_mouse(
+    qtbot, crashed_run: Engine
+) -> None:  # type: ignore[no-untyped-def]
     monitor = folded(qtbot, crashed_run.db, "R")
     try:
         view = TimelineView(monitor)
@@ -53,7 +57,9 @@ def test_hover_describes_and_click_selects_the_step_under_the_mouse(qtbot, crash
         qtbot.waitExposed(view)
         run = monitor.run("R")
         assert run is not None
-        i = int(np.nonzero(run.executions["outcome"] == REDONE)[0][0])  # the step the crash interrupted
+        i = int(
+            np.nonzero(run.executions["outcome"] == REDONE)[0][0]
+        )  # the step the crash interrupted
         # Zoom onto that bar so it is wide enough to hit.
         x0 = run.executions["start"][i] - run.created
         x1 = run.executions["end"][i] - run.created
@@ -62,7 +68,12 @@ def test_hover_describes_and_click_selects_the_step_under_the_mouse(qtbot, crash
         qtbot.wait(50)
         scene = view.plot.getViewBox().mapViewToScene(QPointF((x0 + x1) / 2, 1))
         assert view._execution_at(scene) == i
-        assert view._execution_at(view.plot.getViewBox().mapViewToScene(QPointF((x0 + x1) / 2, 1 + BAR_HEIGHT))) is None
+        assert (
+            view._execution_at(
+                view.plot.getViewBox().mapViewToScene(QPointF((x0 + x1) / 2, 1 + BAR_HEIGHT))
+            )
+            is None
+        )
         pos = view.plot.mapFromScene(scene)
         with qtbot.waitSignal(view.step_selected, timeout=2_000) as blocker:
             qtbot.mouseClick(view.plot.viewport(), Qt.MouseButton.LeftButton, pos=pos)
@@ -71,7 +82,9 @@ def test_hover_describes_and_click_selects_the_step_under_the_mouse(qtbot, crash
         monitor.stop()
 
 
-def test_budget_charts_show_usage_limits_and_the_estimated_series(qtbot, crashed_run: Engine) -> None:  # type: ignore[no-untyped-def]
+def test_budget_charts_show_usage_limits_and_the_estimated_series(
+    qtbot, crashed_run: Engine
+) -> None:  # type: ignore[no-untyped-def]
     monitor = folded(qtbot, crashed_run.db, "R")
     try:
         charts = BudgetCharts(monitor)
@@ -95,7 +108,9 @@ def test_budget_charts_show_usage_limits_and_the_estimated_series(qtbot, crashed
         monitor.stop()
 
 
-def test_charts_chosen_before_their_run_has_usage_follow_it_once_it_comes(qtbot, crashed_run: Engine) -> None:  # type: ignore[no-untyped-def]
+def test_charts_chosen_before_their_run_has_usage_follow_it_once_it_comes(
+    qtbot, crashed_run: Engine
+) -> None:  # type: ignore[no-untyped-def]
     """A run picked as it starts has no usage yet: its charts show 0..1, and once the usage
     arrives both axes fit it (the time axis stayed at 0..1 s: a 40 s run drew a stub at its left
     edge, this 0.15 s one a short line)."""
@@ -114,8 +129,12 @@ def test_charts_chosen_before_their_run_has_usage_follow_it_once_it_comes(qtbot,
             x, y = charts.charts[key].used.getData()
             # No bound on how long the run took (under load it took 1.8 s): the axis must fit it.
             assert x is not None and y is not None and 0 < x[-1]
-            qtbot.waitUntil(lambda: box.viewRange()[0][0] <= x[0] and x[-1] <= box.viewRange()[0][1] < 1.25 * x[-1],
-                            timeout=5_000)
+            qtbot.waitUntil(
+                lambda: (
+                    box.viewRange()[0][0] <= x[0] and x[-1] <= box.viewRange()[0][1] < 1.25 * x[-1]
+                ),
+                timeout=5_000,
+            )
             assert box.viewRange()[1][1] >= y.max()
     finally:
         monitor.stop()
@@ -159,7 +178,9 @@ def test_bars_narrower_than_a_pixel_become_per_pixel_aggregates_that_keep_the_st
     assert 10 <= len(close.x0) <= 12
 
 
-def test_a_click_picks_the_nearest_step_at_any_zoom_and_the_filter_and_step_axis_narrow_it() -> None:
+def test_a_click_picks_the_nearest_step_at_any_zoom_and_the_filter_and_step_axis_narrow_it() -> (
+    None
+):
     from steplog_gui.timeline_data import name_filter, nearest, spans
 
     _monitor, run = big_run()
@@ -175,7 +196,9 @@ def test_a_click_picks_the_nearest_step_at_any_zoom_and_the_filter_and_step_axis
     keep = name_filter(run, name.upper())  # type: ignore[arg-type]
     assert keep is not None and bool(keep[i])
     kept_names = {run.step_names[int(q)][0] for q in ex["seq"][keep]}  # type: ignore[attr-defined]
-    assert all(name in n for n in kept_names) and 1 <= len(kept_names) <= 11  # "step 4321", "step 43210".."43219"
+    assert (
+        all(name in n for n in kept_names) and 1 <= len(kept_names) <= 11
+    )  # "step 4321", "step 43210".."43219"
     assert name_filter(run, "  ") is None  # type: ignore[arg-type]
     by_step, _ = spans(run, 0.0, by_step=True)  # type: ignore[arg-type]
     seq = int(ex["seq"][i])
@@ -221,17 +244,23 @@ def test_the_view_keeps_following_a_growing_run(qtbot) -> None:  # type: ignore[
     assert view.plot.getViewBox().viewRange()[0][1] >= last > first_end
 
 
-
-def test_parallel_steps_are_drawn_in_sub_lanes_and_sequential_ones_use_the_whole_lane(qtbot, engine) -> None:  # type: ignore[no-untyped-def]
+def test_parallel_steps_are_drawn_in_sub_lanes_and_sequential_ones_use_the_whole_lane(
+    qtbot, engine
+) -> None:  # type: ignore[no-untyped-def]
     from conftest import AGENTS
     from steplog_gui.timeline_data import BAR_HEIGHT, sublanes
 
     for run_id, agent in (("par", "gatherer"), ("seq", "noop")):
-        done = engine.run("run", f"{AGENTS}:{agent}", "--run-id", run_id, "--db", str(engine.db), "--param", "n=6")
+        done = engine.run(
+            "run", f"{AGENTS}:{agent}", "--run-id", run_id, "--db", str(engine.db), "--param", "n=6"
+        )
         assert done.returncode == 0, done.stderr
     monitor = Monitor(engine.db)
     monitor.start()
-    qtbot.waitUntil(lambda: all((r := monitor.run(i)) is not None and r.terminal for i in ("par", "seq")), timeout=10_000)
+    qtbot.waitUntil(
+        lambda: all((r := monitor.run(i)) is not None and r.terminal for i in ("par", "seq")),
+        timeout=10_000,
+    )
     par, seq = monitor.run("par"), monitor.run("seq")
     offset, height = sublanes(par, time.time())
     squares = par.executions["seq"] <= 6  # six steps gathered at once

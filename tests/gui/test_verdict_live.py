@@ -23,18 +23,37 @@ POSTER = f"{AGENTS}:poster"
 
 def committed(engine: Engine, run_id: str) -> int:
     try:
-        return int(engine.query("SELECT count(*) FROM step WHERE run_id = ? AND status = 'committed'", run_id)[0][0])
+        return int(
+            engine.query(
+                "SELECT count(*) FROM step WHERE run_id = ? AND status = 'committed'", run_id
+            )[0][0]
+        )
     except Exception:  # the engine is creating the log right now
         return 0
 
 
 def test_a_run_stopped_resumed_and_killed_under_an_open_window_never_flashes_fail(
-        qtbot, window: MainWindow, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    qtbot, window: MainWindow, engine: Engine, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     seen: list[tuple[str, str]] = []
-    window.judge.verdict_changed.connect(lambda v: seen.append((v.label, v.explanation)) if v is not None else None)
+    window.judge.verdict_changed.connect(
+        lambda v: seen.append((v.label, v.explanation)) if v is not None else None
+    )
     with start_outbox(tmp_path / "outbox" / "outbox.db") as ob:
-        args = ["run", POSTER, "--run-id", "live", "--db", str(engine.db), "--outbox", ob.url,
-                "--param", "n=16", "--param", "pause=0.15"]
+        args = [
+            "run",
+            POSTER,
+            "--run-id",
+            "live",
+            "--db",
+            str(engine.db),
+            "--outbox",
+            ob.url,
+            "--param",
+            "n=16",
+            "--param",
+            "pause=0.15",
+        ]
         proc = engine.start(*args)
         qtbot.waitUntil(lambda: window.runs_model.row_of("live") >= 0, timeout=20_000)
         window.select_run("live")
@@ -66,10 +85,21 @@ def test_a_run_stopped_resumed_and_killed_under_an_open_window_never_flashes_fai
 
 
 def test_a_run_never_killed_reads_not_kill_tested_with_its_outcome_beside(
-        qtbot, window: MainWindow, engine: Engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    qtbot, window: MainWindow, engine: Engine, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     with start_outbox(tmp_path / "outbox" / "outbox.db") as ob:
-        done = engine.run("run", POSTER, "--run-id", "f", "--db", str(engine.db), "--outbox", ob.url,
-                          "--param", f"fixed_when={tmp_path / 'missing'}")
+        done = engine.run(
+            "run",
+            POSTER,
+            "--run-id",
+            "f",
+            "--db",
+            str(engine.db),
+            "--outbox",
+            ob.url,
+            "--param",
+            f"fixed_when={tmp_path / 'missing'}",
+        )
         assert done.returncode == 4, done.stderr
         qtbot.waitUntil(lambda: window.runs_model.row_of("f") >= 0, timeout=20_000)
         window.select_run("f")

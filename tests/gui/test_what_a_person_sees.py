@@ -4,11 +4,12 @@ ids fit, colours follow the theme, empty and failed runs draw honestly, kill lab
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from gui_helpers import (answer_next_modal, crashed_run, gui_env, settings,  # noqa: F401 (fixtures)
-                         theme_restored, window)
+from gui_helpers import (
+    answer_next_modal,
+    settings,  # noqa: F401 (fixtures)
+)
 from PySide6.QtWidgets import QDialog
 
 from conftest import AGENTS, Engine
@@ -30,7 +31,8 @@ def shown(qtbot: Any, window: MainWindow, run_id: str) -> None:
 
 
 def test_the_step_detail_shows_no_step_of_the_run_selected_before(
-        qtbot: Any, window: MainWindow, crashed_run: Engine) -> None:
+    qtbot: Any, window: MainWindow, crashed_run: Engine
+) -> None:
     finished(crashed_run, "other", "--param", "n=5")
     shown(qtbot, window, "R")
     window.timeline.step_selected.emit("R", 2)  # what a click on step 2's bar sends
@@ -45,7 +47,8 @@ def test_the_step_detail_shows_no_step_of_the_run_selected_before(
 
 
 def test_about_says_the_monitor_starts_kills_cancels_and_prunes_runs(
-        qtbot: Any, window: MainWindow) -> None:
+    qtbot: Any, window: MainWindow
+) -> None:
     said: list[str] = []
     answer_next_modal(lambda box: said.append(box.text()))  # type: ignore[attr-defined]
     window.act_about.trigger()
@@ -60,7 +63,8 @@ LONG_ID = "triage-20261203-094500-fork-094501-fork-094502-fork-094503"
 
 
 def test_a_long_run_id_is_cut_in_the_runs_list_and_whole_in_the_fork_dialog(
-        qtbot: Any, window: MainWindow, engine: Engine) -> None:
+    qtbot: Any, window: MainWindow, engine: Engine
+) -> None:
     from steplog_gui.runs_model import RUN, STATUS, STEPS
 
     finished(engine, "short", "--param", "n=3")
@@ -69,8 +73,9 @@ def test_a_long_run_id_is_cut_in_the_runs_list_and_whole_in_the_fork_dialog(
     window.size_docks()
     shown(qtbot, window, LONG_ID)
     view, model = window.runs_view, window.runs_model
-    qtbot.waitUntil(lambda: model.data(model.index(model.row_of(LONG_ID), STATUS)) == "succeeded",
-                    timeout=5_000)
+    qtbot.waitUntil(
+        lambda: model.data(model.index(model.row_of(LONG_ID), STATUS)) == "succeeded", timeout=5_000
+    )
     qtbot.wait(100)
     full = view.fontMetrics().horizontalAdvance(LONG_ID)
     assert view.columnWidth(RUN) < full, "the long id is cut, not given a column of its own width"
@@ -125,20 +130,32 @@ def colour_runs(window: MainWindow, lane: int, colour: str) -> list[tuple[int, i
 
 
 def test_a_failed_run_shows_every_step_and_every_failed_attempt_however_thin(
-        qtbot: Any, window: MainWindow, engine: Engine) -> None:
+    qtbot: Any, window: MainWindow, engine: Engine
+) -> None:
     """The demo posting to an outbox that is not there: its three steps commit in a few ms, then
     the post fails three times, a second apart; each of those bars is far below a pixel wide
     at the run's scale. Every one of them is drawn (they were painted over by their outline)."""
     from steplog_gui import theme
     from steplog_gui.run_state import COMMITTED, FAILED
 
-    done = engine.run("run", "demo", "--run-id", "dead-outbox", "--db", str(engine.db),
-                      "--param", "tickets=1", "--outbox", f"http://127.0.0.1:{free_port()}")
+    done = engine.run(
+        "run",
+        "demo",
+        "--run-id",
+        "dead-outbox",
+        "--db",
+        str(engine.db),
+        "--param",
+        "tickets=1",
+        "--outbox",
+        f"http://127.0.0.1:{free_port()}",
+    )
     assert done.returncode == 4, done.stderr
     window.resize(1280, 720)
     shown(qtbot, window, "dead-outbox")
-    qtbot.waitUntil(lambda: (r := window.monitor.run("dead-outbox")) is not None and r.terminal,
-                    timeout=5_000)
+    qtbot.waitUntil(
+        lambda: (r := window.monitor.run("dead-outbox")) is not None and r.terminal, timeout=5_000
+    )
     qtbot.wait(200)
     pal = theme.current()
     failed = colour_runs(window, 1, pal.outcome[FAILED])
@@ -147,7 +164,8 @@ def test_a_failed_run_shows_every_step_and_every_failed_attempt_however_thin(
 
 
 def test_a_queued_run_shows_an_empty_axis_of_its_own_not_the_last_runs(
-        qtbot: Any, window: MainWindow, engine: Engine) -> None:
+    qtbot: Any, window: MainWindow, engine: Engine
+) -> None:
     finished(engine, "before", "--param", "n=30")
     done = engine.run("submit", NOOP, "--run-id", "waits", "--db", str(engine.db))
     assert done.returncode == 0, done.stderr
@@ -165,7 +183,8 @@ def test_a_queued_run_shows_an_empty_axis_of_its_own_not_the_last_runs(
 
 
 def test_a_kill_label_is_never_cut_at_the_plots_edge(
-        qtbot: Any, window: MainWindow, crashed_run: Engine) -> None:
+    qtbot: Any, window: MainWindow, crashed_run: Engine
+) -> None:
     """Wherever the view puts a kill (panned, zoomed, or following the run), its label ("kill →
     engine up in …", "step committed in …") is inside the plot, on the side where it fits."""
     window.resize(1000, 650)
@@ -187,12 +206,15 @@ def test_a_kill_label_is_never_cut_at_the_plots_edge(
     for where in (0.05, 0.5, 0.7, 0.85, 0.97):
         box.setXRange(kill - where * span, kill + (1 - where) * span, padding=0)
         qtbot.wait(50)
-        assert inside(), (f"the kill at {where:.0%} of the view: label {label.sceneBoundingRect()},"
-                          f" plot {box.sceneBoundingRect()}")
+        assert inside(), (
+            f"the kill at {where:.0%} of the view: label {label.sceneBoundingRect()},"
+            f" plot {box.sceneBoundingRect()}"
+        )
 
 
 def test_the_verdict_strips_figures_follow_a_switch_to_the_dark_theme(
-        qtbot: Any, window: MainWindow, crashed_run: Engine, theme_restored: None) -> None:
+    qtbot: Any, window: MainWindow, crashed_run: Engine, theme_restored: None
+) -> None:
     """View → Theme → Dark with a run shown: "Duplicates: 0" stayed in the light theme's
     near-black on the dark grey (the strip copied its colour before the new palette arrived)."""
     from PySide6.QtGui import QPalette
@@ -207,12 +229,14 @@ def test_the_verdict_strips_figures_follow_a_switch_to_the_dark_theme(
     assert text.lightness() > 128
     for key in ("kills", "redone", "duplicates", "latency"):
         label = labels[key]
-        qtbot.waitUntil(lambda: label.palette().color(QPalette.ColorRole.WindowText) == text,
-                        timeout=2_000)
+        qtbot.waitUntil(
+            lambda: label.palette().color(QPalette.ColorRole.WindowText) == text, timeout=2_000
+        )
 
 
 def test_an_old_runs_outbox_panel_reads_the_deliveries_from_the_outbox_file_when_it_is_gone(
-        qtbot: Any, window: MainWindow, engine: Engine) -> None:
+    qtbot: Any, window: MainWindow, engine: Engine
+) -> None:
     """A demo run whose outbox has stopped since (its port answers nothing): the strip counts
     its deliveries from the outbox's own file beside the log, and the panel shows the same
     ones from there (it said "not answering" over an empty table)."""

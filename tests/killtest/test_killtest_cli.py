@@ -23,7 +23,18 @@ pytestmark = pytest.mark.slow
 
 def test_the_demo_survives_a_storm_of_30_kills(engine: Engine, tmp_path: Path) -> None:
     junit = tmp_path / "killtest.xml"
-    done = engine.run("killtest", "demo", "--kills", "32", "--seed", "1", "--json", "--junit", str(junit), timeout=280)
+    done = engine.run(
+        "killtest",
+        "demo",
+        "--kills",
+        "32",
+        "--seed",
+        "1",
+        "--json",
+        "--junit",
+        str(junit),
+        timeout=280,
+    )
     report = json.loads(done.stdout)
     storm = report["storm"]
     verdict = storm["verdict"]
@@ -33,12 +44,18 @@ def test_the_demo_survives_a_storm_of_30_kills(engine: Engine, tmp_path: Path) -
     assert verdict["status"] == "succeeded"
     assert verdict["duplicates"] == verdict["missing"] == verdict["different"] == []
     assert set(verdict["redone_per_kill"]) <= {"0", "1"}
-    assert sum(k["redone"] for k in verdict["kills"]) == verdict["redone_steps"]  # each redo traced to its kill
+    assert (
+        sum(k["redone"] for k in verdict["kills"]) == verdict["redone_steps"]
+    )  # each redo traced to its kill
     phases = {k["phase"] for k in verdict["kills"]}
-    assert "start-up" in phases and "acting" in phases  # spread from start-up into the act→record window
+    assert (
+        "start-up" in phases and "acting" in phases
+    )  # spread from start-up into the act→record window
     lat = verdict["resume_latency"]
-    print(f"\nstorm: {storm['kills']} kills in {storm['wall_time']:.1f} s; resume latency median "
-          f"{lat['median'] * 1000:.0f} ms, p95 {lat['p95'] * 1000:.0f} ms; redone per kill {verdict['redone_per_kill']}")
+    print(
+        f"\nstorm: {storm['kills']} kills in {storm['wall_time']:.1f} s; resume latency median "
+        f"{lat['median'] * 1000:.0f} ms, p95 {lat['p95'] * 1000:.0f} ms; redone per kill {verdict['redone_per_kill']}"
+    )
 
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None and suite.get("failures") == "0"
@@ -47,7 +64,9 @@ def test_the_demo_survives_a_storm_of_30_kills(engine: Engine, tmp_path: Path) -
 
 
 def test_the_demo_passes_the_crash_point_sweep(engine: Engine) -> None:
-    done = engine.run("killtest", "demo", "--param", "tickets=2", "--kills", "0", "--sweep", "--json", timeout=280)
+    done = engine.run(
+        "killtest", "demo", "--param", "tickets=2", "--kills", "0", "--sweep", "--json", timeout=280
+    )
     report = json.loads(done.stdout)
     sweep = report["sweep"]
     failed = [r for r in sweep["results"] if not r["passed"]]
@@ -58,8 +77,10 @@ def test_the_demo_passes_the_crash_point_sweep(engine: Engine) -> None:
     assert {r["point"] for r in sweep["results"]} == set(POINTS)
     assert all(r["redone"] <= 1 for r in sweep["results"])
     lat = sweep["resume_latency"]
-    print(f"\nsweep: {sweep['cases']} cases in {sweep['wall_time']:.1f} s; resume latency median "
-          f"{lat['median'] * 1000:.0f} ms, p95 {lat['p95'] * 1000:.0f} ms; redone per kill {sweep['redone_per_kill']}")
+    print(
+        f"\nsweep: {sweep['cases']} cases in {sweep['wall_time']:.1f} s; resume latency median "
+        f"{lat['median'] * 1000:.0f} ms, p95 {lat['p95'] * 1000:.0f} ms; redone per kill {sweep['redone_per_kill']}"
+    )
 
 
 def test_the_naive_agent_fails_loudly_with_its_duplicates_named(engine: Engine) -> None:
@@ -69,19 +90,31 @@ def test_the_naive_agent_fails_loudly_with_its_duplicates_named(engine: Engine) 
     assert "✗ no duplicate effects" in out
     assert re.search(r"message for ticket T-1001: delivered \d+ times \(keys ", out), out
     assert re.search(r"replies\.log: \d+ extra lines?, written again", out), out
-    assert re.search(r"helpdesk\.db tickets: row id=T-1001: appears \d+ times \(the reference has 1\)", out), out
+    assert re.search(
+        r"helpdesk\.db tickets: row id=T-1001: appears \d+ times \(the reference has 1\)", out
+    ), out
     assert out.rstrip().splitlines()[-1].startswith("verdict: FAIL")
     # A FAIL report never ticks the work it cannot count, and says what its words mean.
-    assert "· at most one redone step per kill" in out and "✓ at most one redone step per kill" not in out
-    assert "launches: engine processes started; incarnations: engines that took the run's lease" in out
-    assert "(keys killtest…" not in out  # keys are told apart by their ends, not all cut to the run id
+    assert (
+        "· at most one redone step per kill" in out
+        and "✓ at most one redone step per kill" not in out
+    )
+    assert (
+        "launches: engine processes started; incarnations: engines that took the run's lease" in out
+    )
+    assert (
+        "(keys killtest…" not in out
+    )  # keys are told apart by their ends, not all cut to the run id
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["no-such-agent"], "unknown agent 'no-such-agent'"),
-    (["demo", "--param", "colour=blue"], "has no parameter 'colour'"),
-    (["demo", "--kills", "-1"], "--kills"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["no-such-agent"], "unknown agent 'no-such-agent'"),
+        (["demo", "--param", "colour=blue"], "has no parameter 'colour'"),
+        (["demo", "--kills", "-1"], "--kills"),
+    ],
+)
 def test_bad_usage_is_one_line_and_exit_2(engine: Engine, args: list[str], message: str) -> None:
     done = engine.run("killtest", *args, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr

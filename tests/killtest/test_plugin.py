@@ -29,5 +29,7 @@ def test_a_careless_agent_is_caught_with_what_it_did_twice(killtest: Any) -> Non
     report = killtest("my_agent_pkg.shop:careless", kills=6, params={"orders": 5})
     assert not report.passed
     found = [str(f) for f in report.verdict.duplicates]
-    assert any(f.startswith('message {"order_id":"O-001","total":18}: delivered') for f in found), found
+    assert any(f.startswith('message {"order_id":"O-001","total":18}: delivered') for f in found), (
+        found
+    )
     assert any(f.startswith("ledger.txt: ") for f in found), found

@@ -9,22 +9,42 @@ import pytest
 
 from steplog.kills import Account, account
 from steplog.logread import Event
-from steplog.outputs import Outputs, compare
 from steplog.outbox import Attempt, Delivery, Ledger
+from steplog.outputs import Outputs, compare
 from steplog.verdict import Evidence, Kill, Reference, judge, logged_kills, message_label
 
 
-def status(state: str = "succeeded", *, committed: int = 10, executions: int = 10,
-           tokens: tuple[int, int | None] = (100, 1000)) -> dict[str, Any]:
-    return {"run_id": "r", "status": state, "reason": None, "steps_committed": committed,
-            "step_executions": executions, "incarnations": 1,
-            "budget": {"steps": {"used": committed, "limit": 200}, "tokens": {"used": tokens[0], "limit": tokens[1]},
-                       "seconds": {"used": 1.0, "limit": None}, "cost_usd": {"used": 0.0, "limit": 0.5}}}
+def status(
+    state: str = "succeeded",
+    *,
+    committed: int = 10,
+    executions: int = 10,
+    tokens: tuple[int, int | None] = (100, 1000),
+) -> dict[str, Any]:
+    return {
+        "run_id": "r",
+        "status": state,
+        "reason": None,
+        "steps_committed": committed,
+        "step_executions": executions,
+        "incarnations": 1,
+        "budget": {
+            "steps": {"used": committed, "limit": 200},
+            "tokens": {"used": tokens[0], "limit": tokens[1]},
+            "seconds": {"used": 1.0, "limit": None},
+            "cost_usd": {"used": 0.0, "limit": 0.5},
+        },
+    }
 
 
 def ledger(*bodies: dict[str, Any]) -> Ledger:
-    deliveries = tuple(Delivery(id=i, key=f"k{i}", body=b, ts=float(i)) for i, b in enumerate(bodies, 1))
-    attempts = tuple(Attempt(id=i, key=f"k{i}", status=201, outcome="delivered", ts=float(i)) for i, _ in enumerate(bodies, 1))
+    deliveries = tuple(
+        Delivery(id=i, key=f"k{i}", body=b, ts=float(i)) for i, b in enumerate(bodies, 1)
+    )
+    attempts = tuple(
+        Attempt(id=i, key=f"k{i}", status=201, outcome="delivered", ts=float(i))
+        for i, _ in enumerate(bodies, 1)
+    )
     return Ledger(deliveries=deliveries, attempts=attempts)
 
 
@@ -37,21 +57,42 @@ def sent(ledger: Ledger) -> Account:
     return Account(resends=counts)
 
 
-def evidence(state: dict[str, Any], kills: list[Kill], led: Ledger | None, ref: Reference | None,
-             out: Outputs | None, **more: Any) -> Evidence:
+def evidence(
+    state: dict[str, Any],
+    kills: list[Kill],
+    led: Ledger | None,
+    ref: Reference | None,
+    out: Outputs | None,
+    **more: Any,
+) -> Evidence:
     return Evidence(state, kills, led, ref, out, account=sent(led) if led else Account(), **more)
 
 
 def kill(redone: int = 1) -> Kill:
-    return Kill(at=1.0, seq=3, step_name="send reply T-1", phase="acting", incarnation=1, resume_latency=0.3,
-                redone=redone)
+    return Kill(
+        at=1.0,
+        seq=3,
+        step_name="send reply T-1",
+        phase="acting",
+        incarnation=1,
+        resume_latency=0.3,
+        redone=redone,
+    )
 
 
 T1, T2 = {"ticket_id": "T-1", "text": "hi"}, {"ticket_id": "T-2", "text": "yo"}
-OUT = Outputs(files={"replies.log": b"T-1\nT-2\n", "r/T-1.md": b"one"},
-              tables={"helpdesk.db tickets": Counter({'{"id": "T-1"}': 1, '{"id": "T-2"}': 1})})
-REF = Reference(status="succeeded", outputs=OUT, messages=(T1, T2), redone=0, resends=0,
-                steps=((1, "load", "call"),))
+OUT = Outputs(
+    files={"replies.log": b"T-1\nT-2\n", "r/T-1.md": b"one"},
+    tables={"helpdesk.db tickets": Counter({'{"id": "T-1"}': 1, '{"id": "T-2"}': 1})},
+)
+REF = Reference(
+    status="succeeded",
+    outputs=OUT,
+    messages=(T1, T2),
+    redone=0,
+    resends=0,
+    steps=((1, "load", "call"),),
+)
 
 
 def check(verdict: Any, name: str) -> bool | None:
@@ -68,19 +109,27 @@ def test_a_message_delivered_twice_under_different_keys_fails_and_is_named() -> 
     v = judge(evidence(status(), [kill(0)], ledger(T1, T2, T1), REF, OUT))
     assert v.passed is False
     assert check(v, "no duplicate effects") is False
-    assert [str(f) for f in v.duplicates] == ["message for ticket T-1: delivered 2 times (keys k1, k3)"]
+    assert [str(f) for f in v.duplicates] == [
+        "message for ticket T-1: delivered 2 times (keys k1, k3)"
+    ]
 
 
 def test_appended_lines_and_inserted_rows_are_duplicates_a_lost_file_is_missing() -> None:
-    after = Outputs(files={"replies.log": b"T-1\nT-2\nT-1\n"},
-                    tables={"helpdesk.db tickets": Counter({'{"id": "T-1"}': 2, '{"id": "T-2"}': 1})})
+    after = Outputs(
+        files={"replies.log": b"T-1\nT-2\nT-1\n"},
+        tables={"helpdesk.db tickets": Counter({'{"id": "T-1"}': 2, '{"id": "T-2"}': 1})},
+    )
     diff = compare(OUT, after)
     assert [str(f) for f in diff.duplicates] == [
         "replies.log: 1 extra line, written again (e.g. 'T-1')",
-        "helpdesk.db tickets: row id=T-1: appears 2 times (the reference has 1)"]
+        "helpdesk.db tickets: row id=T-1: appears 2 times (the reference has 1)",
+    ]
     assert [str(f) for f in diff.missing] == ["r/T-1.md: missing (the reference has it)"]
     v = judge(evidence(status(), [kill(0)], ledger(T1, T2), REF, after))
-    assert check(v, "nothing missing") is False and check(v, "outputs identical to the reference") is False
+    assert (
+        check(v, "nothing missing") is False
+        and check(v, "outputs identical to the reference") is False
+    )
 
 
 def test_a_message_never_delivered_is_missing() -> None:
@@ -133,11 +182,22 @@ def test_with_a_reference_a_kill_must_not_change_how_the_run_ends() -> None:
 
 
 def test_a_killed_run_whose_outbox_cannot_be_read_is_not_called_a_pass() -> None:
-    v = judge(evidence(status(), [kill(0)], None, None, None, posts=2,
-                       ledger_problem="the outbox at http://127.0.0.1:9 is not answering"))
+    v = judge(
+        evidence(
+            status(),
+            [kill(0)],
+            None,
+            None,
+            None,
+            posts=2,
+            ledger_problem="the outbox at http://127.0.0.1:9 is not answering",
+        )
+    )
     assert check(v, "no duplicate effects") is None
     assert v.label == "UNTESTED"
-    assert "posted 2 message(s) but the outbox at http://127.0.0.1:9 is not answering" in v.explanation
+    assert (
+        "posted 2 message(s) but the outbox at http://127.0.0.1:9 is not answering" in v.explanation
+    )
 
 
 def test_a_run_that_posted_nothing_needs_no_outbox_to_pass() -> None:
@@ -147,17 +207,27 @@ def test_a_run_that_posted_nothing_needs_no_outbox_to_pass() -> None:
 
 
 def test_a_post_the_log_records_as_sent_but_the_outbox_never_got_is_missing() -> None:
-    v = judge(evidence(status(), [kill(0)], ledger(T1), None, None, posts=2, completed_posts={"k1", "k2"}))
+    v = judge(
+        evidence(status(), [kill(0)], ledger(T1), None, None, posts=2, completed_posts={"k1", "k2"})
+    )
     assert check(v, "every sent message delivered") is False
     assert v.label == "FAIL"
 
 
 def test_a_run_counts_only_its_own_deliveries_in_a_shared_outbox() -> None:
     shared = Ledger(
-        deliveries=(Delivery(1, "old-run:5", T1, 1.0), Delivery(2, "new-run:5", T1, 2.0),
-                    Delivery(3, "new-run:7.1", T2, 3.0)),
-        attempts=(Attempt(1, "old-run:5", 201, "delivered", 1.0), Attempt(2, "new-run:5", 201, "delivered", 2.0),
-                  Attempt(3, None, 400, "rejected", 2.5), Attempt(4, "new-run:7.1", 201, "delivered", 3.0)))
+        deliveries=(
+            Delivery(1, "old-run:5", T1, 1.0),
+            Delivery(2, "new-run:5", T1, 2.0),
+            Delivery(3, "new-run:7.1", T2, 3.0),
+        ),
+        attempts=(
+            Attempt(1, "old-run:5", 201, "delivered", 1.0),
+            Attempt(2, "new-run:5", 201, "delivered", 2.0),
+            Attempt(3, None, 400, "rejected", 2.5),
+            Attempt(4, "new-run:7.1", 201, "delivered", 3.0),
+        ),
+    )
     mine = shared.for_run("new-run")
     assert [d.key for d in mine.deliveries] == ["new-run:5", "new-run:7.1"]
     assert [a.id for a in mine.attempts] == [2, 4]
@@ -173,9 +243,21 @@ def test_kills_are_read_from_the_log_dated_by_the_killer_when_it_said() -> None:
         (11.0, 2, "lease_acquired", None, '{"pid": 2, "previous_pid": 1, "killed_at": 10.8}'),
         (11.2, 2, "step_committed", 2, "{}"),
         (11.3, 2, "lease_released", None, "{}"),
-        (12.0, 3, "lease_acquired", None, '{"pid": 3, "previous_pid": null}'),  # after a clean stop: no kill
+        (
+            12.0,
+            3,
+            "lease_acquired",
+            None,
+            '{"pid": 3, "previous_pid": null}',
+        ),  # after a clean stop: no kill
         (12.4, 3, "step_started", 3, "{}"),
-        (13.0, 4, "lease_acquired", None, '{"pid": 4, "previous_pid": 3}'),  # killed elsewhere, time unknown
+        (
+            13.0,
+            4,
+            "lease_acquired",
+            None,
+            '{"pid": 4, "previous_pid": 3}',
+        ),  # killed elsewhere, time unknown
     ]
     events = [Event.from_row((i, "r", *row)) for i, row in enumerate(rows, 1)]
     assert [m.at for m in logged_kills(events)] == [10.8, 12.4]
@@ -209,8 +291,10 @@ def test_the_step_in_flight_of_a_live_run_is_not_counted_as_redone() -> None:
 def test_resends_are_judged_once_the_run_ended_and_must_each_be_recorded() -> None:
     """A live verdict reads the log before the outbox, so a request may show in the outbox before
     its record: the check waits for the end, then every request must be one the log records."""
-    twice = Ledger(deliveries=ledger(T1).deliveries,
-                   attempts=ledger(T1).attempts + (Attempt(9, "k1", 200, "replayed", 9.0),))
+    twice = Ledger(
+        deliveries=ledger(T1).deliveries,
+        attempts=ledger(T1).attempts + (Attempt(9, "k1", 200, "replayed", 9.0),),
+    )
     live = judge(Evidence(status("running"), [kill()], twice, None, None, account=sent(ledger(T1))))
     assert check(live, "every re-send recorded, under its own key") is None and not live.failing
     done = judge(Evidence(status(), [kill()], twice, None, None, account=sent(ledger(T1))))
@@ -225,7 +309,10 @@ def test_a_run_that_checkpoints_nothing_gets_no_tick_for_redone_steps() -> None:
     s = status(committed=0, executions=0)
     v = judge(evidence(s, [kill(0), kill(0)], ledger(T1, T2, T1), REF, OUT))
     assert check(v, "at most one redone step per kill") is None
-    assert "records no steps" in {c.name: c.detail for c in v.checks}["at most one redone step per kill"]
+    assert (
+        "records no steps"
+        in {c.name: c.detail for c in v.checks}["at most one redone step per kill"]
+    )
     assert v.passed is False  # and the duplicate still fails it
 
 
@@ -257,8 +344,15 @@ def test_a_step_run_again_is_named_by_its_cause_and_only_a_kill_makes_it_redone(
         (4.2, 4, "step_committed", 4, "{}"),
     )
     found = account(events)
-    assert [(r.seq, r.cause) for r in found.reruns] == [(1, "retry"), (2, "stop"), (3, "wait"), (4, "kill")]
-    assert found.redone == 1 and [(d.incarnation, d.at, d.in_flight) for d in found.deaths] == [(3, 3.5, {4})]
+    assert [(r.seq, r.cause) for r in found.reruns] == [
+        (1, "retry"),
+        (2, "stop"),
+        (3, "wait"),
+        (4, "kill"),
+    ]
+    assert found.redone == 1 and [(d.incarnation, d.at, d.in_flight) for d in found.deaths] == [
+        (3, 3.5, {4})
+    ]
     assert [m.at for m in logged_kills(events)] == [3.5]
 
 

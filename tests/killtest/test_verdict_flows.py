@@ -38,13 +38,25 @@ class Case:
     tmp: Path
 
     def args(self, run_id: str, *params: str) -> list[str]:
-        return ["run", POSTER, "--run-id", run_id, "--db", str(self.engine.db), "--outbox", self.outbox.url,
-                *(x for p in params for x in ("--param", p))]
+        return [
+            "run",
+            POSTER,
+            "--run-id",
+            run_id,
+            "--db",
+            str(self.engine.db),
+            "--outbox",
+            self.outbox.url,
+            *(x for p in params for x in ("--param", p)),
+        ]
 
     def committed(self, run_id: str) -> int:
         try:
-            return int(self.engine.query("SELECT count(*) FROM step WHERE run_id = ? AND status = 'committed'",
-                                         run_id)[0][0])
+            return int(
+                self.engine.query(
+                    "SELECT count(*) FROM step WHERE run_id = ? AND status = 'committed'", run_id
+                )[0][0]
+            )
         except Exception:  # the engine is creating the log right now
             return 0
 
@@ -74,6 +86,7 @@ def ended(proc: subprocess.Popen[str], code: int) -> None:
 
 # -- the flows ----------------------------------------------------------------------------------
 
+
 def transient_failure_then_success(c: Case) -> str:
     done = c.engine.run(*c.args("r", f"hiccup={c.tmp / 'hiccup'}"))
     assert done.returncode == 0, done.stderr
@@ -99,7 +112,10 @@ def failed_then_retried(c: Case) -> str:
 
 def cancelled_while_running(c: Case) -> str:
     proc = c.start_until("r", 2, "n=12", "pause=0.2")
-    assert c.engine.run("cancel", "r", "--db", str(c.engine.db), "--reason", "not needed").returncode == 0
+    assert (
+        c.engine.run("cancel", "r", "--db", str(c.engine.db), "--reason", "not needed").returncode
+        == 0
+    )
     ended(proc, 5)
     return "r"
 
@@ -155,17 +171,29 @@ class Expected:
 
 
 FLOWS: dict[str, tuple[Callable[[Case], str], Expected]] = {
-    "a step failed transiently once, then succeeded": (transient_failure_then_success,
-                                                        Expected("UNTESTED", "succeeded", 0, (0,))),
+    "a step failed transiently once, then succeeded": (
+        transient_failure_then_success,
+        Expected("UNTESTED", "succeeded", 0, (0,)),
+    ),
     "a run failed for good": (failed_for_good, Expected("UNTESTED", "failed", 0, (0,))),
     "a failed run, retried": (failed_then_retried, Expected("UNTESTED", "succeeded", 0, (0,))),
-    "a run cancelled while its engine ran": (cancelled_while_running, Expected("UNTESTED", "cancelled", 0, (0,))),
-    "Stop engine (SIGTERM), then Resume": (stopped_then_resumed, Expected("UNTESTED", "succeeded", 0, (0,))),
-    "a run that exited while waiting for a signal": (waited_for_a_signal,
-                                                      Expected("UNTESTED", "succeeded", 0, (0,))),
+    "a run cancelled while its engine ran": (
+        cancelled_while_running,
+        Expected("UNTESTED", "cancelled", 0, (0,)),
+    ),
+    "Stop engine (SIGTERM), then Resume": (
+        stopped_then_resumed,
+        Expected("UNTESTED", "succeeded", 0, (0,)),
+    ),
+    "a run that exited while waiting for a signal": (
+        waited_for_a_signal,
+        Expected("UNTESTED", "succeeded", 0, (0,)),
+    ),
     "a run killed once mid-step": (killed_once_mid_step, Expected("PASS", "succeeded", 1, (0, 1))),
-    "a killed run that then failed for its own reasons": (killed_then_failed_for_its_own_reasons,
-                                                          Expected("PASS", "failed", 1, (0, 1))),
+    "a killed run that then failed for its own reasons": (
+        killed_then_failed_for_its_own_reasons,
+        Expected("PASS", "failed", 1, (0, 1)),
+    ),
 }
 
 
@@ -180,19 +208,30 @@ def test_every_everyday_flow_gets_the_verdict_its_kills_earn(case: Case, flow: s
     drive, want = FLOWS[flow]
     run_id = drive(case)
     got = verdict(case.engine, run_id)
-    assert (got["verdict"], got["outcome"], got["kills"]) == (want.verdict, want.outcome, want.kills), got
+    assert (got["verdict"], got["outcome"], got["kills"]) == (
+        want.verdict,
+        want.outcome,
+        want.kills,
+    ), got
     assert got["redone"] in want.redone, got
     assert got["duplicates"] == 0 and got["missing"] == 0, got
     assert not [c for c in got["checks"] if c["passed"] is False], got["checks"]
     if not want.kills:
-        assert got["explanation"].startswith(f"not kill-tested: the run {want.outcome} without being killed")
+        assert got["explanation"].startswith(
+            f"not kill-tested: the run {want.outcome} without being killed"
+        )
         redone = next(c for c in got["checks"] if c["name"] == "at most one redone step per kill")
-        assert redone["passed"] is None and "never killed" in redone["evidence"]  # no "1 redone after 0 kills"
+        assert (
+            redone["passed"] is None and "never killed" in redone["evidence"]
+        )  # no "1 redone after 0 kills"
     text = case.engine.run("verdict", run_id, "--db", str(case.engine.db))
-    assert text.stdout.startswith(f"{want.verdict}  {run_id} (outcome {want.outcome}): "), text.stdout
+    assert text.stdout.startswith(f"{want.verdict}  {run_id} (outcome {want.outcome}): "), (
+        text.stdout
+    )
 
 
 # -- evidence that cannot be read is "not checked", never FAIL ---------------------------------
+
 
 class _Foreign(BaseHTTPRequestHandler):
     """Answers GET /messages in another format (deliveries without ids)."""
@@ -209,8 +248,9 @@ class _Foreign(BaseHTTPRequestHandler):
         pass
 
 
-def test_an_outbox_that_is_gone_leaves_its_checks_unchecked_and_the_run_untested(engine: Engine,
-                                                                                tmp_path: Path) -> None:
+def test_an_outbox_that_is_gone_leaves_its_checks_unchecked_and_the_run_untested(
+    engine: Engine, tmp_path: Path
+) -> None:
     with start_outbox(tmp_path / "outbox" / "outbox.db") as ob:
         c = Case(engine, ob, tmp_path)
         assert engine.run(*c.args("r", "n=6")).returncode == 0
@@ -224,7 +264,9 @@ def test_an_outbox_that_is_gone_leaves_its_checks_unchecked_and_the_run_untested
     assert not [ch for ch in got["checks"] if ch["passed"] is False]
 
 
-def test_an_outbox_answering_in_another_format_is_not_evidence_of_loss(engine: Engine, tmp_path: Path) -> None:
+def test_an_outbox_answering_in_another_format_is_not_evidence_of_loss(
+    engine: Engine, tmp_path: Path
+) -> None:
     with start_outbox(tmp_path / "outbox" / "outbox.db") as ob:
         c = Case(engine, ob, tmp_path)
         proc = c.start_until("r", 2, "n=6", "pause=0.3")
@@ -239,13 +281,16 @@ def test_an_outbox_answering_in_another_format_is_not_evidence_of_loss(engine: E
     finally:
         server.shutdown()
         server.server_close()
-    assert got["verdict"] == "UNTESTED", got  # killed, but its deliveries cannot be read: not proven
+    assert got["verdict"] == "UNTESTED", (
+        got
+    )  # killed, but its deliveries cannot be read: not proven
     assert not [ch for ch in got["checks"] if ch["passed"] is False], got["checks"]
     assert "not with an outbox's ledger" in got["explanation"]
 
 
-def test_an_outbox_holding_none_of_the_runs_messages_is_another_outbox_not_a_loss(engine: Engine,
-                                                                                  tmp_path: Path) -> None:
+def test_an_outbox_holding_none_of_the_runs_messages_is_another_outbox_not_a_loss(
+    engine: Engine, tmp_path: Path
+) -> None:
     with start_outbox(tmp_path / "outbox" / "outbox.db") as ob:
         c = Case(engine, ob, tmp_path)
         proc = c.start_until("r", 2, "n=6", "pause=0.3")
@@ -258,11 +303,23 @@ def test_an_outbox_holding_none_of_the_runs_messages_is_another_outbox_not_a_los
     assert "holds none of this run's messages" in got["explanation"]
 
 
-def test_a_step_stopped_again_and_again_is_no_poison_pill_and_nothing_redone(engine: Engine) -> None:
+def test_a_step_stopped_again_and_again_is_no_poison_pill_and_nothing_redone(
+    engine: Engine,
+) -> None:
     """Stop engine three times inside one long step, with a limit of one engine death per step:
     a stop is not a death, so the run resumes each time and finishes; nothing is redone."""
-    args = ["run", f"{AGENTS}:patient", "--run-id", "p", "--db", str(engine.db), "--param", "n=2",
-            "--param", "pause=3"]
+    args = [
+        "run",
+        f"{AGENTS}:patient",
+        "--run-id",
+        "p",
+        "--db",
+        str(engine.db),
+        "--param",
+        "n=2",
+        "--param",
+        "pause=3",
+    ]
     for _ in range(3):
         proc = engine.start(*args)
         deadline = time.monotonic() + 60

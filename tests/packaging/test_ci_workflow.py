@@ -12,8 +12,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def readme_test_command() -> str:
-    found = re.search(r"^(pip install -e \"\.\[test\]\" && python -m pytest)$", (ROOT / "README.md").read_text(),
-                      re.M)
+    found = re.search(
+        r"^(pip install -e \"\.\[test\]\" && python -m pytest)$",
+        (ROOT / "README.md").read_text(),
+        re.M,
+    )
     assert found is not None, "the README no longer shows its test command"
     return found.group(1)
 
@@ -23,7 +26,11 @@ def test_the_workflow_runs_the_readme_test_command_on_three_oses_and_builds_the_
     command = readme_test_command()
     assert command in (ROOT / ".ci" / "run").read_text()
     test, bundle = flow["jobs"]["test"], flow["jobs"]["bundle"]
-    assert set(test["strategy"]["matrix"]["os"]) == {"ubuntu-latest", "macos-latest", "windows-latest"}
+    assert set(test["strategy"]["matrix"]["os"]) == {
+        "ubuntu-latest",
+        "macos-latest",
+        "windows-latest",
+    }
     runs = [step.get("run", "") for step in test["steps"]]
     assert any(command in r for r in runs) and any(".ci/run" in r for r in runs)
     assert set(bundle["strategy"]["matrix"]["os"]) == set(test["strategy"]["matrix"]["os"])

@@ -24,22 +24,36 @@ SYSTEM = (
     "praise or other), priority (urgent, high, normal or low) and reply (a courteous reply draft of "
     "3-6 sentences that addresses the customer by name)."
 )
-CATEGORIES = ("billing", "bug", "account", "feature_request", "privacy", "outage", "praise", "other")
+CATEGORIES = (
+    "billing",
+    "bug",
+    "account",
+    "feature_request",
+    "privacy",
+    "outage",
+    "praise",
+    "other",
+)
 PRIORITIES = ("urgent", "high", "normal", "low")
 
 
 def load_tickets(limit: int = 0) -> list[dict[str, str]]:
     """The shipped tickets in their fixed order; ``limit`` > 0 keeps the first ``limit``."""
-    tickets: list[dict[str, str]] = json.loads(files("steplog").joinpath("data/tickets.json").read_text("utf-8"))
+    tickets: list[dict[str, str]] = json.loads(
+        files("steplog").joinpath("data/tickets.json").read_text("utf-8")
+    )
     return tickets[:limit] if limit > 0 else tickets
 
 
 def prompt(ticket: dict[str, str]) -> list[dict[str, str]]:
     return [
         {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": f"Ticket {ticket['id']} from {ticket['customer']}\n"
-                                    f"Subject: {ticket['subject']}\n\n{ticket['body']}\n\n"
-                                    "Answer with the JSON object only."},
+        {
+            "role": "user",
+            "content": f"Ticket {ticket['id']} from {ticket['customer']}\n"
+            f"Subject: {ticket['subject']}\n\n{ticket['body']}\n\n"
+            "Answer with the JSON object only.",
+        },
     ]
 
 
@@ -49,7 +63,7 @@ def parse_triage(text: str) -> dict[str, str]:
     data: dict[str, Any] = {}
     if start != -1 and end > start:
         try:
-            loaded = json.loads(text[start:end + 1])
+            loaded = json.loads(text[start : end + 1])
             data = loaded if isinstance(loaded, dict) else {}
         except ValueError:
             data = {}
@@ -63,10 +77,12 @@ def parse_triage(text: str) -> dict[str, str]:
 
 
 def render_reply(ticket: dict[str, str], triage: dict[str, str]) -> str:
-    return (f"# Re: {ticket['subject']}\n\n"
-            f"- Ticket: {ticket['id']}\n- Customer: {ticket['customer']}\n"
-            f"- Category: {triage['category']}\n- Priority: {triage['priority']}\n\n"
-            f"{triage['reply']}\n")
+    return (
+        f"# Re: {ticket['subject']}\n\n"
+        f"- Ticket: {ticket['id']}\n- Customer: {ticket['customer']}\n"
+        f"- Category: {triage['category']}\n- Priority: {triage['priority']}\n\n"
+        f"{triage['reply']}\n"
+    )
 
 
 def render_summary(rows: list[dict[str, str]]) -> str:
@@ -77,11 +93,17 @@ def render_summary(rows: list[dict[str, str]]) -> str:
     lines += ["", "## By priority", ""]
     lines += [f"- {p}: {by_pri[p]}" for p in PRIORITIES if by_pri[p]]
     lines += ["", "## Replies", ""]
-    lines += [f"- [{r['id']}](replies/{r['id']}.md) {r['priority']:<6} {r['category']:<15} {r['subject']}" for r in rows]
+    lines += [
+        f"- [{r['id']}](replies/{r['id']}.md) {r['priority']:<6} {r['category']:<15} {r['subject']}"
+        for r in rows
+    ]
     return "\n".join(lines) + "\n"
 
 
-@steplog.agent(budget=Budget(max_steps=200, max_tokens=60_000, max_seconds=900, max_cost_usd=0.50), needs_outbox=True)
+@steplog.agent(
+    budget=Budget(max_steps=200, max_tokens=60_000, max_seconds=900, max_cost_usd=0.50),
+    needs_outbox=True,
+)
 def demo(run: steplog.Run, tickets: int = 0, approve: bool = False) -> dict[str, Any]:
     """Triage the shipped support tickets: classify, reply, send, record; then summarise."""
     todo = run.step("load tickets", load_tickets, tickets)
@@ -89,26 +111,62 @@ def demo(run: steplog.Run, tickets: int = 0, approve: bool = False) -> dict[str,
     for t in todo:
         answer = run.chat(prompt(t), name=f"triage {t['id']}", max_tokens=600)
         triage = parse_triage(answer.text)
-        run.write_file(f"replies/{t['id']}.md", render_reply(t, triage), name=f"write reply {t['id']}")
-        run.http_post(f"{run.outbox}/messages", {
-            "ticket_id": t["id"], "to": t["customer"], "subject": f"Re: {t['subject']}",
-            "category": triage["category"], "priority": triage["priority"], "text": triage["reply"],
-        }, name=f"send reply {t['id']}")
-        run.merge("helpdesk.db", "tickets", key={"id": t["id"]}, values={
-            "customer": t["customer"], "subject": t["subject"], "category": triage["category"],
-            "priority": triage["priority"], "status": "answered", "reply_file": f"replies/{t['id']}.md",
-        }, name=f"record {t['id']}")
-        rows.append({"id": t["id"], "subject": t["subject"], **{k: triage[k] for k in ("category", "priority")}})
+        run.write_file(
+            f"replies/{t['id']}.md", render_reply(t, triage), name=f"write reply {t['id']}"
+        )
+        run.http_post(
+            f"{run.outbox}/messages",
+            {
+                "ticket_id": t["id"],
+                "to": t["customer"],
+                "subject": f"Re: {t['subject']}",
+                "category": triage["category"],
+                "priority": triage["priority"],
+                "text": triage["reply"],
+            },
+            name=f"send reply {t['id']}",
+        )
+        run.merge(
+            "helpdesk.db",
+            "tickets",
+            key={"id": t["id"]},
+            values={
+                "customer": t["customer"],
+                "subject": t["subject"],
+                "category": triage["category"],
+                "priority": triage["priority"],
+                "status": "answered",
+                "reply_file": f"replies/{t['id']}.md",
+            },
+            name=f"record {t['id']}",
+        )
+        rows.append(
+            {
+                "id": t["id"],
+                "subject": t["subject"],
+                **{k: triage[k] for k in ("category", "priority")},
+            }
+        )
     summary = render_summary(rows)
     run.write_file("summary.md", summary, name="write summary")
-    result: dict[str, Any] = {"answered": len(rows),
-                              "by_category": dict(sorted(Counter(r["category"] for r in rows).items()))}
+    result: dict[str, Any] = {
+        "answered": len(rows),
+        "by_category": dict(sorted(Counter(r["category"] for r in rows).items())),
+    }
     if approve:
-        decision = run.wait_for("approve")  # a person reads summary.md, then: steplog signal RUN approve
+        decision = run.wait_for(
+            "approve"
+        )  # a person reads summary.md, then: steplog signal RUN approve
         if not (isinstance(decision, dict) and decision.get("approved") is True):
             return {**result, "digest": "rejected"}
         result["digest"] = "approved"
-    run.http_post(f"{run.outbox}/messages", {
-        "digest": True, "tickets": [r["id"] for r in rows], "text": summary,
-    }, name="send digest")
+    run.http_post(
+        f"{run.outbox}/messages",
+        {
+            "digest": True,
+            "tickets": [r["id"] for r in rows],
+            "text": summary,
+        },
+        name="send digest",
+    )
     return result

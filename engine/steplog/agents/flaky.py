@@ -24,7 +24,9 @@ def _sync_with_partner(batch: dict[str, Any], attempt_note: str) -> dict[str, An
 
 @steplog.agent(
     budget=Budget(max_steps=50, max_seconds=120, max_retries=5),
-    retry=RetryPolicy(max_attempts=1000, initial_interval=0.01, backoff_factor=1.5, max_interval=0.1),
+    retry=RetryPolicy(
+        max_attempts=1000, initial_interval=0.01, backoff_factor=1.5, max_interval=0.1
+    ),
 )
 def flaky(run: steplog.Run, batches: int = 2) -> dict[str, Any]:
     """Prepare a batch, then try to sync it with a partner that never quite answers."""

@@ -35,13 +35,22 @@ def _post(url: str, body: dict[str, Any], run_id: str) -> None:
 
     # The naive part: a new key per request, so a re-send after a crash is a new message. The
     # run id in front only says whose message it is (an outbox shared by several runs).
-    response = httpx.post(f"{url}/messages", json=body, timeout=30.0,
-                          headers={"Idempotency-Key": f"{run_id}:naive-{uuid.uuid4()}"})
+    response = httpx.post(
+        f"{url}/messages",
+        json=body,
+        timeout=30.0,
+        headers={"Idempotency-Key": f"{run_id}:naive-{uuid.uuid4()}"},
+    )
     response.raise_for_status()
 
 
-@steplog.agent(budget=Budget(max_steps=200, max_tokens=60_000, max_seconds=900, max_cost_usd=0.50), needs_outbox=True)
-def naive(run: steplog.Run, tickets: int = 0, trace: bool = False, approve: bool = False) -> dict[str, Any]:
+@steplog.agent(
+    budget=Budget(max_steps=200, max_tokens=60_000, max_seconds=900, max_cost_usd=0.50),
+    needs_outbox=True,
+)
+def naive(
+    run: steplog.Run, tickets: int = 0, trace: bool = False, approve: bool = False
+) -> dict[str, Any]:
     """Triage the shipped tickets with no checkpoints and no idempotency (do not copy this)."""
     model = OfflineModel()  # asked directly: no recorded decision to reuse after a crash
     workdir, outbox = run.workdir, str(run.outbox).rstrip("/")
@@ -51,14 +60,20 @@ def naive(run: steplog.Run, tickets: int = 0, trace: bool = False, approve: bool
     try:
         with steps.step("load tickets", "call"):
             todo = load_tickets(tickets)
-        db.execute("CREATE TABLE IF NOT EXISTS tickets (id, customer, subject, category, priority, status,"
-                   " reply_file)")  # no primary key: a second INSERT is a second row
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS tickets (id, customer, subject, category, priority, status,"
+            " reply_file)"
+        )  # no primary key: a second INSERT is a second row
         rows: list[dict[str, str]] = []
         for t in todo:
             messages = prompt(t)
             most = model.estimate(messages, max_tokens=600)  # charged if a kill cuts the call short
-            with steps.step(f"triage {t['id']}", "chat", reserve_tokens=most.tokens,
-                            reserve_cost_usd=most.cost_usd) as step:
+            with steps.step(
+                f"triage {t['id']}",
+                "chat",
+                reserve_tokens=most.tokens,
+                reserve_cost_usd=most.cost_usd,
+            ) as step:
                 if run.pace:
                     time.sleep(run.pace)
                 answer = model.complete(messages, max_tokens=600, idempotency_key=str(uuid.uuid4()))
@@ -66,25 +81,51 @@ def naive(run: steplog.Run, tickets: int = 0, trace: bool = False, approve: bool
                 step.cost_usd = answer.cost_usd
             triage = parse_triage(answer.text)
             with steps.step(f"write reply {t['id']}", "write_file"):
-                (workdir / "replies" / f"{t['id']}.md").write_text(render_reply(t, triage), encoding="utf-8")
+                (workdir / "replies" / f"{t['id']}.md").write_text(
+                    render_reply(t, triage), encoding="utf-8"
+                )
                 with open(workdir / "replies.log", "a", encoding="utf-8") as log:
                     log.write(f"{t['id']} {triage['priority']} {triage['category']}\n")
             with steps.step(f"send reply {t['id']}", "http_post"):
-                _post(outbox, {
-                    "ticket_id": t["id"], "to": t["customer"], "subject": f"Re: {t['subject']}",
-                    "category": triage["category"], "priority": triage["priority"], "text": triage["reply"],
-                }, run.id)
+                _post(
+                    outbox,
+                    {
+                        "ticket_id": t["id"],
+                        "to": t["customer"],
+                        "subject": f"Re: {t['subject']}",
+                        "category": triage["category"],
+                        "priority": triage["priority"],
+                        "text": triage["reply"],
+                    },
+                    run.id,
+                )
             with steps.step(f"record {t['id']}", "merge"):
-                db.execute("INSERT INTO tickets VALUES (?, ?, ?, ?, ?, 'answered', ?)",
-                           (t["id"], t["customer"], t["subject"], triage["category"], triage["priority"],
-                            f"replies/{t['id']}.md"))
+                db.execute(
+                    "INSERT INTO tickets VALUES (?, ?, ?, ?, ?, 'answered', ?)",
+                    (
+                        t["id"],
+                        t["customer"],
+                        t["subject"],
+                        triage["category"],
+                        triage["priority"],
+                        f"replies/{t['id']}.md",
+                    ),
+                )
                 db.commit()
-            rows.append({"id": t["id"], "subject": t["subject"],
-                         **{k: triage[k] for k in ("category", "priority")}})
+            rows.append(
+                {
+                    "id": t["id"],
+                    "subject": t["subject"],
+                    **{k: triage[k] for k in ("category", "priority")},
+                }
+            )
         summary = render_summary(rows)
         with steps.step("write summary", "write_file"):
             (workdir / "summary.md").write_text(summary, encoding="utf-8")
-        result = {"answered": len(rows), "by_category": dict(sorted(Counter(r["category"] for r in rows).items()))}
+        result = {
+            "answered": len(rows),
+            "by_category": dict(sorted(Counter(r["category"] for r in rows).items())),
+        }
         if approve:
             with steps.step("wait approve", "wait"):
                 approved = ask_for_approval(workdir)
@@ -92,7 +133,11 @@ def naive(run: steplog.Run, tickets: int = 0, trace: bool = False, approve: bool
                 return {**result, "digest": "rejected"}
             result["digest"] = "approved"
         with steps.step("send digest", "http_post"):
-            _post(outbox, {"digest": True, "tickets": [r["id"] for r in rows], "text": summary}, run.id)
+            _post(
+                outbox,
+                {"digest": True, "tickets": [r["id"] for r in rows], "text": summary},
+                run.id,
+            )
     finally:
         db.close()
         steps.close()

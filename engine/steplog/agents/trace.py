@@ -61,7 +61,11 @@ class Trace:
     """Numbers an agent's actions 1, 2, 3… in call order and appends them to ``path`` (if any)."""
 
     def __init__(self, path: Path | None, *, incarnation: int) -> None:
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600) if path is not None else None
+        self._fd = (
+            os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            if path is not None
+            else None
+        )
         self._incarnation = incarnation
         self._pid = os.getpid()
         self._seq = 0
@@ -72,23 +76,45 @@ class Trace:
             self._fd = None
 
     @contextmanager
-    def step(self, name: str, kind: str, *, reserve_tokens: int = 0, reserve_cost_usd: float = 0.0) -> Iterator[Step]:
+    def step(
+        self, name: str, kind: str, *, reserve_tokens: int = 0, reserve_cost_usd: float = 0.0
+    ) -> Iterator[Step]:
         """Trace one action: ``started`` now, ``done`` if the body returns (nothing if it raises
         or the process dies: an unfinished action has no ``done`` line). A model call gives its
         ``reserve_*``: what it is charged if a kill cuts it short."""
         self._seq += 1
         seq = self._seq
-        reserve = {"reserve_tokens": reserve_tokens, "reserve_cost_usd": reserve_cost_usd} if reserve_tokens else {}
+        reserve = (
+            {"reserve_tokens": reserve_tokens, "reserve_cost_usd": reserve_cost_usd}
+            if reserve_tokens
+            else {}
+        )
         self._write(seq, name, kind, "started", **reserve)
         step = Step()
         yield step
-        self._write(seq, name, kind, "done", tokens=step.tokens, estimated=step.estimated, cost_usd=step.cost_usd)
+        self._write(
+            seq,
+            name,
+            kind,
+            "done",
+            tokens=step.tokens,
+            estimated=step.estimated,
+            cost_usd=step.cost_usd,
+        )
 
     def _write(self, seq: int, name: str, kind: str, event: str, **extra: Any) -> None:
         if self._fd is None:
             return
-        line = {"ts": time.time(), "pid": self._pid, "incarnation": self._incarnation, "seq": seq, "name": name,
-                "kind": kind, "event": event, **extra}
+        line = {
+            "ts": time.time(),
+            "pid": self._pid,
+            "incarnation": self._incarnation,
+            "seq": seq,
+            "name": name,
+            "kind": kind,
+            "event": event,
+            **extra,
+        }
         os.write(self._fd, (json.dumps(line, separators=(",", ":")) + "\n").encode("utf-8"))
 
 
@@ -102,13 +128,22 @@ def read_trace(path: Path) -> list[TraceRecord]:
     for line in text.splitlines():
         try:
             d = json.loads(line)
-            out.append(TraceRecord(ts=float(d["ts"]), pid=int(d["pid"]), incarnation=int(d["incarnation"]),
-                                   seq=int(d["seq"]), name=str(d["name"]), kind=str(d["kind"]),
-                                   event=str(d["event"]), tokens=int(d.get("tokens", 0)),
-                                   estimated=bool(d.get("estimated", False)),
-                                   cost_usd=float(d.get("cost_usd", 0.0)),
-                                   reserve_tokens=int(d.get("reserve_tokens", 0)),
-                                   reserve_cost_usd=float(d.get("reserve_cost_usd", 0.0))))
+            out.append(
+                TraceRecord(
+                    ts=float(d["ts"]),
+                    pid=int(d["pid"]),
+                    incarnation=int(d["incarnation"]),
+                    seq=int(d["seq"]),
+                    name=str(d["name"]),
+                    kind=str(d["kind"]),
+                    event=str(d["event"]),
+                    tokens=int(d.get("tokens", 0)),
+                    estimated=bool(d.get("estimated", False)),
+                    cost_usd=float(d.get("cost_usd", 0.0)),
+                    reserve_tokens=int(d.get("reserve_tokens", 0)),
+                    reserve_cost_usd=float(d.get("reserve_cost_usd", 0.0)),
+                )
+            )
         except (ValueError, KeyError, TypeError):
             continue  # a line torn by a kill mid-write, or not ours
     return out
@@ -141,8 +176,14 @@ def cut_short(records: list[TraceRecord]) -> list[TraceRecord]:
     call cut short by a kill (it cannot know whether the provider billed it)."""
     last = max((r.incarnation for r in records), default=0)
     finished = {(r.incarnation, r.seq) for r in records if r.event == "done"}
-    return [r for r in records if r.event == "started" and r.reserve_tokens and r.incarnation < last
-            and (r.incarnation, r.seq) not in finished]
+    return [
+        r
+        for r in records
+        if r.event == "started"
+        and r.reserve_tokens
+        and r.incarnation < last
+        and (r.incarnation, r.seq) not in finished
+    ]
 
 
 def summarize(records: list[TraceRecord]) -> TraceSummary:
@@ -150,8 +191,11 @@ def summarize(records: list[TraceRecord]) -> TraceSummary:
     done = [r for r in records if r.event == "done"]
     forfeited = cut_short(records)
     last = max((r.incarnation for r in records), default=0)
-    return TraceSummary(executions=len(started), steps=len({r.seq for r in started}),
-                        done=len({r.seq for r in done if r.incarnation == last}),
-                        tokens=sum(r.tokens for r in done) + sum(r.reserve_tokens for r in forfeited),
-                        estimated=any(r.estimated for r in done) or bool(forfeited),
-                        cost_usd=sum(r.cost_usd for r in done) + sum(r.reserve_cost_usd for r in forfeited))
+    return TraceSummary(
+        executions=len(started),
+        steps=len({r.seq for r in started}),
+        done=len({r.seq for r in done if r.incarnation == last}),
+        tokens=sum(r.tokens for r in done) + sum(r.reserve_tokens for r in forfeited),
+        estimated=any(r.estimated for r in done) or bool(forfeited),
+        cost_usd=sum(r.cost_usd for r in done) + sum(r.reserve_cost_usd for r in forfeited),
+    )

@@ -36,7 +36,9 @@ class ProgressLine:
         if self.tty:
             width = 30
             filled = width * done // total if total else width
-            self.stream.write(f"\r{stage:<9} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} ")
+            self.stream.write(
+                f"\r{stage:<9} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
+            )
             self._shown = True
         elif done in (0, total) or time.monotonic() - self._last_plain > 5:
             self.stream.write(f"{stage}: {done}/{total}\n")
@@ -49,11 +51,30 @@ class ProgressLine:
             self.stream.flush()
 
 
-def run_command(agent: str, *, kills: int, seed: int, sweep: bool, as_json: bool, junit: Path | None,
-                params: dict[str, str], jobs: int, time_limit: float, keep: Path | None,
-                db: PgUrl | None = None) -> int:
-    opts = Options(agent=agent, kills=kills, seed=seed, sweep=sweep, params=params, jobs=jobs, time_limit=time_limit,
-                   db=db)
+def run_command(
+    agent: str,
+    *,
+    kills: int,
+    seed: int,
+    sweep: bool,
+    as_json: bool,
+    junit: Path | None,
+    params: dict[str, str],
+    jobs: int,
+    time_limit: float,
+    keep: Path | None,
+    db: PgUrl | None = None,
+) -> int:
+    opts = Options(
+        agent=agent,
+        kills=kills,
+        seed=seed,
+        sweep=sweep,
+        params=params,
+        jobs=jobs,
+        time_limit=time_limit,
+        db=db,
+    )
     progress = ProgressLine(sys.stderr)
     try:
         if keep is not None:
@@ -73,17 +94,36 @@ def run_command(agent: str, *, kills: int, seed: int, sweep: bool, as_json: bool
     return EXIT_PASS if report.passed else EXIT_FAIL
 
 
-def run_worker_storm_command(agent: str, *, workers: int, runs: int, kills: int, seed: int, as_json: bool,
-                             params: dict[str, str], time_limit: float, keep: Path | None,
-                             db: PgUrl | None = None) -> int:
+def run_worker_storm_command(
+    agent: str,
+    *,
+    workers: int,
+    runs: int,
+    kills: int,
+    seed: int,
+    as_json: bool,
+    params: dict[str, str],
+    time_limit: float,
+    keep: Path | None,
+    db: PgUrl | None = None,
+) -> int:
     """``steplog killtest AGENT --workers N``: the worker storm (``killtest.workers``)."""
     from dataclasses import asdict
 
     from .workers import worker_storm
 
     def storm(root: Path) -> WorkerStormResult:
-        return worker_storm(root, agent=agent, runs=runs, workers=workers, kills=kills, seed=seed,
-                            params=params, time_limit=time_limit, db=db)
+        return worker_storm(
+            root,
+            agent=agent,
+            runs=runs,
+            workers=workers,
+            kills=kills,
+            seed=seed,
+            params=params,
+            time_limit=time_limit,
+            db=db,
+        )
 
     if keep is not None:
         result = storm(keep)

@@ -42,9 +42,16 @@ EFFECT_KINDS = ("write_file", "http_post", "merge", "effect")
 POINTS_BY_KIND = {
     "call": ("before_step_record", "after_step_record"),
     "chat": ("after_decision", "before_step_record", "after_step_record"),
-    **{k: ("after_effect_started", "after_effect_applied", "after_effect_completed", "before_step_record",
-           "after_step_record")
-       for k in EFFECT_KINDS},
+    **{
+        k: (
+            "after_effect_started",
+            "after_effect_applied",
+            "after_effect_completed",
+            "before_step_record",
+            "after_step_record",
+        )
+        for k in EFFECT_KINDS
+    },
 }
 
 
@@ -96,7 +103,9 @@ def plan_kills(rng: random.Random, n: int, ref: Reference) -> list[Target]:
     for _ in range(n):
         r = rng.random()
         if r < 0.15:
-            out.append(Target("start-up", rng.randint(1, steps), rng.uniform(0.0, ref.startup * 1.2)))
+            out.append(
+                Target("start-up", rng.randint(1, steps), rng.uniform(0.0, ref.startup * 1.2))
+            )
         elif r < 0.4 and acting:
             out.append(Target("act", rng.choice(acting), 0.0))
         else:
@@ -112,16 +121,28 @@ def killtest(opts: Options, base: Path, progress: Progress | None = None) -> Rep
         raise UsageError(f"--kills must be 0 or more (got {opts.kills})")
     unknown = set(opts.sweep_points or ()) - set(crashpoints.POINTS)
     if unknown:
-        raise UsageError(f"unknown crash point(s) {', '.join(sorted(unknown))}: use {', '.join(crashpoints.POINTS)}")
+        raise UsageError(
+            f"unknown crash point(s) {', '.join(sorted(unknown))}: use {', '.join(crashpoints.POINTS)}"
+        )
     if opts.db is not None and opts.run_prefix == "killtest":
-        opts = replace(opts, run_prefix=f"killtest-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}")
+        opts = replace(
+            opts, run_prefix=f"killtest-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+        )
     tell = progress or (lambda _stage, _done, _total: None)
     started = time.monotonic()
     ref = run_reference(opts, base / "reference", tell)
     storm = run_storm(opts, ref, base / "storm", tell) if opts.kills else None
     sweep = run_sweep(opts, ref, base / "sweep", tell) if opts.sweep else None
-    return Report(agent=opts.agent, params=dict(opts.params), seed=opts.seed, kills_requested=opts.kills,
-                  reference=ref, storm=storm, sweep=sweep, wall_time=time.monotonic() - started)
+    return Report(
+        agent=opts.agent,
+        params=dict(opts.params),
+        seed=opts.seed,
+        kills_requested=opts.kills,
+        reference=ref,
+        storm=storm,
+        sweep=sweep,
+        wall_time=time.monotonic() - started,
+    )
 
 
 def run_reference(opts: Options, root: Path, tell: Progress) -> Reference:
@@ -137,12 +158,16 @@ def run_reference(opts: Options, root: Path, tell: Progress) -> Reference:
             last = (done.stderr.strip().splitlines() or ["bad usage"])[-1]
             raise UsageError(last.removeprefix("steplog: "))
         if done.code not in (0, 3, 4):
-            raise KilltestError(f"the reference run of {opts.agent} exited {done.code}: {done.stderr.strip()[-400:]}")
+            raise KilltestError(
+                f"the reference run of {opts.agent} exited {done.code}: {done.stderr.strip()[-400:]}"
+            )
         watch = LogWatch(box.db, box.run_id)
         leases = [e.ts for e in watch.poll() if e.kind == EventKind.LEASE_ACQUIRED]
         watch.close()
         startup = (leases[0] - launched) if leases else duration
-        ref = Reference.capture(box.db, box.run_id, ledger=outbox.ledger(), duration=duration, startup=startup)
+        ref = Reference.capture(
+            box.db, box.run_id, ledger=outbox.ledger(), duration=duration, startup=startup
+        )
     tell("reference", 1, 1)
     return ref
 
@@ -167,8 +192,10 @@ def run_storm(opts: Options, ref: Reference, root: Path, tell: Progress) -> Stor
         try:
             while True:
                 if box.launches >= max_launches:
-                    raise KilltestError(f"the storm stopped after {box.launches} engine launches without the run "
-                                        f"ending (limit {max_launches}); look at the engines' output in {root}")
+                    raise KilltestError(
+                        f"the storm stopped after {box.launches} engine launches without the run "
+                        f"ending (limit {max_launches}); look at the engines' output in {root}"
+                    )
                 target = targets[len(kills)] if len(kills) < len(targets) else None
                 watch.poll()
                 at, last = watch.max_seq, len(ref.steps)
@@ -184,7 +211,11 @@ def run_storm(opts: Options, ref: Reference, root: Path, tell: Progress) -> Stor
                 # before the last kill is replayed, not run again; parallel steps pass each
                 # other): the kill then lands anyway, by twice the time the reference took to get
                 # there, instead of letting the run finish unkilled.
-                backstop = 2 * ref.startup + 2 * step_time * (max(0, (target.seq if target else 0) - at) + 3) + 0.2
+                backstop = (
+                    2 * ref.startup
+                    + 2 * step_time * (max(0, (target.seq if target else 0) - at) + 3)
+                    + 0.2
+                )
                 proc = box.launch(killed_at=previous_kill)
                 try:
                     killed_at = _kill_when(proc, target, watch, deadline, backstop)
@@ -192,7 +223,9 @@ def run_storm(opts: Options, ref: Reference, root: Path, tell: Progress) -> Stor
                     if proc.poll() is None:  # the deadline passed, or we were interrupted
                         kill_group(proc)
                 if killed_at is not None:
-                    previous_kill = killed_at  # handed to the next engine, which records it with its takeover
+                    previous_kill = (
+                        killed_at  # handed to the next engine, which records it with its takeover
+                    )
                     kills.append(killed_at)
                     watch.poll()
                     landed[watch.max_seq] = landed.get(watch.max_seq, 0) + 1
@@ -204,29 +237,53 @@ def run_storm(opts: Options, ref: Reference, root: Path, tell: Progress) -> Stor
                     continue
                 if code in (0, 3, 4):
                     break
-                raise KilltestError(f"an engine of the storm exited {code}: {box.stderr_of().strip()[-400:]}")
+                raise KilltestError(
+                    f"an engine of the storm exited {code}: {box.stderr_of().strip()[-400:]}"
+                )
         except (KilltestError, TimeoutError) as exc:
             error = str(exc)
         finally:
             watch.close()
         tell("storm", len(targets), len(targets))
         if not box.db.exists():
-            raise KilltestError(f"the storm's engines never created their log; see their output in {root}: "
-                                + (error or box.stderr_of().strip()[-400:]))
-        verdict = judge(collect(box.db, box.run_id, ledger=outbox.ledger(), kill_times=kills, reference=ref,
-                                lease_refusals=refusals))
-    return StormResult(verdict=verdict, planned=len(targets), launches=box.launches,
-                       wall_time=time.monotonic() - started, error=error)
+            raise KilltestError(
+                f"the storm's engines never created their log; see their output in {root}: "
+                + (error or box.stderr_of().strip()[-400:])
+            )
+        verdict = judge(
+            collect(
+                box.db,
+                box.run_id,
+                ledger=outbox.ledger(),
+                kill_times=kills,
+                reference=ref,
+                lease_refusals=refusals,
+            )
+        )
+    return StormResult(
+        verdict=verdict,
+        planned=len(targets),
+        launches=box.launches,
+        wall_time=time.monotonic() - started,
+        error=error,
+    )
 
 
-def _kill_when(proc: subprocess.Popen[bytes], target: Target | None, watch: LogWatch, deadline: float,
-               backstop: float = math.inf) -> float | None:
+def _kill_when(
+    proc: subprocess.Popen[bytes],
+    target: Target | None,
+    watch: LogWatch,
+    deadline: float,
+    backstop: float = math.inf,
+) -> float | None:
     """Wait for the target moment and SIGKILL the group then (returns the kill time), or for
     the engine to exit by itself (returns ``None``). Past ``deadline``: ``KilltestError``. A
     step or effect target not reached ``backstop`` seconds after the launch fires then."""
     t0 = time.monotonic()
     watch.poll()  # skip what earlier engines wrote
-    fire_at = t0 + target.delay if target is not None and target.mode in ("start-up", "time") else None
+    fire_at = (
+        t0 + target.delay if target is not None and target.mode in ("start-up", "time") else None
+    )
     seen = False  # a step or effect target: its step or effect has shown
     if target is not None and target.mode in ("step", "act"):
         fire_at = t0 + backstop
@@ -235,8 +292,10 @@ def _kill_when(proc: subprocess.Popen[bytes], target: Target | None, watch: LogW
             return None
         now = time.monotonic()
         if now > deadline:
-            raise KilltestError(f"the storm took longer than its time limit; the run is not finished "
-                                f"(engine pid {proc.pid} still going)")
+            raise KilltestError(
+                f"the storm took longer than its time limit; the run is not finished "
+                f"(engine pid {proc.pid} still going)"
+            )
         if target is not None and target.mode == "start-up":
             # The reference's start-up was a cold one (first imports, a new log), and a warm
             # engine may finish a short remainder within it: a start-up kill lands at the latest
@@ -245,9 +304,14 @@ def _kill_when(proc: subprocess.Popen[bytes], target: Target | None, watch: LogW
                 fire_at = min(fire_at or now, now)
         elif target is not None and target.mode in ("step", "act") and not seen:
             for e in watch.poll():
-                if e.seq is not None and e.seq >= target.seq and (
+                if (
+                    e.seq is not None
+                    and e.seq >= target.seq
+                    and (
                         (target.mode == "step" and e.kind == EventKind.STEP_STARTED)
-                        or (target.mode == "act" and e.kind == EventKind.EFFECT_STARTED)):
+                        or (target.mode == "act" and e.kind == EventKind.EFFECT_STARTED)
+                    )
+                ):
                     seen, fire_at = True, min(t0 + backstop, now + target.delay)
                     break
         if fire_at is not None and now >= fire_at:
@@ -255,10 +319,16 @@ def _kill_when(proc: subprocess.Popen[bytes], target: Target | None, watch: LogW
         time.sleep(POLL_SECONDS)
 
 
-def sweep_cases(ref: Reference, points: tuple[str, ...] | None = None) -> list[tuple[int, str, str]]:
+def sweep_cases(
+    ref: Reference, points: tuple[str, ...] | None = None
+) -> list[tuple[int, str, str]]:
     """(seq, point, step name) for every step of the reference and every point its kind passes."""
-    return [(seq, point, name) for seq, name, kind in ref.steps for point in POINTS_BY_KIND.get(kind, ())
-            if points is None or point in points]
+    return [
+        (seq, point, name)
+        for seq, name, kind in ref.steps
+        for point in POINTS_BY_KIND.get(kind, ())
+        if points is None or point in points
+    ]
 
 
 def run_sweep(opts: Options, ref: Reference, root: Path, tell: Progress) -> SweepResult:
@@ -279,7 +349,9 @@ def run_sweep(opts: Options, ref: Reference, root: Path, tell: Progress) -> Swee
     return SweepResult(cases=results, wall_time=time.monotonic() - started)
 
 
-def _sweep_case(opts: Options, ref: Reference, root: Path, case: tuple[int, str, str], timeout: float) -> SweepCase:
+def _sweep_case(
+    opts: Options, ref: Reference, root: Path, case: tuple[int, str, str], timeout: float
+) -> SweepCase:
     seq, point, name = case
     crash_at = f"{point}@{seq}"
     box = Sandbox(root, opts.agent, f"{opts.run_prefix}-sweep-{seq}", opts.params, log=opts.db)
@@ -289,7 +361,10 @@ def _sweep_case(opts: Options, ref: Reference, root: Path, case: tuple[int, str,
         try:
             crashed = box.wait(box.launch(crash_at), timeout)
             at = time.time()
-            proved = crashed.code == crashpoints.CRASH_EXIT_CODE and f"crash point {crash_at} reached" in crashed.stderr
+            proved = (
+                crashed.code == crashpoints.CRASH_EXIT_CODE
+                and f"crash point {crash_at} reached" in crashed.stderr
+            )
             for _ in range(5):
                 resumed = box.wait(box.launch(killed_at=at), timeout)
                 if resumed.code != EXIT_LEASE_HELD:
@@ -298,7 +373,17 @@ def _sweep_case(opts: Options, ref: Reference, root: Path, case: tuple[int, str,
         except TimeoutError as exc:
             error, at, proved = str(exc), time.time(), False
         if not box.db.exists():
-            raise KilltestError(f"sweep case {crash_at}: the engine never created its log; see {root}")
-        verdict = judge(collect(box.db, box.run_id, ledger=outbox.ledger(), reference=ref, lease_refusals=refusals,
-                                kill_times=[KillMark(at, crash_at, proved)]))
+            raise KilltestError(
+                f"sweep case {crash_at}: the engine never created its log; see {root}"
+            )
+        verdict = judge(
+            collect(
+                box.db,
+                box.run_id,
+                ledger=outbox.ledger(),
+                reference=ref,
+                lease_refusals=refusals,
+                kill_times=[KillMark(at, crash_at, proved)],
+            )
+        )
     return SweepCase(seq=seq, point=point, step_name=name, verdict=verdict, error=error)

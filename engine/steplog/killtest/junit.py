@@ -9,14 +9,18 @@ from .report import Report
 
 
 def to_junit(report: Report) -> ET.ElementTree:
-    suite = ET.Element("testsuite", name=f"steplog killtest {report.agent}", time=f"{report.wall_time:.3f}")
+    suite = ET.Element(
+        "testsuite", name=f"steplog killtest {report.agent}", time=f"{report.wall_time:.3f}"
+    )
     cases = 0
     failures = 0
     skipped = 0
     if report.storm is not None:
         storm = report.storm
         if storm.error:
-            case = ET.SubElement(suite, "testcase", classname="killtest.storm", name="storm finished")
+            case = ET.SubElement(
+                suite, "testcase", classname="killtest.storm", name="storm finished"
+            )
             ET.SubElement(case, "failure", message=storm.error)
             cases, failures = cases + 1, failures + 1
         for check in storm.verdict.checks:

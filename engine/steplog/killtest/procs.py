@@ -62,10 +62,26 @@ class Sandbox:
 
     def argv(self) -> list[str]:
         params = [a for k, v in self.params.items() for a in ("--param", f"{k}={v}")]
-        return python_argv("steplog", "run", self.agent, "--run-id", self.run_id, "--db", str(self.db),
-                           "--workdir", str(self.workdir), "--outbox", self.outbox_url, "--pace", "0", *params)
+        return python_argv(
+            "steplog",
+            "run",
+            self.agent,
+            "--run-id",
+            self.run_id,
+            "--db",
+            str(self.db),
+            "--workdir",
+            str(self.workdir),
+            "--outbox",
+            self.outbox_url,
+            "--pace",
+            "0",
+            *params,
+        )
 
-    def launch(self, crash_at: str | None = None, killed_at: float | None = None) -> subprocess.Popen[bytes]:
+    def launch(
+        self, crash_at: str | None = None, killed_at: float | None = None
+    ) -> subprocess.Popen[bytes]:
         """Start an engine on this run (a new one or a resume) in its own process group;
         ``killed_at``: when the previous engine was killed (recorded with its takeover)."""
         env = child_env(drop=[crashpoints.ENV])
@@ -86,8 +102,10 @@ class Sandbox:
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise TimeoutError(f"the engine ({' '.join(self.argv()[3:5])}) did not finish within {timeout:.0f} s; "
-                               f"its output is in {self.root}") from None
+            raise TimeoutError(
+                f"the engine ({' '.join(self.argv()[3:5])}) did not finish within {timeout:.0f} s; "
+                f"its output is in {self.root}"
+            ) from None
         finally:
             if proc.poll() is None:  # timed out or interrupted: leave no engine behind
                 kill_group(proc)
@@ -118,8 +136,12 @@ class LogWatch:
             if not self.db.exists():
                 return []
             try:
-                self._conn = sqlite3.connect(f"{self.db.resolve().as_uri()}?mode=ro", uri=True,
-                                             isolation_level=None, timeout=5)
+                self._conn = sqlite3.connect(
+                    f"{self.db.resolve().as_uri()}?mode=ro",
+                    uri=True,
+                    isolation_level=None,
+                    timeout=5,
+                )
             except sqlite3.Error:
                 return []
         if self._conn is None:

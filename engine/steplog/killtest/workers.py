@@ -85,23 +85,41 @@ class WorkerStormResult:
 
     @property
     def passed(self) -> bool:
-        return (self.statuses == {"succeeded": self.runs} and not self.orphans and not self.duplicate_keys
-                and not self.stray_deliveries and not self.duplicate_bodies
-                and self.clean_exits == self.workers_stopped)
+        return (
+            self.statuses == {"succeeded": self.runs}
+            and not self.orphans
+            and not self.duplicate_keys
+            and not self.stray_deliveries
+            and not self.duplicate_bodies
+            and self.clean_exits == self.workers_stopped
+        )
 
     def summary(self) -> str:
-        return (f"{'PASS' if self.passed else 'FAIL'}: {self.runs} runs {self.statuses}, {self.worker_kills} worker "
-                f"kills (of {self.kills_asked} asked; {self.kills_landed} landed, {self.engines_killed} engines with them, "
-                f"{len(self.orphans)} orphans), {self.takeovers} takeovers{self._latency()}, {self.deliveries} deliveries, "
-                f"{len(self.duplicate_keys)} duplicate keys, {len(self.stray_deliveries)} stray, "
-                f"{self.duplicate_bodies} duplicate bodies, {self.clean_exits}/{self.workers_stopped} clean "
-                f"stops, {self.seconds:.1f} s")
+        return (
+            f"{'PASS' if self.passed else 'FAIL'}: {self.runs} runs {self.statuses}, {self.worker_kills} worker "
+            f"kills (of {self.kills_asked} asked; {self.kills_landed} landed, {self.engines_killed} engines with them, "
+            f"{len(self.orphans)} orphans), {self.takeovers} takeovers{self._latency()}, {self.deliveries} deliveries, "
+            f"{len(self.duplicate_keys)} duplicate keys, {len(self.stray_deliveries)} stray, "
+            f"{self.duplicate_bodies} duplicate bodies, {self.clean_exits}/{self.workers_stopped} clean "
+            f"stops, {self.seconds:.1f} s"
+        )
 
 
-def worker_storm(root: Path, *, agent: str = "demo", runs: int = 30, workers: int = 3, concurrency: int = 2,
-                 kills: int = 10, seed: int = 0, params: dict[str, Any] | None = None, pace: float = 0.0,
-                 gap: tuple[float, float] = (0.3, 1.2), time_limit: float = 120.0,
-                 db: PgUrl | None = None) -> WorkerStormResult:
+def worker_storm(
+    root: Path,
+    *,
+    agent: str = "demo",
+    runs: int = 30,
+    workers: int = 3,
+    concurrency: int = 2,
+    kills: int = 10,
+    seed: int = 0,
+    params: dict[str, Any] | None = None,
+    pace: float = 0.0,
+    gap: tuple[float, float] = (0.3, 1.2),
+    time_limit: float = 120.0,
+    db: PgUrl | None = None,
+) -> WorkerStormResult:
     """Queue ``runs`` runs of ``agent`` in a fresh log under ``root`` (or as new runs in the
     PostgreSQL log ``db``), work them with ``workers`` workers, SIGKILL a random worker ``kills``
     times (``gap`` seconds apart, drawn from ``random.Random(seed)``) and start a new one each
@@ -109,14 +127,25 @@ def worker_storm(root: Path, *, agent: str = "demo", runs: int = 30, workers: in
     root.mkdir(parents=True, exist_ok=True)
     log: LogLocation = db if db is not None else root / "steplog.db"
     # On a shared database the storm's runs are told apart from everyone else's by their ids.
-    prefix = f"storm-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}-" if db is not None else "w"
+    prefix = (
+        f"storm-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}-" if db is not None else "w"
+    )
     rng = random.Random(seed)
     started = time.monotonic()
     spec = resolve(agent)
     with start_outbox(root / "outbox.db") as outbox:
-        ids = [submit(spec, run_id=f"{prefix}{i:03d}", db=log, workdir=root / "runs" / f"{prefix}{i:03d}",
-                      outbox=outbox.url, params=dict(params or {}), launch=Launch(pace=pace, sync="normal"))
-               for i in range(runs)]
+        ids = [
+            submit(
+                spec,
+                run_id=f"{prefix}{i:03d}",
+                db=log,
+                workdir=root / "runs" / f"{prefix}{i:03d}",
+                outbox=outbox.url,
+                params=dict(params or {}),
+                launch=Launch(pace=pace, sync="normal"),
+            )
+            for i in range(runs)
+        ]
         procs: list[_WorkerProc] = []
         engines_of: dict[int, list[int]] = {}
         n_started = 0
@@ -126,9 +155,25 @@ def worker_storm(root: Path, *, agent: str = "demo", runs: int = 30, workers: in
             n_started += 1
             out = root / f"worker-{n_started}.log"
             with open(out, "wb") as err:
-                proc = spawn(python_argv("steplog", "worker", "--db", str(log), "--concurrency", str(concurrency),
-                                         "--run-prefix", prefix, "--poll", "0.05", "--grace", "20"),
-                             env=child_env(), stdout=subprocess.DEVNULL, stderr=err)
+                proc = spawn(
+                    python_argv(
+                        "steplog",
+                        "worker",
+                        "--db",
+                        str(log),
+                        "--concurrency",
+                        str(concurrency),
+                        "--run-prefix",
+                        prefix,
+                        "--poll",
+                        "0.05",
+                        "--grace",
+                        "20",
+                    ),
+                    env=child_env(),
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                )
             procs.append(_WorkerProc(proc, out))
 
         for _ in range(workers):
@@ -142,8 +187,10 @@ def worker_storm(root: Path, *, agent: str = "demo", runs: int = 30, workers: in
         try:
             while not _all_ended(reader, ids):
                 if time.monotonic() > deadline:
-                    raise SteplogError(f"the worker storm did not finish within {time_limit:.0f} s; "
-                                       f"its logs are in {root}")
+                    raise SteplogError(
+                        f"the worker storm did not finish within {time_limit:.0f} s; "
+                        f"its logs are in {root}"
+                    )
                 if worker_kills < kills and time.monotonic() >= next_kill:
                     victim = procs.pop(rng.randrange(len(procs)))
                     live = [pid for pid in _engine_pids(victim.log) if process_alive(pid)]
@@ -162,16 +209,39 @@ def worker_storm(root: Path, *, agent: str = "demo", runs: int = 30, workers: in
             reader.close()
             codes = [stop_group(w.proc, grace=30.0) for w in procs]
         time.sleep(0.5)  # an engine SIGKILLed by its parent's death is reaped by init meanwhile
-        orphans = [pid for w in killed for pid in engines_of.get(w.proc.pid, []) if process_alive(pid)]
+        orphans = [
+            pid for w in killed for pid in engines_of.get(w.proc.pid, []) if process_alive(pid)
+        ]
         ledger = outbox.ledger()
-    return _judge(log, ids, ledger, killed_at, worker_kills=worker_kills, kills_asked=kills, landed=landed,
-                  engines_killed=engines_killed,
-                  orphans=orphans, codes=codes, seconds=time.monotonic() - started)
+    return _judge(
+        log,
+        ids,
+        ledger,
+        killed_at,
+        worker_kills=worker_kills,
+        kills_asked=kills,
+        landed=landed,
+        engines_killed=engines_killed,
+        orphans=orphans,
+        codes=codes,
+        seconds=time.monotonic() - started,
+    )
 
 
-def _judge(log: LogLocation, ids: list[str], ledger: Any, killed_at: dict[int, float], *, worker_kills: int,
-           kills_asked: int, landed: int, engines_killed: int, orphans: list[int], codes: list[int],
-           seconds: float) -> WorkerStormResult:
+def _judge(
+    log: LogLocation,
+    ids: list[str],
+    ledger: Any,
+    killed_at: dict[int, float],
+    *,
+    worker_kills: int,
+    kills_asked: int,
+    landed: int,
+    engines_killed: int,
+    orphans: list[int],
+    codes: list[int],
+    seconds: float,
+) -> WorkerStormResult:
     """The verdict on the storm's runs ``ids`` (only those: a shared log holds others)."""
     conn = open_readonly(log, one_shot=True)
     try:
@@ -181,26 +251,48 @@ def _judge(log: LogLocation, ids: list[str], ledger: Any, killed_at: dict[int, f
             statuses[status] = statuses.get(status, 0) + 1
         completed = {key for rid in ids for key in completed_post_keys(conn, rid)}
         # Payloads are read here, not with json_extract: the same SQL on SQLite and PostgreSQL.
-        claimed = [json.loads(data) for (data,) in conn.execute(
-            f"SELECT data FROM event WHERE kind = 'worker_claimed' AND run_id IN {mine}", ids)]
-        acquired = [(ts, json.loads(data)) for ts, data in conn.execute(
-            f"SELECT ts, data FROM event WHERE kind = 'lease_acquired' AND run_id IN {mine}", ids)]
+        claimed = [
+            json.loads(data)
+            for (data,) in conn.execute(
+                f"SELECT data FROM event WHERE kind = 'worker_claimed' AND run_id IN {mine}", ids
+            )
+        ]
+        acquired = [
+            (ts, json.loads(data))
+            for ts, data in conn.execute(
+                f"SELECT ts, data FROM event WHERE kind = 'lease_acquired' AND run_id IN {mine}",
+                ids,
+            )
+        ]
     finally:
         conn.close()
     takeovers = sum(1 for data in claimed if data.get("takeover") is not None)
-    latencies = [ts - killed_at[int(data["previous_pid"])] for ts, data in acquired
-                 if data.get("previous_pid") is not None and int(data["previous_pid"]) in killed_at]
+    latencies = [
+        ts - killed_at[int(data["previous_pid"])]
+        for ts, data in acquired
+        if data.get("previous_pid") is not None and int(data["previous_pid"]) in killed_at
+    ]
     delivered: dict[str, int] = {}
     for d in ledger.deliveries:
         delivered[d.key] = delivered.get(d.key, 0) + 1
     return WorkerStormResult(
-        runs=len(ids), statuses=statuses, worker_kills=worker_kills, kills_asked=kills_asked, kills_landed=landed,
-        engines_killed=engines_killed, orphans=orphans, takeovers=takeovers,
-        takeover_seconds=[round(x, 3) for x in latencies], deliveries=len(ledger.deliveries),
+        runs=len(ids),
+        statuses=statuses,
+        worker_kills=worker_kills,
+        kills_asked=kills_asked,
+        kills_landed=landed,
+        engines_killed=engines_killed,
+        orphans=orphans,
+        takeovers=takeovers,
+        takeover_seconds=[round(x, 3) for x in latencies],
+        deliveries=len(ledger.deliveries),
         duplicate_keys=sorted(k for k in completed if delivered.get(k, 0) != 1),
         stray_deliveries=sorted(k for k in delivered if k not in completed),
-        duplicate_bodies=sum(len(ledger.for_run(rid).duplicates()) for rid in ids), clean_exits=sum(1 for c in codes if c == 0),
-        workers_stopped=len(codes), seconds=seconds)
+        duplicate_bodies=sum(len(ledger.for_run(rid).duplicates()) for rid in ids),
+        clean_exits=sum(1 for c in codes if c == 0),
+        workers_stopped=len(codes),
+        seconds=seconds,
+    )
 
 
 def _in(ids: list[str]) -> str:
@@ -210,8 +302,10 @@ def _in(ids: list[str]) -> str:
 def _all_ended(conn: LogConnection, ids: list[str]) -> bool:
     marks = ", ".join("?" for _ in TERMINAL)
     try:
-        done = conn.execute(f"SELECT count(*) FROM run WHERE id IN {_in(ids)} AND status IN ({marks})",
-                            (*ids, *TERMINAL)).fetchone()[0]
+        done = conn.execute(
+            f"SELECT count(*) FROM run WHERE id IN {_in(ids)} AND status IN ({marks})",
+            (*ids, *TERMINAL),
+        ).fetchone()[0]
     except sqlite3.OperationalError:  # a file log busy for a moment (PgOperationalError is one too)
         return False
     return int(done) >= len(ids)

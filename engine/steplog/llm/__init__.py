@@ -42,11 +42,15 @@ def check_model(name: str | None) -> None:
     if name is None:
         return
     if not name.strip():
-        raise UsageError("--model names no model; leave it out for the offline model, or name one, "
-                         "e.g. --model gpt-4o-mini")
+        raise UsageError(
+            "--model names no model; leave it out for the offline model, or name one, "
+            "e.g. --model gpt-4o-mini"
+        )
     if name != name.strip() or any(not c.isprintable() for c in name):
-        raise UsageError(f"--model {name!r} has spaces around it or control characters; give the "
-                         "model's name as the endpoint knows it, e.g. --model gpt-4o-mini")
+        raise UsageError(
+            f"--model {name!r} has spaces around it or control characters; give the "
+            "model's name as the endpoint knows it, e.g. --model gpt-4o-mini"
+        )
 
 
 def make_model(name: str | None, *, base_url: str | None = None) -> ChatModel:

@@ -94,7 +94,9 @@ class ChatModel(Protocol):
         """An upper bound on what ``complete`` with these arguments can cost."""
         ...
 
-    def complete(self, messages: Sequence[Message], *, max_tokens: int, idempotency_key: str) -> ChatReply:
+    def complete(
+        self, messages: Sequence[Message], *, max_tokens: int, idempotency_key: str
+    ) -> ChatReply:
         """Call the model once. No retries inside: the engine owns the retry policy."""
         ...
 

@@ -28,7 +28,16 @@ from dataclasses import dataclass
 
 from .base import ChatReply, Estimate, Message, Usage, estimate_messages, estimate_tokens
 
-CATEGORIES = ("billing", "bug", "account", "feature_request", "privacy", "outage", "praise", "other")
+CATEGORIES = (
+    "billing",
+    "bug",
+    "account",
+    "feature_request",
+    "privacy",
+    "outage",
+    "praise",
+    "other",
+)
 """Every category the scripted model can answer."""
 
 PRIORITIES = ("urgent", "high", "normal", "low")
@@ -55,45 +64,68 @@ _INSTRUCTION = re.compile(
 # (pattern, weight) per category; a pattern found in the subject counts twice.
 _RULES: dict[str, tuple[tuple[str, int], ...]] = {
     "outage": (
-        (r"\bdown\b", 2), (r"\boutage\b", 3), (r"\b50[234]\b", 2), (r"\bstatus page\b", 1),
+        (r"\bdown\b", 2),
+        (r"\boutage\b", 3),
+        (r"\b50[234]\b", 2),
+        (r"\bstatus page\b", 1),
         (r"\bnot loading\b|\bwon't load\b|\bunreachable\b|\bcan't reach\b", 2),
         (r"\beveryone\b|\bwhole team\b|\bnone of our\b|\bnothing is going out\b", 1),
-        (r"\bstuck\b", 1), (r"\bsince (?:this morning|around|\d)", 1),
+        (r"\bstuck\b", 1),
+        (r"\bsince (?:this morning|around|\d)", 1),
     ),
     "privacy": (
-        (r"\bgdpr\b|\bccpa\b", 3), (r"\bpersonal data\b|\bdata protection\b|\bprivacy\b", 2),
-        (r"\berasure\b|\bdeletion\b|\bdelete my (?:data|account)\b", 2), (r"\bexport\b", 2),
-        (r"\bretention\b|\bhow long you keep\b|\bkeep our data\b", 1), (r"\barticle \d+\b|\bdpa\b", 1),
+        (r"\bgdpr\b|\bccpa\b", 3),
+        (r"\bpersonal data\b|\bdata protection\b|\bprivacy\b", 2),
+        (r"\berasure\b|\bdeletion\b|\bdelete my (?:data|account)\b", 2),
+        (r"\bexport\b", 2),
+        (r"\bretention\b|\bhow long you keep\b|\bkeep our data\b", 1),
+        (r"\barticle \d+\b|\bdpa\b", 1),
     ),
     "account": (
-        (r"\blog ?in\b|\bsign ?in\b", 2), (r"\bpassword\b", 2), (r"\b2fa\b|\btwo[- ]factor\b", 2),
-        (r"\blocked out\b", 3), (r"\bbackup codes?\b|\breset\b|\bsso\b", 1),
+        (r"\blog ?in\b|\bsign ?in\b", 2),
+        (r"\bpassword\b", 2),
+        (r"\b2fa\b|\btwo[- ]factor\b", 2),
+        (r"\blocked out\b", 3),
+        (r"\bbackup codes?\b|\breset\b|\bsso\b", 1),
     ),
     "billing": (
-        (r"\bcharged?\b|\bcharges\b", 2), (r"\brefund", 2), (r"\bbilled\b|\bbilling\b", 2),
+        (r"\bcharged?\b|\bcharges\b", 2),
+        (r"\brefund", 2),
+        (r"\bbilled\b|\bbilling\b", 2),
         (r"\bsubscription\b|\bplan\b|\bdowngrad|\bupgrad|\bprorat", 1),
-        (r"\breceipts?\b|\bvat\b", 2), (r"\bdiscount\b|\bpricing\b|\bfree tier\b", 2),
+        (r"\breceipts?\b|\bvat\b", 2),
+        (r"\bdiscount\b|\bpricing\b|\bfree tier\b", 2),
         (r"\bcredit card\b|\bpayment method\b", 1),
     ),
     "bug": (
-        (r"\bbug\b", 3), (r"\berror\b|\binvalid\b", 2), (r"\bfails?\b|\bfailing\b|\bbroken\b|\bcrash", 2),
+        (r"\bbug\b", 3),
+        (r"\berror\b|\binvalid\b", 2),
+        (r"\bfails?\b|\bfailing\b|\bbroken\b|\bcrash", 2),
         (r"\bwrong\b|\bincorrect\b|\boff by\b|\brounding\b|\b(?:in)?consistent\b", 1),
-        (r"\bwho (?:already )?paid\b|\balready paid\b", 2), (r"\bfix(?:ed)?\b", 1),
+        (r"\bwho (?:already )?paid\b|\balready paid\b", 2),
+        (r"\bfix(?:ed)?\b", 1),
     ),
     "feature_request": (
-        (r"\bfeature\b", 2), (r"\bwould be great\b|\bwould love\b|\bit would be nice\b", 2),
-        (r"\bcould you add\b|\bplease add\b|\bcan you add\b", 2), (r"\broadmap\b|\bbeta\b|\bsuggest", 1),
+        (r"\bfeature\b", 2),
+        (r"\bwould be great\b|\bwould love\b|\bit would be nice\b", 2),
+        (r"\bcould you add\b|\bplease add\b|\bcan you add\b", 2),
+        (r"\broadmap\b|\bbeta\b|\bsuggest", 1),
         (r"\bwebhooks?\b|\bintegration\b|\bapi\b", 1),
     ),
     "praise": (
-        (r"\bjust wanted to say\b", 2), (r"\bbrilliant\b|\bamazing\b|\bawesome\b|\bfantastic\b", 2),
-        (r"\bgreat job\b|\bwell done\b|\bkudos\b", 2), (r"\bsaved (?:me|us)\b", 1),
+        (r"\bjust wanted to say\b", 2),
+        (r"\bbrilliant\b|\bamazing\b|\bawesome\b|\bfantastic\b", 2),
+        (r"\bgreat job\b|\bwell done\b|\bkudos\b", 2),
+        (r"\bsaved (?:me|us)\b", 1),
         (r"\blove (?:the|it|your)\b|\bthank you for (?:the|your)\b", 1),
     ),
 }
 # Equal scores go to the category that needs the quicker human look.
 _TIE_ORDER = {
-    name: i for i, name in enumerate(("outage", "privacy", "account", "billing", "bug", "feature_request", "praise"))
+    name: i
+    for i, name in enumerate(
+        ("outage", "privacy", "account", "billing", "bug", "feature_request", "praise")
+    )
 }
 
 _URGENT = re.compile(r"(?<!not )\burgent\b|\basap\b|\bimmediately\b|\bemergency\b", re.IGNORECASE)
@@ -102,7 +134,9 @@ _ANGRY = re.compile(
     r"unacceptable|ridiculous|furious|embarrassing|annoyed|frankly|sloppy|second time|worst|!!",
     re.IGNORECASE,
 )
-_CONFUSED = re.compile(r"\bnot sure\b|\bconfus|\bdoing something wrong\b|\bdon't understand\b", re.IGNORECASE)
+_CONFUSED = re.compile(
+    r"\bnot sure\b|\bconfus|\bdoing something wrong\b|\bdon't understand\b", re.IGNORECASE
+)
 _LEGAL = re.compile(r"\bgdpr\b|\bccpa\b|\bstatutory\b|\barticle \d+\b", re.IGNORECASE)
 _PRICING_QUESTION = r"discount|nonprofit|free tier|pricing"
 _CHARGE = r"charged|refund|billed|twice"
@@ -127,7 +161,7 @@ def parse_ticket(text: str) -> Ticket | None:
     if match is None:
         return None
     lines: list[str] = []
-    for line in text[match.end():].splitlines():
+    for line in text[match.end() :].splitlines():
         if _is_instruction(line.strip()):
             break
         lines.append(line.strip())
@@ -149,7 +183,9 @@ def classify(ticket: Ticket) -> tuple[str, str]:
     for category, rules in _RULES.items():
         score = 0
         for pattern, weight in rules:
-            score += weight * (2 * bool(re.search(pattern, subject)) + bool(re.search(pattern, body)))
+            score += weight * (
+                2 * bool(re.search(pattern, subject)) + bool(re.search(pattern, body))
+            )
         scores[category] = score
     best = min(scores, key=lambda c: (-scores[c], _TIE_ORDER[c]))
     category = best if scores[best] > 0 else "other"
@@ -175,8 +211,13 @@ def draft_reply(ticket: Ticket, category: str, priority: str) -> str:
     found = _Found.of(f"{ticket.subject}\n{ticket.body}")
     opener = _OPENERS[category]
     if category == "billing" and found.pricing_question:
-        opener = 'Thank you for asking about "{subject}"; I am happy to help you find the right plan.'
-    sentences = [opener.format(subject=ticket.subject or "your message"), *_MIDDLES[category](found)]
+        opener = (
+            'Thank you for asking about "{subject}"; I am happy to help you find the right plan.'
+        )
+    sentences = [
+        opener.format(subject=ticket.subject or "your message"),
+        *_MIDDLES[category](found),
+    ]
     if category != "praise" and priority in ("urgent", "high") and _ANGRY.search(found.text):
         sentences.append("I understand how frustrating this is, and I am sorry we let you down.")
     elif _CONFUSED.search(found.text):
@@ -198,8 +239,18 @@ class _Found:
 
     @classmethod
     def of(cls, text: str) -> _Found:
-        amount, invoice, code = _AMOUNT.search(text), _INVOICE_REF.search(text), _HTTP_CODE.search(text)
-        return cls(text, text.lower(), amount and amount.group(0), invoice and invoice.group(0), code and code.group(1))
+        amount, invoice, code = (
+            _AMOUNT.search(text),
+            _INVOICE_REF.search(text),
+            _HTTP_CODE.search(text),
+        )
+        return cls(
+            text,
+            text.lower(),
+            amount and amount.group(0),
+            invoice and invoice.group(0),
+            code and code.group(1),
+        )
 
     def has(self, pattern: str) -> bool:
         return re.search(pattern, self.low) is not None
@@ -241,11 +292,15 @@ def _billing(f: _Found) -> list[str]:
     else:
         first = "I have asked our billing team to review the charges and receipts on your account right away."
     if f.has(r"refund|twice|prorat|downgrad"):
-        second = ("Any amount billed in error will be refunded to your original payment method, "
-                  "and you will receive a corrected receipt.")
+        second = (
+            "Any amount billed in error will be refunded to your original payment method, "
+            "and you will receive a corrected receipt."
+        )
     elif f.has(r"receipt|\bvat\b"):
-        second = ("We will reissue the affected receipts with the details you need, "
-                  "so your accountant can use them as they are.")
+        second = (
+            "We will reissue the affected receipts with the details you need, "
+            "so your accountant can use them as they are."
+        )
     else:
         second = "We will explain every line of the charge and correct anything that is wrong."
     return [first, second]
@@ -255,22 +310,34 @@ def _bug(f: _Found) -> list[str]:
     reference = f" (reference {f.invoice})" if f.invoice else ""
     first = f"I have filed it with our engineering team as a bug{reference}, and they will start by reproducing it."
     if f.has(r"turn (?:this|it) off|disable|stop (?:sending|this)"):
-        return [first, "In the meantime we can pause the affected feature on your account if you would like; "
-                       "just reply to confirm."]
-    return [first, "If you can send a screenshot or the exact steps that trigger it, "
-                   "that will help us confirm the fix."]
+        return [
+            first,
+            "In the meantime we can pause the affected feature on your account if you would like; "
+            "just reply to confirm.",
+        ]
+    return [
+        first,
+        "If you can send a screenshot or the exact steps that trigger it, "
+        "that will help us confirm the fix.",
+    ]
 
 
 def _account(f: _Found) -> list[str]:
     if f.has(r"2fa|two[- ]factor|backup code"):
-        first = ("Because your two-factor device is no longer available, we will verify your identity through the "
-                 "email address on file and then reset two-factor authentication for you.")
+        first = (
+            "Because your two-factor device is no longer available, we will verify your identity through the "
+            "email address on file and then reset two-factor authentication for you."
+        )
     else:
-        first = ('Please try the "Forgot password" link on the sign-in page, which sends a reset link to the email '
-                 "address we have on file.")
+        first = (
+            'Please try the "Forgot password" link on the sign-in page, which sends a reset link to the email '
+            "address we have on file."
+        )
     if f.has(r"email") and f.has(r"chang"):
-        second = ("If the reset email does not arrive, reply with both your old and new addresses and we will check "
-                  "which one the account uses.")
+        second = (
+            "If the reset email does not arrive, reply with both your old and new addresses and we will check "
+            "which one the account uses."
+        )
     else:
         second = "For your security we never change login details over email without that verification step."
     return [first, second]
@@ -279,24 +346,38 @@ def _account(f: _Found) -> list[str]:
 def _feature_request(f: _Found) -> list[str]:
     first = "I have logged it with our product team together with your description of how you would use it."
     if f.has(r"\bbeta\b"):
-        return [first, "We have also noted that you are happy to test a beta, and we will reach out if one "
-                       "becomes available."]
-    return [first, "I cannot promise a date yet, but we will let you know if it makes it onto the roadmap."]
+        return [
+            first,
+            "We have also noted that you are happy to test a beta, and we will reach out if one "
+            "becomes available.",
+        ]
+    return [
+        first,
+        "I cannot promise a date yet, but we will let you know if it makes it onto the roadmap.",
+    ]
 
 
 def _privacy(f: _Found) -> list[str]:
     parts = []
     if f.has(r"erasure|delet|erase"):
-        parts.append("Once we have verified that the request comes from you, we will erase the personal data we "
-                     "hold about you and confirm in writing when it is done.")
+        parts.append(
+            "Once we have verified that the request comes from you, we will erase the personal data we "
+            "hold about you and confirm in writing when it is done."
+        )
     if f.has(r"export"):
-        parts.append("We will prepare a complete export of your account data in CSV format and send you a secure "
-                     "download link.")
+        parts.append(
+            "We will prepare a complete export of your account data in CSV format and send you a secure "
+            "download link."
+        )
     if f.has(r"retention|how long|keep (?:our|your|my) data"):
-        parts.append("We will also send you our data retention schedule, which explains how long each kind of "
-                     "record is kept after an account is closed.")
+        parts.append(
+            "We will also send you our data retention schedule, which explains how long each kind of "
+            "record is kept after an account is closed."
+        )
     if len(parts) < 2:
-        parts.append("You can reply to this email at any time to ask how your request is progressing.")
+        parts.append(
+            "You can reply to this email at any time to ask how your request is progressing."
+        )
     return parts
 
 
@@ -304,7 +385,10 @@ def _outage(f: _Found) -> list[str]:
     errors = f"the {f.http_code} errors" if f.http_code else "this"
     first = f"Our engineers are treating {errors} as an incident and are investigating now."
     if f.has(r"status page"):
-        return [first, "I am sorry our status page did not reflect the problem; we are updating it now."]
+        return [
+            first,
+            "I am sorry our status page did not reflect the problem; we are updating it now.",
+        ]
     return [first, "We will post updates on our status page as we learn more."]
 
 
@@ -345,7 +429,9 @@ def answer_ticket(ticket: Ticket) -> str:
     """The scripted model's JSON answer for one ticket."""
     category, priority = classify(ticket)
     reply = draft_reply(ticket, category, priority)
-    return json.dumps({"category": category, "priority": priority, "reply": reply}, ensure_ascii=False)
+    return json.dumps(
+        {"category": category, "priority": priority, "reply": reply}, ensure_ascii=False
+    )
 
 
 def digest(text: str) -> str:
@@ -356,7 +442,7 @@ def digest(text: str) -> str:
     if not tagged:
         words = len(text.split())
         first = re.split(r"(?<=[.!?])\s", lines[0], maxsplit=1)[0] if lines else ""
-        size = f'{_plural(len(lines), "line")} and {_plural(words, "word")}'
+        size = f"{_plural(len(lines), 'line')} and {_plural(words, 'word')}"
         return f'{head}: the message has {size}. It begins: "{first[:160]}".'
     ids = list(dict.fromkeys(ticket_id for ticket_id, _ in tagged))
     parts = [f"{head}: {_plural(len(ids), 'ticket')} ({ids[0]} to {ids[-1]})."]
@@ -384,15 +470,23 @@ class OfflineModel:
     def estimate(self, messages: Sequence[Message], *, max_tokens: int) -> Estimate:
         return Estimate(tokens=estimate_messages(messages) + max_tokens, cost_usd=0.0)
 
-    def complete(self, messages: Sequence[Message], *, max_tokens: int, idempotency_key: str) -> ChatReply:
+    def complete(
+        self, messages: Sequence[Message], *, max_tokens: int, idempotency_key: str
+    ) -> ChatReply:
         prompt = _last_user_text(messages)
         ticket = parse_ticket(prompt)
         text = answer_ticket(ticket) if ticket is not None else digest(prompt)
         finish_reason = "stop"
         if estimate_tokens(text) > max_tokens:  # behave like a real model: cut at the limit
             text, finish_reason = text[: max(0, max_tokens) * 3], "length"
-        usage = Usage(input_tokens=estimate_messages(messages), output_tokens=estimate_tokens(text), estimated=True)
-        return ChatReply(text=text, usage=usage, model=self.name, cost_usd=0.0, finish_reason=finish_reason)
+        usage = Usage(
+            input_tokens=estimate_messages(messages),
+            output_tokens=estimate_tokens(text),
+            estimated=True,
+        )
+        return ChatReply(
+            text=text, usage=usage, model=self.name, cost_usd=0.0, finish_reason=finish_reason
+        )
 
     def __repr__(self) -> str:
         return "OfflineModel()"

@@ -35,7 +35,16 @@ from urllib.parse import urlsplit
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
-from .base import ChatReply, Estimate, Message, ModelError, ModelUnavailable, Usage, estimate_messages, estimate_tokens
+from .base import (
+    ChatReply,
+    Estimate,
+    Message,
+    ModelError,
+    ModelUnavailable,
+    Usage,
+    estimate_messages,
+    estimate_tokens,
+)
 from .prices import Price, PriceTable, is_local
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -59,7 +68,9 @@ class OpenAICompatModel:
         prices: PriceTable | None = None,
     ) -> None:
         self.name = model
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip(
+            "/"
+        )
         self.timeout = timeout
         self.price: Price | None = (prices or PriceTable()).price_for(model, base_url=self.base_url)
         """None when the model's price is unknown: calls are charged 0 and callers say "cost unknown"."""
@@ -68,7 +79,10 @@ class OpenAICompatModel:
         self._missing_key = not key and not local
         # The key lives in the client only; error messages are scrubbed of it (see _scrub).
         self._client = openai.OpenAI(
-            api_key=key or LOCAL_PLACEHOLDER_KEY, base_url=self.base_url, timeout=timeout, max_retries=0
+            api_key=key or LOCAL_PLACEHOLDER_KEY,
+            base_url=self.base_url,
+            timeout=timeout,
+            max_retries=0,
         )
 
     @property
@@ -88,7 +102,9 @@ class OpenAICompatModel:
         cost = self.price.cost(prompt, max_tokens) if self.price is not None else 0.0
         return Estimate(tokens=prompt + max_tokens, cost_usd=cost)
 
-    def complete(self, messages: Sequence[Message], *, max_tokens: int, idempotency_key: str) -> ChatReply:
+    def complete(
+        self, messages: Sequence[Message], *, max_tokens: int, idempotency_key: str
+    ) -> ChatReply:
         where = _display_url(self.base_url)
         if self._missing_key:
             raise ModelError(f"no API key for {where}: set OPENAI_API_KEY (or pass api_key=...)")
@@ -110,13 +126,19 @@ class OpenAICompatModel:
             raise self._map_error(exc, where) from None
         except openai.OpenAIError as exc:
             raise ModelError(f"model call to {where} failed: {self._scrub(str(exc))}") from None
-        except ValueError as exc:  # the body said JSON and was not (json.JSONDecodeError), or failed validation
+        except (
+            ValueError
+        ) as exc:  # the body said JSON and was not (json.JSONDecodeError), or failed validation
             raise _malformed(where, type(exc).__name__) from None
         return self._reply(completion, messages, where)
 
     def _reply(self, completion: object, messages: Sequence[Message], where: str) -> ChatReply:
         choices = getattr(completion, "choices", None)
-        if not isinstance(completion, ChatCompletion) or not isinstance(choices, list) or not choices:
+        if (
+            not isinstance(completion, ChatCompletion)
+            or not isinstance(choices, list)
+            or not choices
+        ):
             raise _malformed(where, "no choices")
         choice = choices[0]
         message = getattr(choice, "message", None)
@@ -124,7 +146,9 @@ class OpenAICompatModel:
         if not isinstance(text, str):
             refusal = getattr(message, "refusal", None)
             if isinstance(refusal, str) and refusal:
-                raise ModelError(f"the model declined to answer: {self._scrub(refusal)}; rephrase the prompt")
+                raise ModelError(
+                    f"the model declined to answer: {self._scrub(refusal)}; rephrase the prompt"
+                )
             raise _malformed(where, "no message content")
         usage = _usage(getattr(completion, "usage", None))
         if usage is None:
@@ -146,17 +170,23 @@ class OpenAICompatModel:
                 "if it keeps happening, raise the timeout or check the server"
             )
         if isinstance(exc, openai.APIConnectionError):
-            return ModelUnavailable(f"cannot reach {where}: is the server running? (check OPENAI_BASE_URL)")
+            return ModelUnavailable(
+                f"cannot reach {where}: is the server running? (check OPENAI_BASE_URL)"
+            )
         if not isinstance(exc, openai.APIStatusError):  # APIResponseValidationError and the like
             return _malformed(where, type(exc).__name__)
         status = exc.status_code
         said = self._server_said(exc.body)
         retry_after = _retry_after(exc.response.headers)
         if status == 429 and exc.code == "insufficient_quota":
-            return ModelError(f"quota exhausted at {where} (HTTP 429): add credit or use another key{said}")
+            return ModelError(
+                f"quota exhausted at {where} (HTTP 429): add credit or use another key{said}"
+            )
         if status == 429:
             wait = f"; retry after {retry_after:g}s" if retry_after is not None else ""
-            return ModelUnavailable(f"rate limited by {where} (HTTP 429){wait}{said}", retry_after=retry_after)
+            return ModelUnavailable(
+                f"rate limited by {where} (HTTP 429){wait}{said}", retry_after=retry_after
+            )
         if status in (408, 409) or status >= 500:
             return ModelUnavailable(
                 f"HTTP {status} from {where}: transient server error; "
@@ -164,14 +194,22 @@ class OpenAICompatModel:
                 retry_after=retry_after,
             )
         if status == 401:
-            return ModelError(f"authentication failed at {where} (HTTP 401): set OPENAI_API_KEY to a valid key{said}")
+            return ModelError(
+                f"authentication failed at {where} (HTTP 401): set OPENAI_API_KEY to a valid key{said}"
+            )
         if status == 403:
-            return ModelError(f"permission denied for model {self.name!r} at {where} (HTTP 403): "
-                              f"check that the key's project may use it{said}")
+            return ModelError(
+                f"permission denied for model {self.name!r} at {where} (HTTP 403): "
+                f"check that the key's project may use it{said}"
+            )
         if status == 404:
-            return ModelError(f"model {self.name!r} or endpoint not found at {where} (HTTP 404): "
-                              f"check the model name and that the base URL ends in /v1{said}")
-        return ModelError(f"request rejected by {where} (HTTP {status}): check the model name and max_tokens{said}")
+            return ModelError(
+                f"model {self.name!r} or endpoint not found at {where} (HTTP 404): "
+                f"check the model name and that the base URL ends in /v1{said}"
+            )
+        return ModelError(
+            f"request rejected by {where} (HTTP {status}): check the model name and max_tokens{said}"
+        )
 
     def _server_said(self, body: object) -> str:
         """The server's own error message, scrubbed and shortened, as a suffix; or ''."""

@@ -38,7 +38,11 @@ class Price:
         """USD for one call; ``cached_tokens`` is the cached part of ``input_tokens``."""
         cached = min(max(cached_tokens, 0), input_tokens)
         cached_price = self.input if self.cached_input is None else self.cached_input
-        per_million = (input_tokens - cached) * self.input + cached * cached_price + output_tokens * self.output
+        per_million = (
+            (input_tokens - cached) * self.input
+            + cached * cached_price
+            + output_tokens * self.output
+        )
         return per_million / 1_000_000
 
     def cost_of(self, usage: Usage) -> float:
@@ -96,7 +100,7 @@ class PriceTable:
         """The price of ``model`` served at ``base_url``; None when it is unknown (see module doc)."""
         name = model.strip()
         if name.startswith("openai/"):  # router-style names, e.g. "openai/gpt-4o-mini"
-            name = name[len("openai/"):]
+            name = name[len("openai/") :]
         for candidate in (name, _SNAPSHOT_SUFFIX.sub("", name)):
             price = self.prices.get(candidate)
             if price is not None:

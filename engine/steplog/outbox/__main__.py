@@ -14,7 +14,13 @@ from .server import serve
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="0 lets the OS pick a free port.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="0 lets the OS pick a free port.",
+)
 @click.option(
     "--db",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -27,8 +33,13 @@ from .server import serve
     default=None,
     help="Write the bound port here (atomically) once listening.",
 )
-@click.option("--delay", type=Seconds(0, 3600), default=0.0, show_default=True,
-              help="Seconds of simulated processing per delivery.")
+@click.option(
+    "--delay",
+    type=Seconds(0, 3600),
+    default=0.0,
+    show_default=True,
+    help="Seconds of simulated processing per delivery.",
+)
 def main(host: str, port: int, db: Path | None, port_file: Path | None, delay: float) -> None:
     """Serve POST/GET /messages with idempotency keys until SIGTERM or Ctrl-C."""
     try:

@@ -10,7 +10,9 @@ if TYPE_CHECKING:
     import httpx
 
 
-def fetch_ledger(url: str, *, timeout: float = 10.0, transport: httpx.BaseTransport | None = None) -> Ledger:
+def fetch_ledger(
+    url: str, *, timeout: float = 10.0, transport: httpx.BaseTransport | None = None
+) -> Ledger:
     """``GET {url}/messages`` as a ``Ledger``; ``url`` is the base, e.g. ``http://127.0.0.1:8765``.
 
     ``transport`` is the seam for tests (``httpx.MockTransport``). HTTP errors raise

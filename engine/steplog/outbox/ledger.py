@@ -31,7 +31,9 @@ def canonical_json(body: Any) -> str:
     Two bodies are "the same message" exactly when their canonical forms are equal, whatever the
     key order or whitespace the sender used.
     """
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return json.dumps(
+        body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 def body_hash(body: Any) -> str:
@@ -81,7 +83,9 @@ class Ledger:
         groups: dict[str, list[Delivery]] = {}
         for delivery in self.deliveries:
             groups.setdefault(canonical_json(delivery.body), []).append(delivery)
-        found = [tuple(sorted(group, key=lambda d: d.id)) for group in groups.values() if len(group) > 1]
+        found = [
+            tuple(sorted(group, key=lambda d: d.id)) for group in groups.values() if len(group) > 1
+        ]
         return sorted(found, key=lambda group: group[0].id)
 
     def for_run(self, run_id: str) -> Ledger:
@@ -91,15 +95,28 @@ class Ledger:
         must count its own deliveries only.
         """
         prefix = f"{run_id}:"
-        return Ledger(deliveries=tuple(d for d in self.deliveries if d.key.startswith(prefix)),
-                      attempts=tuple(a for a in self.attempts if a.key is not None and a.key.startswith(prefix)))
+        return Ledger(
+            deliveries=tuple(d for d in self.deliveries if d.key.startswith(prefix)),
+            attempts=tuple(
+                a for a in self.attempts if a.key is not None and a.key.startswith(prefix)
+            ),
+        )
 
     def to_json(self) -> JSONObject:
         """The body of ``GET /messages``."""
         return {
-            "deliveries": [{"id": d.id, "key": d.key, "body": d.body, "ts": d.ts} for d in self.deliveries],
+            "deliveries": [
+                {"id": d.id, "key": d.key, "body": d.body, "ts": d.ts} for d in self.deliveries
+            ],
             "attempts": [
-                {"id": a.id, "key": a.key, "status": a.status, "outcome": a.outcome, "ts": a.ts, "body_hash": a.body_hash}
+                {
+                    "id": a.id,
+                    "key": a.key,
+                    "status": a.status,
+                    "outcome": a.outcome,
+                    "ts": a.ts,
+                    "body_hash": a.body_hash,
+                }
                 for a in self.attempts
             ],
         }

@@ -25,7 +25,9 @@ STOP_GRACE_SECONDS = 5.0
 class OutboxProcess:
     """A running outbox child: its URL, port and pid; ``stop()`` or ``with`` ends it."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], *, host: str, port: int, db: Path, scratch: Path) -> None:
+    def __init__(
+        self, popen: subprocess.Popen[bytes], *, host: str, port: int, db: Path, scratch: Path
+    ) -> None:
         self.popen = popen
         self.host = host
         self.port = port
@@ -59,7 +61,12 @@ class OutboxProcess:
     def __enter__(self) -> OutboxProcess:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
     def __repr__(self) -> str:

@@ -96,7 +96,9 @@ class OutboxHandler(BaseHTTPRequestHandler):
             pass  # the client hung up; whatever was delivered stays delivered, once
         except Exception:
             log.exception("%s %s failed", self.command, self.path)
-            self._error(500, "internal_error", "the outbox failed; retry with the same idempotency key")
+            self._error(
+                500, "internal_error", "the outbox failed; retry with the same idempotency key"
+            )
 
     def _get(self) -> None:
         path = urlsplit(self.path).path
@@ -126,7 +128,11 @@ class OutboxHandler(BaseHTTPRequestHandler):
             return
         if not key or len(key) > MAX_KEY_CHARS:
             store.record(key or None, None, 400, "rejected")
-            self._error(400, "missing_idempotency_key", f"send an Idempotency-Key header of 1 to {MAX_KEY_CHARS} characters")
+            self._error(
+                400,
+                "missing_idempotency_key",
+                f"send an Idempotency-Key header of 1 to {MAX_KEY_CHARS} characters",
+            )
             return
         body = _parse_object(raw)
         if isinstance(body, str):
@@ -141,20 +147,34 @@ class OutboxHandler(BaseHTTPRequestHandler):
         elif verdict.outcome == "replayed":
             self._reply(200, {"id": verdict.delivery_id}, {"Idempotent-Replayed": "true"})
         elif verdict.outcome == "conflict":
-            self._error(422, "idempotency_key_reused", f"idempotency key {key!r} was first used with a different body")
+            self._error(
+                422,
+                "idempotency_key_reused",
+                f"idempotency key {key!r} was first used with a different body",
+            )
         else:
-            self._error(409, "idempotency_key_in_use", f"a request with idempotency key {key!r} is still in flight; retry later")
+            self._error(
+                409,
+                "idempotency_key_in_use",
+                f"a request with idempotency key {key!r} is still in flight; retry later",
+            )
 
     def _deliver(self, key: str, canonical: str, digest: str) -> None:
         store = self.server.store
         try:
             if self.server.delay > 0:
-                time.sleep(self.server.delay)  # simulated processing: the window in which 409 is real
+                time.sleep(
+                    self.server.delay
+                )  # simulated processing: the window in which 409 is real
             delivery_id = store.complete(key, canonical, digest)
         except Exception:
             log.exception("delivery for idempotency key %r failed", key)
             store.abandon(key, digest)
-            self._error(500, "internal_error", "the outbox failed; nothing was delivered, retry with the same key")
+            self._error(
+                500,
+                "internal_error",
+                "the outbox failed; nothing was delivered, retry with the same key",
+            )
             return
         self._reply(201, {"id": delivery_id})
 
@@ -171,9 +191,18 @@ class OutboxHandler(BaseHTTPRequestHandler):
         if code == 501:
             self._not_found()
             return
-        codes = {400: "bad_request", 408: "request_timeout", 414: "uri_too_long", 431: "headers_too_large",
-                 505: "http_version_not_supported"}
-        self._error(code, codes.get(code, "bad_request"), message or explain or "the request could not be read")
+        codes = {
+            400: "bad_request",
+            408: "request_timeout",
+            414: "uri_too_long",
+            431: "headers_too_large",
+            505: "http_version_not_supported",
+        }
+        self._error(
+            code,
+            codes.get(code, "bad_request"),
+            message or explain or "the request could not be read",
+        )
 
     def _read_body(self) -> bytes | None:
         """The request body, ``b""`` without a Content-Length, ``None`` when too large.
@@ -193,21 +222,33 @@ class OutboxHandler(BaseHTTPRequestHandler):
             raw = self.rfile.read(length)
         except TimeoutError:
             raise _IncompleteBody(
-                408, "request_timeout", f"the body did not arrive within {self.timeout:g} s "
-                f"(Content-Length {length}); nothing was delivered: send the whole body") from None
+                408,
+                "request_timeout",
+                f"the body did not arrive within {self.timeout:g} s "
+                f"(Content-Length {length}); nothing was delivered: send the whole body",
+            ) from None
         if len(raw) < length:
             raise _IncompleteBody(
-                400, "incomplete_body", f"the body ended after {len(raw)} of the {length} bytes "
-                "its Content-Length announced; nothing was delivered: send the whole body")
+                400,
+                "incomplete_body",
+                f"the body ended after {len(raw)} of the {length} bytes "
+                "its Content-Length announced; nothing was delivered: send the whole body",
+            )
         return raw
 
     def _not_found(self) -> None:
-        self._error(404, "not_found", f"no such resource: {self.command} {self.path}; try POST /messages or GET /messages")
+        self._error(
+            404,
+            "not_found",
+            f"no such resource: {self.command} {self.path}; try POST /messages or GET /messages",
+        )
 
     def _error(self, status: int, code: str, message: str) -> None:
         self._reply(status, {"error": {"code": code, "message": message}})
 
-    def _reply(self, status: int, payload: JSONObject, headers: dict[str, str] | None = None) -> None:
+    def _reply(
+        self, status: int, payload: JSONObject, headers: dict[str, str] | None = None
+    ) -> None:
         data = json.dumps(payload).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -232,6 +273,7 @@ class _IncompleteBody(Exception):
 
 def _parse_object(raw: bytes) -> JSONObject | str:
     """The body as a JSON object, or why it is not one (the 400's message)."""
+
     def refuse(constant: str) -> Any:
         raise ValueError(f"{constant} is not JSON")
 
@@ -258,7 +300,9 @@ def _depth(value: Any) -> int:
     deepest, stack = 0, [(value, 1)]
     while stack:
         item, level = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        )
         if children is None:
             continue
         deepest = max(deepest, level)
@@ -272,11 +316,17 @@ def bind(host: str, port: int) -> OutboxServer:
         return OutboxServer(host, port)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
-            raise UsageError(f"port {port} on {host} is in use; pick another --port or use --port 0") from exc
+            raise UsageError(
+                f"port {port} on {host} is in use; pick another --port or use --port 0"
+            ) from exc
         if exc.errno == errno.EACCES:
-            raise UsageError(f"port {port} on {host} needs privileges; pick a port above 1023 or use --port 0") from exc
+            raise UsageError(
+                f"port {port} on {host} needs privileges; pick a port above 1023 or use --port 0"
+            ) from exc
         reason = exc.strerror or str(exc)
-        raise UsageError(f"cannot listen on {host} port {port}: {reason}; use --host 127.0.0.1") from exc
+        raise UsageError(
+            f"cannot listen on {host} port {port}: {reason}; use --host 127.0.0.1"
+        ) from exc
 
 
 def write_port_file(path: Path, port: int) -> None:
@@ -325,7 +375,9 @@ def serve(
         server.delay = delay
         released = store.release_orphans()
         if released:
-            log.warning("released %d idempotency key(s) left in flight by a killed outbox", released)
+            log.warning(
+                "released %d idempotency key(s) left in flight by a killed outbox", released
+            )
 
         def announce() -> None:  # once SIGTERM is handled: a stop right after it is a clean one
             if port_file is not None:

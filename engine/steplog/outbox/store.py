@@ -26,8 +26,8 @@ from types import TracebackType
 from typing import Any, cast
 
 from ..db import immediate
-from ..schema import split_statements
 from ..errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema
+from ..schema import split_statements
 from .ledger import Attempt, Delivery, JSONObject, Ledger, Outcome
 
 # "STOB": marks the file as a steplog outbox, so neither the engine's log nor a stranger's
@@ -108,7 +108,9 @@ class OutboxStore:
             conn.execute("PRAGMA synchronous = FULL")
             if version < SCHEMA_VERSION:
                 with immediate(conn):
-                    current = int(conn.execute("PRAGMA user_version").fetchone()[0])  # under the lock
+                    current = int(
+                        conn.execute("PRAGMA user_version").fetchone()[0]
+                    )  # under the lock
                     for script in MIGRATIONS[current:]:
                         for statement in split_statements(script):
                             conn.execute(statement)
@@ -116,7 +118,9 @@ class OutboxStore:
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.OperationalError as exc:
             conn.close()
-            raise LogError(f"cannot open {self.path} for writing: {exc}; check its permissions and free disk space") from exc
+            raise LogError(
+                f"cannot open {self.path} for writing: {exc}; check its permissions and free disk space"
+            ) from exc
         except BaseException:
             conn.close()
             raise
@@ -124,11 +128,15 @@ class OutboxStore:
 
     def _open_readonly(self) -> sqlite3.Connection:
         if not self.path.exists():
-            raise LogError(f"{self.path} does not exist; start the outbox with --db {self.path} first")
+            raise LogError(
+                f"{self.path} does not exist; start the outbox with --db {self.path} first"
+            )
         conn = self._connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
         try:
             if self._check(conn) == 0:
-                raise ForeignDatabase(f"{self.path} is an empty database, not an outbox; start the outbox on it first")
+                raise ForeignDatabase(
+                    f"{self.path} is an empty database, not an outbox; start the outbox on it first"
+                )
         except BaseException:
             conn.close()
             raise
@@ -159,7 +167,9 @@ class OutboxStore:
                 "point --db at an outbox file or a new path"
             )
         if version > SCHEMA_VERSION:
-            raise NewerSchema(f"{self.path} was written by a newer steplog (outbox schema {version}); upgrade steplog")
+            raise NewerSchema(
+                f"{self.path} was written by a newer steplog (outbox schema {version}); upgrade steplog"
+            )
         return version
 
     # -- writing -------------------------------------------------------------------------
@@ -197,7 +207,8 @@ class OutboxStore:
         with self._write() as conn:
             now = time.time()
             cur = conn.execute(
-                "INSERT INTO delivery (key, body, body_hash, ts) VALUES (?, ?, ?, ?)", (key, canonical, body_hash, now)
+                "INSERT INTO delivery (key, body, body_hash, ts) VALUES (?, ?, ?, ?)",
+                (key, canonical, body_hash, now),
             )
             delivery_id = cast(int, cur.lastrowid)
             updated = conn.execute(
@@ -207,7 +218,9 @@ class OutboxStore:
             if updated != 1:
                 # Someone released our claim (a second server started on this file). Deliver
                 # nothing rather than risk a second delivery for the key.
-                raise RuntimeError(f"the claim on idempotency key {key!r} was lost; nothing delivered")
+                raise RuntimeError(
+                    f"the claim on idempotency key {key!r} was lost; nothing delivered"
+                )
             self._insert_attempt(conn, key, body_hash, 201, "delivered")
             return delivery_id
 
@@ -238,10 +251,14 @@ class OutboxStore:
         with self._read() as conn:
             deliveries = tuple(
                 Delivery(id=i, key=k, body=_loads_object(body), ts=ts)
-                for i, k, body, ts in conn.execute("SELECT id, key, body, ts FROM delivery ORDER BY id")
+                for i, k, body, ts in conn.execute(
+                    "SELECT id, key, body, ts FROM delivery ORDER BY id"
+                )
             )
             attempts = tuple(
-                Attempt(id=i, key=k, status=status, outcome=cast(Outcome, outcome), ts=ts, body_hash=h)
+                Attempt(
+                    id=i, key=k, status=status, outcome=cast(Outcome, outcome), ts=ts, body_hash=h
+                )
                 for i, k, status, outcome, ts, h in conn.execute(
                     "SELECT id, key, status, outcome, ts, body_hash FROM attempt ORDER BY id"
                 )
@@ -251,12 +268,23 @@ class OutboxStore:
     def in_flight(self) -> list[str]:
         """Keys claimed but not yet delivered."""
         with self._read() as conn:
-            return [k for (k,) in conn.execute("SELECT key FROM idempotency_key WHERE state = 'pending' ORDER BY key")]
+            return [
+                k
+                for (k,) in conn.execute(
+                    "SELECT key FROM idempotency_key WHERE state = 'pending' ORDER BY key"
+                )
+            ]
 
     # -- plumbing ------------------------------------------------------------------------
 
     @staticmethod
-    def _insert_attempt(conn: sqlite3.Connection, key: str | None, body_hash: str | None, status: int, outcome: Outcome) -> None:
+    def _insert_attempt(
+        conn: sqlite3.Connection,
+        key: str | None,
+        body_hash: str | None,
+        status: int,
+        outcome: Outcome,
+    ) -> None:
         conn.execute(
             "INSERT INTO attempt (key, body_hash, status, outcome, ts) VALUES (?, ?, ?, ?, ?)",
             (key, body_hash, status, outcome, time.time()),
@@ -265,7 +293,9 @@ class OutboxStore:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         if self.readonly:
-            raise LogError(f"{self.path} was opened read-only; open OutboxStore without readonly to write")
+            raise LogError(
+                f"{self.path} was opened read-only; open OutboxStore without readonly to write"
+            )
         with self._lock, immediate(self._conn) as conn:
             yield conn
 
@@ -286,7 +316,12 @@ class OutboxStore:
     def __enter__(self) -> OutboxStore:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
 
@@ -301,7 +336,9 @@ def _create_private(path: Path) -> None:
     except FileExistsError:
         pass
     except OSError as exc:
-        raise LogError(f"cannot create {path}: {exc.strerror}; choose a writable --db path") from exc
+        raise LogError(
+            f"cannot create {path}: {exc.strerror}; choose a writable --db path"
+        ) from exc
 
 
 def _loads_object(text: str) -> JSONObject:

@@ -29,10 +29,20 @@ def shop(run: steplog.Run, orders: int = 6) -> dict[str, Any]:
     total = 0
     for n in range(1, orders + 1):
         o = run.step(f"price {n}", price, n)
-        run.write_file(f"receipts/{o['order_id']}.txt", f"{o['qty']} x {o['item']} = {o['total']}\n")
-        run.http_post(f"{run.outbox}/messages", {"order_id": o["order_id"], "total": o["total"]},
-                      name=f"confirm {o['order_id']}")
-        run.merge("shop.db", "orders", key={"id": o["order_id"]}, values={"item": o["item"], "total": o["total"]})
+        run.write_file(
+            f"receipts/{o['order_id']}.txt", f"{o['qty']} x {o['item']} = {o['total']}\n"
+        )
+        run.http_post(
+            f"{run.outbox}/messages",
+            {"order_id": o["order_id"], "total": o["total"]},
+            name=f"confirm {o['order_id']}",
+        )
+        run.merge(
+            "shop.db",
+            "orders",
+            key={"id": o["order_id"]},
+            values={"item": o["item"], "total": o["total"]},
+        )
         total += o["total"]
     return {"orders": orders, "total": total}
 
@@ -42,9 +52,14 @@ def careless(run: steplog.Run, orders: int = 6) -> dict[str, Any]:
     total = 0
     for n in range(1, orders + 1):
         o = run.step(f"price {n}", price, n)
-        with open(run.workdir / "ledger.txt", "a", encoding="utf-8") as ledger:  # appended again on resume
+        with open(
+            run.workdir / "ledger.txt", "a", encoding="utf-8"
+        ) as ledger:  # appended again on resume
             ledger.write(f"{o['order_id']} {o['total']}\n")
-        httpx.post(f"{run.outbox}/messages", json={"order_id": o["order_id"], "total": o["total"]},
-                   headers={"Idempotency-Key": str(uuid.uuid4())}).raise_for_status()
+        httpx.post(
+            f"{run.outbox}/messages",
+            json={"order_id": o["order_id"], "total": o["total"]},
+            headers={"Idempotency-Key": str(uuid.uuid4())},
+        ).raise_for_status()
         total += o["total"]
     return {"orders": orders, "total": total}
