@@ -13,7 +13,7 @@ import sys
 
 
 def _add_pythonpath() -> None:
-    """A bundle ignores ``PYTHONPATH``; children get it from ``steplog.procs.child_env`` (the
+    """A bundle ignores ``PYTHONPATH``; children get it from ``steplog.control.procs.child_env`` (the
     parent's project paths, then its working directory), so honour it after the bundled modules:
     a person's ``package.module:function`` agent imports as it would with ``python -P -m``."""
     for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
@@ -23,12 +23,12 @@ def _add_pythonpath() -> None:
 
 def main() -> None:
     _add_pythonpath()
-    from steplog.procs import FROZEN_RUN_MODULE, run_module_as_main
+    from steplog.control.procs import FROZEN_RUN_MODULE, run_module_as_main
 
     if len(sys.argv) > 1 and sys.argv[1] == FROZEN_RUN_MODULE:
         run_module_as_main(sys.argv[1:])
         return
-    from steplog.cli import main as cli_main
+    from steplog.cli.commands import main as cli_main
 
     cli_main()
 

@@ -46,7 +46,7 @@ def postgres_server() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def postgres_session_db(postgres_server: Any) -> Any:
     """One fresh database for the whole session (tests in it use run ids of their own)."""
-    from steplog.location import PgUrl
+    from steplog.log.location import PgUrl
 
     return PgUrl(postgres_server.create())
 
@@ -54,7 +54,7 @@ def postgres_session_db(postgres_server: Any) -> Any:
 @pytest.fixture
 def postgres_db(postgres_server: Any) -> Any:
     """A fresh, empty PostgreSQL database of this test's own, as a ``PgUrl``."""
-    from steplog.location import PgUrl
+    from steplog.log.location import PgUrl
 
     return PgUrl(postgres_server.create())
 
@@ -131,7 +131,7 @@ class Engine:
             return 0  # the engine is creating the schema right now
 
     def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-        if isinstance(self.db, str):  # a PostgreSQL log (steplog.location.PgUrl)
+        if isinstance(self.db, str):  # a PostgreSQL log (steplog.log.location.PgUrl)
             return query_log(self.db, sql, *args)
         conn = sqlite3.connect(f"{self.db.resolve().as_uri()}?mode=ro", uri=True)
         try:
@@ -143,7 +143,7 @@ class Engine:
 def query_log(db: Any, sql: str, *args: Any) -> list[tuple[Any, ...]]:
     """Rows of ``sql`` (``?`` placeholders) on a log file or a PostgreSQL log, as tuples."""
     if isinstance(db, str):
-        from steplog.pg import connect
+        from steplog.log.pg import connect
 
         pconn = connect(db)
         try:
@@ -162,7 +162,7 @@ def log_bytes(db: Any) -> bytes:
     or for a PostgreSQL log every row of every table, in a fixed order."""
     if not isinstance(db, str):
         return Path(db).read_bytes()
-    from steplog.pg import connect, tables
+    from steplog.log.pg import connect, tables
 
     conn = connect(db)
     try:

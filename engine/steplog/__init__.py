@@ -15,9 +15,8 @@ Implementation lives in private-by-convention modules; this is the public surfac
 
 from __future__ import annotations
 
-from .agent import Agent, agent
-from .api import cancel, fork, signal
-from .errors import (
+from steplog.api import cancel, fork, signal
+from steplog.errors import (
     AgentSpecError,
     Cancelled,
     ControlRefused,
@@ -42,9 +41,10 @@ from .errors import (
     UsageError,
     WaitTimeout,
 )
-from .llm.base import ChatModel, ChatReply, Usage
-from .policies import Budget, RetryPolicy
-from .runtime import Run, current_key
+from steplog.llm.base import ChatModel, ChatReply, Usage
+from steplog.policies import Budget, RetryPolicy
+from steplog.runtime.agent import Agent, agent
+from steplog.runtime.run import Run, current_key
 
 __all__ = [
     "Agent",

@@ -1,5 +1,5 @@
 """``python -m steplog`` is the ``steplog`` command."""
 
-from .cli import main
+from steplog.cli.commands import main
 
 main()

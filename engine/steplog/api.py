@@ -20,8 +20,8 @@ def signal(
 ) -> int:
     """Send ``run_id`` the signal ``name`` with JSON ``data``; one ``run.wait_for(name)`` consumes
     it exactly once. With ``key``, sending again is the same signal. Returns the signal's id."""
-    from .control import signal as send
-    from .location import parse
+    from steplog.control.commands import signal as send
+    from steplog.log.location import parse
 
     return send(run_id, name, data, db=parse(db) if db else None, key=key).signal_id
 
@@ -29,8 +29,8 @@ def signal(
 def cancel(run_id: str, reason: str | None = None, *, db: str | Path | None = None) -> bool:
     """Cancel a run that has not finished. ``True`` when it is ``cancelled`` now; ``False`` when its
     live engine was asked and stops at its next step boundary (its exit code is then 5)."""
-    from .control import cancel as cancel_run
-    from .location import parse
+    from steplog.control.commands import cancel as cancel_run
+    from steplog.log.location import parse
 
     return cancel_run(run_id, reason, db=parse(db) if db else None).done
 
@@ -49,8 +49,8 @@ def fork(
     """Create a new run from ``run_id``'s committed steps ``1..at_step-1`` and return its id; run it
     with the agent's ``.run(new_id)`` or ``steplog run AGENT --run-id NEW_ID``. ``limits`` are
     ``Budget`` fields (``max_steps=...``) over the parent's budget."""
-    from .control import fork as fork_run
-    from .location import parse
+    from steplog.control.commands import fork as fork_run
+    from steplog.log.location import parse
 
     _agent, prepared = fork_run(
         run_id,

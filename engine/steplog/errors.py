@@ -47,12 +47,12 @@ also transient):
 ```
 TransientError               a plain retry may cure it
 PermanentError               no retry can (bad request, auth, 4xx)
-├── EffectRejected           the far side refused an effect for good (steplog.effects)
+├── EffectRejected           the far side refused an effect for good (steplog.runtime.effects)
 └── ModelError               the model refused the request (steplog.llm)
     └── ModelUnavailable     …but a rate limit or outage is worth retrying (also a TransientError)
 ```
 
-``steplog.interrupts.StopRequested`` is in neither: it is a ``KeyboardInterrupt`` (a stop signal
+``steplog.log.interrupts.StopRequested`` is in neither: it is a ``KeyboardInterrupt`` (a stop signal
 honoured at a safe point), so no ``except Exception`` mistakes it for a failure.
 """
 

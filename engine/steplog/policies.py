@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
-from .errors import PermanentError, TransientError, UsageError
+from steplog.errors import PermanentError, TransientError, UsageError
 
 INT64_MAX = 2**63 - 1
 """The largest value a SQLite INTEGER holds; every limit must fit the run row."""

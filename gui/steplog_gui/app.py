@@ -45,9 +45,9 @@ def _stop_and_close(window: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from steplog.db import inspect, location
     from steplog.errors import SteplogError
-    from steplog.location import LogLocation, PgUrl
+    from steplog.log.db import inspect, location
+    from steplog.log.location import LogLocation, PgUrl
 
     try:
         where = location(args.db)

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from steplog.events import EventKind
-from steplog.logread import Event
+from steplog.log.events import EventKind
+from steplog.log.logread import Event
 
 from .repository import KIND_CODES, NULL_SEQ, LogRepository
 from .run_state import (

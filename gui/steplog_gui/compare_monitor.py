@@ -15,8 +15,8 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from steplog.agents.trace import TRACE_FILE, read_trace
-from steplog.location import LogLocation
-from steplog.logread import Event
+from steplog.log.location import LogLocation
+from steplog.log.logread import Event
 
 from . import jobs
 from .compare_state import ComparedRuns, compare

@@ -14,7 +14,7 @@ import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from steplog.status import TERMINAL
+from steplog.log.status import TERMINAL
 
 from .demo import DemoConfig, DemoLauncher
 from .engine_process import EngineProcess, LaunchSpec

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from steplog.agents.trace import TraceRecord, TraceSummary, summarize
-from steplog.logread import Event
+from steplog.log.logread import Event
 
 from .run_state import COMMITTED, REDONE, RUNNING, RunState
 

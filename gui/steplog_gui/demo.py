@@ -2,7 +2,7 @@
 
 The outbox runs in its own process group (``steplog.outbox.start_outbox``), so it survives every
 engine kill; the engine is told its URL with ``--outbox``. Its ledger lives in one file beside the
-log (``steplog.evidence.outbox_file_for``), shared by every demo run of that data directory: a
+log (``steplog.verdict.evidence.outbox_file_for``), shared by every demo run of that data directory: a
 second demo, a New run, and a stopped run resumed next week all post there, each under its own
 keys, so each run's verdict counts its own deliveries. Resuming a run whose outbox is gone brings
 the outbox back, on the port the run recorded when it is free.
@@ -20,8 +20,8 @@ from urllib.parse import urlparse
 
 from PySide6.QtCore import QObject, Signal
 
-from steplog.evidence import outbox_file_for
-from steplog.location import LogLocation, PgUrl
+from steplog.log.location import LogLocation, PgUrl
+from steplog.verdict.evidence import outbox_file_for
 
 from . import jobs
 
@@ -117,8 +117,8 @@ class DemoLauncher(QObject):
         outbox_db = outbox_file_for(self._db)
 
         def start_outbox() -> Any:
-            from steplog.db import private_dir
             from steplog.errors import UsageError
+            from steplog.log.db import private_dir
             from steplog.outbox import start_outbox as start
 
             private_dir(outbox_db.parent)

@@ -1,6 +1,6 @@
 """Start, kill and relaunch one engine process (``steplog run``) for one run.
 
-The engine runs in its own process group (``steplog.procs``), so ``kill_now`` is a
+The engine runs in its own process group (``steplog.control.procs``), so ``kill_now`` is a
 ``killpg(SIGKILL)`` that leaves no grandchild behind; the time of the kill goes to the relaunched
 engine (``--killed-at``), which records it, so a reopened run shows the kill exactly as seen live. After a kill the same command (same run
 id) is relaunched as soon as the dead process is reaped; the engine takes the dead holder's
@@ -19,9 +19,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from steplog.errors import exit_meaning
-from steplog.location import LogLocation
-from steplog.procs import (
+from steplog.control.procs import (
     child_env,
     hard_kill,
     outside_env,
@@ -30,6 +28,8 @@ from steplog.procs import (
     spawn,
     stop_group,
 )
+from steplog.errors import exit_meaning
+from steplog.log.location import LogLocation
 
 from .monitor import Monitor
 

@@ -19,7 +19,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from steplog.procs import outside_env
+from steplog.control.procs import outside_env
 
 PROBE_TIMEOUT_S = 30.0
 

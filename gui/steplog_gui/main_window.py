@@ -25,9 +25,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from steplog.location import LogLocation, PgUrl
-from steplog.location import parse as parse_location
-from steplog.pgschema import NOTIFY_CHANNEL
+from steplog.log.location import LogLocation, PgUrl
+from steplog.log.location import parse as parse_location
+from steplog.log.pgschema import NOTIFY_CHANNEL
 
 from . import jobs, resources, theme
 from .budget_charts import BudgetCharts
@@ -713,7 +713,7 @@ class MainWindow(QMainWindow):
                 if engine_pid is None:
                     self.demo.stop_outbox()  # nothing left to serve
                 else:  # the outbox serves the engine left running, then goes with it
-                    from steplog.procs import spawn_stop_after
+                    from steplog.control.procs import spawn_stop_after
 
                     spawn_stop_after(engine_pid, self.demo.outbox.pid)
         self.watcher.stop()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from steplog.location import LogLocation, PgUrl
-from steplog.logread import Event
+from steplog.log.location import LogLocation, PgUrl
+from steplog.log.logread import Event
 
 from .bulk_load import RunDetails, add_details
 from .run_state import LogState, RunState

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from steplog.location import PgUrl
+from steplog.log.location import PgUrl
 
 from . import interpreter, jobs
 from .demo import DEMO_AGENTS, DEMO_PACE

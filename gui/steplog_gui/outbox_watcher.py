@@ -2,7 +2,7 @@
 
 An old run's outbox is usually gone (a demo reopened next week: its port answers nothing), but
 the outbox kept every delivery in its own SQLite file, and the verdict strip reads them there
-(``steplog.evidence.read_ledger``). Given the log, the watcher does the same, through the same
+(``steplog.verdict.evidence.read_ledger``). Given the log, the watcher does the same, through the same
 function, so the panel shows the deliveries the strip counts instead of "not answering".
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from steplog.location import LogLocation
+from steplog.log.location import LogLocation
 
 from . import jobs
 
@@ -30,7 +30,7 @@ class _FromFile:
 
     ledger: Any
     source: str
-    """``outbox file PATH`` (``steplog.evidence.RunLedger.source``)."""
+    """``outbox file PATH`` (``steplog.verdict.evidence.RunLedger.source``)."""
     why: str
     """Why the URL was not read: the outbox at URL is not answering (…)."""
 
@@ -40,9 +40,9 @@ class _Unreachable(Exception):
 
 
 def _read_file(run_id: str, log: LogLocation, url: str, exc: BaseException) -> _FromFile:
-    """The run's ledger from the outbox file the verdict would read (``steplog.evidence``)."""
-    from steplog.db import open_readonly
-    from steplog.evidence import completed_post_keys, plain_error, read_ledger
+    """The run's ledger from the outbox file the verdict would read (``steplog.verdict.evidence``)."""
+    from steplog.log.db import open_readonly
+    from steplog.verdict.evidence import completed_post_keys, plain_error, read_ledger
 
     why = f"the outbox at {url} is not answering ({plain_error(exc)})"
     conn = open_readonly(log)
@@ -198,7 +198,7 @@ class OutboxWatcher(QObject):
         if isinstance(exc, _Unreachable):
             self._set_problem(str(exc))
             return
-        from steplog.evidence import plain_error
+        from steplog.verdict.evidence import plain_error
 
         self._set_problem(
             f"the outbox at {url} is not answering ({plain_error(exc)}); "

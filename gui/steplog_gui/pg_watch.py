@@ -17,8 +17,8 @@ import threading
 from collections.abc import Callable
 
 from steplog.errors import LogError
-from steplog.location import PgUrl
-from steplog.pglisten import Listener
+from steplog.log.location import PgUrl
+from steplog.log.pglisten import Listener
 
 WAIT_S = 0.25
 """How long one wait for a notification lasts: the bound on how late ``stop()`` is noticed."""

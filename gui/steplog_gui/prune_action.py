@@ -1,8 +1,8 @@
 """Pruning selected runs from the monitor: the size it frees first, then ``steplog prune`` itself.
 
-The monitor never writes the log: it reads what pruning would free (``steplog.prune.estimate``,
+The monitor never writes the log: it reads what pruning would free (``steplog.log.prune.estimate``,
 read-only, off the GUI thread) and runs the command as a child process, the one way the engine's
-own commands are started (``steplog.procs``). The tailer then sees the ``runs_pruned`` event and
+own commands are started (``steplog.control.procs``). The tailer then sees the ``runs_pruned`` event and
 the runs leave the list.
 """
 
@@ -17,9 +17,9 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 
-from steplog.location import LogLocation, PgUrl
-from steplog.procs import child_env, python_argv, spawn
-from steplog.prune import Candidate, estimate
+from steplog.control.procs import child_env, python_argv, spawn
+from steplog.log.location import LogLocation, PgUrl
+from steplog.log.prune import Candidate, estimate
 
 from . import jobs
 
@@ -38,7 +38,7 @@ class Pruner(QObject):
     """Estimates and prunes runs of one log through ``steplog prune``."""
 
     estimated = Signal(object)
-    """The ``steplog.prune.Candidate`` list for the runs asked about (what pruning frees)."""
+    """The ``steplog.log.prune.Candidate`` list for the runs asked about (what pruning frees)."""
     refused = Signal(str)
     """Why those runs cannot be pruned (one line: a run is running, unknown, held...)."""
     finished = Signal(int, str)

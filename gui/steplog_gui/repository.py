@@ -7,11 +7,11 @@ reader would stop WAL checkpoints and let the -wal file grow without bound).
 A file that is deleted, replaced, foreign or corrupt raises ``LogUnavailable`` with a message
 for the window; nothing here ever modifies the file.
 
-The same class reads a log on PostgreSQL (``location`` a ``PgUrl``): ``steplog.db.open_readonly``
+The same class reads a log on PostgreSQL (``location`` a ``PgUrl``): ``steplog.log.db.open_readonly``
 gives a connection whose every transaction is ``READ ONLY`` (``default_transaction_read_only``),
 also in autocommit, one snapshot per query; the JSON reads take ``json_sql``'s PostgreSQL forms.
 There is no file to be deleted or replaced and no ``data_version``: the tailer learns of commits
-from the log's notifications (``steplog.pglisten``). A server that goes away raises
+from the log's notifications (``steplog.log.pglisten``). A server that goes away raises
 ``LogUnavailable`` as a damaged file does; messages name the URL without its password.
 """
 
@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from steplog.db import inspect, open_readonly
 from steplog.errors import LogError
-from steplog.events import EventKind
-from steplog.location import LogLocation, PgUrl
-from steplog.logread import EVENT_COLUMNS, Event, events_since, payload, settled_upto
-from steplog.openfiles import identity
+from steplog.log.db import inspect, open_readonly
+from steplog.log.events import EventKind
+from steplog.log.location import LogLocation, PgUrl
+from steplog.log.logread import EVENT_COLUMNS, Event, events_since, payload, settled_upto
+from steplog.log.openfiles import identity
 
 from .json_sql import JsonSql, for_dialect
 
@@ -132,7 +132,7 @@ class LogRepository:
         return self._conn is not None
 
     def open(self) -> None:
-        """Validate the file (``steplog.db.inspect``) and connect read-only."""
+        """Validate the file (``steplog.log.db.inspect``) and connect read-only."""
         self.close()
         try:
             if self.on_postgres:  # inspect connects: an empty database is a log no run made yet
@@ -183,7 +183,7 @@ class LogRepository:
 
     def data_version(self) -> int:
         """``PRAGMA data_version``: changes whenever another connection committed to the file.
-        SQLite only: on PostgreSQL the log notifies commits (``steplog.pglisten``)."""
+        SQLite only: on PostgreSQL the log notifies commits (``steplog.log.pglisten``)."""
         return int(self._query("PRAGMA data_version")[0][0])
 
     # -- reads ------------------------------------------------------------------------------
@@ -191,7 +191,7 @@ class LogRepository:
     def events_since(
         self, bookmark: int, *, limit: int = 5000, run_id: str | None = None
     ) -> list[Event]:
-        """Events with ``id > bookmark``, oldest first, at most ``limit`` of them (``steplog.logread``)."""
+        """Events with ``id > bookmark``, oldest first, at most ``limit`` of them (``steplog.log.logread``)."""
         conn = self._c()
         try:
             return events_since(conn, bookmark, run_id=run_id, limit=limit)
@@ -202,7 +202,7 @@ class LogRepository:
 
     def max_event_id(self) -> int:
         """The newest event's id (0 for none): the snapshot a bulk load reads up to. On
-        PostgreSQL the newest *settled* one (``steplog.logread.settled_upto``), so the tail that
+        PostgreSQL the newest *settled* one (``steplog.log.logread.settled_upto``), so the tail that
         follows the load from here misses nothing that commits late under a lower id."""
         newest = int(self._query("SELECT coalesce(max(id), 0) FROM event")[0][0])
         try:

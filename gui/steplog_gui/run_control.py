@@ -33,8 +33,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from steplog.location import LogLocation
-from steplog.procs import child_env, python_argv, without_secrets
+from steplog.control.procs import child_env, python_argv, without_secrets
+from steplog.log.location import LogLocation
 
 from . import jobs
 from .monitor import Monitor

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from steplog.events import EventKind
-from steplog.lease import process_alive
-from steplog.logread import Event
-from steplog.status import TERMINAL
+from steplog.log.events import EventKind
+from steplog.log.lease import process_alive
+from steplog.log.logread import Event
+from steplog.log.status import TERMINAL
 
 from .repository import USAGE_KEYS
 
@@ -203,7 +203,7 @@ class RunState:
     @property
     def redone(self) -> int:
         """Step executions a kill cut short (they run again): the timeline's redone bars. Retries
-        after an error and steps put down by a stop are not redone work (``steplog.kills``)."""
+        after an error and steps put down by a stop are not redone work (``steplog.verdict.kills``)."""
         return int(np.count_nonzero(self.executions["outcome"] == REDONE))
 
     @property

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
 
-from steplog.location import LogLocation, PgUrl
+from steplog.log.location import LogLocation, PgUrl
 
 from .bulk_load import RunDetails, load_details, load_run
 from .pg_watch import PgWatch

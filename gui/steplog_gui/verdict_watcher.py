@@ -12,7 +12,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from steplog.location import LogLocation
+from steplog.log.location import LogLocation
 
 from . import jobs
 from .monitor import Monitor
@@ -22,7 +22,7 @@ DEBOUNCE_MS = 150
 
 
 def _evaluate(db: LogLocation, run_id: str, outbox: str | None, transport: Any) -> Any:
-    from steplog.verdict import verdict_of
+    from steplog.verdict.judge import verdict_of
 
     return verdict_of(db, run_id, outbox=outbox, transport=transport)
 

@@ -71,8 +71,8 @@ def steplog_steps(db: str, n: int, sync: str) -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
     from bench_agents import noop  # the same agent as compare.py's steplog peer
 
-    from steplog.db import location, open_log
-    from steplog.engine import execute
+    from steplog.log.db import location, open_log
+    from steplog.runtime.engine import execute
 
     where = location(db)
     open_log(where).close()
@@ -146,8 +146,8 @@ def fleet_engine(db: str, run_id: str, n: int, sync: str, start_at: float) -> di
     sys.path.insert(0, str(HERE))
     from bench_agents import noop
 
-    from steplog.db import location
-    from steplog.engine import execute
+    from steplog.log.db import location
+    from steplog.runtime.engine import execute
 
     where = location(db)
     time.sleep(max(0.0, start_at - time.time()))
@@ -274,7 +274,7 @@ def one_worker_resume(backend: str, tmp: Path) -> dict[str, Any]:
 
 
 def claim_times(db: str) -> list[float]:
-    from steplog.db import location, open_readonly
+    from steplog.log.db import location, open_readonly
 
     conn = open_readonly(location(db), one_shot=True)
     try:
@@ -331,7 +331,7 @@ def one_fleet(backend: str, k: int, n: int, sync: str, tmp: Path) -> dict[str, A
         else str(Path(tempfile.mkdtemp(prefix="fleet-", dir=tmp)) / "log.db")
     )
     try:
-        from steplog.db import location, open_log
+        from steplog.log.db import location, open_log
 
         open_log(
             location(db)

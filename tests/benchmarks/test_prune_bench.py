@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from steplog.db import open_log
-from steplog.prune import Selection, log_bytes, prune
+from steplog.log.db import open_log
+from steplog.log.prune import Selection, log_bytes, prune
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "gui"))
 AGENTS = Path(__file__).parents[1] / "engine" / "agents_for_tests.py"

@@ -127,7 +127,7 @@ def test_a_foreign_file_that_carries_steplogs_application_id_is_refused_byte_for
     """A file stamped with our application_id but at schema 0 with a ``run`` table of its own is
     not ours: its tables are looked at before any write (it used to be switched to WAL and then
     refused with a message about disk space)."""
-    from steplog.schema import APPLICATION_ID
+    from steplog.log.schema import APPLICATION_ID
 
     path = tmp_path / "imposter.db"
     conn = sqlite3.connect(path)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import AGENTS, TESTS, Engine
-from steplog.schema import SCHEMA_VERSION
+from steplog.log.schema import SCHEMA_VERSION
 
 RUNS = ("a", "b", "c")
 STEPS_PER_RUN = 60

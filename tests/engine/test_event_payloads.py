@@ -1,4 +1,4 @@
-"""Every event the engine logs has the payload its kind's type says (``steplog.events.PAYLOADS``).
+"""Every event the engine logs has the payload its kind's type says (``steplog.log.events.PAYLOADS``).
 
 The engine is driven, as real processes, through every kind of event there is: a run killed
 mid-effect and resumed, a model decision, a failed attempt, a wait answered by a signal, a
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from conftest import AGENTS, Engine
-from steplog.events import PAYLOADS, EventKind, payload_problem
+from steplog.log.events import PAYLOADS, EventKind, payload_problem
 
 
 def test_every_kind_of_event_has_a_payload_type() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 import steplog
 from steplog.errors import ForeignDatabase, LogError, UnknownRun
-from steplog.history import History
+from steplog.log.history import History
 
 
 @steplog.agent

@@ -23,12 +23,12 @@ import httpx
 import pytest
 
 import steplog
-import steplog.engine
+import steplog.runtime.engine
 from fakes.openai_server import FakeOpenAI, fake_openai  # noqa: F401 (the fixture)
-from steplog.effects import EffectRejected, HttpClient
 from steplog.errors import TransientError, UsageError
-from steplog.interrupts import StopRequested
 from steplog.llm.openai_compat import OpenAICompatModel
+from steplog.log.interrupts import StopRequested
+from steplog.runtime.effects import EffectRejected, HttpClient
 
 ENGINE = Path(steplog.__file__).parents[1]
 
@@ -129,7 +129,7 @@ def clients(monkeypatch: pytest.MonkeyPatch) -> list[tuple[HttpClient, Recording
         made.append((HttpClient(transport=transport), transport))
         return made[-1][0]
 
-    monkeypatch.setattr(steplog.engine, "HttpClient", make)
+    monkeypatch.setattr(steplog.runtime.engine, "HttpClient", make)
     return made
 
 

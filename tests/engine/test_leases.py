@@ -97,7 +97,7 @@ def test_a_live_engine_is_not_taken_over_and_nothing_is_written(
 def pg_write_lock_free(url: str) -> bool:
     import psycopg
 
-    from steplog.pg import LOCK_KEY
+    from steplog.log.pg import LOCK_KEY
 
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
@@ -115,7 +115,7 @@ def freeze_outside_a_write(engine: Engine, proc: subprocess.Popen[str]) -> None:
         os.killpg(proc.pid, signal.SIGSTOP)
         if isinstance(
             engine.db, str
-        ):  # PostgreSQL: the write lock is an advisory lock (steplog.pg)
+        ):  # PostgreSQL: the write lock is an advisory lock (steplog.log.pg)
             if pg_write_lock_free(engine.db):
                 return
             os.killpg(proc.pid, signal.SIGCONT)
@@ -232,7 +232,7 @@ def test_process_start_times_read_from_proc_are_psutils() -> None:
     leases of older logs) for a live process, and call a zombie and a reaped one dead."""
     import psutil
 
-    from steplog import lease
+    from steplog.log import lease
 
     assert lease._proc_start(os.getpid()) == psutil.Process().create_time()
     child = subprocess.Popen(["sleep", "30"])
@@ -258,7 +258,7 @@ def test_without_proc_the_boot_identity_and_process_start_times_come_from_psutil
 
     import psutil
 
-    from steplog.lease import _proc_start, boot_id, process_alive
+    from steplog.log.lease import _proc_start, boot_id, process_alive
 
     fallback = boot_id(tmp_path / "no-such-proc" / "boot_id")
     assert fallback == f"boot@{psutil.boot_time():.0f}" == boot_id(tmp_path / "elsewhere")
@@ -269,7 +269,7 @@ def test_without_proc_the_boot_identity_and_process_start_times_come_from_psutil
 def write_log(db: object, sql: str, *args: object) -> None:
     """One committed write to a log file or a PostgreSQL log (what a person's SQL would do)."""
     if isinstance(db, str):
-        from steplog.pg import connect
+        from steplog.log.pg import connect
 
         pconn = connect(db)  # type: ignore[arg-type]
         try:
@@ -302,7 +302,7 @@ def test_a_wall_clock_stepped_back_does_not_stretch_a_frozen_holders_lease_on_it
         write_log(
             engine.db, "UPDATE run SET lease_expires = ? WHERE id = 'stepped'", time.time() + 3600
         )
-        from steplog.lease import boot_clock
+        from steplog.log.lease import boot_clock
 
         wait_for(
             lambda: engine.query("SELECT lease_expires_boot FROM run")[0][0] < boot_clock(),
@@ -323,7 +323,7 @@ def test_a_wall_clock_stepped_back_does_not_stretch_a_frozen_holders_lease_on_it
 
 def test_a_holder_on_another_host_is_judged_by_the_wall_clock_only() -> None:
     """Another host's boot clock means nothing here: its lease is read in wall-clock time."""
-    from steplog import lease
+    from steplog.log import lease
 
     now = time.time()
     far = lease.boot_clock() + 3600

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from steplog.db import inspect, open_log
 from steplog.errors import CorruptDatabase, ForeignDatabase, NewerSchema
-from steplog.schema import APPLICATION_ID, SCHEMA_VERSION
+from steplog.log.db import inspect, open_log
+from steplog.log.schema import APPLICATION_ID, SCHEMA_VERSION
 
 
 def digest(path: Path) -> str:
@@ -111,8 +111,8 @@ def test_a_log_missing_a_table_of_its_schema_is_refused_untouched(db: Path) -> N
 def test_the_tables_a_schema_must_have_are_the_ones_its_migrations_make(version: int) -> None:
     """``expected_tables`` reads them off the migrations' text (start-up cost); SQLite running
     the migrations must agree, table for table."""
-    from steplog.db import expected_tables
-    from steplog.schema import MIGRATIONS, split_statements
+    from steplog.log.db import expected_tables
+    from steplog.log.schema import MIGRATIONS, split_statements
 
     conn = sqlite3.connect(":memory:")
     try:
@@ -142,7 +142,7 @@ def test_an_empty_file_becomes_a_log(tmp_path: Path) -> None:
 
 
 def test_sqlmodel_tables_mirror_the_migrated_schema(db: Path) -> None:
-    from steplog.tables import EffectRow, EventRow, PrunedRow, RunRow, StepRow
+    from steplog.log.tables import EffectRow, EventRow, PrunedRow, RunRow, StepRow
 
     conn = open_log(db)
     try:
@@ -160,8 +160,8 @@ def test_a_new_log_has_1k_pages_and_an_older_4k_log_keeps_working_with_its_own(
     """Small pages make each commit's WAL frames small (a step changes about six pages per
     commit); logs made before that have SQLite's 4 KiB pages, which cannot change under WAL."""
     import steplog
-    from steplog.db import PAGE_SIZE
-    from steplog.schema import MIGRATIONS, split_statements
+    from steplog.log.db import PAGE_SIZE
+    from steplog.log.schema import MIGRATIONS, split_statements
 
     @steplog.agent
     def three(run: steplog.Run) -> int:

@@ -11,8 +11,8 @@ import sqlite3
 from pathlib import Path
 
 from conftest import AGENTS, Engine
-from steplog import openfiles
-from steplog.db import inspect, open_readonly
+from steplog.log import openfiles
+from steplog.log.db import inspect, open_readonly
 
 
 def events(conn: sqlite3.Connection) -> set[str]:

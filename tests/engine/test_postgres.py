@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from conftest import AGENTS, Engine, log_bytes, query_log
-from steplog.location import PgUrl, parse, redact_url
+from steplog.log.location import PgUrl, parse, redact_url
 
 pytestmark = pytest.mark.backends("postgres")
 
@@ -30,10 +30,10 @@ def admin(url: str) -> Any:
 def test_the_schema_is_made_from_the_one_definition_and_matches_the_sqlmodel_tables(
     db: PgUrl,
 ) -> None:
-    from steplog.db import open_log
-    from steplog.pgschema import META_TABLE, PG_ONLY, create_statements
-    from steplog.schema import SCHEMA_VERSION
-    from steplog.tables import EffectRow, EventRow, RunRow, SignalRow, StepRow
+    from steplog.log.db import open_log
+    from steplog.log.pgschema import META_TABLE, PG_ONLY, create_statements
+    from steplog.log.schema import SCHEMA_VERSION
+    from steplog.log.tables import EffectRow, EventRow, RunRow, SignalRow, StepRow
 
     assert any("steplog_refuse" in s for s in create_statements())
     open_log(db).close()
@@ -65,7 +65,7 @@ def test_the_schema_is_made_from_the_one_definition_and_matches_the_sqlmodel_tab
 
 
 def test_the_event_table_is_append_only(db: PgUrl) -> None:
-    from steplog.db import open_log
+    from steplog.log.db import open_log
 
     conn = open_log(db)
     try:
@@ -250,8 +250,8 @@ def _insert_event(conn: Any, commit: bool = True) -> None:
 def test_a_commit_to_the_event_table_is_notified_with_its_newest_id_and_a_rollback_is_not(
     db: PgUrl,
 ) -> None:
-    from steplog.db import open_log
-    from steplog.pglisten import Listener
+    from steplog.log.db import open_log
+    from steplog.log.pglisten import Listener
 
     conn = open_log(db)
     listener = Listener(db)
@@ -273,9 +273,9 @@ def test_a_commit_to_the_event_table_is_notified_with_its_newest_id_and_a_rollba
 def test_a_log_made_before_the_notify_trigger_gets_it_from_the_next_engine_that_opens_it(
     db: PgUrl,
 ) -> None:
-    from steplog.db import open_log, open_readonly
-    from steplog.pglisten import Listener
-    from steplog.pgschema import META_TABLE, PG_ONLY
+    from steplog.log.db import open_log, open_readonly
+    from steplog.log.pglisten import Listener
+    from steplog.log.pgschema import META_TABLE, PG_ONLY
 
     conn = open_log(db)
     conn.execute("DROP TRIGGER event_notify ON event")
@@ -302,7 +302,7 @@ def test_a_log_made_before_the_notify_trigger_gets_it_from_the_next_engine_that_
 def test_two_engines_racing_to_create_the_schema_make_it_once(db: PgUrl) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from steplog.db import open_log
+    from steplog.log.db import open_log
 
     with ThreadPoolExecutor(4) as pool:
         conns = list(pool.map(lambda _: open_log(db), range(4)))
@@ -312,7 +312,7 @@ def test_two_engines_racing_to_create_the_schema_make_it_once(db: PgUrl) -> None
 
 
 def test_sql_is_translated_outside_string_literals_only() -> None:
-    from steplog.pg import translate
+    from steplog.log.pg import translate
 
     assert (
         translate("SELECT ? WHERE a = '?' AND b LIKE 'x%'", True)
@@ -366,7 +366,7 @@ def test_killtest_demo_passes_on_postgres(engine: Engine) -> None:
 
 
 def test_history_reads_a_postgresql_log_as_typed_rows(engine: Engine) -> None:
-    from steplog.history import History
+    from steplog.log.history import History
 
     assert (
         engine.run(
@@ -444,7 +444,7 @@ def _old_log(db: PgUrl, version: int, source: Path) -> dict[str, list[tuple[Any,
     as written, by table."""
     import sqlite3
 
-    from steplog.pgschema import create_statements, pg_only_statements
+    from steplog.log.pgschema import create_statements, pg_only_statements
 
     pg_only = set(pg_only_statements(0))
     ddl = [s for s in create_statements(version) if version >= 4 or s not in pg_only]
@@ -486,8 +486,8 @@ def test_a_log_of_an_older_schema_is_upgraded_and_its_runs_go_on(
     table still append-only, the run resumed where it stopped, and new runs written and read."""
     import sqlite3
 
-    from steplog.pgschema import META_TABLE, PG_ONLY
-    from steplog.schema import SCHEMA_VERSION
+    from steplog.log.pgschema import META_TABLE, PG_ONLY
+    from steplog.log.schema import SCHEMA_VERSION
 
     source = tmp_path / "old.db"
     died = engine.run(
@@ -565,8 +565,8 @@ def test_a_log_of_an_older_schema_is_upgraded_and_its_runs_go_on(
     )
     assert _shape(engine.db) == _shape(fresh)
 
-    # Still append-only, and a run leaves only by pruning (steplog.pg raises sqlite3's error classes).
-    from steplog.db import open_log
+    # Still append-only, and a run leaves only by pruning (steplog.log.pg raises sqlite3's error classes).
+    from steplog.log.db import open_log
 
     log = open_log(engine.db)
     try:

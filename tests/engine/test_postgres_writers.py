@@ -1,7 +1,7 @@
 """Many writers on one PostgreSQL log: side by side, and no reader misses a thing.
 
 On SQLite one write transaction runs at a time. On PostgreSQL writers of different runs commit
-side by side (``steplog.pg``): each locks the rows of its own run, workers claim with ``FOR
+side by side (``steplog.log.pg``): each locks the rows of its own run, workers claim with ``FOR
 UPDATE SKIP LOCKED``, and only the few transactions that are not one run's (an engine's claim,
 run control) still take turns. Ids then commit out of order, and the readers stop at the
 settled horizon (``logread.settled_upto``) so a bookmark never passes an event yet to commit.
@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from conftest import AGENTS
-from steplog.db import RUN_WRITE, open_log, open_readonly
-from steplog.location import PgUrl
-from steplog.logread import EventTail, settled_upto
+from steplog.log.db import RUN_WRITE, open_log, open_readonly
+from steplog.log.location import PgUrl
+from steplog.log.logread import EventTail, settled_upto
 
 pytestmark = pytest.mark.backends("postgres")
 
@@ -99,8 +99,8 @@ def test_transactions_that_are_not_one_runs_still_take_turns(db: PgUrl) -> None:
 def test_a_claim_skips_a_run_whose_row_another_transaction_holds_instead_of_waiting(
     db: PgUrl,
 ) -> None:
-    from steplog.agent import resolve
-    from steplog.queue import claim_next_run, submit
+    from steplog.control.queue import claim_next_run, submit
+    from steplog.runtime.agent import resolve
 
     noop = resolve(f"{AGENTS}:noop")
     for rid in ("first", "second"):
@@ -124,7 +124,7 @@ def test_a_claim_skips_a_run_whose_row_another_transaction_holds_instead_of_wait
 
 def test_an_engine_waits_for_a_takeover_holding_its_row_and_is_then_fenced(db: PgUrl) -> None:
     from steplog.errors import Fenced
-    from steplog.journal import Journal, Usage
+    from steplog.log.journal import Journal, Usage
 
     conn = writer(db)
     conn.execute(
@@ -260,7 +260,7 @@ def test_export_reads_a_run_on_postgresql_as_on_sqlite(db: PgUrl, tmp_path: Path
 
 
 def test_without_secrets_moves_a_urls_password_from_the_command_line_to_pgpassword() -> None:
-    from steplog.procs import without_secrets
+    from steplog.control.procs import without_secrets
 
     argv, env = without_secrets(
         ["steplog", "run", "--db", "postgresql://me:p%40ss@db.example:5433/log"], {"A": "1"}
@@ -283,8 +283,8 @@ def test_a_password_in_the_url_never_reaches_an_engines_command_line(
 
     import psutil
 
-    from steplog.agent import resolve
-    from steplog.queue import submit
+    from steplog.control.queue import submit
+    from steplog.runtime.agent import resolve
 
     submit(
         resolve(f"{AGENTS}:witness"),

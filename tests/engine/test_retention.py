@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import AGENTS, Engine, kill_group
-from steplog.schema import RUN_TABLES
+from steplog.log.schema import RUN_TABLES
 
 NOOP = f"{AGENTS}:noop"
 WITNESS = f"{AGENTS}:witness"
@@ -450,7 +450,7 @@ def test_a_running_run_is_not_exported_and_its_export_once_it_ended_round_trips(
 
 
 def _as_an_older_steplog_exported(db: Path, run_id: str) -> str:
-    """The export lines of ``run_id`` whatever its status, in the format of ``steplog.archive``:
+    """The export lines of ``run_id`` whatever its status, in the format of ``steplog.log.archive``:
     what a steplog from before issue 27 wrote for a run that had not finished."""
     conn = sqlite3.connect(db)
     conn.row_factory = sqlite3.Row
@@ -534,7 +534,7 @@ def test_prune_archives_and_removes_only_runs_that_are_finished_when_archived(
 ) -> None:
     """``prune --archive`` chooses finished runs; one set going again before it is written (a
     ``steplog retry`` in between) is left out of the archive (``write_runs``), and so kept."""
-    from steplog.archive import write_runs
+    from steplog.log.archive import write_runs
 
     noop_runs(engine, "done")
     proc = engine.start(

@@ -23,8 +23,8 @@ import pytest
 
 import steplog
 from conftest import query_log
-from steplog import interrupts, openfiles
-from steplog.interrupts import StopRequested
+from steplog.log import interrupts, openfiles
+from steplog.log.interrupts import StopRequested
 
 pytestmark = pytest.mark.backends("sqlite", "postgres")
 

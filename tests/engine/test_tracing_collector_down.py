@@ -297,7 +297,7 @@ def test_opentelemetry_log_records_never_carry_a_header_value(
     """Whatever an OpenTelemetry logger says outside the export thread goes on to the program's
     handlers with every header value masked (the export thread's own troubles are summed up in
     the one drop line instead)."""
-    from steplog.otelexport import guard_logs
+    from steplog.tracing.export import guard_logs
 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"authorization=Bearer%20{SECRET},x-team=blue")
     logger = logging.getLogger("opentelemetry")

@@ -147,10 +147,10 @@ def test_three_workers_outlive_two_server_restarts_and_send_every_message_once(
     fast``) while they work: every run succeeds once, the outbox's ledger holds each message once,
     and every worker is still there, having said once per outage that it lost the log and once
     that it is back (no traceback)."""
-    from steplog.evidence import completed_post_keys
-    from steplog.location import PgUrl
+    from steplog.log.location import PgUrl
+    from steplog.log.pg import connect
     from steplog.outbox import start_outbox
-    from steplog.pg import connect
+    from steplog.verdict.evidence import completed_post_keys
 
     db = PgUrl(own_server.create("outage_log"))
     engine = engine_on(db, tmp_path)
@@ -225,7 +225,7 @@ def test_three_workers_outlive_two_server_restarts_and_send_every_message_once(
 
 def in_flight(engine: Engine, ids: list[str]) -> int:
     """Runs an engine works on now: it is alive and has committed a step of its own."""
-    from steplog.lease import process_alive
+    from steplog.log.lease import process_alive
 
     try:
         rows = engine.query(
@@ -246,7 +246,7 @@ def test_a_worker_stopped_while_the_server_is_down_exits_0_promptly_and_its_run_
     """SIGTERM while the server is down, the worker's waits between tries grown long: it exits 0
     within seconds, having said once that it lost the log; its run, cut short by the outage, is
     finished by another worker once the server is back, every effect applied once."""
-    from steplog.location import PgUrl
+    from steplog.log.location import PgUrl
 
     db = PgUrl(own_server.create("down_log"))
     engine = engine_on(db, tmp_path)
@@ -291,7 +291,7 @@ def test_a_database_dropped_under_a_worker_ends_it_with_exit_2_not_a_wait(
     the database does not exist and exits 2."""
     import psycopg
 
-    from steplog.location import PgUrl
+    from steplog.log.location import PgUrl
 
     db = PgUrl(postgres_server.create())
     engine = engine_on(db, tmp_path)

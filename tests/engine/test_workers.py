@@ -16,7 +16,7 @@ import pytest
 from test_run_control import applied, wait_until
 
 from conftest import AGENTS, Engine, kill_group
-from steplog.lease import process_alive
+from steplog.log.lease import process_alive
 
 WITNESS = f"{AGENTS}:witness"
 APPROVAL = f"{AGENTS}:approval"
@@ -453,11 +453,11 @@ def test_the_readme_scale_out_commands_do_what_it_says(engine: Engine, tmp_path:
 @pytest.mark.backends("sqlite", "postgres")
 def test_claims_page_past_runs_others_hold_and_a_live_workers_claim_is_respected(db: Path) -> None:
     """In-process: the claim query itself (``queue.claim_next_run``)."""
-    from steplog.agent import resolve
-    from steplog.db import open_log
-    from steplog.lease import Holder, me
-    from steplog.queue import claim_next_run
-    from steplog.queue import submit as submit_run
+    from steplog.control.queue import claim_next_run
+    from steplog.control.queue import submit as submit_run
+    from steplog.log.db import open_log
+    from steplog.log.lease import Holder, me
+    from steplog.runtime.agent import resolve
 
     noop = resolve(f"{AGENTS}:noop")
     ids = [submit_run(noop, run_id=f"r{i:02d}", db=db, params={"n": 1}) for i in range(40)]
@@ -467,7 +467,7 @@ def test_claims_page_past_runs_others_hold_and_a_live_workers_claim_is_respected
         assert job is not None and (job.run_id, job.status, job.takeover) == ("r35", "queued", None)
         # Another live worker (our parent process, on this host) claims the oldest one...
         parent = os.getppid()
-        from steplog.lease import _proc_start
+        from steplog.log.lease import _proc_start
 
         other = Holder(
             pid=parent, host=me().host, boot=me().boot, proc_start=_proc_start(parent) or 0.0

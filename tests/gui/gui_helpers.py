@@ -149,7 +149,7 @@ def synthetic_events(
     run_id: str, steps: int, *, kill_every: int = 0, step_seconds: float = 0.01
 ) -> list[object]:
     """Events of a run with ``steps`` committed steps (a kill every ``kill_every``), for scale tests."""
-    from steplog.logread import Event
+    from steplog.log.logread import Event
 
     events: list[Event] = []
     t, inc = 1_000.0, 1

@@ -20,7 +20,7 @@ import pytest
 from gui_helpers import assert_same, crashed_run, witness_args  # noqa: F401 (fixture)
 
 from conftest import AGENTS, Engine, kill_group, storm
-from steplog.db import open_log
+from steplog.log.db import open_log
 from steplog_gui.bulk_load import add_details, load_details, load_run
 from steplog_gui.repository import LogRepository
 from steplog_gui.run_state import COMMITTED, FAILED, GAVE_UP, REDONE, RUNNING, LogState

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from steplog.agents.trace import TraceRecord
-from steplog.logread import Event
+from steplog.log.logread import Event
 from steplog_gui.compare_lane import restarts
 from steplog_gui.compare_state import compare
 from steplog_gui.run_state import COMMITTED, REDONE, RUNNING

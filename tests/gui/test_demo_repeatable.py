@@ -209,7 +209,7 @@ def test_the_engine_and_the_app_start_from_a_folder_that_contains_a_steplog_dire
     # The monitor's way of starting its children, run from that folder, with only what is installed.
     code = (
         "import os, sys, subprocess; os.chdir(sys.argv[1]);"
-        "from steplog.procs import child_env, python_argv;"
+        "from steplog.control.procs import child_env, python_argv;"
         "gui = subprocess.run(python_argv('steplog_gui', '--help'), env=child_env(), capture_output=True, text=True);"
         "run = subprocess.run(python_argv('steplog', 'run', 'flaky', '--run-id', 'r', '--db', sys.argv[2]),"
         " env=child_env(), capture_output=True, text=True);"

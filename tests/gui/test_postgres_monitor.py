@@ -17,8 +17,8 @@ import pytest
 from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
 
 from conftest import AGENTS, Engine
-from steplog.db import open_log
-from steplog.location import PgUrl
+from steplog.log.db import open_log
+from steplog.log.location import PgUrl
 from steplog_gui.main_window import MainWindow
 from steplog_gui.runs_model import HOST, host_text
 
@@ -134,7 +134,7 @@ def test_an_event_held_back_behind_an_open_transaction_is_shown_once_that_one_ro
     """Writers of different runs commit side by side: b's event (a higher id) is committed and
     notified while a's lower id is still open, so the monitor must not read past a's yet. When a
     rolls back nobody is notified again; the monitor looks again by itself and shows b's."""
-    from steplog.db import RUN_WRITE
+    from steplog.log.db import RUN_WRITE
 
     _write(
         engine.db,

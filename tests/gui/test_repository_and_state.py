@@ -111,7 +111,7 @@ def test_a_log_from_before_the_waits_since_keeps_the_waits_start_across_a_kill()
     """A log written before ``waiting`` carried ``since``: the wait taken up again by the engine
     relaunched after a kill is the same wait (same step, same signal): it began at the first
     ``waiting``; the kill's latency ends there, not at the commit a person's answer brought."""
-    from steplog.logread import Event
+    from steplog.log.logread import Event
     from steplog_gui.timeline_data import kill_label
 
     events = [

@@ -240,8 +240,8 @@ def test_an_old_runs_outbox_panel_reads_the_deliveries_from_the_outbox_file_when
     """A demo run whose outbox has stopped since (its port answers nothing): the strip counts
     its deliveries from the outbox's own file beside the log, and the panel shows the same
     ones from there (it said "not answering" over an empty table)."""
-    from steplog.evidence import outbox_file_for
     from steplog.outbox import start_outbox
+    from steplog.verdict.evidence import outbox_file_for
 
     with start_outbox(outbox_file_for(engine.db)) as outbox:
         finished(engine, "old-demo", "--param", "tickets=2", "--outbox", outbox.url, agent="demo")

@@ -1,5 +1,5 @@
 """The frozen app's way of starting its children, checked without building a bundle: the entry
-script and ``steplog.procs`` run for real in a plain interpreter, and the icon files are parsed."""
+script and ``steplog.control.procs`` run for real in a plain interpreter, and the icon files are parsed."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from steplog import procs
+from steplog.control import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY = ROOT / "packaging" / "steplog_app.py"

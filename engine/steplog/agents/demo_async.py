@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 import steplog
 from steplog.agents.demo import load_tickets, parse_triage, prompt, render_reply, render_summary
-from steplog.aruntime import AsyncRun
 from steplog.policies import Budget
+from steplog.runtime.arun import AsyncRun
 
 T = TypeVar("T")
 

@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from ..location import PgUrl
-from .harness import Options, killtest
-from .junit import write_junit
+from steplog.killtest.harness import Options, killtest
+from steplog.killtest.junit import write_junit
+from steplog.log.location import PgUrl
 
 if TYPE_CHECKING:
-    from .workers import WorkerStormResult
+    from steplog.killtest.workers import WorkerStormResult
 
 EXIT_PASS, EXIT_FAIL = 0, 1
 
@@ -110,7 +110,7 @@ def run_worker_storm_command(
     """``steplog killtest AGENT --workers N``: the worker storm (``killtest.workers``)."""
     from dataclasses import asdict
 
-    from .workers import worker_storm
+    from steplog.killtest.workers import worker_storm
 
     def storm(root: Path) -> WorkerStormResult:
         return worker_storm(

@@ -22,16 +22,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from .. import crashpoints
-from ..agent import resolve
-from ..errors import EXIT_LEASE_HELD, SteplogError, UsageError
-from ..events import EventKind
-from ..location import PgUrl
-from ..outbox import start_outbox
-from ..params import bind_params
-from ..verdict import KillMark, Reference, collect, judge
-from .procs import POLL_SECONDS, LogWatch, Sandbox, kill_group
-from .report import Report, StormResult, SweepCase, SweepResult
+from steplog.errors import EXIT_LEASE_HELD, SteplogError, UsageError
+from steplog.killtest.procs import POLL_SECONDS, LogWatch, Sandbox, kill_group
+from steplog.killtest.report import Report, StormResult, SweepCase, SweepResult
+from steplog.log.events import EventKind
+from steplog.log.location import PgUrl
+from steplog.outbox import start_outbox
+from steplog.runtime import crashpoints
+from steplog.runtime.agent import resolve
+from steplog.runtime.params import bind_params
+from steplog.verdict.judge import KillMark, Reference, collect, judge
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, done, total)``: stage is ``reference``, ``storm`` or ``sweep``."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from .report import Report
+from steplog.killtest.report import Report
 
 
 def to_junit(report: Report) -> ET.ElementTree:

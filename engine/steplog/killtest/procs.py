@@ -1,7 +1,7 @@
 """Real engines as real process groups, and a read-only eye on their log.
 
 Each run of the kill test lives in a ``Sandbox`` of its own (log, workdir, outbox file, engine
-output). Engines are started and killed by ``steplog.procs`` (a new session each, so a kill takes
+output). Engines are started and killed by ``steplog.control.procs`` (a new session each, so a kill takes
 the engine and anything it started, and nothing else).
 """
 
@@ -12,12 +12,12 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import crashpoints
-from ..db import LogConnection, open_readonly
-from ..errors import LogError
-from ..location import LogLocation, PgUrl
-from ..logread import Event, EventTail
-from ..procs import child_env, kill_group, python_argv, spawn
+from steplog.control.procs import child_env, kill_group, python_argv, spawn
+from steplog.errors import LogError
+from steplog.log.db import LogConnection, open_readonly
+from steplog.log.location import LogLocation, PgUrl
+from steplog.log.logread import Event, EventTail
+from steplog.runtime import crashpoints
 
 __all__ = ["Event", "Exited", "LogWatch", "Sandbox", "kill_group"]
 
@@ -147,7 +147,7 @@ class LogWatch:
         if self._conn is None:
             return []
         try:
-            events = self._tail.read(self._conn)  # steplog.logread: the one reader of the log
+            events = self._tail.read(self._conn)  # steplog.log.logread: the one reader of the log
         except sqlite3.Error:  # not initialised yet: look again next time, with a fresh connection
             self.close()
             return []

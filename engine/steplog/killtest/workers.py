@@ -25,17 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..agent import resolve
-from ..db import LogConnection, open_readonly
-from ..errors import SteplogError
-from ..evidence import completed_post_keys
-from ..launch import Launch
-from ..lease import process_alive
-from ..location import LogLocation, PgUrl
-from ..outbox import start_outbox
-from ..procs import child_env, kill_group, python_argv, spawn, stop_group
-from ..queue import submit
-from ..status import TERMINAL
+from steplog.control.procs import child_env, kill_group, python_argv, spawn, stop_group
+from steplog.control.queue import submit
+from steplog.errors import SteplogError
+from steplog.log.db import LogConnection, open_readonly
+from steplog.log.launch import Launch
+from steplog.log.lease import process_alive
+from steplog.log.location import LogLocation, PgUrl
+from steplog.log.status import TERMINAL
+from steplog.outbox import start_outbox
+from steplog.runtime.agent import resolve
+from steplog.verdict.evidence import completed_post_keys
 
 
 @dataclass

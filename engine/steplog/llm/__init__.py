@@ -9,12 +9,20 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from .base import ChatModel, ChatReply, Estimate, ModelError, ModelUnavailable, Usage, close_model
-from .offline import OfflineModel
-from .prices import Price, PriceTable
+from steplog.llm.base import (
+    ChatModel,
+    ChatReply,
+    Estimate,
+    ModelError,
+    ModelUnavailable,
+    Usage,
+    close_model,
+)
+from steplog.llm.offline import OfflineModel
+from steplog.llm.prices import Price, PriceTable
 
 if TYPE_CHECKING:
-    from .openai_compat import OpenAICompatModel
+    from steplog.llm.openai_compat import OpenAICompatModel
 
 __all__ = [
     "ChatModel",
@@ -37,7 +45,7 @@ def check_model(name: str | None) -> None:
     """Refuse a model name no endpoint can serve (``UsageError``) before a run is started or
     queued: an empty ``--model ''`` was taken for a model name and the run failed only at its
     first model step, with whatever the endpoint said about it."""
-    from ..errors import UsageError
+    from steplog.errors import UsageError
 
     if name is None:
         return
@@ -60,7 +68,7 @@ def make_model(name: str | None, *, base_url: str | None = None) -> ChatModel:
     """
     if name is None or name == "offline":
         return OfflineModel()
-    from .openai_compat import OpenAICompatModel
+    from steplog.llm.openai_compat import OpenAICompatModel
 
     return OpenAICompatModel(name, base_url=base_url or os.environ.get("OPENAI_BASE_URL"))
 
@@ -68,7 +76,7 @@ def make_model(name: str | None, *, base_url: str | None = None) -> ChatModel:
 def __getattr__(name: str) -> Any:
     # PEP 562: import the adapter (and with it the openai SDK) on first use only.
     if name == "OpenAICompatModel":
-        from .openai_compat import OpenAICompatModel
+        from steplog.llm.openai_compat import OpenAICompatModel
 
         return OpenAICompatModel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

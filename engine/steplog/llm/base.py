@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import PermanentError, TransientError
+from steplog.errors import PermanentError, TransientError
 
 Message = Mapping[str, str]
 """One chat message: ``{"role": "system"|"user"|"assistant", "content": "..."}``."""

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .base import ChatReply, Estimate, Message, Usage, estimate_messages, estimate_tokens
+from steplog.llm.base import ChatReply, Estimate, Message, Usage, estimate_messages, estimate_tokens
 
 CATEGORIES = (
     "billing",

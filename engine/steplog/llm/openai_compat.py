@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
-from .base import (
+from steplog.llm.base import (
     ChatReply,
     Estimate,
     Message,
@@ -45,7 +45,7 @@ from .base import (
     estimate_messages,
     estimate_tokens,
 )
-from .prices import Price, PriceTable, is_local
+from steplog.llm.prices import Price, PriceTable, is_local
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 LOCAL_PLACEHOLDER_KEY = "not-needed"

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from urllib.parse import urlsplit
 
-from .base import Usage
+from steplog.llm.base import Usage
 
 
 @dataclass(frozen=True)

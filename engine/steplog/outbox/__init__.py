@@ -7,11 +7,11 @@ child process, ``serve`` in this one; ``fetch_ledger`` and ``OutboxStore.ledger`
 
 from __future__ import annotations
 
-from .client import fetch_ledger
-from .ledger import Attempt, Delivery, Ledger, Outcome, body_hash, canonical_json
-from .process import OutboxProcess, start_outbox
-from .server import serve
-from .store import OutboxStore
+from steplog.outbox.client import fetch_ledger
+from steplog.outbox.ledger import Attempt, Delivery, Ledger, Outcome, body_hash, canonical_json
+from steplog.outbox.process import OutboxProcess, start_outbox
+from steplog.outbox.server import serve
+from steplog.outbox.store import OutboxStore
 
 __all__ = [
     "Attempt",

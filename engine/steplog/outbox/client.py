@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .ledger import Ledger
+from steplog.outbox.ledger import Ledger
 
 if TYPE_CHECKING:
     import httpx

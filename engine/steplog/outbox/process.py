@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from ..errors import EXIT_USAGE, SteplogError, UsageError
-from ..procs import child_env, python_argv, spawn, stop_group
-from .ledger import Ledger
+from steplog.control.procs import child_env, python_argv, spawn, stop_group
+from steplog.errors import EXIT_USAGE, SteplogError, UsageError
+from steplog.outbox.ledger import Ledger
 
 POLL_SECONDS = 0.01
 STOP_GRACE_SECONDS = 5.0
@@ -48,7 +48,7 @@ class OutboxProcess:
 
     def ledger(self) -> Ledger:
         """``GET /messages`` on this outbox."""
-        from .client import fetch_ledger
+        from steplog.outbox.client import fetch_ledger
 
         return fetch_ledger(self.url)
 

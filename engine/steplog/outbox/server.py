@@ -28,9 +28,9 @@ from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import UsageError
-from .ledger import JSONObject, body_hash, canonical_json
-from .store import OutboxStore
+from steplog.errors import UsageError
+from steplog.outbox.ledger import JSONObject, body_hash, canonical_json
+from steplog.outbox.store import OutboxStore
 
 log = logging.getLogger("steplog.outbox")
 

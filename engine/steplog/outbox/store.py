@@ -25,10 +25,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
 
-from ..db import immediate
-from ..errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema
-from ..schema import split_statements
-from .ledger import Attempt, Delivery, JSONObject, Ledger, Outcome
+from steplog.errors import CorruptDatabase, ForeignDatabase, LogError, NewerSchema
+from steplog.log.db import immediate
+from steplog.log.schema import split_statements
+from steplog.outbox.ledger import Attempt, Delivery, JSONObject, Ledger, Outcome
 
 # "STOB": marks the file as a steplog outbox, so neither the engine's log nor a stranger's
 # database is ever mistaken for one (and modified).

@@ -1,0 +1,1352 @@
+"""The ``steplog`` command line (README "Command line"). Exit codes come from the errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import click
+
+from steplog.cli.options import Seconds
+from steplog.errors import EXIT_USAGE, SteplogError, UsageError
+from steplog.log.location import LogLocation
+
+if TYPE_CHECKING:
+    from steplog.log.launch import Launch
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"steplog: {message}", err=True)
+    sys.exit(code)
+
+
+def _log_path(kwargs: dict[str, Any]) -> LogLocation:
+    from steplog.log.db import location
+
+    return location(kwargs.get("db"))
+
+
+def _guard(fn: F) -> F:
+    """Turn steplog errors into one line on stderr and their documented exit code."""
+    import functools
+    import sqlite3
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SteplogError as exc:
+            _fail(str(exc), exc.exit_code)
+        except sqlite3.OperationalError as exc:
+            from steplog.log.db import is_read_only, read_only_log
+
+            if is_read_only(exc):  # made read-only after the up-front check
+                _fail(str(read_only_log(_log_path(kwargs), str(exc))), EXIT_USAGE)
+            if "database is locked" in str(exc):
+                from steplog.errors import EXIT_LEASE_HELD
+
+                _fail(
+                    f"{_log_path(kwargs)} stayed locked by another process for 10 s (a stopped or very busy "
+                    "engine?); nothing was written: try again, or look for a stopped steplog process",
+                    EXIT_LEASE_HELD,
+                )
+            if "disk is full" in str(exc) or "disk I/O" in str(exc):
+                _fail(
+                    f"the log could not be written ({exc}); free disk space and run the same command again: "
+                    "the run resumes from its last checkpoint",
+                    1,
+                )
+            _fail_on_postgres(exc, kwargs)  # a lost connection, a server restarting: one line too
+            raise
+        except sqlite3.DatabaseError as exc:
+            from steplog.log.db import is_damage
+            from steplog.log.integrity import damaged
+
+            _fail_on_postgres(exc, kwargs)
+
+            if not is_damage(exc):
+                raise
+            # A read that met damage outside the pages checked up front.
+            _fail(str(damaged(_log_path(kwargs), str(exc))), EXIT_USAGE)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _fail_on_postgres(exc: BaseException, kwargs: dict[str, Any]) -> None:
+    """Exit 1 with one line if ``exc`` is a PostgreSQL log's error (``steplog.log.pg.PgError``)."""
+    if getattr(exc, "sqlstate", False) is not False:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        _fail(
+            f"the log at {_log_path(kwargs)} failed ({first}); nothing was half-written: "
+            "check the server, then run the same command again",
+            1,
+        )
+
+
+class _LogParam(click.ParamType):  # type: ignore[type-arg]
+    """``--db``: a SQLite file path or a ``postgresql://USER@HOST:PORT/DBNAME`` URL."""
+
+    name = "PATH|URL"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> LogLocation:
+        from steplog.log.location import parse
+
+        try:
+            return parse(value)
+        except UsageError as exc:
+            # The message without "--db URL:": click names the option.
+            detail = getattr(exc, "detail", None)
+            detail = detail or str(exc).removeprefix(f"--db {value!r}").lstrip(": ")
+            self.fail(detail or str(exc), param, ctx)
+
+
+db_option = click.option(
+    "--db",
+    type=_LogParam(),
+    default=None,
+    help="The log: a SQLite file or a postgresql://USER@HOST:PORT/DBNAME URL (default: "
+    "$STEPLOG_DB, else steplog.db in the user data directory).",
+)
+
+
+@click.group(invoke_without_command=True)
+@click.version_option(package_name="steplog")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """steplog: crash-safe AI agents on SQLite, and the kill test that proves it."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(gui)
+
+
+@cli.command()
+@db_option
+@_guard
+def gui(db: LogLocation | None) -> None:
+    """Open the desktop monitor."""
+    _exec_gui(db, demo=False)
+
+
+@cli.command()
+@db_option
+@click.option(
+    "--compare",
+    is_flag=True,
+    help="Compare mode: the naive agent and the durable demo side by side, one Kill now for both.",
+)
+@click.option(
+    "--approve",
+    is_flag=True,
+    help="The digest waits for a person's approval (the monitor's Approve); the naive agent asks again after every kill.",
+)
+@_guard
+def demo(db: LogLocation | None, compare: bool, approve: bool) -> None:
+    """Open the monitor with the demo agent running, ready for "Kill now"."""
+    _exec_gui(db, demo=True, compare=compare, approve=approve)
+
+
+def _exec_gui(
+    db: LogLocation | None, *, demo: bool, compare: bool = False, approve: bool = False
+) -> NoReturn:
+    """Replace this process with the monitor (package ``steplog_gui``).
+
+    An exec, not an import: the engine package stays free of Qt, and the import-linter
+    contract in the tests holds it to that.
+    """
+    import os
+
+    from steplog.control.procs import child_env, python_argv
+    from steplog.log.location import is_postgres
+
+    env = child_env()
+    if is_postgres(
+        db
+    ):  # handed over in the environment: a URL's password stays off the command line
+        env["STEPLOG_DB"] = str(db)
+        db = None
+    argv = python_argv(
+        "steplog_gui",
+        *(["--db", str(db)] if db else []),
+        *(["--demo"] if demo else []),
+        *(["--compare"] if compare else []),
+        *(["--demo-approve"] if approve else []),
+    )
+    os.execve(sys.executable, argv, env)
+
+
+def _parse_params(values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--param {item!r} is malformed; write --param KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
+def _limit(field: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """Check a budget option as ``Budget`` checks the field (finite, in range) while parsing."""
+    from steplog.policies import limit_problem
+
+    def check(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        problem = None if value is None else limit_problem(field, value)
+        if problem:
+            raise click.BadParameter(problem)
+        return value
+
+    return check
+
+
+def _model(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``--model`` checked while parsing: ``retry`` writes before its engine starts."""
+    from steplog.llm import check_model
+
+    try:
+        check_model(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--model ")) from None
+    return value
+
+
+_ENGINE_OPTIONS = (
+    click.option(
+        "--pace",
+        type=float,
+        default=0.0,
+        show_default=True,
+        help="Seconds of simulated thinking added to each model call.",
+    ),
+    click.option("--max-steps", type=int, default=None, callback=_limit("max_steps")),
+    click.option("--max-tokens", type=int, default=None, callback=_limit("max_tokens")),
+    click.option("--max-seconds", type=float, default=None, callback=_limit("max_seconds")),
+    click.option("--max-cost", type=float, default=None, callback=_limit("max_cost_usd")),
+    click.option(
+        "--max-retries",
+        type=int,
+        default=None,
+        callback=_limit("max_retries"),
+        help="Retries of all steps together.",
+    ),
+    click.option(
+        "--model",
+        default=None,
+        callback=_model,
+        help="Chat model: 'offline' (default) or a model name at --base-url.",
+    ),
+    click.option(
+        "--base-url",
+        default=None,
+        help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI).",
+    ),
+    click.option(
+        "--lease-seconds",
+        type=float,
+        default=None,
+        help="How long a silent engine keeps the run (default 15).",
+    ),
+    click.option(
+        "--sync",
+        "synchronous",
+        type=click.Choice(["full", "normal"]),
+        default="full",
+        show_default=True,
+        help="full: a checkpoint survives power loss; normal: survives crashes only, faster.",
+    ),
+    click.option(
+        "--exit-when-waiting",
+        is_flag=True,
+        help="When the run waits for a signal, let it go and exit 6 instead of waiting (batch use).",
+    ),
+)
+
+
+def _engine_options(fn: F) -> F:
+    """The options of every command that drives an engine (run, retry, fork)."""
+    for option in reversed(_ENGINE_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def _limits(o: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "max_steps": o["max_steps"],
+        "max_tokens": o["max_tokens"],
+        "max_seconds": o["max_seconds"],
+        "max_cost_usd": o["max_cost"],
+        "max_retries": o["max_retries"],
+    }
+
+
+def _execute_with(
+    agent: Any,
+    o: dict[str, Any],
+    *,
+    run_id: str | None,
+    db: LogLocation | None,
+    workdir: Path | None = None,
+    outbox: str | None = None,
+    params: dict[str, Any] | None = None,
+    killed_at: float | None = None,
+) -> None:
+    """Drive ``agent``'s run with the engine options ``o``, print how it ended, exit with its code."""
+    from steplog.log.lease import DEFAULT_LEASE_SECONDS
+    from steplog.runtime.engine import execute
+
+    def started(rid: str, incarnation: int, resumed: bool) -> None:
+        verb = "resuming" if resumed else "starting"
+        click.echo(
+            f"steplog: {verb} run {rid} (agent {agent.default_spec()}, incarnation {incarnation})",
+            err=True,
+        )
+
+    outcome = _drive_engine(
+        lambda: execute(
+            agent,
+            run_id=run_id,
+            db=db,
+            workdir=workdir,
+            outbox=outbox,
+            params=params or {},
+            limits=_limits(o),
+            model=o["model"],
+            base_url=o["base_url"],
+            pace=o["pace"],
+            lease_seconds=DEFAULT_LEASE_SECONDS
+            if o["lease_seconds"] is None
+            else o["lease_seconds"],
+            synchronous="FULL" if o["synchronous"] == "full" else "NORMAL",
+            on_start=started,
+            killed_at=killed_at,
+            exit_when_waiting=o["exit_when_waiting"],
+        )
+    )
+    _report(outcome, db)
+
+
+@cli.command()
+@click.argument("agent")
+@click.option(
+    "--run-id", default=None, help="Start this run, or resume it if it exists and is not finished."
+)
+@db_option
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the agent's file effects go (default: runs/RUN_ID beside the log).",
+)
+@click.option(
+    "--outbox", default=None, help="Base URL of the messages service built-in agents post to."
+)
+@click.option(
+    "--param", "params", multiple=True, metavar="KEY=VALUE", help="An agent parameter (repeatable)."
+)
+@click.option(
+    "--killed-at",
+    type=float,
+    default=None,
+    metavar="UNIX_TIME",
+    help="When you killed this run's previous engine: recorded with the takeover, so the kill and "
+    "its resume latency read the same everywhere (Kill now and killtest pass it).",
+)
+@_engine_options
+@_guard
+def run(
+    agent: str,
+    run_id: str | None,
+    db: LogLocation | None,
+    workdir: Path | None,
+    outbox: str | None,
+    params: tuple[str, ...],
+    killed_at: float | None,
+    **engine: Any,
+) -> None:
+    """Start or resume a run of AGENT (a built-in name, pkg.mod:fn or file.py:fn)."""
+    import os
+
+    from steplog.log.launch import DIE_WITH_PARENT_ENV
+    from steplog.runtime.agent import resolve
+
+    if DIE_WITH_PARENT_ENV in os.environ:  # a worker's engine: it dies with its worker
+        from steplog.control.procs import die_with_parent
+
+        die_with_parent()
+
+    _execute_with(
+        resolve(agent),
+        engine,
+        run_id=run_id,
+        db=db,
+        workdir=workdir,
+        outbox=outbox,
+        params=_parse_params(params),
+        killed_at=killed_at,
+    )
+
+
+@cli.command()
+@click.argument("run_id")
+@db_option
+@click.option("--reason", default=None, help="Why: recorded with the cancellation.")
+@click.option(
+    "--wait",
+    "wait_seconds",
+    type=Seconds(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for a live engine to stop (0: ask and return).",
+)
+@_guard
+def cancel(run_id: str, db: LogLocation | None, reason: str | None, wait_seconds: float) -> None:
+    """End RUN_ID as `cancelled`: it never runs again; a live engine stops at its next step boundary (exit 5)."""
+    from steplog.control.commands import cancel as cancel_run
+    from steplog.control.commands import wait_until_finished
+
+    done = cancel_run(run_id, reason, db=db)
+    if done.done:
+        click.echo(f"run {run_id} cancelled ({done.reason})")
+        return
+    click.echo(
+        f"run {run_id}: cancel requested; its engine stops at its next step boundary", err=True
+    )
+    status = wait_until_finished(run_id, db=db, timeout=wait_seconds) if wait_seconds else "running"
+    if status == "cancelled":
+        click.echo(f"run {run_id} cancelled ({done.reason})")
+    elif status in ("succeeded", "failed", "gave_up"):
+        click.echo(
+            f"run {run_id} ended {status} before it reached a step boundary; nothing was cancelled"
+        )
+    else:
+        click.echo(
+            f"run {run_id}: cancel requested; its engine has not reached a step boundary yet "
+            f"(`steplog status {run_id}` shows when it has)"
+        )
+
+
+@cli.command()
+@click.argument("run_id")
+@click.argument("name")
+@db_option
+@click.option(
+    "--data",
+    "data_json",
+    default="null",
+    metavar="JSON",
+    help="The signal's data, as JSON (default null).",
+)
+@click.option(
+    "--key", default=None, help="An idempotency key: sending the same key again is the same signal."
+)
+@_guard
+def signal(run_id: str, name: str, db: LogLocation | None, data_json: str, key: str | None) -> None:
+    """Send RUN_ID the signal NAME; one `run.wait_for(NAME)` consumes it, exactly once."""
+    from steplog.control.commands import signal as send
+
+    try:
+        data = json.loads(data_json)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"--data is not JSON ({exc.msg} at character {exc.pos}); e.g. --data '{{\"approved\": true}}'"
+        ) from None
+    sent = send(run_id, name, data, db=db, key=key)
+    what = "already sent with this key" if sent.duplicate else "sent"
+    click.echo(f"signal {name!r} {what} to run {run_id} (#{sent.signal_id})")
+    if sent.status == "waiting" and sent.waiting_for == name and not sent.engine_live:
+        where = f" --db {db}" if db else ""
+        click.echo(
+            f"run {run_id} waits for it with no engine; carry it on: "
+            f"steplog run {sent.agent} --run-id {run_id}{where}",
+            err=True,
+        )
+    elif sent.status == "waiting" and sent.waiting_for == name:
+        click.echo(f"run {run_id} was waiting for it; its engine carries on now", err=True)
+    else:
+        click.echo(f"run {run_id} keeps it until it waits for {name!r}", err=True)
+
+
+@cli.command()
+@click.argument("run_id")
+@db_option
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Retry even after non-determinism or an effect that needs reconciliation (says why it is risky).",
+)
+@click.option(
+    "--no-start",
+    is_flag=True,
+    help="Only set the run going again; run it later with `steplog run`.",
+)
+@_engine_options
+@_guard
+def retry(run_id: str, db: LogLocation | None, force: bool, no_start: bool, **engine: Any) -> None:
+    """Run a `failed` run again from its failed step, with fresh attempt counters."""
+    from steplog.control.commands import prepare_retry
+    from steplog.runtime.agent import resolve
+
+    if not no_start:
+        _check_tracing()
+    prepared = prepare_retry(run_id, db=db, force=force, launch=_launch_given(engine))
+    for warning in prepared.warnings:
+        click.echo(f"steplog: {warning}", err=True)
+    if no_start:
+        click.echo(
+            f"run {run_id} is set to run again from its failed step; run it: "
+            f"steplog run {prepared.agent} --run-id {run_id} (or leave it to `steplog worker`)"
+        )
+        return
+    _execute_with(resolve(prepared.agent), engine, run_id=run_id, db=db)
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option(
+    "--at-step",
+    type=click.IntRange(min=1),
+    required=True,
+    help="The first step the fork runs itself; steps before it are copied from RUN_ID.",
+)
+@click.option(
+    "--run-id", "new_run_id", default=None, help="The new run's id (default: a new one, printed)."
+)
+@db_option
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The fork's workdir, a new folder (default: runs/NEW_ID beside the log); starts as a copy.",
+)
+@click.option(
+    "--outbox", default=None, help="Base URL of the messages service (default: the parent's)."
+)
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a parameter of the parent.",
+)
+@click.option(
+    "--no-start",
+    is_flag=True,
+    help="Only create the fork (its id is printed); run it later with `steplog run`.",
+)
+@_engine_options
+@_guard
+def fork(
+    run_id: str,
+    at_step: int,
+    new_run_id: str | None,
+    db: LogLocation | None,
+    workdir: Path | None,
+    outbox: str | None,
+    params: tuple[str, ...],
+    no_start: bool,
+    **engine: Any,
+) -> None:
+    """Start a new run from RUN_ID's steps before --at-step (copied, not run again), then run it."""
+    from steplog.control.commands import fork as fork_run
+
+    if not no_start:
+        _check_tracing()
+    path = _log_path({"db": db})
+    agent, prepared = fork_run(
+        run_id,
+        at_step,
+        new_run_id=new_run_id,
+        db=path,
+        params=_parse_params(params),
+        limits=_limits(engine),
+        workdir=workdir,
+        outbox=outbox,
+        model=engine["model"],
+        launch=_launch_given(engine),
+    )
+    click.echo(prepared.run_id)
+    click.echo(
+        f"steplog: run {prepared.run_id} forked from {run_id} at step {at_step} ({prepared.copied} step(s) "
+        f"copied, workdir {prepared.workdir})",
+        err=True,
+    )
+    if no_start:
+        return
+    # The limits were the fork's own from its creation; the engine takes them from the log.
+    _execute_with(
+        agent, {**engine, **{k: None for k in _LIMIT_OPTIONS}}, run_id=prepared.run_id, db=path
+    )
+
+
+_LIMIT_OPTIONS = ("max_steps", "max_tokens", "max_seconds", "max_cost", "max_retries")
+
+
+def _launch_given(o: dict[str, Any]) -> Launch | None:
+    """The engine options given for ``retry``/``fork`` as a ``Launch``, or ``None`` when all are
+    defaults: the run keeps how it was queued (a fork: its parent's)."""
+    from steplog.log.launch import Launch
+
+    launch = Launch.from_options(o)
+    return None if launch == Launch() else launch
+
+
+@cli.command()
+@click.argument("agent")
+@click.option("--run-id", default=None, help="The new run's id (default: a new one, printed).")
+@db_option
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the agent's file effects go (default: runs/RUN_ID beside the log).",
+)
+@click.option(
+    "--outbox", default=None, help="Base URL of the messages service built-in agents post to."
+)
+@click.option(
+    "--param", "params", multiple=True, metavar="KEY=VALUE", help="An agent parameter (repeatable)."
+)
+@_engine_options
+@_guard
+def submit(
+    agent: str,
+    run_id: str | None,
+    db: LogLocation | None,
+    workdir: Path | None,
+    outbox: str | None,
+    params: tuple[str, ...],
+    **engine: Any,
+) -> None:
+    """Record a run of AGENT as `queued` for `steplog worker`; print its id. Nothing runs here.
+
+    Takes the options of `steplog run` and refuses what it refuses (exit 2, nothing written).
+    """
+    from steplog.control.queue import submit as submit_run
+    from steplog.log.launch import Launch
+    from steplog.runtime.agent import resolve
+
+    rid = submit_run(
+        resolve(agent),
+        run_id=run_id,
+        db=db,
+        workdir=workdir,
+        outbox=outbox,
+        params=_parse_params(params),
+        limits=_limits(engine),
+        model=engine["model"],
+        launch=Launch.from_options(engine),
+    )
+    click.echo(rid)
+
+
+@cli.command()
+@db_option
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="Runs worked on at once, each in an engine process of its own.",
+)
+@click.option(
+    "--lease-seconds",
+    type=float,
+    default=None,
+    help="Lease of this worker's claims and engines (default 15): how long another host waits "
+    "for a silent one before taking its runs over.",
+)
+@click.option("--agents", default=None, metavar="SPEC,...", help="Claim runs of these agents only.")
+@click.option(
+    "--run-prefix",
+    default="",
+    metavar="PREFIX",
+    help="Claim only runs whose id starts with PREFIX (the worker storm's own runs in a shared log).",
+)
+@click.option(
+    "--drain", is_flag=True, help="Exit 0 once no run is left to claim and its engines are done."
+)
+@click.option(
+    "--poll",
+    type=Seconds(0.01, 60),
+    default=0.2,
+    show_default=True,
+    help="Seconds between looks at the queue when idle.",
+)
+@click.option(
+    "--grace",
+    type=Seconds(0, 3600),
+    default=30.0,
+    show_default=True,
+    help="On SIGTERM: seconds the engines get to stop at a safe point before they are killed.",
+)
+@_guard
+def worker(
+    db: LogLocation | None,
+    concurrency: int,
+    lease_seconds: float | None,
+    agents: str | None,
+    run_prefix: str,
+    drain: bool,
+    poll: float,
+    grace: float,
+) -> None:
+    """Run queued runs, and runs whose engine is gone, until stopped (SIGTERM: exit 0).
+
+    Many workers, on one host or many, may share one log. Exit 0 when stopped by a signal (or
+    drained), 2 on bad usage, 1 when the log cannot be written.
+    """
+    from steplog.control.worker import Worker
+    from steplog.log.db import default_db_path
+    from steplog.log.lease import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
+    from steplog.policies import check_seconds
+    from steplog.runtime.agent import resolve
+
+    lease = DEFAULT_LEASE_SECONDS if lease_seconds is None else lease_seconds
+    check_seconds("--lease-seconds", lease, zero_ok=False, most=MAX_LEASE_SECONDS)
+    _check_tracing()  # its engines would each refuse them
+    specs = [resolve(a.strip()).default_spec() for a in (agents or "").split(",") if a.strip()]
+    if agents is not None and not specs:
+        raise UsageError(
+            "--agents needs at least one agent spec, e.g. --agents demo,my_pkg.agent:main"
+        )
+    sys.exit(
+        Worker(
+            db or default_db_path(),
+            concurrency=concurrency,
+            lease_seconds=lease,
+            agents=specs,
+            run_prefix=run_prefix,
+            drain=drain,
+            poll=poll,
+            grace=grace,
+        ).run()
+    )
+
+
+def _check_tracing() -> None:
+    """Tracing settings an engine would refuse (``otelenv.check_environment``), refused before
+    a command that then runs one writes anything (``run`` is checked by the engine itself)."""
+    from steplog.tracing.env import check_environment
+
+    check_environment()
+
+
+def _drive_engine(go: Callable[[], Any]) -> Any:
+    try:
+        return go()
+    except KeyboardInterrupt:
+        # SIGTERM, SIGINT and SIGHUP stop the engine at a safe point (``steplog.log.interrupts``); the
+        # lease is released, so the same command resumes at once.
+        from steplog.errors import EXIT_STOPPED
+
+        _fail(
+            "stopped by a signal; run the same command to resume from the last checkpoint",
+            EXIT_STOPPED,
+        )
+
+
+def _report(outcome: Any, db: LogLocation | None) -> None:
+    """Print how the run ended and exit with its code (README "Command line": the exit table;
+    ``errors.EXIT_MEANINGS`` has them in words)."""
+    from steplog.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_GAVE_UP, EXIT_WAITING
+
+    rid = outcome.run_id
+    if outcome.status == "succeeded":
+        click.echo(f"run {rid} succeeded: {json.dumps(outcome.result, ensure_ascii=False)}")
+        return
+    if outcome.status == "waiting":
+        where = f" --db {db}" if db else ""
+        click.echo(
+            f"run {rid} is waiting for signal {outcome.reason!r}; send it with "
+            f"`steplog signal {rid} {outcome.reason} --data JSON{where}`, then run the same command"
+        )
+        sys.exit(EXIT_WAITING)
+    verb = {"gave_up": "gave up", "cancelled": "was cancelled"}.get(outcome.status, "failed")
+    click.echo(f"run {rid} {verb}: {outcome.reason}")
+    sys.exit(
+        {"gave_up": EXIT_GAVE_UP, "cancelled": EXIT_CANCELLED}.get(outcome.status, EXIT_FAILED)
+    )
+
+
+def _open_for_reading(db: LogLocation | None) -> Any:
+    from steplog.log.db import open_readonly
+
+    path = _log_path({"db": db})
+    return path, open_readonly(path, one_shot=True)
+
+
+@cli.command()
+@click.argument("run_id")
+@db_option
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON object: run_id, agent, status, reason, result, "
+    "steps_committed, step_executions (beyond steps_committed: work redone), "
+    "incarnations, budget (used and limit of each), workdir, outbox; "
+    "forked_from, waiting_for and blocked when they apply.",
+)
+@_guard
+def status(run_id: str, db: LogLocation | None, as_json: bool) -> None:
+    """Show one run."""
+    from steplog.log.integrity import probe, refusing_damage
+    from steplog.log.status import run_status
+
+    path, conn = _open_for_reading(db)
+    try:
+        with refusing_damage(path):
+            probe(conn, path, run_id)
+            s = run_status(conn, run_id, db=path)
+    finally:
+        conn.close()
+    if as_json:
+        click.echo(json.dumps(s, ensure_ascii=False))
+        return
+    click.echo(_describe(s))
+
+
+def _describe(s: dict[str, Any]) -> str:
+    def fmt(b: dict[str, Any]) -> str:
+        return f"{b['used']}" + (f"/{b['limit']}" if b["limit"] is not None else "")
+
+    budget = s["budget"]
+    # Executions beyond the committed steps are retries after errors, steps cut short by a stop,
+    # a kill or a wait, and the step in progress: `steplog verdict` tells which were redone by kills.
+    extra = s["step_executions"] - s["steps_committed"]
+    beyond = (
+        f" ({extra} beyond the committed: retries, interrupted or in progress)" if extra > 0 else ""
+    )
+    engine = {
+        "gone": " (its engine is gone: run the same command to resume)",
+        "none": " (no engine holds it: run the same command to resume)",
+    }
+    state = s["status"] + (f" for signal {s['waiting_for']!r}" if s["status"] == "waiting" else "")
+    state += engine.get(s["engine"], "") if s["status"] in ("running", "waiting") else ""
+    if "forked_from" in s:
+        state += (
+            f"  (forked from {s['forked_from']['run_id']} at step {s['forked_from']['at_step']})"
+        )
+    if s.get("worker"):
+        state += f"  (worker {s['worker']['host']}:{s['worker']['pid']})"
+    return (
+        f"{s['run_id']}  {s['agent']}  {state}"
+        + (f" ({s['reason']})" if s["reason"] else "")
+        + f"\n  steps {fmt(budget['steps'])}  executions {s['step_executions']}{beyond}"
+        + f"  incarnations {s['incarnations']}"
+        + f"\n  tokens {fmt(budget['tokens'])}"
+        + (" (estimated)" if budget["tokens"]["estimated"] else "")
+        + f"  cost ${fmt(budget['cost_usd'])}  seconds {fmt(budget['seconds'])}"
+    )
+
+
+@cli.command()
+@db_option
+@click.option(
+    "--json", "as_json", is_flag=True, help="A JSON list of status objects, newest first."
+)
+@_guard
+def runs(db: LogLocation | None, as_json: bool) -> None:
+    """List the runs in the log."""
+    from steplog.log.integrity import probe, refusing_damage
+    from steplog.log.status import all_runs
+
+    path, conn = _open_for_reading(db)
+    try:
+        with refusing_damage(path):
+            probe(conn, path, None)
+            rows = all_runs(conn)
+    finally:
+        conn.close()
+    if as_json:
+        click.echo(json.dumps(rows, ensure_ascii=False))
+        return
+    if not rows:
+        click.echo("no runs yet")
+    for s in rows:
+        state = (
+            "stopped"
+            if s["status"] == "running" and s["engine"] in ("gone", "none")
+            else s["status"]
+        )
+        worker = f"  worker {s['worker']['host']}:{s['worker']['pid']}" if s.get("worker") else ""
+        click.echo(
+            f"{s['run_id']:<28} {s['agent']:<20} {state:<10} steps {s['steps_committed']:>5}"
+            f"  incarnations {s['incarnations']}{worker}"
+        )
+
+
+@cli.command()
+@click.argument("run_id")
+@db_option
+@click.option(
+    "--outbox",
+    default=None,
+    metavar="URL|FILE",
+    help="Read the run's deliveries here (default: the URL the run recorded, else outbox.db beside the log).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON object: verdict (PASS, FAIL, UNTESTED or RUNNING), explanation, "
+    "kills, redone, duplicates, missing, deliveries, checks (name, passed, "
+    "evidence, source), resume_latency.",
+)
+@_guard
+def verdict(run_id: str, db: LogLocation | None, outbox: str | None, as_json: bool) -> None:
+    """Did RUN_ID survive its kills? The monitor's verdict strip, from the command line.
+
+    Exit 1 on FAIL, else 0 (PASS, UNTESTED, RUNNING).
+    """
+    from steplog.log.integrity import probe, refusing_damage
+    from steplog.verdict.judge import verdict_of
+
+    path, conn = _open_for_reading(db)
+    try:
+        with refusing_damage(path):
+            probe(conn, path, run_id)
+    finally:
+        conn.close()
+    with refusing_damage(path):
+        v = verdict_of(path, run_id, outbox=outbox, one_shot=True)
+    if as_json:
+        click.echo(json.dumps(v.summary_json(), ensure_ascii=False))
+    else:
+        click.echo(
+            f"{v.label}  {run_id} ({'outcome ' if v.passed is not None else ''}{v.status}): {v.explanation}"
+        )
+        for c in v.checks:
+            mark = {True: "ok  ", False: "FAIL", None: "--  "}[c.ok]
+            click.echo(f"  {mark} {c.name}: {c.detail}  [{c.source}]")
+    sys.exit(1 if v.label == "FAIL" else 0)
+
+
+@cli.command()
+@db_option
+@_guard
+def check(db: LogLocation | None) -> None:
+    """Check the log's integrity (read-only): "ok" and what it holds, or what is wrong (exit 2)."""
+    from steplog.errors import CorruptDatabase
+    from steplog.log.integrity import check as check_log
+
+    report = check_log(_log_path({"db": db}))
+    if not report.ok:
+        for problem in report.problems:
+            click.echo(problem)
+        raise CorruptDatabase(report.summary())
+    click.echo(report.summary())
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="0 picks a free port.",
+)
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The outbox's own SQLite file (default: outbox.db in the user data directory).",
+)
+@click.option(
+    "--port-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the bound port number here once listening.",
+)
+@click.option(
+    "--delay", type=Seconds(0, 3600), default=0.0, help="Seconds each delivery takes (tests)."
+)
+@_guard
+def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay: float) -> None:
+    """Run the outbox: an idempotent messages service on HOST:PORT."""
+    from steplog.outbox import serve
+    from steplog.outbox.server import default_db_path
+
+    where = db or default_db_path()
+    url_host = f"[{host}]" if ":" in host else host
+
+    def ready(bound: int) -> None:
+        click.echo(
+            f"steplog outbox listening on http://{url_host}:{bound} (ledger in {where}); "
+            f"run agents with --outbox http://{url_host}:{bound}; Ctrl-C stops it"
+        )
+
+    serve(host=host, port=port, db=where, port_file=port_file, delay=delay, ready=ready)
+
+
+@cli.command()
+@click.argument("agent")
+@click.option(
+    "--kills",
+    type=click.IntRange(min=0),
+    default=30,
+    show_default=True,
+    help="SIGKILLs in the storm, at seeded random moments over the whole run (0: no storm).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the kill moments.")
+@click.option(
+    "--sweep", is_flag=True, help="Also crash once at every crash point of every step, and resume."
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON object (the verdict and run metadata)."
+)
+@click.option(
+    "--junit",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write a JUnit XML file: one testcase per check, one per sweep case.",
+)
+@click.option(
+    "--param", "params", multiple=True, metavar="KEY=VALUE", help="An agent parameter (repeatable)."
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Sweep cases run at once.",
+)
+@click.option(
+    "--time-limit",
+    type=Seconds(1, 7 * 86_400),
+    default=600.0,
+    show_default=True,
+    help="Seconds allowed for each of the reference, the storm and the sweep.",
+)
+@click.option(
+    "--keep",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Keep every run's log, workdir and outbox in this folder (default: a temp folder, removed).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The worker storm instead: --runs queued runs, this many `steplog worker`s sharing them, "
+    "--kills of whole workers (SIGKILL, then a new worker).",
+)
+@click.option(
+    "--runs",
+    type=click.IntRange(min=1),
+    default=30,
+    show_default=True,
+    help="Runs queued for the worker storm (with --workers).",
+)
+@click.option(
+    "--db",
+    type=_LogParam(),
+    default=None,
+    help="Run the kill test's runs in this PostgreSQL log (postgresql://USER@HOST:PORT/DBNAME), each under "
+    "its own run id (default: a SQLite file per run, in the kill test's folder). With --workers: "
+    "new runs with ids storm-DATE-TIME-HEX-NNN that only the storm's workers claim and only its "
+    "verdict counts; they stay in the database. Outbox and workdirs stay in the kill test's folder.",
+)
+@_guard
+def killtest(
+    agent: str,
+    kills: int,
+    seed: int,
+    sweep: bool,
+    as_json: bool,
+    junit: Path | None,
+    params: tuple[str, ...],
+    jobs: int,
+    time_limit: float,
+    keep: Path | None,
+    workers: int | None,
+    runs: int,
+    db: LogLocation | None,
+) -> None:
+    """Kill AGENT's engine again and again; PASS if nothing was duplicated, lost or redone twice.
+
+    With --workers N: kill whole workers that share a queue of --runs runs instead; PASS if every
+    run succeeded and the outbox holds every message once. Exit 0 on PASS, 1 on FAIL, 2 on bad usage.
+    """
+    from steplog.killtest.command import run_command, run_worker_storm_command
+    from steplog.log.location import PgUrl
+
+    if db is not None and not isinstance(db, PgUrl):
+        raise UsageError(
+            "killtest --db takes a postgresql:// URL; with SQLite each run of the kill test gets a file "
+            "of its own (see --keep)"
+        )
+    if workers is not None:
+        if sweep or junit is not None:
+            raise UsageError(
+                "--workers runs the worker storm, which has no --sweep or --junit; drop those"
+            )
+        sys.exit(
+            run_worker_storm_command(
+                agent,
+                workers=workers,
+                runs=runs,
+                kills=kills,
+                seed=seed,
+                as_json=as_json,
+                params=_parse_params(params),
+                time_limit=time_limit,
+                keep=keep,
+                db=db,
+            )
+        )
+    sys.exit(
+        run_command(
+            agent,
+            kills=kills,
+            seed=seed,
+            sweep=sweep,
+            as_json=as_json,
+            junit=junit,
+            params=_parse_params(params),
+            jobs=jobs,
+            time_limit=time_limit,
+            keep=keep,
+            db=db,
+        )
+    )
+
+
+def _status_list(value: str | None) -> frozenset[str] | None:
+    return None if value is None else frozenset(s.strip() for s in value.split(",") if s.strip())
+
+
+@cli.command()
+@click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
+@db_option
+@click.option(
+    "--older-than",
+    type=float,
+    default=None,
+    metavar="DAYS",
+    help="Runs finished more than DAYS ago.",
+)
+@click.option(
+    "--status",
+    "statuses",
+    default=None,
+    metavar="S,...",
+    help="Only runs in these finished statuses (default: succeeded,gave_up,failed,cancelled).",
+)
+@click.option(
+    "--keep-last",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Of the runs selected, keep the newest N.",
+)
+@click.option(
+    "--archive",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE.jsonl.gz",
+    help="First write the runs to this new file (what `steplog import` loads), fsynced.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Say what would be pruned and the space it frees; write nothing.",
+)
+@click.option(
+    "--reclaim",
+    type=click.Choice(["auto", "vacuum", "incremental", "none"]),
+    default="auto",
+    show_default=True,
+    help="How the space is given back: vacuum rewrites the log (fast; holds the write "
+    "lock), incremental frees it in short transactions, none leaves it for new rows; auto rewrites "
+    "logs keeping up to 128 MiB, else incremental.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON object: runs, rows, bytes before/after."
+)
+@_guard
+def prune(
+    run_ids: tuple[str, ...],
+    db: LogLocation | None,
+    older_than: float | None,
+    statuses: str | None,
+    keep_last: int | None,
+    archive: Path | None,
+    dry_run: bool,
+    reclaim: str,
+    as_json: bool,
+) -> None:
+    """Remove whole finished runs (never a queued, running or waiting one), then reclaim the space.
+
+    Select runs by RUN_ID and/or the options (all given criteria must hold); at least one is needed.
+    """
+    from steplog.log.db import default_db_path
+    from steplog.log.prune import FINISHED, Selection, describe
+    from steplog.log.prune import prune as prune_log
+
+    chosen = _status_list(statuses)
+    only_reclaim = reclaim != "auto"
+    if not (
+        run_ids
+        or older_than is not None
+        or chosen is not None
+        or keep_last is not None
+        or only_reclaim
+    ):
+        raise UsageError(
+            "say which runs to prune: RUN_ID..., --older-than DAYS, --status S,... or --keep-last N "
+            "(`--status succeeded` prunes every succeeded run)"
+        )
+    selection = Selection(
+        run_ids=run_ids,
+        statuses=FINISHED if chosen is None else chosen,
+        older_than_days=older_than,
+        keep_last=keep_last,
+    )
+    if only_reclaim and not (
+        run_ids or older_than is not None or chosen is not None or keep_last is not None
+    ):
+        selection = Selection(
+            statuses=frozenset()
+        )  # --reclaim alone: give space back, prune nothing
+    log = db or default_db_path()
+    if not isinstance(log, Path):
+        raise UsageError(
+            "steplog prune works on a SQLite log only, for now; on PostgreSQL, export the runs you keep "
+            "(steplog export) and delete old ones with the database's own tools"
+        )
+    report = prune_log(log, selection, archive=archive, dry_run=dry_run, reclaim=reclaim)
+    click.echo(json.dumps(report.as_json()) if as_json else describe(report))
+
+
+@cli.command(name="export")
+@click.argument("run_id")
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["jsonl"]), default="jsonl", show_default=True)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write to this new file (gzip if it ends in .gz) instead of stdout.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace the --output file if it exists (it stays whole until then).",
+)
+@_guard
+def export_run(
+    run_id: str, db: LogLocation | None, fmt: str, output: Path | None, force: bool
+) -> None:
+    """Print one finished run's whole history (run row, steps, effects, events) as JSON lines:
+    what `import` loads.
+
+    A run that has not finished is refused (exit 2): its copy could run again elsewhere.
+    """
+    from steplog.log.archive import durable_output, refuse_existing, run_lines
+    from steplog.log.integrity import probe, refusing_damage
+
+    if output is not None and not force:
+        refuse_existing(output, "steplog export", force_option="--force")  # before the log is read
+    path, conn = _open_for_reading(db)
+    lines = None
+    try:
+        with refusing_damage(path):
+            probe(conn, path, run_id)
+            lines = run_lines(conn, run_id)
+            first = next(lines)  # an unknown or unfinished run: refused before anything is written
+            if output is None:
+                _print_whole(first, lines)
+            else:
+                gz = output.suffix == ".gz"
+                with durable_output(output, compress=gz, overwrite=force) as out:
+                    out.write(first)
+                    out.writelines(lines)
+    finally:
+        if lines is not None:
+            lines.close()  # ends its read transaction while the connection is open
+        conn.close()
+
+
+def _print_whole(first: str, rest: Any) -> None:
+    """Print an export only once it has all been read: a log that fails half-way (a damaged
+    page) prints nothing, as ``-o`` leaves no file. Kept in memory up to 16 MiB, then in a
+    private temporary file."""
+    import shutil
+    import tempfile
+
+    from steplog.errors import OutputError
+
+    with tempfile.SpooledTemporaryFile(max_size=16 << 20, mode="w+", encoding="utf-8") as spool:
+        try:
+            spool.write(first)
+            spool.writelines(rest)
+            spool.seek(0)
+        except OSError as exc:
+            raise OutputError(
+                f"the export could not be held in {tempfile.gettempdir()} before "
+                f"printing ({exc.strerror or exc}); free some space there or use "
+                "-o FILE"
+            ) from None
+        shutil.copyfileobj(spool, sys.stdout)
+
+
+@cli.command(name="import")
+@click.argument("file", metavar="FILE")
+@db_option
+@_guard
+def import_file(file: str, db: LogLocation | None) -> None:
+    """Load the runs of FILE (from `export` or `prune --archive`; plain or .gz; - for stdin) into the log.
+
+    A run id the log already has is refused, and then nothing is imported.
+    """
+    from steplog.log.archive import import_runs
+    from steplog.log.db import default_db_path
+
+    path = db or default_db_path()
+    if not isinstance(path, Path):
+        raise UsageError(
+            "steplog import loads into a SQLite log only, for now; import into a file and run from there"
+        )
+    loaded = import_runs(file, path)
+    n = len(loaded)
+    click.echo(
+        f"imported {n} run{'s' if n != 1 else ''} into {path}: "
+        + ", ".join(r.run_id for r in loaded[:5])
+        + (f" and {n - 5} more" if n > 5 else "")
+    )
+    for r in loaded:
+        if r.unfinished:
+            click.echo(
+                f"steplog: run {r.run_id} was {r.unfinished} when it was archived: imported "
+                "as cancelled, so this copy never runs (fork it to carry on from a step)",
+                err=True,
+            )
+
+
+def main() -> None:
+    try:
+        cli.main(prog_name="steplog", standalone_mode=False)
+    except click.exceptions.Abort:
+        _fail("aborted", 130)
+    except click.ClickException as exc:
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "steplog"
+        _fail(
+            exc.format_message().replace("\n", " ").rstrip(".") + f"; see `{where} --help`",
+            EXIT_USAGE,
+        )
+    except SystemExit:
+        raise
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,744 @@
+"""The engine's write side of the log: every state change of one run, fenced and evented.
+
+Each public method is one write transaction (``db.RUN_WRITE``) that (1) proves this engine still holds
+the run (``UPDATE run ... WHERE incarnation = mine``; zero rows means a newer incarnation took
+over, and the transaction is rolled back and ``Fenced`` raised), (2) changes the checkpoint rows,
+and (3) appends the matching ``event`` row. A reader tailing ``event`` therefore sees every change.
+
+Raw ``sqlite3`` on purpose: this is the hot path (two commits per no-op step).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from steplog.errors import Fenced, LogWriteError, first_line
+from steplog.log import interrupts
+from steplog.log.db import RUN_WRITE, LogConnection, rollback
+from steplog.log.events import EventKind, StepStarted
+from steplog.log.lease import boot_clock
+
+if TYPE_CHECKING:
+    from steplog.log.observer import RunObserver
+
+Clock = Callable[[], float]
+
+# Every write transaction's first statement: the fence (zero rows: a newer engine has the run),
+# the budget use so far, and whether a cancel was asked for. One constant string: the statement cache then parses it once.
+_FENCE_SQL = (
+    "UPDATE run SET updated_at = ?, lease_expires = ?, lease_expires_boot = ?, used_seconds = ?, used_steps = ?,"
+    " used_tokens = ?, tokens_estimated = ?, reserved_tokens = ?, used_cost_usd = ?,"
+    " reserved_cost_usd = ?, used_retries = ?, step_executions = ? WHERE id = ? AND incarnation = ?"
+    " RETURNING cancel_requested"
+)
+
+
+def dumps(value: Any) -> str:
+    """The log's one JSON encoder. Strict JSON only: NaN and Infinity raise ``ValueError`` (like a
+    value of no JSON type raises ``TypeError``), since no other JSON reader accepts them and every
+    ``--json`` output and the monitor read back what is stored here."""
+    return json.dumps(
+        value, separators=(",", ":"), ensure_ascii=False, sort_keys=True, allow_nan=False
+    )
+
+
+def why_not_json(exc: Exception) -> str:
+    """Why ``dumps`` refused a value (``TypeError``, ``ValueError`` or ``RecursionError``), for a message."""
+    if isinstance(exc, RecursionError):
+        return "it is nested too deeply"
+    if isinstance(exc, ValueError):
+        return "it holds NaN or Infinity, which JSON cannot carry"
+    return f"{exc}"
+
+
+@dataclass
+class StepRecord:
+    """What the log knows of one step when the engine (re)starts."""
+
+    seq: int
+    name: str
+    kind: str
+    status: str
+    phase: str
+    decision: str | None
+    result: str | None
+    error: str | None
+    attempts: int
+    recoveries: int
+    incarnation: int
+
+
+class Committed(NamedTuple):
+    """A step the log has committed: on resume its recorded result is returned, nothing runs.
+
+    Kept to the four columns replay needs and built as a plain tuple: a resume loads every step
+    of the run, and at 100,000 steps the full record of each was most of the time to resume."""
+
+    seq: int
+    name: str
+    kind: str
+    result: str | None
+
+
+@dataclass
+class EffectRecord:
+    key: str
+    status: str
+    request_hash: str
+    response: str | None
+    idempotent: bool
+    kind: str = ""
+    target: str = ""
+
+
+@dataclass
+class Usage:
+    """Budget use as the run row holds it; ``seconds_base`` is what earlier incarnations used."""
+
+    steps: int = 0
+    tokens: int = 0
+    tokens_estimated: int = 0
+    reserved_tokens: int = 0
+    cost_usd: float = 0.0
+    reserved_cost_usd: float = 0.0
+    retries: int = 0
+    executions: int = 0
+    seconds_base: float = 0.0
+
+    def snapshot(self, seconds: float, *, compact: bool = False) -> dict[str, Any]:
+        """The usage an event carries. ``compact`` (the per-step events, two per step) leaves out
+        the counters that are still zero: a reader takes a missing counter as 0, and a no-op step's
+        events are then about half as big."""
+        full = {
+            "steps": self.steps,
+            "tokens": self.tokens + self.reserved_tokens,
+            "tokens_estimated": self.tokens_estimated,
+            "cost_usd": round(self.cost_usd + self.reserved_cost_usd, 9),
+            "seconds": round(seconds, 3),
+            "retries": self.retries,
+            "executions": self.executions,
+        }
+        return {k: v for k, v in full.items() if v} if compact else full
+
+
+class Journal:
+    """Writes for one run by one incarnation. Not thread-safe: the engine's main thread only."""
+
+    def __init__(
+        self,
+        conn: LogConnection,
+        run_id: str,
+        incarnation: int,
+        usage: Usage,
+        *,
+        clock: Clock = time.time,
+        monotonic: Clock = time.monotonic,
+        lease_seconds: float,
+        synchronous: str = "FULL",
+        observer: RunObserver | None = None,
+    ) -> None:
+        self.conn = conn
+        self.observer = observer
+        """Told of each change once it is committed (tracing); ``None`` costs one test per write."""
+        self.run_id = run_id
+        self.incarnation = incarnation
+        self.usage = usage
+        self._committed = dict(vars(usage))
+        """``usage``'s fields as the log holds them: restored when a write fails (see ``_tx``)."""
+        self._clock = clock
+        self._monotonic = monotonic
+        self._t0 = monotonic()
+        self._lease_seconds = lease_seconds
+        # Step-start markers are committed without fsync (synchronous=NORMAL for that one
+        # transaction): a kill cannot lose them, and the record commit that follows fsyncs the
+        # WAL, markers included. Only a power cut between the two could drop an attempt counter.
+        self._base_sync = synchronous
+        self._sync = synchronous
+        self.fenced = threading.Event()
+        self.cancel_requested: str | None = None
+        """Set when someone asked to cancel the run (seen at each write and by the heartbeat);
+        the runtime ends the run ``cancelled`` at the next step boundary."""
+        self._paused_at: float | None = None
+        self.finishing = threading.Event()
+        """Set once the terminal record is being written: nothing may stop the run any more."""
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def seconds_used(self) -> float:
+        """Active seconds: time spent waiting for a signal does not count against the budget."""
+        now = self._paused_at if self._paused_at is not None else self._monotonic()
+        return self.usage.seconds_base + (now - self._t0)
+
+    def pause_clock(self) -> None:
+        if self._paused_at is None:
+            self._paused_at = self._monotonic()
+
+    def resume_clock(self) -> None:
+        if self._paused_at is not None:
+            self._t0 += self._monotonic() - self._paused_at
+            self._paused_at = None
+
+    def _set_sync(self, level: str) -> None:
+        if level != self._sync:
+            self.conn.execute(f"PRAGMA synchronous = {level}")
+            self._sync = level
+
+    @contextmanager
+    def _tx(
+        self, *, durable: bool = True, run_sets: str = "", run_args: tuple[Any, ...] = ()
+    ) -> Iterator[LogConnection]:
+        """One fenced write transaction; ``run_sets`` adds assignments to the run-row update.
+
+        One generator, not three nested context managers: this runs twice per step."""
+        if self.fenced.is_set():
+            raise Fenced(
+                f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops"
+            )
+        conn = self.conn
+        # A stop signal waits for the end of the transaction (see ``interrupts``).
+        with interrupts.critical():
+            try:
+                self._set_sync(self._base_sync if durable else "NORMAL")
+                now = self._clock()
+                conn.execute(RUN_WRITE)  # the fence below locks the run row first
+                u = self.usage
+                args: tuple[Any, ...] = (
+                    now,
+                    now + self._lease_seconds,
+                    boot_clock() + self._lease_seconds,
+                    self.seconds_used(),
+                    u.steps,
+                    u.tokens,
+                    u.tokens_estimated,
+                    u.reserved_tokens,
+                    u.cost_usd,
+                    u.reserved_cost_usd,
+                    u.retries,
+                    u.executions,
+                    *run_args,
+                    self.run_id,
+                    self.incarnation,
+                )
+                if not run_sets:
+                    sql = _FENCE_SQL
+                elif (
+                    "lease_expires" in run_sets
+                ):  # the lease let go: one assignment per column (PostgreSQL)
+                    sql = _FENCE_SQL.replace(" lease_expires = ?,", "", 1).replace(
+                        " WHERE", ", " + run_sets + " WHERE", 1
+                    )
+                    args = args[:1] + args[2:]
+                else:
+                    sql = _FENCE_SQL.replace(" WHERE", ", " + run_sets + " WHERE", 1)
+                cur = conn.execute(sql, args)
+                rows = cur.fetchall()  # drained: a statement left active would block the COMMIT
+                mine = rows[0] if rows else None
+                if mine is not None and mine[0] is not None:
+                    self.cancel_requested = mine[0]
+                if mine is None:
+                    self.fenced.set()
+                    raise Fenced(
+                        f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops"
+                    )
+                yield conn
+                conn.execute("COMMIT")
+                self._committed = dict(vars(self.usage))  # a plain dict: this runs twice per step
+            except BaseException as exc:
+                rollback(conn)
+                # The counters the callers raised for this write were not written: forget them,
+                # or releasing the lease next (which writes them too) would record a step that
+                # was never committed.
+                vars(self.usage).update(self._committed)
+                if isinstance(exc, sqlite3.Error):
+                    raise LogWriteError(
+                        f"writing the log failed ({first_line(exc)}); nothing was half-written: "
+                        "free disk space or fix the file, then run the same command again to "
+                        "resume from the last checkpoint"
+                    ) from exc
+                raise
+
+    def _event(self, kind: str, seq: int | None, data: Mapping[str, Any]) -> None:
+        """One event in the open transaction; ``data`` is its kind's payload (``events.PAYLOADS``)."""
+        self.conn.execute(
+            "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?)",
+            (self.run_id, self._clock(), self.incarnation, kind, seq, dumps(data)),
+        )
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def begin_attempt(
+        self,
+        seq: int,
+        name: str,
+        kind: str,
+        *,
+        attempt: int,
+        recoveries: int,
+        fresh: bool,
+        durable: bool,
+        reserve_tokens: int = 0,
+        reserve_cost: float = 0.0,
+        counted: bool = True,
+    ) -> None:
+        """Commit that attempt ``attempt`` of step ``seq`` starts (and reserve its model budget).
+        ``counted=False``: a wait taken up again, which redoes nothing (not an execution)."""
+        u = self.usage
+        u.executions += int(counted)
+        u.reserved_tokens += reserve_tokens
+        u.reserved_cost_usd += reserve_cost
+        now = self._clock()
+        with self._tx(durable=durable):
+            if fresh:
+                self.conn.execute(
+                    "INSERT INTO step (run_id, seq, name, kind, status, phase, attempts, recoveries,"
+                    " started_at, incarnation) VALUES (?, ?, ?, ?, 'running', 'started', ?, ?, ?, ?)",
+                    (self.run_id, seq, name, kind, attempt, recoveries, now, self.incarnation),
+                )
+            else:
+                self.conn.execute(
+                    "UPDATE step SET status = 'running', attempts = ?, recoveries = ?, started_at = ?,"
+                    " incarnation = ?, error = NULL WHERE run_id = ? AND seq = ?",
+                    (attempt, recoveries, now, self.incarnation, self.run_id, seq),
+                )
+            # Attempt 1, no recoveries and no reservation are the common case and left out.
+            data: StepStarted = {
+                "name": name,
+                "kind": kind,
+                "usage": u.snapshot(self.seconds_used(), compact=True),
+            }
+            if attempt != 1:
+                data["attempt"] = attempt
+            if recoveries:
+                data["recoveries"] = recoveries
+            if reserve_tokens:
+                data["reserved_tokens"] = reserve_tokens
+            self._event(EventKind.STEP_STARTED, seq, data)
+        if self.observer is not None:
+            self.observer.attempt_started(seq, name, kind, attempt=attempt, recoveries=recoveries)
+
+    def count_retry(self) -> None:
+        self.usage.retries += 1
+
+    def record_decision(
+        self,
+        seq: int,
+        decision: dict[str, Any],
+        *,
+        tokens_in: int,
+        tokens_out: int,
+        tokens_cached: int,
+        estimated: bool,
+        cost: float,
+        reserved_tokens: int,
+        reserved_cost: float,
+    ) -> None:
+        """Commit the model's answer before anything acts on it; swap reservation for usage."""
+        u = self.usage
+        u.reserved_tokens -= reserved_tokens
+        u.reserved_cost_usd -= reserved_cost
+        u.tokens += tokens_in + tokens_out
+        if estimated:
+            u.tokens_estimated += tokens_in + tokens_out
+        u.cost_usd += cost
+        with self._tx():
+            self.conn.execute(
+                "UPDATE step SET phase = 'decided', decision = ?, tokens_in = ?, tokens_out = ?,"
+                " tokens_cached = ?, tokens_estimated = ?, cost_usd = ? WHERE run_id = ? AND seq = ?",
+                (
+                    dumps(decision),
+                    tokens_in,
+                    tokens_out,
+                    tokens_cached,
+                    int(estimated),
+                    cost,
+                    self.run_id,
+                    seq,
+                ),
+            )
+            self._event(
+                EventKind.DECISION_RECORDED,
+                seq,
+                {
+                    "tokens_in": tokens_in,
+                    "tokens_out": tokens_out,
+                    "estimated": estimated,
+                    "cost_usd": cost,
+                    "usage": u.snapshot(self.seconds_used()),
+                },
+            )
+        if self.observer is not None:
+            self.observer.decision_recorded(
+                seq,
+                decision,
+                tokens_in=tokens_in,
+                tokens_out=tokens_out,
+                tokens_cached=tokens_cached,
+                estimated=estimated,
+                cost=cost,
+            )
+
+    def fail_attempt(
+        self,
+        seq: int,
+        error: str,
+        *,
+        will_retry: bool,
+        release_tokens: int = 0,
+        release_cost: float = 0.0,
+    ) -> None:
+        u = self.usage
+        # A failed model call spent nothing we know of; the provider did not bill an error.
+        u.reserved_tokens -= release_tokens
+        u.reserved_cost_usd -= release_cost
+        with self._tx():
+            self.conn.execute(
+                "UPDATE step SET status = ?, error = ?, finished_at = ? WHERE run_id = ? AND seq = ?",
+                ("running" if will_retry else "failed", error, self._clock(), self.run_id, seq),
+            )
+            self._event(
+                EventKind.STEP_ATTEMPT_FAILED,
+                seq,
+                {
+                    "error": error,
+                    "will_retry": will_retry,
+                    "usage": u.snapshot(self.seconds_used()),
+                },
+            )
+        if self.observer is not None:
+            self.observer.attempt_failed(seq, error, will_retry=will_retry)
+
+    def commit_step(
+        self, seq: int, name: str, kind: str, result_json: str, *, duration: float
+    ) -> None:
+        """The checkpoint: the step's result is recorded; it will never run again."""
+        u = self.usage
+        u.steps += 1
+        with self._tx():
+            self.conn.execute(
+                "UPDATE step SET status = 'committed', phase = 'recorded', result = ?, finished_at = ?"
+                " WHERE run_id = ? AND seq = ?",
+                (result_json, self._clock(), self.run_id, seq),
+            )
+            # The name and kind are in this attempt's ``step_started`` (and the step row).
+            self._event(
+                EventKind.STEP_COMMITTED,
+                seq,
+                {
+                    "duration": round(duration, 6),
+                    "usage": u.snapshot(self.seconds_used(), compact=True),
+                },
+            )
+        if self.observer is not None:
+            self.observer.step_committed(seq)
+
+    # -- waiting for a signal ---------------------------------------------------------------
+
+    def begin_wait(self, seq: int, name: str, decision: dict[str, Any]) -> None:
+        """The run now waits for signal ``name``: status ``waiting``, the wait's deadline kept in
+        the step's decision (so a resumed engine keeps the same deadline)."""
+        # The wait's start is the first engine's, kept in the step's decision: an engine that
+        # takes the wait up again after a kill does not restart it (nor the monitor's "since").
+        since = decision.get("since") or self._clock()
+        with self._tx(
+            run_sets="status = 'waiting', waiting_for = ?, waiting_since = ?, waiting_until = ?",
+            run_args=(name, since, decision.get("deadline")),
+        ):
+            self.conn.execute(
+                "UPDATE step SET phase = 'waiting', decision = ? WHERE run_id = ? AND seq = ?",
+                (dumps(decision), self.run_id, seq),
+            )
+            self._event(
+                EventKind.WAITING,
+                seq,
+                {
+                    "signal": name,
+                    "deadline": decision.get("deadline"),
+                    "since": since,
+                    "usage": self.usage.snapshot(self.seconds_used()),
+                },
+            )
+
+    def commit_wait(
+        self,
+        seq: int,
+        name: str,
+        kind: str,
+        result_json: str,
+        *,
+        signal_id: int | None,
+        duration: float,
+    ) -> bool:
+        """Record the wait step with the signal it consumes, both in one transaction: a signal is
+        consumed exactly once however the engine dies. ``False`` if another engine consumed it
+        first (this one is then fenced anyway)."""
+        u = self.usage
+        u.steps += 1
+        now = self._clock()
+        try:
+            self._commit_wait(
+                seq, name, kind, result_json, signal_id=signal_id, duration=duration, now=now
+            )
+        except _SignalTaken:
+            u.steps -= 1
+            return False
+        if self.observer is not None:
+            self.observer.step_committed(seq)
+        return True
+
+    def _commit_wait(
+        self,
+        seq: int,
+        name: str,
+        kind: str,
+        result_json: str,
+        *,
+        signal_id: int | None,
+        duration: float,
+        now: float,
+    ) -> None:
+        u = self.usage
+        with self._tx(run_sets="status = 'running', waiting_for = NULL, waiting_since = NULL"):
+            if signal_id is not None:
+                cur = self.conn.execute(
+                    "UPDATE signal SET consumed_seq = ?, consumed_at = ? WHERE id = ? AND consumed_seq IS NULL",
+                    (seq, now, signal_id),
+                )
+                if cur.rowcount != 1:
+                    raise _SignalTaken()
+            self.conn.execute(
+                "UPDATE step SET status = 'committed', phase = 'recorded', result = ?, finished_at = ?"
+                " WHERE run_id = ? AND seq = ?",
+                (result_json, now, self.run_id, seq),
+            )
+            self._event(
+                EventKind.STEP_COMMITTED,
+                seq,
+                {
+                    "name": name,
+                    "kind": kind,
+                    "duration": round(duration, 6),
+                    "signal_id": signal_id,
+                    "usage": u.snapshot(self.seconds_used()),
+                },
+            )
+
+    # -- effects (the idempotency ledger) ---------------------------------------------------
+
+    def effect_started(
+        self,
+        key: str,
+        seq: int,
+        idx: int,
+        kind: str,
+        target: str,
+        request_hash: str,
+        idempotent: bool,
+        *,
+        again: bool,
+    ) -> None:
+        now = self._clock()
+        with self._tx():
+            if again:
+                self.conn.execute("UPDATE effect SET attempts = attempts + 1 WHERE key = ?", (key,))
+            else:
+                self.conn.execute(
+                    "INSERT INTO effect (key, run_id, seq, idx, kind, target, idempotent, status,"
+                    " request_hash, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'started', ?, ?)",
+                    (key, self.run_id, seq, idx, kind, target, int(idempotent), request_hash, now),
+                )
+            self.conn.execute(
+                "UPDATE step SET phase = 'acting' WHERE run_id = ? AND seq = ?", (self.run_id, seq)
+            )
+            self._event(
+                EventKind.EFFECT_STARTED,
+                seq,
+                {"key": key, "kind": kind, "target": target, "again": again},
+            )
+        if self.observer is not None:
+            self.observer.effect_started(seq, key, kind, target, again=again)
+
+    def effect_completed(self, key: str, seq: int, response_json: str) -> None:
+        with self._tx():
+            self.conn.execute(
+                "UPDATE effect SET status = 'completed', response = ?, completed_at = ? WHERE key = ?",
+                (response_json, self._clock(), key),
+            )
+            self._event(EventKind.EFFECT_COMPLETED, seq, {"key": key})
+        if self.observer is not None:
+            self.observer.effect_completed(seq, key)
+
+    # -- the run ----------------------------------------------------------------------------
+
+    def finish(
+        self,
+        status: str,
+        reason: str | None,
+        result_json: str | None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        """The terminal transaction: status, reason, result, and the lease released."""
+        self.finishing.set()
+        now = self._clock()
+        with self._tx(
+            run_sets="status = ?, reason = ?, result = ?, finished_at = ?, lease_pid = NULL,"
+            " lease_expires = NULL, waiting_for = NULL, waiting_since = NULL",
+            run_args=(status, reason, result_json, now),
+        ):
+            self._event(
+                EventKind.RUN_FINISHED,
+                None,
+                {
+                    "status": status,
+                    "reason": reason,
+                    **(details or {}),
+                    "usage": self.usage.snapshot(self.seconds_used()),
+                },
+            )
+        if self.observer is not None:
+            self.observer.incarnation_ended(status, reason)
+
+    def release(self) -> None:
+        """Let go of the lease without finishing (the process is stopping for another reason)."""
+        try:
+            with interrupts.shielded():  # the process is stopping already
+                with self._tx(run_sets="lease_pid = NULL, lease_expires = NULL"):
+                    self._event(
+                        EventKind.LEASE_RELEASED,
+                        None,
+                        {"usage": self.usage.snapshot(self.seconds_used())},
+                    )
+            if self.observer is not None:
+                self.observer.incarnation_ended(None, "released: the engine was stopped")
+        except (Fenced, LogWriteError, sqlite3.Error):
+            pass  # the next engine takes a dead holder's lease over anyway
+
+
+class _SignalTaken(Exception):
+    """Rolls ``commit_wait`` back: the signal was consumed in between (by a newer engine)."""
+
+
+def deaths_inside(conn: LogConnection, run_id: str, seq: int, *, current: int) -> int:
+    """How many engines died inside step ``seq``: incarnations before ``current`` that started it
+    and never ended cleanly (no ``lease_released`` or ``run_finished``). A stop (SIGTERM, cancel,
+    exit while waiting) ends cleanly: it is no death, and no poison pill. Read on the rare path of
+    resuming a step an earlier engine left running."""
+    started = {
+        i
+        for (i,) in conn.execute(
+            "SELECT DISTINCT incarnation FROM event WHERE run_id = ? AND seq = ? AND kind = ? AND incarnation < ?",
+            (run_id, seq, EventKind.STEP_STARTED, current),
+        )
+    }
+    if not started:
+        return 0
+    clean = {
+        i
+        for (i,) in conn.execute(
+            "SELECT DISTINCT incarnation FROM event WHERE run_id = ? AND kind IN (?, ?) AND incarnation < ?",
+            (run_id, EventKind.LEASE_RELEASED, EventKind.RUN_FINISHED, current),
+        )
+    }
+    return len(started - clean)
+
+
+def pending_signal(conn: LogConnection, run_id: str, name: str) -> tuple[int, str] | None:
+    """The oldest unconsumed signal ``name`` for the run: ``(id, data JSON)``."""
+    row = conn.execute(
+        "SELECT id, data FROM signal WHERE run_id = ? AND name = ? AND consumed_seq IS NULL ORDER BY id LIMIT 1",
+        (run_id, name),
+    ).fetchone()
+    return (int(row[0]), str(row[1])) if row else None
+
+
+def cancel_request(conn: LogConnection, run_id: str) -> str | None:
+    row = conn.execute("SELECT cancel_requested FROM run WHERE id = ?", (run_id,)).fetchone()
+    return row[0] if row else None
+
+
+def load_steps(conn: LogConnection, run_id: str) -> dict[int, Committed | StepRecord]:
+    """Every step of the run in two queries (never one per step): the committed ones as
+    ``Committed``, the few others (started, decided, failed) as full ``StepRecord``s."""
+    make = functools.partial(tuple.__new__, Committed)  # Committed._make without its Python frame
+    steps: dict[int, Committed | StepRecord] = {
+        r[0]: make(r)
+        for r in conn.execute(
+            "SELECT seq, name, kind, result FROM step WHERE run_id = ? AND status = 'committed'",
+            (run_id,),
+        )
+    }
+    for r in conn.execute(
+        "SELECT seq, name, kind, status, phase, decision, result, error, attempts, recoveries, incarnation"
+        " FROM step WHERE run_id = ? AND status != 'committed'",
+        (run_id,),
+    ):
+        steps[r[0]] = StepRecord(*r)
+    return steps
+
+
+def load_effect(conn: LogConnection, key: str) -> EffectRecord | None:
+    row = conn.execute(
+        "SELECT key, status, request_hash, response, idempotent FROM effect WHERE key = ?", (key,)
+    ).fetchone()
+    return EffectRecord(row[0], row[1], row[2], row[3], bool(row[4])) if row else None
+
+
+def carried_effect(
+    conn: LogConnection, forked_from: tuple[str, int], seq: int, idx: int
+) -> EffectRecord | None:
+    """The ledger row a fork carries on for effect ``idx`` of its step ``seq``, if any.
+
+    ``forked_from`` is the fork's ``(parent run, step it was forked at)``. A fork runs from that
+    step on with keys of its own, since the steps its parent *finished* there are redone as new
+    work; but a step the parent started and never committed (cancelled, stopped or killed in it,
+    or failed there) is unfinished work whose effect may already have reached its target (a POST
+    the far side answered after the engine stopped listening). That effect is carried on under
+    the parent's key, so the target deduplicates it instead of receiving it twice.
+
+    Walks up the forks: when the parent reached the step but holds no effect for it there (or
+    did not get that far), it may itself have carried its own parent's row. Stops at a committed
+    step: from there on the work was finished, and forking at or before it asks for it anew.
+    The caller checks that the effect is the same (kind, target, request); else it is a new one.
+    """
+    parent: str | None
+    parent, at = forked_from
+    seen: set[str] = set()
+    while parent is not None and seq >= at and parent not in seen:
+        seen.add(parent)
+        step = conn.execute(
+            "SELECT status FROM step WHERE run_id = ? AND seq = ?", (parent, seq)
+        ).fetchone()
+        if step is not None and step[0] == "committed":
+            return None
+        row = conn.execute(
+            "SELECT key, status, request_hash, response, idempotent, kind, target FROM effect"
+            " WHERE run_id = ? AND seq = ? AND idx = ?",
+            (parent, seq, idx),
+        ).fetchone()
+        if row is not None:
+            return EffectRecord(row[0], row[1], row[2], row[3], bool(row[4]), row[5], row[6])
+        up = conn.execute(
+            "SELECT parent_run_id, parent_step FROM run WHERE id = ?", (parent,)
+        ).fetchone()
+        if up is None or up[0] is None:
+            return None
+        parent, at = str(up[0]), int(up[1])
+    return None
+
+
+def released_effects(conn: LogConnection, run_id: str) -> set[str]:
+    """Keys of unconfirmed non-idempotent effects that ``steplog retry --force`` told the run to
+    send again (recorded with its ``retried`` events)."""
+    keys: set[str] = set()
+    for (data,) in conn.execute(
+        "SELECT data FROM event WHERE run_id = ? AND kind = ?", (run_id, EventKind.RETRIED)
+    ):
+        keys.update(json.loads(data).get("resent") or ())
+    return keys

@@ -1,0 +1,504 @@
+"""The log on PostgreSQL (psycopg 3): a connection that speaks the engine's sqlite3 subset.
+
+The engine writes SQL once, SQLite-flavoured (``?`` placeholders, ``BEGIN IMMEDIATE``, ``INSERT OR
+IGNORE``, ``PRAGMA synchronous``), against ``db.LogConnection``. ``PgConnection`` offers exactly
+that subset on PostgreSQL, so nothing above the log package knows which database it writes:
+
+- ``execute(sql, params)`` -> a cursor with ``fetchone``/``fetchall``/``rowcount``/iteration;
+  rows are tuples that are also indexable by column name (like ``sqlite3.Row``).
+- ``?`` -> ``%s``; ``INSERT OR IGNORE INTO`` -> ``INSERT INTO ... ON CONFLICT DO NOTHING``.
+- Write transactions do not take turns as on SQLite; they commit side by side (PostgreSQL's
+  group commit), and each is serialised only where it must be:
+
+  - ``db.RUN_WRITE`` (an engine's fenced step writes, a worker's claim, its hand-back): one run's
+    rows, locked row by row. The fence (``UPDATE run ... WHERE id = ? AND incarnation = ?``) or
+    ``SELECT ... FOR UPDATE [SKIP LOCKED]`` locks the run row first, so a takeover and the engine
+    it fences wait for each other, and workers claiming at once skip each other's rows.
+  - ``BEGIN IMMEDIATE`` (an engine's claim of its run, run control, migrations): also
+    ``pg_advisory_xact_lock(LOCK_KEY)``, one key per database, as SQLite's write lock. These are a
+    few per run, never per step.
+
+  Ids then no longer come in commit order: transaction A can take event id 7, B id 8, and B
+  commit first. A reader tailing "events since id N" must not read 8 and move its bookmark past 7.
+  So every write transaction first takes a *marker*: a shared advisory lock on (``ORDER_NS``,
+  the event sequence's last value), which it holds to its end; every id it takes is above its
+  marker. ``event_horizon`` reads the sequence, then the lowest marker held: ids up to the lower
+  of the two are settled (committed or gone for good). ``logread`` reads only those. Readers
+  never block writers.
+- ``PRAGMA synchronous = NORMAL`` -> the next transaction runs with ``synchronous_commit = off``
+  (a kill cannot lose it; a server crash may lose the last ones), ``FULL`` -> ``on``. Other PRAGMAs
+  are SQLite's own and refused here.
+- a NUL character in a text parameter is stored as U+FFFD (``NUL_STAND_IN``): PostgreSQL's text
+  cannot hold it.
+- psycopg errors are re-raised as subclasses of the matching ``sqlite3`` errors, so the engine's
+  ``except sqlite3.Error`` (a failed write is a ``LogWriteError``, and so on) holds on both.
+
+psycopg is imported only when a ``postgresql://`` log is opened: the SQLite path's start-up
+cost stays where it was.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from steplog.errors import CorruptDatabase, ForeignDatabase, LogError, LogUnavailable, NewerSchema
+from steplog.log.pgschema import (
+    APPLICATION,
+    META_TABLE,
+    PG_ONLY,
+    create_statements,
+    expected_tables,
+    pg_only_statements,
+    upgrade_statements,
+)
+from steplog.log.schema import SCHEMA_VERSION
+
+NUL_STAND_IN = "\ufffd"
+"""What a NUL character in a text value is stored as: PostgreSQL's ``text`` cannot hold one
+(SQLite's can). An exception message with a NUL in it is then still recorded, not a failed write."""
+
+RUN_WRITE_TAG = "run_write"
+"""In a ``BEGIN IMMEDIATE`` (``db.RUN_WRITE``): a write of one run's rows, locked row by row."""
+
+if TYPE_CHECKING:
+    import psycopg
+
+
+DIALECT = "postgresql"
+LOCK_KEY = 0x53544C47  # "STLG", as the SQLite file's application_id
+ORDER_NS = 0x53544C
+"""The markers' namespace: a marker is the advisory lock ``ORDER_NS << 40 | id`` (ids below 2**40)."""
+
+_LAST_ID = "coalesce(pg_sequence_last_value(to_regclass('event_id_seq')), 0)"
+_MARKER = f"pg_advisory_xact_lock_shared((CAST({ORDER_NS} AS bigint) << 40) | {_LAST_ID})"
+_LOWEST_MARKER = (
+    "SELECT min(((classid::bigint & 255) << 32) | objid::bigint) FROM pg_locks WHERE locktype = 'advisory'"
+    f" AND objsubid = 1 AND (classid::bigint >> 8) = {ORDER_NS}"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+CONNECT_TIMEOUT = 10
+
+
+class PgError(sqlite3.DatabaseError):
+    """A PostgreSQL error, as a ``sqlite3.DatabaseError`` (``sqlstate`` says which)."""
+
+    sqlstate: str | None = None
+
+
+class PgOperationalError(PgError, sqlite3.OperationalError):
+    """Connection lost, server shutting down, lock or statement timeout, disk full."""
+
+
+class PgIntegrityError(PgError, sqlite3.IntegrityError):
+    """A constraint or the append-only trigger refused the write."""
+
+
+_AS_SQLITE_DOES = ("42P01", "42703")
+"""Undefined table or column: SQLite's "no such table/column" is an ``OperationalError``."""
+
+
+_TRANSIENT_STATES = ("08", "40", "53", "55P03", "57", "58")
+"""SQLSTATEs after which the same work may succeed later, on a new connection: a connection
+exception, a rolled-back transaction (deadlock, serialization), insufficient resources (too
+many connections, a full disk), a lock not available, operator intervention (a shutdown or
+restart, the server starting up, a statement timeout) and a system (I/O) error."""
+
+
+def transient(exc: BaseException) -> bool:
+    """Is this PostgreSQL error the server being away for now (``db.is_transient`` asks)? An
+    operational error without a SQLSTATE is the connection's own: lost, closed or refused."""
+    if not isinstance(exc, PgOperationalError):
+        return False
+    if exc.sqlstate is None:
+        return True
+    # 57P04: the database was dropped, which no wait cures.
+    return exc.sqlstate.startswith(_TRANSIENT_STATES) and exc.sqlstate != "57P04"
+
+
+_REFUSED = ("does not exist", "authentication failed", "no pg_hba.conf entry")
+"""What a server that is up says when it refuses a connection for good: no such database or
+role, wrong password, not allowed from here. libpq gives a failed connection no SQLSTATE, only
+the server's words; said in another language they are not recognised, and the refusal is taken
+for the server being away."""
+
+
+def _wrap(exc: Exception) -> PgError:
+    import psycopg
+
+    cls: type[PgError] = PgError
+    state = getattr(exc, "sqlstate", None) or ""
+    if isinstance(exc, psycopg.IntegrityError) or state.startswith("23"):
+        cls = PgIntegrityError
+    elif (
+        isinstance(exc, psycopg.OperationalError)
+        or state.startswith(("53", "57", "08"))
+        or state in _AS_SQLITE_DOES
+    ):
+        cls = PgOperationalError
+    err = cls(str(exc).strip())
+    err.sqlstate = state or None
+    return err
+
+
+# -- rows ---------------------------------------------------------------------------------------
+
+
+class _Row(tuple[Any, ...]):
+    """A result row: a tuple, also indexable by column name (``sqlite3.Row``'s two ways)."""
+
+    __slots__ = ()
+    _index: dict[str, int] = {}
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._index[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self._index)
+
+
+@lru_cache(maxsize=256)
+def _row_class(names: tuple[str, ...]) -> type[_Row]:
+    return type("Row", (_Row,), {"__slots__": (), "_index": {n: i for i, n in enumerate(names)}})
+
+
+def _row_factory(cursor: Any) -> Callable[[Sequence[Any]], Any]:
+    desc = cursor.description
+    if desc is None:
+        return tuple
+    return _row_class(tuple(d.name for d in desc))
+
+
+# -- SQL ----------------------------------------------------------------------------------------
+
+_OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.I)
+
+
+@lru_cache(maxsize=1024)
+def translate(sql: str, with_params: bool) -> str:
+    """SQLite-flavoured SQL as PostgreSQL SQL: placeholders (outside string literals) and
+    ``INSERT OR IGNORE``. ``%`` is doubled where psycopg would read it as a placeholder."""
+    ignore = bool(_OR_IGNORE.match(sql))
+    if ignore:
+        sql = _OR_IGNORE.sub("INSERT INTO", sql, count=1)
+    if with_params:
+        out: list[str] = []
+        quoted = False
+        for ch in sql:
+            if ch == "'":
+                quoted = not quoted
+            if ch == "%":
+                out.append("%%")
+            elif ch == "?" and not quoted:
+                out.append("%s")
+            else:
+                out.append(ch)
+        sql = "".join(out)
+    if ignore:
+        returning = re.search(r"\sRETURNING\s", sql, re.I)
+        at = returning.start() if returning else len(sql.rstrip().rstrip(";"))
+        sql = sql[:at] + " ON CONFLICT DO NOTHING" + sql[at:]
+    return sql
+
+
+class _NoRows:
+    rowcount = -1
+    description = None
+
+    def fetchone(self) -> None:
+        return None
+
+    def fetchall(self) -> list[Any]:
+        return []
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+
+_NO_ROWS = _NoRows()
+
+
+class PgConnection:
+    """One psycopg connection, autocommit, with transactions begun and ended by SQL as the
+    engine's SQLite connections are (``isolation_level=None``)."""
+
+    dialect = DIALECT
+
+    def __init__(self, raw: psycopg.Connection[Any], url: str) -> None:
+        self._raw = raw
+        self.url = url
+        self.row_factory: Any = None  # accepted for sqlite3 compatibility: rows always have names
+        self._sync_off = False
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        head = sql.lstrip()[:8].upper()
+        if head.startswith("BEGIN"):
+            sql, parameters = self._begin(sql), ()
+        elif head.startswith("PRAGMA"):
+            return self._pragma(sql)
+        params = tuple(parameters) if parameters else None
+        try:
+            return self._raw.execute(translate(sql, params is not None), params)
+        except Exception as exc:
+            import psycopg
+
+            if isinstance(exc, psycopg.DataError) and params and "NUL (0x00)" in str(exc):
+                # Refused before anything was sent (adapting the parameters), so try once more.
+                return self.execute(
+                    sql,
+                    tuple(
+                        p.replace("\x00", NUL_STAND_IN) if isinstance(p, str) else p for p in params
+                    ),
+                )
+            if isinstance(exc, psycopg.Error):
+                raise _wrap(exc) from exc
+            raise
+
+    def _begin(self, sql: str) -> str:
+        """One round trip that opens the transaction with its locks (see the module docstring)."""
+        local = "SET LOCAL synchronous_commit = off; " if self._sync_off else ""
+        if "IMMEDIATE" not in sql.upper():
+            # A read transaction (an export): one snapshot for all its statements, as in SQLite.
+            return f"BEGIN ISOLATION LEVEL REPEATABLE READ; {local}".rstrip("; ")
+        if RUN_WRITE_TAG in sql:
+            return f"BEGIN; {local}SELECT {_MARKER}"
+        return f"BEGIN; {local}SELECT {_MARKER}, pg_advisory_xact_lock({LOCK_KEY})"
+
+    def _pragma(self, sql: str) -> Any:
+        m = re.fullmatch(r"\s*PRAGMA\s+synchronous\s*=\s*(\w+)\s*;?\s*", sql, re.I)
+        if not m:
+            raise PgError(f"{sql.strip()!r} is SQLite's; this log is on PostgreSQL")
+        self._sync_off = m.group(1).upper() in ("NORMAL", "OFF", "0", "1")
+        return _NO_ROWS  # applied with the next BEGIN: no round trip of its own
+
+    @property
+    def in_transaction(self) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        return self._raw.info.transaction_status in (
+            TransactionStatus.INTRANS,
+            TransactionStatus.INERROR,
+        )
+
+    def close(self) -> None:
+        self._raw.close()
+
+    def __enter__(self) -> PgConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _NumericLoader:
+    """``numeric`` (what ``SUM`` of integers gives) as ``int`` when whole, else ``float``, as
+    SQLite returns them; ``Decimal`` would reach ``json.dumps`` and fail there."""
+
+    @staticmethod
+    def make(base: Any) -> Any:
+        class Loader(base):  # type: ignore[misc]
+            def load(self, data: Any) -> Any:
+                text = bytes(data).decode()
+                try:
+                    return int(text)
+                except ValueError:
+                    return float(text)
+
+        return Loader
+
+
+def load_driver() -> None:
+    """Import psycopg and the parts of it a connection loads on first use."""
+    import psycopg  # noqa: F401
+    import psycopg.pq  # noqa: F401
+    import psycopg.types.numeric  # noqa: F401
+
+
+def connect(url: str) -> PgConnection:
+    """A plain connection (no validation): the heartbeat's, and the one ``open_log`` checks."""
+    import psycopg
+    from psycopg.types.numeric import NumericLoader
+
+    try:
+        raw = psycopg.connect(
+            str.__str__(url),
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT,
+            row_factory=_row_factory,
+        )
+    except (psycopg.Error, ValueError) as exc:  # ValueError: a URL Python cannot decode
+        # Away for now (refused, starting up, too many connections) or wrong (no such database,
+        # bad password, a URL that cannot be decoded): both exit 2 from a command, but a worker
+        # waits out only the first.
+        away = (
+            isinstance(exc, psycopg.Error)
+            and transient(_wrap(exc))
+            and not any(words in str(exc) for words in _REFUSED)
+        )
+        cls = LogUnavailable if away else LogError
+        raise cls(
+            f"cannot connect to {url} ({_first_line(exc)}); check that the server runs, the "
+            "database exists and the user may log in (PGPASSWORD or ~/.pgpass for a "
+            "password)"
+        ) from exc
+    raw.adapters.register_loader("numeric", _NumericLoader.make(NumericLoader))
+    return PgConnection(raw, url)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+# -- validation and migrations ------------------------------------------------------------------
+
+
+def tables(conn: PgConnection) -> set[str]:
+    return {
+        r[0]
+        for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+    }
+
+
+def _read_version(conn: PgConnection, url: str) -> int:
+    """The schema version of the database behind ``conn`` (0: empty, new); refuses foreign,
+    newer and incomplete ones. Reads only."""
+    return _read_state(conn, url)[0]
+
+
+def _read_state(conn: PgConnection, url: str) -> tuple[int, int]:
+    """(schema version, PostgreSQL-only steps done: ``pgschema.PG_ONLY``), as ``_read_version``."""
+    present = tables(conn)
+    if META_TABLE not in present:
+        if not present:
+            return 0, 0
+        raise ForeignDatabase(
+            f"{url} is a PostgreSQL database but not a steplog log (tables: {', '.join(sorted(present)[:5])}); "
+            "it was left untouched: point --db at a steplog log or a new, empty database"
+        )
+    meta = dict(conn.execute(f"SELECT key, value FROM {META_TABLE}").fetchall())
+    if meta.get("application") != APPLICATION or not str(meta.get("schema_version", "")).isdigit():
+        raise ForeignDatabase(
+            f"{url} has a {META_TABLE} table that steplog did not write; it was left untouched: "
+            "point --db at a steplog log or a new, empty database"
+        )
+    version = int(meta["schema_version"])
+    if version > SCHEMA_VERSION:
+        raise NewerSchema(
+            f"{url} was written by a newer steplog (schema {version}, this one knows "
+            f"{SCHEMA_VERSION}); upgrade steplog to use it"
+        )
+    missing = expected_tables(version) - present
+    if missing:
+        raise CorruptDatabase(
+            f"{url} is a steplog log (schema {version}) without its table(s) "
+            f"{', '.join(sorted(missing))}; it was left untouched: restore it from a backup "
+            "or point --db at a new database"
+        )
+    pg_only = str(meta.get("pg_only", "0"))
+    return version, int(pg_only) if pg_only.isdigit() else 0
+
+
+def inspect(url: str) -> int:
+    """Check a database read-only and return its schema version (0 = empty, new)."""
+    conn = connect(url)
+    try:
+        return _read_version(conn, url)
+    finally:
+        conn.close()
+
+
+def _migrate(conn: PgConnection, url: str) -> None:
+    """Bring the log to ``SCHEMA_VERSION`` in one transaction under the write lock (DDL is
+    transactional here: a failed migration leaves nothing behind)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version, pg_only = _read_state(
+            conn, url
+        )  # again, under the lock: another engine may have done it
+        if version < SCHEMA_VERSION:
+            for statement in create_statements() if version == 0 else upgrade_statements(version):
+                conn.execute(statement)
+        if version > 0:
+            for statement in pg_only_statements(pg_only):
+                conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+IDLE_IN_TRANSACTION_S = 30
+"""A writer's transaction never waits on anything but the server (no agent code runs inside
+one); one idle longer belongs to a frozen process. The server then ends that session, which
+releases its locks and its marker, which would otherwise hold every reader's horizon back."""
+
+
+def open_log(url: str) -> PgConnection:
+    """Open (creating the schema if the database is empty) a log for writing."""
+    conn = connect(url)
+    try:
+        conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'")
+        version, pg_only = _read_state(conn, url)
+        if version < SCHEMA_VERSION or pg_only < len(PG_ONLY):
+            _migrate(conn, url)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def open_readonly(url: str) -> PgConnection:
+    """Open an existing log for reading; every transaction of this connection is READ ONLY."""
+    conn = connect(url)
+    try:
+        version = _read_version(conn, url)
+        if version == 0:
+            raise ForeignDatabase(
+                f"{url} is an empty database, not a steplog log; run an agent with --db {url} first"
+            )
+        conn.execute("SET default_transaction_read_only = on")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def event_horizon(conn: PgConnection) -> int:
+    """The highest event id a reader may read up to now: every event at or below it is settled
+    (committed, or never to be), so none can appear later under an id already passed.
+
+    Two statements, in this order: the sequence first, then the markers. A writer that takes its
+    marker after the second read takes ids above the first; one that held its marker before is
+    seen. Each statement must see data committed since the last (``READ COMMITTED``: the readers'
+    connections are in autocommit)."""
+    last = int(conn.execute(f"SELECT {_LAST_ID}").fetchone()[0])
+    lowest = conn.execute(_LOWEST_MARKER).fetchone()[0]
+    return last if lowest is None else min(last, int(lowest))
+
+
+def primary_key(conn: PgConnection, table: str) -> list[str]:
+    """The table's primary key columns, in key order."""
+    rows = conn.execute(
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
+        " WHERE i.indrelid = to_regclass(?) AND i.indisprimary ORDER BY array_position(i.indkey::int2[], a.attnum)",
+        (table,),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def has_column(conn: PgConnection, table: str, column: str) -> bool:
+    return (
+        conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+            " AND table_name = ? AND column_name = ?",
+            (table, column),
+        ).fetchone()
+        is not None
+    )

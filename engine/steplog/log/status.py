@@ -1,0 +1,173 @@
+"""Reading runs back: the ``steplog status --json`` object, from the log, read-only.
+
+Import-light on purpose (the engine imports ``TERMINAL`` and ``outcome_error`` from here).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+from steplog.errors import Cancelled, GaveUp, RunFailed, RunStopped, UnknownRun
+
+if TYPE_CHECKING:
+    from steplog.log.db import LogConnection
+    from steplog.log.location import LogLocation
+
+STATUSES = ("queued", "running", "waiting", "succeeded", "gave_up", "failed", "cancelled")
+TERMINAL = frozenset({"succeeded", "gave_up", "failed", "cancelled"})
+ACTIVE = frozenset({"queued", "running", "waiting"})
+"""Not finished: an engine may work on these (resume them with the same command)."""
+
+
+def outcome_error(run_id: str, status: str, reason: str | None) -> RunStopped:
+    """The exception that stands for a terminal non-success status."""
+    cls = {"gave_up": GaveUp, "cancelled": Cancelled}.get(status, RunFailed)
+    return cls(reason or status, run_id=run_id)
+
+
+_SELECT = (
+    "SELECT id, agent, model, status, reason, result, workdir, outbox, params, used_steps, step_executions,"
+    " incarnation, limit_steps, limit_tokens, limit_seconds, limit_cost_usd, used_tokens + reserved_tokens,"
+    " tokens_estimated, used_seconds, used_cost_usd + reserved_cost_usd, used_retries, limit_retries,"
+    " created_at, updated_at, finished_at, lease_pid, lease_host, {control}, {queue} FROM run"
+)
+_CONTROL = "parent_run_id, parent_step, waiting_for, waiting_since"
+_NO_CONTROL = "NULL, NULL, NULL, NULL"  # a schema-1 log read without migrating it (read-only)
+_QUEUE = "worker_host, worker_pid"
+_NO_QUEUE = "NULL, NULL"  # a schema-1 or -2 log read without migrating it
+
+
+def _select_sql(conn: LogConnection) -> str:
+    from steplog.log.db import has_column
+
+    return _SELECT.format(
+        control=_CONTROL if has_column(conn, "run", "parent_run_id") else _NO_CONTROL,
+        queue=_QUEUE if has_column(conn, "run", "worker_pid") else _NO_QUEUE,
+    )
+
+
+def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
+    (
+        rid,
+        agent,
+        model,
+        status,
+        reason,
+        result,
+        workdir,
+        outbox,
+        params,
+        steps,
+        executions,
+        incarnation,
+        l_steps,
+        l_tokens,
+        l_seconds,
+        l_cost,
+        tokens,
+        tokens_est,
+        seconds,
+        cost,
+        retries,
+        l_retries,
+        created,
+        updated,
+        finished,
+        lease_pid,
+        lease_host,
+        parent,
+        parent_step,
+        waiting_for,
+        waiting_since,
+        worker_host,
+        worker_pid,
+    ) = r
+    out: dict[str, Any] = {
+        "run_id": rid,
+        "agent": agent,
+        "model": model or "offline",
+        "status": status,
+        "reason": reason,
+        "result": json.loads(result) if result else None,
+        "steps_committed": steps,
+        "step_executions": executions,
+        "incarnations": incarnation,
+        "budget": {
+            "steps": {"used": steps, "limit": l_steps},
+            "tokens": {"used": tokens, "limit": l_tokens, "estimated": tokens_est},
+            "seconds": {"used": round(seconds, 3), "limit": l_seconds},
+            "cost_usd": {"used": round(cost, 9), "limit": l_cost},
+            "retries": {"used": retries, "limit": l_retries},
+        },
+        "params": json.loads(params),
+        "workdir": workdir,
+        "outbox": outbox,
+        "created_at": created,
+        "updated_at": updated,
+        "finished_at": finished,
+        "lease_pid": lease_pid,
+        "engine": _engine(status, lease_pid, lease_host),
+        # The worker (steplog worker) that has the run, or for a finished run the one that ran it last.
+        "worker": {"host": worker_host, "pid": worker_pid} if worker_pid is not None else None,
+    }
+    if parent is not None:
+        out["forked_from"] = {"run_id": parent, "at_step": parent_step}
+    if status == "waiting":
+        out["waiting_for"] = waiting_for
+        out["waiting_since"] = waiting_since
+    return out
+
+
+def _engine(status: str, pid: int | None, host: str | None) -> str:
+    """Who is working on the run: "live", "gone" (its engine died: run the same command to
+    resume), "none" (no engine holds it), or "remote" (another host; only its lease says)."""
+    if status in TERMINAL or pid is None:
+        return "none"
+    import socket
+
+    if host != socket.gethostname():
+        return "remote"
+    from steplog.log.lease import process_alive
+
+    return "live" if process_alive(pid) else "gone"
+
+
+def run_status(
+    conn: LogConnection, run_id: str, *, db: LogLocation | None = None
+) -> dict[str, Any]:
+    row = conn.execute(_select_sql(conn) + " WHERE id = ?", (run_id,)).fetchone()
+    if row is None:
+        where = f" in {db}" if db else ""
+        raise UnknownRun(
+            f"no run {run_id!r}{where}{_pruned(conn, run_id)}; `steplog runs` lists the runs there"
+        )
+    return _as_status(row)
+
+
+def _pruned(conn: LogConnection, run_id: str) -> str:
+    """ ", pruned at T (archived to F: `steplog import F` brings it back)" when ``steplog prune`` removed it."""
+    try:
+        row = conn.execute(
+            "SELECT pruned_at, archive FROM pruned WHERE run_id = ? AND state = 'done'"
+            " ORDER BY id DESC LIMIT 1",
+            (run_id,),
+        ).fetchone()
+    except sqlite3.OperationalError:
+        return ""  # a log from before pruning existed
+    if row is None:
+        return ""
+    import time
+
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row[0]))
+    kept = f" (archived to {row[1]}: `steplog import {row[1]}` brings it back)" if row[1] else ""
+    return f": it was pruned at {when}{kept}"
+
+
+def all_runs(conn: LogConnection) -> list[dict[str, Any]]:
+    """Every run, newest first."""
+    return [
+        _as_status(r)
+        for r in conn.execute(_select_sql(conn) + " ORDER BY created_at DESC, id DESC")
+    ]

@@ -1,0 +1,926 @@
+"""``Run``: what agent code calls. Every ``run.*`` call is one step with a sequence number.
+
+On resume the agent function is re-entered from the top; a step the log has committed returns its
+recorded result without running, and the first unfinished step runs. The order inside a step is
+*decide (commit), act (ledgered, keyed), record (commit)*; see DESIGN.md "One step".
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Generator, Iterable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from steplog.errors import (
+    Cancelled,
+    Fenced,
+    GaveUp,
+    NeedsReconciliation,
+    NonDeterminism,
+    RunFailed,
+    RunStopped,
+    RunWaiting,
+    SteplogError,
+    StorageExhausted,
+    UsageError,
+    WaitTimeout,
+)
+from steplog.llm.base import ChatModel, ChatReply, Estimate, Message
+from steplog.log import interrupts
+from steplog.log.journal import (
+    Committed,
+    EffectRecord,
+    Journal,
+    StepRecord,
+    cancel_request,
+    carried_effect,
+    deaths_inside,
+    dumps,
+    load_effect,
+    pending_signal,
+    released_effects,
+    why_not_json,
+)
+from steplog.policies import Budget, RetryPolicy
+from steplog.runtime import crashpoints, effects
+from steplog.runtime.redact import redact
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_current: ContextVar[StepContext | None] = ContextVar("steplog_step", default=None)
+
+
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS}
+
+
+def _in_step(ctx: StepContext, fn: Callable[[Any], Any], item: Any) -> Any:
+    """A ``run.map`` body on a pool thread: ``current_key()`` works inside it as in any step."""
+    _current.set(ctx)
+    try:
+        return fn(item)
+    finally:
+        _current.set(None)
+
+
+def _drive_parallel(
+    run: Run,
+    fn: Callable[[Any], Any],
+    todo: list[tuple[int, str, Any, int, StepRecord | None]],
+    results: list[Any],
+    concurrency: int,
+) -> None:
+    """Drive several steps' attempt protocols at once from this thread; bodies (and the pauses
+    between retries) run on a pool of ``concurrency`` threads."""
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="steplog-map")
+    active: dict[
+        Future[Any], tuple[int, Generator[StepContext | float, tuple[bool, Any], Any], Any]
+    ] = {}
+    queue = list(reversed(todo))
+
+    def submit(
+        i: int,
+        attempts: Generator[StepContext | float, tuple[bool, Any], Any],
+        order: StepContext | float,
+        item: Any,
+    ) -> None:
+        future = (
+            pool.submit(_in_step, order, fn, item)
+            if isinstance(order, StepContext)
+            else pool.submit(time.sleep, order)
+        )
+        active[future] = (i, attempts, item)
+
+    try:
+        while queue or active:
+            while queue and len(active) < concurrency:
+                i, step_name, item, seq, prior = queue.pop()
+                attempts = run._attempts(seq, step_name, "call", prior, None)
+                submit(i, attempts, next(attempts), item)
+            finished, _ = wait(list(active), return_when=FIRST_COMPLETED)
+            for future in finished:
+                i, attempts, item = active.pop(future)
+                exc = future.exception()
+                try:
+                    order = attempts.send(
+                        (False, exc) if exc is not None else (True, future.result())
+                    )
+                except StopIteration as done:
+                    results[i] = done.value
+                    continue
+                submit(i, attempts, order, item)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def storage_problem(exc: BaseException) -> str | None:
+    """A full disk, a quota or an I/O error behind ``exc`` (an ``OSError``, or SQLite's own words
+    for them from a merge), in a few words; ``None`` for any other failure."""
+    for e in (exc, exc.__cause__, exc.__context__):
+        if isinstance(e, OSError) and e.errno in _STORAGE_ERRNOS:
+            where = f": {e.filename}" if e.filename else ""
+            return f"{e.strerror or os.strerror(e.errno or 0)}{where}"
+        if isinstance(e, sqlite3.OperationalError) and any(
+            w in str(e) for w in ("database or disk is full", "disk I/O error", "readonly database")
+        ):
+            return f"SQLite: {e}"
+    return None
+
+
+def effect_key(run_id: str, seq: int, idx: int = 0) -> str:
+    """The idempotency key of effect ``idx`` of step ``seq``: a pure function, never random."""
+    key = f"{run_id}:{seq}" if idx == 0 else f"{run_id}:{seq}.{idx}"
+    if crashpoints.broken("unstable_keys"):  # TEST-ONLY broken engine: a new key per process
+        key += f"~{os.getpid()}"
+    return key
+
+
+def current_key() -> str:
+    """The stable idempotency key of the step being executed (for effects you make yourself)."""
+    ctx = _current.get()
+    if ctx is None:
+        raise UsageError("steplog.current_key() works only inside a step function (run.step(...))")
+    return effect_key(ctx.run.id, ctx.seq)
+
+
+@dataclass(frozen=True)
+class EffectCall:
+    """One effect step, apart from how it is driven: its step name and kind, the ledger's kind
+    and target, the request's digest, and the act itself (``do(key)``)."""
+
+    name: str
+    step_kind: str
+    kind: str
+    target: str
+    request_hash: str
+    do: Callable[[str], Any]
+    idempotent: bool = True
+
+
+@dataclass
+class StepContext:
+    run: Run
+    seq: int
+    name: str
+    decided: bool = False
+    _next_effect: int = field(default=0)
+
+    def effect(
+        self,
+        kind: str,
+        target: str,
+        request_hash: str,
+        do: Callable[[str], Any],
+        *,
+        idempotent: bool = True,
+    ) -> Any:
+        """One ledgered effect: "started" committed, done with its key, "completed" committed.
+
+        A cancel that comes meanwhile waits for the act and its record (``interrupts.acting``):
+        the run then ends ``cancelled`` with this step unfinished and the ledger knowing the
+        far side's answer, instead of a request sent and its outcome lost."""
+        key, done = self.effect_begin(kind, target, request_hash, idempotent=idempotent)
+        if done is not None:
+            return done[0]
+        with interrupts.acting():
+            return self.effect_end(key, do(key))
+
+    def effect_begin(
+        self, kind: str, target: str, request_hash: str, *, idempotent: bool = True
+    ) -> tuple[str, tuple[Any] | None]:
+        """The log's half before the act: the effect's key, and ``(response,)`` when the ledger
+        has it completed already (nothing to do), else ``None`` once "started" is committed."""
+        run = self.run
+        idx = self._next_effect
+        self._next_effect += 1
+        key = effect_key(run.id, self.seq, idx)
+        prior = load_effect(run._journal.conn, key)
+        if prior is None and run._forked_from is not None:
+            carried = self._carried(run._forked_from, idx, kind, target, request_hash)
+            if carried is not None:
+                key, prior = carried.key, carried
+        if prior is not None:
+            if prior.request_hash != request_hash:
+                raise NonDeterminism(
+                    f"step {self.seq} '{self.name}': effect {key} was started with a different request "
+                    "than the agent now makes; effects must be a deterministic function of recorded results",
+                    run_id=run.id,
+                )
+            if prior.status == "completed":
+                return key, (json.loads(prior.response or "null"),)
+            if not prior.idempotent:
+                raise NeedsReconciliation(
+                    f"needs reconciliation: effect {key} ({kind} {target}) was started but never confirmed "
+                    "and its target cannot deduplicate; check the target by hand, then start a new run",
+                    run_id=run.id,
+                )
+        run._journal.effect_started(
+            key, self.seq, idx, kind, target, request_hash, idempotent, again=prior is not None
+        )
+        if crashpoints.broken(
+            "record_before_act"
+        ):  # TEST-ONLY broken engine (see crashpoints.BREAKS)
+            run._journal.effect_completed(key, self.seq, "null")
+        crashpoints.reached("after_effect_started", self.seq)
+        if (
+            run._journal.cancel_requested is not None
+        ):  # cancelled: nothing is sent once that is known
+            raise run._stop(Cancelled(run._journal.cancel_requested, run_id=run.id))
+        return key, None
+
+    def _carried(
+        self, forked_from: tuple[str, int], idx: int, kind: str, target: str, request_hash: str
+    ) -> EffectRecord | None:
+        """The parent's ledger row this fork's effect carries on (``journal.carried_effect``):
+        only the same effect (kind, target, request), and not a non-idempotent one that a forced
+        retry of this run released to be sent again."""
+        run = self.run
+        conn = run._journal.conn
+        found = carried_effect(conn, forked_from, self.seq, idx)
+        if found is None or (found.kind, found.target) != (kind, target):
+            return None  # nothing to carry on here, or another effect: this one is new
+        if found.request_hash != request_hash:
+            return None  # the fork asks for something else (changed params): a new effect
+        released = (
+            not found.idempotent
+            and found.status != "completed"
+            and found.key in released_effects(conn, run.id)
+        )
+        return None if released else found
+
+    def effect_end(self, key: str, response: Any) -> Any:
+        """The log's half after the act: the far side's response, committed.
+
+        A cancel known by now (asked for during the act) leaves the step unfinished: a fork from
+        it or before then carries this effect on under its key (``journal.carried_effect``)
+        instead of redoing the step as new work, so the message is not sent a second time."""
+        crashpoints.reached("after_effect_applied", self.seq)
+        journal = self.run._journal
+        journal.effect_completed(key, self.seq, dumps(response))
+        crashpoints.reached("after_effect_completed", self.seq)
+        if journal.cancel_requested is not None:
+            raise self.run._stop(
+                Cancelled(
+                    journal.cancel_requested,
+                    run_id=self.run.id,
+                    details={"abandoned_step": self.seq},
+                )
+            )
+        return response
+
+
+class Run:
+    """The handle an agent function gets. Attributes: ``id``, ``workdir``, ``outbox``,
+    ``params``, ``incarnation``, ``model``."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        workdir: Path,
+        outbox: str | None,
+        params: dict[str, Any],
+        journal: Journal,
+        steps: dict[int, Committed | StepRecord],
+        budget: Budget,
+        retry: RetryPolicy,
+        model: ChatModel,
+        pace: float = 0.0,
+        sleep: Callable[[float], None] = time.sleep,
+        http: effects.HttpClient,
+        exit_when_waiting: bool = False,
+        forked_from: tuple[str, int] | None = None,
+    ) -> None:
+        self.id = run_id
+        self._forked_from = forked_from
+        """``(parent run, step)`` of a fork: it carries on the effects of its parent's unfinished
+        steps (``StepContext._carried``)."""
+        self.workdir = workdir
+        self.outbox = outbox
+        self.params = params
+        self.model = model
+        self.budget = budget
+        self._journal = journal
+        self._steps = steps
+        self._retry = retry
+        self._pace = pace
+        self._sleep = sleep
+        self._http = http  # the run's one HTTP client; its owner (engine._work) closes it
+        self._seq = 0
+        self._stopping: RunStopped | None = None
+        self._thread = threading.get_ident()
+        self._exit_when_waiting = exit_when_waiting
+        self._parked: RunWaiting | None = (
+            None  # the engine exits waiting; agent code cannot swallow it
+        )
+
+    @property
+    def incarnation(self) -> int:
+        return self._journal.incarnation
+
+    @property
+    def pace(self) -> float:
+        """Seconds of simulated thinking per model call (``--pace``); 0 in tests and real runs."""
+        return self._pace
+
+    # -- the public steps -------------------------------------------------------------------
+
+    def step(self, name: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn(*args, **kwargs)`` once; its JSON result is checkpointed and replayed.
+
+        The value returned is always the JSON round trip of ``fn``'s result, so first run and
+        replay see the same types.
+        """
+        seq, prior = self._enter(name, "call")
+        if isinstance(prior, Committed):
+            return json.loads(prior.result or "null")  # type: ignore[no-any-return]
+        return self._execute(seq, name, "call", prior, lambda ctx: fn(*args, **kwargs))  # type: ignore[no-any-return]
+
+    def effect(
+        self,
+        name: str,
+        fn: Callable[[str], T],
+        *,
+        target: str = "",
+        request: Any = None,
+        idempotent: bool = True,
+    ) -> T:
+        """One ledgered effect of your own: ``fn(key)`` with the step's stable idempotency key.
+
+        Declare ``idempotent=False`` when the target cannot deduplicate: an effect found started
+        but unconfirmed after a crash then stops the run ("needs reconciliation") instead of
+        being sent again.
+        """
+        return self._effect_step(self._effect_call(name, fn, target, request, idempotent))  # type: ignore[no-any-return]
+
+    def write_file(
+        self, path: str, content: str | bytes, *, name: str | None = None
+    ) -> dict[str, Any]:
+        """Write ``workdir/path`` atomically under its stable name."""
+        return self._effect_step(self._write_file_call(path, content, name))  # type: ignore[no-any-return]
+
+    def http_post(
+        self,
+        url: str,
+        body: Any,
+        *,
+        name: str | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """POST ``body`` as JSON with the step's ``Idempotency-Key``; returns status and body.
+
+        Posts share the run's one kept-alive client; ``timeout`` (seconds, default 30) applies to
+        this call only."""
+        return self._effect_step(self._http_post_call(url, body, name, headers, timeout))  # type: ignore[no-any-return]
+
+    def merge(
+        self,
+        db: str,
+        table: str,
+        *,
+        key: dict[str, Any],
+        values: dict[str, Any],
+        name: str | None = None,
+    ) -> dict[str, Any]:
+        """Upsert one row into SQLite file ``workdir/db`` (created as needed)."""
+        return self._effect_step(self._merge_call(db, table, key, values, name))  # type: ignore[no-any-return]
+
+    # What each effect step is, apart from how it is driven (here, or awaited by ``AsyncRun``).
+
+    def _effect_call(
+        self, name: str, fn: Callable[[str], Any], target: str, request: Any, idempotent: bool
+    ) -> EffectCall:
+        return EffectCall(
+            name,
+            "effect",
+            "effect",
+            target or name,
+            effects.digest(request if request is not None else name),
+            fn,
+            idempotent,
+        )
+
+    def _write_file_call(self, path: str, content: str | bytes, name: str | None) -> EffectCall:
+        name = name or f"write {path}"
+        self._refuse_early(name, lambda: effects.confined(self.workdir, path))
+        return EffectCall(
+            name,
+            "write_file",
+            "write_file",
+            path,
+            effects.digest(content),
+            lambda key: effects.write_file(self.workdir, path, content, key),
+        )
+
+    def _http_post_call(
+        self,
+        url: str,
+        body: Any,
+        name: str | None,
+        headers: dict[str, str] | None,
+        timeout: float | None,
+    ) -> EffectCall:
+        return EffectCall(
+            name or f"post {url}",
+            "http_post",
+            "http_post",
+            url,
+            effects.digest(body),
+            lambda key: self._http.post(url, body, key, headers=headers, timeout=timeout),
+        )
+
+    def _merge_call(
+        self, db: str, table: str, key: dict[str, Any], values: dict[str, Any], name: str | None
+    ) -> EffectCall:
+        label = ",".join(f"{k}={v}" for k, v in key.items())
+        name = name or f"merge {table} {label}"
+        self._refuse_early(name, lambda: effects.check_merge(self.workdir, db, table, key, values))
+        return EffectCall(
+            name,
+            "merge",
+            "merge",
+            f"{db}:{table}",
+            effects.digest({"key": key, "values": values}),
+            lambda _key: effects.merge(self.workdir, db, table, key, values),
+        )
+
+    def chat(
+        self, messages: Sequence[Message], *, name: str = "chat", max_tokens: int = 512
+    ) -> ChatReply:
+        """Ask the model once. The answer (the *decision*) is committed before anything acts on
+        it; on resume a recorded decision is reused and the model is never asked again."""
+        seq, prior = self._enter(name, "chat")
+        if isinstance(prior, Committed):
+            return ChatReply.from_json(json.loads(prior.result or "{}"))
+        if prior is not None and prior.decision is not None:
+            decision = json.loads(prior.decision)
+            return ChatReply.from_json(
+                self._execute(seq, name, "chat", prior, lambda ctx: decision)
+            )
+        estimate = self.model.estimate(messages, max_tokens=max_tokens)
+
+        def ask(ctx: StepContext) -> dict[str, Any]:
+            if self._pace:
+                self._sleep(self._pace)
+            reply = self.model.complete(
+                messages, max_tokens=max_tokens, idempotency_key=effect_key(self.id, seq)
+            )
+            return self._decided(ctx, reply, estimate)
+
+        return ChatReply.from_json(self._execute(seq, name, "chat", prior, ask, reserve=estimate))
+
+    def _decided(self, ctx: StepContext, reply: ChatReply, estimate: Estimate) -> dict[str, Any]:
+        """Commit the model's answer (the decision) before anything acts on it."""
+        decision = reply.to_json()
+        u = reply.usage
+        self._journal.record_decision(
+            ctx.seq,
+            decision,
+            tokens_in=u.input_tokens,
+            tokens_out=u.output_tokens,
+            tokens_cached=u.cached_tokens,
+            estimated=u.estimated,
+            cost=reply.cost_usd,
+            reserved_tokens=estimate.tokens,
+            reserved_cost=estimate.cost_usd,
+        )
+        ctx.decided = True
+        crashpoints.reached("after_decision", ctx.seq)
+        return decision
+
+    def map(
+        self, name: str, fn: Callable[[Any], T], items: Iterable[Any], *, concurrency: int = 4
+    ) -> list[T]:
+        """One step per item (``name [i]``, numbered now, in item order), ``fn(item)`` run on up
+        to ``concurrency`` threads at once; the results in item order.
+
+        Each item's step commits on its own as it finishes; a kill redoes at most the items in
+        flight. All log writes stay on this thread: the pool only runs ``fn``."""
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise UsageError(
+                f"run.map(concurrency=...) must be a whole number >= 1 (got {concurrency!r})"
+            )
+        entered = [
+            (f"{name} [{i}]", item, *self._enter(f"{name} [{i}]", "call"))
+            for i, item in enumerate(items)
+        ]
+        results: list[Any] = [None] * len(entered)
+        todo = []
+        for i, (step_name, item, seq, prior) in enumerate(entered):
+            if isinstance(prior, Committed):
+                results[i] = json.loads(prior.result or "null")
+            else:
+                todo.append((i, step_name, item, seq, prior))
+        if todo:
+            _drive_parallel(self, fn, todo, results, concurrency)
+        return results
+
+    def wait_for(self, name: str, *, timeout: float | None = None) -> Any:
+        """A step that waits for the signal ``name`` (``steplog signal RUN NAME --data JSON``) and
+        returns its JSON data; raises ``WaitTimeout`` after ``timeout`` seconds without one.
+
+        A signal sent before the wait is kept and consumed by it. The signal is consumed in the
+        transaction that records this step, so it is consumed exactly once however the engine
+        dies. While waiting the run's status is ``waiting``, its seconds budget does not run, and
+        the engine keeps its lease (or exits, with ``exit_when_waiting``); the deadline is
+        recorded, so a resumed engine keeps the same one.
+        """
+        seq, entered = self._enter_wait(name, timeout)
+        if entered is not None:
+            for pause in self._waiting(seq, *entered, name, timeout):
+                self._sleep(pause)
+        return self._waited(name, seq)
+
+    def _enter_wait(
+        self, name: str, timeout: float | None
+    ) -> tuple[int, tuple[str, StepRecord | None] | None]:
+        """Number the wait step (at call time): its number, and ``(step name, prior record)`` when
+        it has to wait (``None`` when the log has it recorded already)."""
+        if not isinstance(name, str) or not name.strip() or len(name) > 200:
+            raise UsageError(
+                f"run.wait_for needs a signal name of 1 to 200 characters (got {name!r})"
+            )
+        if timeout is not None and not (
+            isinstance(timeout, (int, float)) and 0 <= timeout < float("inf")
+        ):
+            raise UsageError(
+                f"run.wait_for(timeout=...) must be a finite number of seconds >= 0 (got {timeout!r})"
+            )
+        step_name = f"wait {name}"
+        seq, prior = self._enter(step_name, "wait")
+        if isinstance(prior, Committed):
+            return seq, None
+        self._check_budgets(seq, step_name, None)
+        return seq, (step_name, prior)
+
+    def _waited(self, name: str, seq: int) -> Any:
+        """The recorded outcome of the wait step: the signal's data, or ``WaitTimeout`` raised."""
+        recorded = json.loads(self._steps[seq].result or "null")
+        if recorded.get("timeout"):
+            raise WaitTimeout(
+                f"run {self.id} waited {recorded.get('waited')} s for signal {name!r} at step {seq}"
+                " and none came"
+            )
+        return recorded.get("data")
+
+    def _waiting(
+        self, seq: int, step_name: str, prior: StepRecord | None, name: str, timeout: float | None
+    ) -> Generator[float, None, None]:
+        """The wait step until a signal is consumed or the deadline passes; yields the pauses
+        between looks at the log (the driver sleeps them: ``time.sleep`` or ``asyncio.sleep``)."""
+        j = self._journal
+        # A wait taken up again (after a kill or an exit while waiting) redoes nothing: it is not
+        # counted as an execution, and it is no poison pill (recoveries carried, not counted).
+        j.begin_attempt(
+            seq,
+            step_name,
+            "wait",
+            attempt=(prior.attempts if prior else 0) + 1,
+            recoveries=prior.recoveries if prior else 0,
+            fresh=prior is None,
+            durable=False,
+            counted=prior is None,
+        )
+        decided = json.loads(prior.decision) if prior is not None and prior.decision else {}
+        deadline = (
+            decided.get("deadline")
+            if "deadline" in decided
+            else (time.time() + timeout if timeout is not None else None)
+        )
+        started, waiting = time.time(), False
+        try:
+            while True:
+                found = pending_signal(j.conn, self.id, name)
+                expired = found is None and deadline is not None and time.time() >= deadline
+                if found is not None or expired:
+                    result: dict[str, Any] = {"signal": name}
+                    if found is not None:
+                        result.update(signal_id=found[0], data=json.loads(found[1]))
+                    else:
+                        result.update(
+                            timeout=True,
+                            waited=round(time.time() - (decided.get("since") or started), 3),
+                        )
+                    result_json = dumps(result)
+                    crashpoints.reached("before_step_record", seq)
+                    if j.commit_wait(
+                        seq,
+                        step_name,
+                        "wait",
+                        result_json,
+                        signal_id=found[0] if found else None,
+                        duration=time.time() - started,
+                    ):
+                        self._steps[seq] = Committed(seq, step_name, "wait", result_json)
+                        crashpoints.reached("after_step_record", seq)
+                        return
+                    continue  # consumed by someone else in between: wait for the next one
+                if not waiting:
+                    j.begin_wait(
+                        seq,
+                        name,
+                        {
+                            "signal": name,
+                            "deadline": deadline,
+                            "since": decided.get("since") or started,
+                        },
+                    )
+                    j.pause_clock()
+                    waiting = True
+                    if self._exit_when_waiting:
+                        self._parked = RunWaiting(
+                            f"run {self.id} waits for signal {name!r} (step {seq})",
+                            run_id=self.id,
+                            waiting_for=name,
+                        )
+                        raise self._parked
+                cancel = j.cancel_requested or cancel_request(j.conn, self.id)
+                if cancel is not None:
+                    j.cancel_requested = cancel
+                    raise self._stop(Cancelled(cancel, run_id=self.id))
+                if j.fenced.is_set():
+                    raise Fenced(
+                        f"run {self.id}: a newer engine took it over; this one (incarnation "
+                        f"{j.incarnation}) stops"
+                    )
+                interrupts.check()
+                yield 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.time()))
+        finally:
+            j.resume_clock()
+
+    # -- machinery --------------------------------------------------------------------------
+
+    def _effect_step(self, call: EffectCall) -> Any:
+        seq, prior = self._enter(call.name, call.step_kind)
+        if isinstance(prior, Committed):
+            return json.loads(prior.result or "null")
+        return self._execute(
+            seq,
+            call.name,
+            call.step_kind,
+            prior,
+            lambda ctx: ctx.effect(
+                call.kind, call.target, call.request_hash, call.do, idempotent=call.idempotent
+            ),
+        )
+
+    def _refuse_early(self, name: str, check: Callable[[], object]) -> None:
+        """Check the input of the step ``name`` is about to be, before anything is recorded; a
+        refusal (a path outside the workdir, a bad identifier) fails the run naming that step."""
+        if self._stopping is not None:
+            raise self._stopping
+        try:
+            check()
+        except UsageError as exc:
+            raise self._stop(
+                RunFailed(f"step {self._seq + 1} '{name}' was refused: {exc}", run_id=self.id)
+            ) from None
+
+    def _stop(self, exc: RunStopped) -> RunStopped:
+        """Remember a terminal decision: agent code that swallows it cannot carry on."""
+        self._stopping = exc
+        return exc
+
+    def _enter(self, name: str, kind: str) -> tuple[int, Committed | StepRecord | None]:
+        if self._stopping is not None:
+            raise self._stopping
+        if self._parked is not None:
+            raise self._parked
+        interrupts.check()  # a step boundary: a stop asked for (and swallowed by agent code) ends here
+        cancel = self._journal.cancel_requested
+        if cancel is not None:
+            raise self._stop(Cancelled(cancel, run_id=self.id))
+        outer = _current.get()
+        # Only a step of this run counts: a stop that lands on the line resetting ``_current``
+        # leaves an earlier run's step behind in this thread, and a later run must not trip on it.
+        if outer is not None and outer.run is self:
+            raise UsageError(
+                f"step '{name}' was called inside another step; call run.* from the agent function only"
+            )
+        if threading.get_ident() != self._thread:
+            # Steps are numbered in call order; calls racing from threads would number them
+            # differently on every replay.
+            raise UsageError(
+                f"step '{name}' was called from another thread; call run.* from the agent's own thread"
+            )
+        self._seq += 1
+        seq = self._seq
+        prior = self._steps.get(seq)
+        if (
+            prior is not None
+            and (prior.name != name or prior.kind != kind)
+            and not _same_as_stored(prior, name, kind)
+        ):
+            raise self._stop(
+                NonDeterminism(
+                    f"non-determinism at step {seq}: the log has {prior.kind} '{prior.name}' but the agent "
+                    f"now reached {kind} '{name}'; replays must make the same steps in the same order",
+                    run_id=self.id,
+                )
+            )
+        return seq, prior
+
+    def _check_budgets(self, seq: int, name: str, reserve: Estimate | None) -> None:
+        b, u, j = self.budget, self._journal.usage, self._journal
+        tokens = u.tokens + u.reserved_tokens
+        cost = u.cost_usd + u.reserved_cost_usd
+        if b.max_steps is not None and u.steps >= b.max_steps:
+            raise self._give_up("steps", u.steps, b.max_steps, seq, name)
+        seconds = j.seconds_used()
+        if b.max_seconds is not None and seconds >= b.max_seconds:
+            raise self._give_up("seconds", round(seconds, 3), b.max_seconds, seq, name)
+        need_tokens = reserve.tokens if reserve else 0
+        if b.max_tokens is not None and (
+            tokens >= b.max_tokens or tokens + need_tokens > b.max_tokens
+        ):
+            raise self._give_up("tokens", tokens, b.max_tokens, seq, name, need=need_tokens)
+        need_cost = reserve.cost_usd if reserve else 0.0
+        if b.max_cost_usd is not None and (
+            cost >= b.max_cost_usd or cost + need_cost > b.max_cost_usd
+        ):
+            raise self._give_up(
+                "cost_usd", round(cost, 9), b.max_cost_usd, seq, name, need=need_cost
+            )
+
+    def _give_up(
+        self, budget: str, used: float, limit: float, seq: int, name: str, *, need: float = 0
+    ) -> GaveUp:
+        why = f"budget exhausted: {budget} used {used} of {limit}"
+        if need:
+            why += f" (step {seq} '{name}' would need up to {need} more)"
+        exc = GaveUp(
+            why,
+            run_id=self.id,
+            details={"budget": budget, "used": used, "limit": limit, "seq": seq},
+        )
+        self._stop(exc)
+        return exc
+
+    def _execute(
+        self,
+        seq: int,
+        name: str,
+        kind: str,
+        prior: StepRecord | None,
+        attempt_fn: Callable[[StepContext], Any],
+        *,
+        reserve: Estimate | None = None,
+    ) -> Any:
+        """Drive one step's attempts (``_attempts``) with ``attempt_fn`` as the body, here and now."""
+        attempts = self._attempts(seq, name, kind, prior, reserve)
+        order = next(attempts)
+        while True:
+            outcome: tuple[bool, Any]
+            if isinstance(order, StepContext):
+                try:
+                    _current.set(
+                        order
+                    )  # inside the try: a stop landing right after it still clears it
+                    outcome = (True, attempt_fn(order))
+                except Exception as exc:
+                    outcome = (False, exc)
+                finally:
+                    _current.set(None)  # steps never nest, so "no step" is the state to return to
+            else:
+                self._sleep(order)
+                outcome = (True, None)
+            try:
+                order = attempts.send(outcome)
+            except StopIteration as done:
+                return done.value
+
+    def _attempts(
+        self, seq: int, name: str, kind: str, prior: StepRecord | None, reserve: Estimate | None
+    ) -> Generator[StepContext | float, tuple[bool, Any], Any]:
+        """One step's attempts as a protocol, the same for every way of running bodies.
+
+        Yields a ``StepContext`` when an attempt's body is to run (its start is committed), and
+        gets back ``(True, value)`` or ``(False, exception)``; yields a number of seconds when the
+        driver must wait before the next attempt. Returns the recorded result. The log writes all
+        happen here, on the driver's thread: a sync agent's (``_execute``), an async agent's event
+        loop (``steplog.runtime.arun``), or ``run.map``'s coordinating thread.
+        """
+        j = self._journal
+        self._check_budgets(seq, name, reserve)
+        attempts = prior.attempts if prior else 0
+        recoveries = prior.recoveries if prior else 0
+        if prior is not None and prior.status == "running" and prior.incarnation != j.incarnation:
+            # An earlier engine went away inside this step: the attempt it cut short is no
+            # failure of the step. Only engines that *died* there count toward the poison pill;
+            # a stop (SIGTERM, Stop engine, a worker's drain) is not a death.
+            recoveries += 1
+            limit = self.budget.max_recoveries
+            if limit is not None and recoveries > limit:
+                deaths = deaths_inside(j.conn, self.id, seq, current=j.incarnation)
+                if deaths > limit:
+                    raise self._stop(
+                        RunFailed(
+                            f"poison pill: {deaths} engines died inside step {seq} '{name}' "
+                            f"(max_recoveries {limit}); fix the cause, then raise max_recoveries",
+                            run_id=self.id,
+                        )
+                    )
+        fresh = prior is None
+        policy = self._retry
+        while True:
+            attempts += 1
+            j.begin_attempt(
+                seq,
+                name,
+                kind,
+                attempt=attempts,
+                recoveries=recoveries,
+                fresh=fresh,
+                durable=reserve is not None,
+                reserve_tokens=reserve.tokens if reserve else 0,
+                reserve_cost=reserve.cost_usd if reserve else 0.0,
+            )
+            fresh = False
+            if (
+                j.cancel_requested is not None
+            ):  # seen by this very write: the step is abandoned unrun
+                raise self._stop(Cancelled(j.cancel_requested, run_id=self.id))
+            ctx = StepContext(self, seq, name)
+            started = time.monotonic()
+            ok, value = yield ctx
+            if not ok:
+                exc: Exception = value
+                if isinstance(exc, SteplogError) and not isinstance(exc, UsageError):
+                    if isinstance(exc, RunStopped):
+                        self._stop(exc)
+                    raise exc  # a stop, a fence or a failed log write: not this step's failure
+                storage = storage_problem(exc)
+                if storage is not None:  # the machine's fault, not the step's: stop resumably
+                    raise StorageExhausted(
+                        f"step {seq} '{name}' could not write ({storage}); nothing is lost: free space or fix the "
+                        "disk, then run the same command again to resume from the last checkpoint"
+                    ) from exc
+                failures = attempts - recoveries
+                error = redact(f"{type(exc).__name__}: {exc}")
+                # Bad input met inside the body (a nested step, a refused effect) fails the step
+                # at once: no retry can cure it.
+                retryable = (
+                    not isinstance(exc, UsageError)
+                    and policy.retries(exc)
+                    and failures < policy.max_attempts
+                )
+                retries_left = (
+                    self.budget.max_retries is None or j.usage.retries < self.budget.max_retries
+                )
+                release = reserve if (reserve is not None and not ctx.decided) else None
+                j.fail_attempt(
+                    seq,
+                    error,
+                    will_retry=retryable and retries_left,
+                    release_tokens=release.tokens if release else 0,
+                    release_cost=release.cost_usd if release else 0.0,
+                )
+                if retryable and not retries_left:
+                    raise self._give_up(
+                        "retries", j.usage.retries, self.budget.max_retries or 0, seq, name
+                    ) from exc
+                if not retryable:
+                    raise self._stop(
+                        RunFailed(
+                            f"step {seq} '{name}' failed after {failures} attempt(s): {error}",
+                            run_id=self.id,
+                        )
+                    ) from exc
+                j.count_retry()
+                yield max(
+                    policy.interval(failures), float(getattr(exc, "retry_after", None) or 0.0)
+                )
+                self._check_budgets(seq, name, reserve)
+                continue
+            crashpoints.reached("before_step_record", seq)
+            try:
+                result_json = dumps(value)
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise self._stop(
+                    RunFailed(
+                        f"step {seq} '{name}' returned {type(value).__name__}, which cannot be recorded as JSON "
+                        f"({why_not_json(exc)}); return JSON-compatible data (dict, list, str, finite number, "
+                        "bool, None)",
+                        run_id=self.id,
+                    )
+                ) from exc
+            j.commit_step(seq, name, kind, result_json, duration=time.monotonic() - started)
+            crashpoints.reached("after_step_record", seq)
+            return json.loads(result_json)
+
+
+def _same_as_stored(prior: Any, name: str, kind: str) -> bool:
+    """Is this the recorded step after all, once ``name`` is as the log stores it? (A NUL in a
+    name reads back from PostgreSQL as ``pg.NUL_STAND_IN``.)"""
+    return bool(prior.kind == kind and prior.name == name.replace("\x00", "\ufffd"))

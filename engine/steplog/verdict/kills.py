@@ -1,0 +1,191 @@
+"""Which engine deaths were kills, and what each one cost: the one reading of the log for it.
+
+A **kill** is an engine that died without a clean exit. The log shows it when the next engine
+takes the lease over from a holder that never let go (``lease_acquired`` with ``previous_pid``);
+an engine that stopped cleanly wrote ``lease_released`` (SIGTERM, cancel, exit while waiting) or
+``run_finished`` first, and the next one takes over with ``previous_pid`` unset.
+
+**Redone work** is a step execution repeated *because* an engine was killed, and nothing else.
+Every time a step starts again, ``account`` names why, from what the log holds about the
+attempt before it:
+
+``retry``      the attempt before failed (``step_attempt_failed``): the retry policy or
+               ``steplog retry`` ran it again, as it should;
+``stop``       the engine running it let go cleanly (a stop, a cancel, an exit while waiting):
+               the step was interrupted on purpose, not lost;
+``wait``       a wait step taken up again (it redoes nothing);
+``kill``       the engine running it was killed: redone work, charged to that kill;
+``committed``  the step had committed and ran again: a checkpoint not honoured (never right);
+``unexplained`` the same engine started it again with no failure between (never right).
+
+The verdict counts ``kill`` re-runs as redone and fails on ``committed`` and ``unexplained``
+ones; the rest is the run working as designed. Pure: it reads a list of events, nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from steplog.log.events import EventKind
+from steplog.log.logread import Event
+
+Cause = Literal["retry", "stop", "wait", "kill", "committed", "unexplained"]
+FAULTY: frozenset[str] = frozenset({"committed", "unexplained"})
+"""Causes that mean the engine broke a promise (a checkpoint, or its own bookkeeping)."""
+
+_CLEAN_ENDS = frozenset({EventKind.LEASE_RELEASED, EventKind.RUN_FINISHED})
+
+
+@dataclass(frozen=True)
+class Death:
+    """An engine that died holding the lease, as the engine that took over saw it."""
+
+    incarnation: int
+    """The engine that died."""
+    at: float
+    """When: the killer's clock when it said (``--killed-at``), else the dead engine's last event."""
+    exact: bool
+    """``at`` is the killer's own time, not an estimate from the log."""
+    taken_over_at: float
+    """When the next engine took the lease (the ``lease_acquired`` that saw the death)."""
+    in_flight: frozenset[int]
+    """Steps the dead engine had started and neither committed nor failed."""
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """A step that started again, and why."""
+
+    seq: int
+    incarnation: int
+    """The engine that started it again."""
+    ts: float
+    cause: Cause
+    previous_incarnation: int
+    """The engine that ran the attempt before."""
+    name: str = ""
+
+
+@dataclass
+class Account:
+    """Every death and every re-run of one run's steps, in log order."""
+
+    deaths: list[Death] = field(default_factory=list)
+    reruns: list[Rerun] = field(default_factory=list)
+    resends: dict[str, int] = field(default_factory=dict)
+    """Effect starts per idempotency key (``effect_started``): how often the engine sent each."""
+    resend_causes: dict[str, int] = field(default_factory=dict)
+    """Effects sent again (``again``), counted by the cause of the step execution that sent them."""
+
+    @property
+    def redone(self) -> int:
+        """Step executions repeated because an engine was killed."""
+        return sum(1 for r in self.reruns if r.cause == "kill")
+
+    def redone_after(self, incarnation: int) -> int:
+        """Steps the killed engine ``incarnation`` had in flight that a later engine ran again."""
+        return sum(
+            1 for r in self.reruns if r.cause == "kill" and r.previous_incarnation == incarnation
+        )
+
+    def faulty(self) -> list[Rerun]:
+        return [r for r in self.reruns if r.cause in FAULTY]
+
+    def death_of(self, incarnation: int) -> Death | None:
+        return next((d for d in self.deaths if d.incarnation == incarnation), None)
+
+    def count(self, cause: Cause) -> int:
+        return sum(1 for r in self.reruns if r.cause == cause)
+
+
+@dataclass
+class _Attempt:
+    incarnation: int
+    kind: str
+    name: str
+    state: Literal["open", "committed", "failed"] = "open"
+
+
+def account(events: Sequence[Event]) -> Account:
+    """Read one run's events (oldest first) into its deaths and re-runs."""
+    out = Account()
+    attempts: dict[int, _Attempt] = {}  # the latest attempt of each step
+    open_by: dict[int, set[int]] = {}  # incarnation -> its steps started, not finished
+    ended_cleanly: set[int] = set()
+    last_ts: dict[int, float] = {}
+    holder = 0
+    sent_by: dict[
+        int, Cause | None
+    ] = {}  # step -> cause of its current execution (None: first run)
+    for e in events:
+        kind, inc = e.kind, e.incarnation
+        if kind == EventKind.LEASE_ACQUIRED:
+            if e.data.get("previous_pid") is not None and holder and holder not in ended_cleanly:
+                killed_at = e.data.get("killed_at")
+                exact = isinstance(killed_at, (int, float))
+                at = (
+                    float(killed_at)
+                    if isinstance(killed_at, (int, float))
+                    else last_ts.get(holder, e.ts)
+                )
+                out.deaths.append(
+                    Death(holder, at, exact, e.ts, frozenset(open_by.get(holder, ())))
+                )
+            holder = inc
+        elif kind in _CLEAN_ENDS:
+            ended_cleanly.add(inc)
+        elif kind == EventKind.STEP_STARTED and e.seq is not None:
+            seq = e.seq
+            name, step_kind = str(e.data.get("name", "")), str(e.data.get("kind", ""))
+            before = attempts.get(seq)
+            cause: Cause | None = None
+            if before is not None:
+                cause = _cause(before, inc, ended_cleanly, step_kind)
+                out.reruns.append(Rerun(seq, inc, e.ts, cause, before.incarnation, name))
+                open_by.get(before.incarnation, set()).discard(seq)
+            attempts[seq] = _Attempt(inc, step_kind, name)
+            open_by.setdefault(inc, set()).add(seq)
+            sent_by[seq] = cause
+        elif kind == EventKind.STEP_COMMITTED and e.seq is not None:
+            _finish(attempts, open_by, e.seq, "committed")
+        elif kind == EventKind.STEP_COPIED and e.seq is not None:
+            attempts[e.seq] = _Attempt(
+                inc, str(e.data.get("kind", "")), str(e.data.get("name", "")), "committed"
+            )
+        elif kind == EventKind.STEP_ATTEMPT_FAILED and e.seq is not None:
+            _finish(attempts, open_by, e.seq, "failed")
+        elif kind == EventKind.EFFECT_STARTED:
+            key = str(e.data.get("key", ""))
+            out.resends[key] = out.resends.get(key, 0) + 1
+            if e.data.get("again"):
+                why = sent_by.get(e.seq) if e.seq is not None else None
+                label = why or "retry"  # sent again within one execution: the retry policy
+                out.resend_causes[label] = out.resend_causes.get(label, 0) + 1
+        last_ts[inc] = e.ts
+    return out
+
+
+def _cause(before: _Attempt, inc: int, ended_cleanly: set[int], kind: str) -> Cause:
+    if before.state == "committed":
+        return "committed"
+    if before.state == "failed":
+        return "retry"
+    if before.kind == "wait" and kind == "wait":
+        return "wait"
+    if before.incarnation == inc:
+        return "unexplained"
+    return "stop" if before.incarnation in ended_cleanly else "kill"
+
+
+def _finish(
+    attempts: dict[int, _Attempt],
+    open_by: dict[int, set[int]],
+    seq: int,
+    state: Literal["committed", "failed"],
+) -> None:
+    a = attempts.get(seq)
+    if a is not None:
+        a.state = state
+        open_by.get(a.incarnation, set()).discard(seq)
