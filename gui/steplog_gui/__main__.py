@@ -1,5 +1,5 @@
 import sys
 
-from .app import main
+from steplog_gui.app import main
 
 sys.exit(main())

@@ -7,7 +7,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from .demo import DemoConfig
+from steplog_gui.processes.demo import DemoConfig
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -62,10 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from . import resources
-    from .main_window import MainWindow
-    from .monitor import Monitor
-    from .settings import Settings
+    from steplog_gui import resources
+    from steplog_gui.feeds.monitor import Monitor
+    from steplog_gui.main_window import MainWindow
+    from steplog_gui.settings import Settings
 
     existing = QApplication.instance()
     app = existing if isinstance(existing, QApplication) else QApplication([sys.argv[0]])

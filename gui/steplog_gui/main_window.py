@@ -28,25 +28,24 @@ from PySide6.QtWidgets import (
 from steplog.log.location import LogLocation, PgUrl
 from steplog.log.location import parse as parse_location
 from steplog.log.pgschema import NOTIFY_CHANNEL
-
-from . import jobs, resources, theme
-from .budget_charts import BudgetCharts
-from .compare_window import CompareWindow
-from .demo import DEMO_AGENTS, DEMO_PACE, DemoConfig, DemoLauncher
-from .engine_process import EngineProcess, LaunchSpec
-from .monitor import Monitor
-from .new_run_dialog import NewRunDialog
-from .outbox_panel import OutboxPanel
-from .outbox_watcher import OutboxWatcher
-from .prune_action import Pruner, ask_and_prune
-from .repository import LogRepository
-from .run_control import RunControl
-from .runs_model import RUN_ID_ROLE, RunsModel
-from .settings import Settings
-from .step_detail import StepDetailLoader, StepDetailView
-from .timeline_view import TimelineView
-from .verdict_strip import VerdictStrip
-from .verdict_watcher import VerdictWatcher
+from steplog.log.reader import LogRepository
+from steplog_gui import jobs, resources, theme
+from steplog_gui.compare.window import CompareWindow
+from steplog_gui.feeds.monitor import Monitor
+from steplog_gui.feeds.outbox_watcher import OutboxWatcher
+from steplog_gui.feeds.verdict_watcher import VerdictWatcher
+from steplog_gui.processes.demo import DEMO_AGENTS, DEMO_PACE, DemoConfig, DemoLauncher
+from steplog_gui.processes.engine_process import EngineProcess, LaunchSpec
+from steplog_gui.settings import Settings
+from steplog_gui.timeline.view import TimelineView
+from steplog_gui.views.budget_charts import BudgetCharts
+from steplog_gui.views.new_run_dialog import NewRunDialog
+from steplog_gui.views.outbox_panel import OutboxPanel
+from steplog_gui.views.prune_action import Pruner, ask_and_prune
+from steplog_gui.views.run_control import RunControl
+from steplog_gui.views.runs_model import RUN_ID_ROLE, RunsModel
+from steplog_gui.views.step_detail import StepDetailLoader, StepDetailView
+from steplog_gui.views.verdict_strip import VerdictStrip
 
 
 def _read_run_row(path: LogLocation, run_id: str) -> dict[str, Any] | None:

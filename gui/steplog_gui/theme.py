@@ -12,7 +12,15 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
-from .run_state import COMMITTED, COPIED, FAILED, GAVE_UP, INTERRUPTED, REDONE, RUNNING
+from steplog_gui.model.run_state import (
+    COMMITTED,
+    COPIED,
+    FAILED,
+    GAVE_UP,
+    INTERRUPTED,
+    REDONE,
+    RUNNING,
+)
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "gui"))
 from gui_helpers import synthetic_events  # noqa: E402
 
 from steplog.log.db import open_log  # noqa: E402
-from steplog_gui.monitor import Monitor  # noqa: E402
-from steplog_gui.timeline_view import TimelineView  # noqa: E402
+from steplog_gui.feeds.monitor import Monitor  # noqa: E402
+from steplog_gui.timeline.view import TimelineView  # noqa: E402
 
 
 def test_timeline_frame_time_at_100k_bars(qtbot) -> None:  # type: ignore[no-untyped-def]

@@ -100,12 +100,12 @@ def build_log(path: Path, *, old_style: bool = False) -> None:
 
 
 class Tail(threading.Thread):
-    """The monitor's reader (``steplog_gui.repository.LogRepository``, as its tailer uses it):
+    """The monitor's reader (``steplog.log.reader.LogRepository``, as its tailer uses it):
     polls ``data_version`` and reads events above its bookmark every 50 ms."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(daemon=True)
-        from steplog_gui.repository import LogRepository
+        from steplog.log.reader import LogRepository
 
         self.repo = LogRepository(path)
         self.stop = threading.Event()

@@ -61,8 +61,8 @@ def settings(tmp_path: Path) -> Iterator[object]:
 def open_window(qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> Any:  # type: ignore[no-untyped-def]
     """The real main window on ``engine``'s log, following it and shown offscreen; it stops its
     engines when closed (``close_policy``), so a test leaves nothing running."""
+    from steplog_gui.feeds.monitor import Monitor
     from steplog_gui.main_window import MainWindow
-    from steplog_gui.monitor import Monitor
 
     monitor = Monitor(engine.db)
     win = MainWindow(monitor, settings, engine_env=gui_env)

@@ -26,9 +26,9 @@ sys.path[:0] = [str(ROOT / "engine"), str(ROOT / "gui")]
 from PySide6.QtCore import QSettings  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
+from steplog_gui.feeds.monitor import Monitor  # noqa: E402
 from steplog_gui.main_window import MainWindow  # noqa: E402
-from steplog_gui.monitor import Monitor  # noqa: E402
-from steplog_gui.run_state import REDONE  # noqa: E402
+from steplog_gui.model.run_state import REDONE  # noqa: E402
 from steplog_gui.settings import Settings  # noqa: E402
 
 

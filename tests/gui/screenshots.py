@@ -27,7 +27,7 @@ sys.path[:0] = [str(ROOT / "engine"), str(ROOT / "gui"), str(Path(__file__).pare
 from layout_probe import layout_of, open_window, screen_env, show_redone_step, wait  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from steplog_gui.demo import DemoConfig  # noqa: E402
+from steplog_gui.processes.demo import DemoConfig  # noqa: E402
 
 SIZES = ((1280, 720), (1920, 1080), (2560, 1440))
 

@@ -21,9 +21,9 @@ from gui_helpers import assert_same, crashed_run, witness_args  # noqa: F401 (fi
 
 from conftest import AGENTS, Engine, kill_group, storm
 from steplog.log.db import open_log
-from steplog_gui.bulk_load import add_details, load_details, load_run
-from steplog_gui.repository import LogRepository
-from steplog_gui.run_state import COMMITTED, FAILED, GAVE_UP, REDONE, RUNNING, LogState
+from steplog.log.reader import LogRepository
+from steplog_gui.model.bulk_load import add_details, load_details, load_run
+from steplog_gui.model.run_state import COMMITTED, FAILED, GAVE_UP, REDONE, RUNNING, LogState
 
 
 def fold_all(repo: LogRepository) -> LogState:
@@ -246,7 +246,7 @@ def test_a_long_noop_run_loads_as_it_folds(engine: Engine) -> None:
 def test_run_control_loads_as_it_folds(engine: Engine, tmp_path: Path) -> None:
     """A run that waits, is signalled and finishes; a fork with its copied prefix that waits; a
     cancelled run; a failed run retried: every cut of the log loads as it folds."""
-    from steplog_gui.run_state import COPIED
+    from steplog_gui.model.run_state import COPIED
 
     db = str(engine.db)
     approval = ["run", f"{AGENTS}:approval", "--db", db, "--param", f"witness={tmp_path / 'w.db'}"]
@@ -302,9 +302,9 @@ def test_a_log_opened_in_slices_lists_its_runs_in_order_then_tails(
 ) -> None:
     """Opening hands runs over a slice at a time (here one run per slice), oldest first, the runs
     list newest first all along; the details come after; then a new run arrives by tailing."""
-    from steplog_gui import tailer
-    from steplog_gui.monitor import Monitor
-    from steplog_gui.runs_model import RunsModel
+    from steplog_gui.feeds import tailer
+    from steplog_gui.feeds.monitor import Monitor
+    from steplog_gui.views.runs_model import RunsModel
 
     monkeypatch.setattr(tailer, "SLICE_S", 0.0)
     for run_id in ("first", "second", "third"):

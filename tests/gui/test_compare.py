@@ -16,9 +16,9 @@ from PySide6.QtWidgets import QApplication
 
 from conftest import Engine
 from steplog_gui import theme
-from steplog_gui.compare_window import CompareWindow
-from steplog_gui.demo import DemoConfig
+from steplog_gui.compare.window import CompareWindow
 from steplog_gui.main_window import MainWindow
+from steplog_gui.processes.demo import DemoConfig
 
 
 def deliveries(compare: CompareWindow, side: str) -> int:
@@ -149,7 +149,7 @@ def red_rows(compare: CompareWindow, side: str) -> list[str]:
 
 
 def compare_figures(compare: CompareWindow) -> Any:
-    from steplog_gui.compare_figures import figures
+    from steplog_gui.compare.figures import figures
 
     return figures(
         compare.view.result,

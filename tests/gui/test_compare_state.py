@@ -6,9 +6,9 @@ import math
 
 from steplog.agents.trace import TraceRecord
 from steplog.log.logread import Event
-from steplog_gui.compare_lane import restarts
-from steplog_gui.compare_state import compare
-from steplog_gui.run_state import COMMITTED, REDONE, RUNNING
+from steplog_gui.compare.lane import restarts
+from steplog_gui.model.compare_state import compare
+from steplog_gui.model.run_state import COMMITTED, REDONE, RUNNING
 
 
 def log(run_id: str, created: float, kills: list[float], end: float | None) -> list[Event]:

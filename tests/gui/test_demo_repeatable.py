@@ -14,9 +14,9 @@ from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
 from PySide6.QtCore import Qt
 
 from conftest import Engine
-from steplog_gui.demo import DemoConfig
+from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.main_window import MainWindow
-from steplog_gui.monitor import Monitor
+from steplog_gui.processes.demo import DemoConfig
 
 pytestmark = pytest.mark.slow
 CONFIG = DemoConfig(params={"tickets": "4"}, pace=0.6)
@@ -129,7 +129,7 @@ def test_a_run_started_elsewhere_appears_within_a_second_and_is_not_followed_by_
         assert appeared < 1.0 + 0.5, appeared
         # New run from the window: it appears and the view follows it.
         spec_run = "from-the-window"
-        from steplog_gui.engine_process import LaunchSpec
+        from steplog_gui.processes.engine_process import LaunchSpec
 
         proc.wait(timeout=60)
         qtbot.waitUntil(lambda: not window.engine.running, timeout=10_000)

@@ -10,9 +10,9 @@ from gui_helpers import gui_env, settings  # noqa: F401 (fixtures)
 from PySide6.QtCore import Qt
 
 from conftest import Engine
-from steplog_gui.demo import DemoConfig
+from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.main_window import MainWindow
-from steplog_gui.monitor import Monitor
+from steplog_gui.processes.demo import DemoConfig
 
 
 @pytest.fixture

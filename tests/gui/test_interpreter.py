@@ -20,10 +20,11 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QDialog, QMessageBox
 
 from conftest import Engine
-from steplog_gui import interpreter, jobs
+from steplog_gui import jobs
 from steplog_gui.main_window import MainWindow
-from steplog_gui.new_run_dialog import OWN_PYTHON, NewRunDialog
+from steplog_gui.processes import interpreter
 from steplog_gui.settings import Settings
+from steplog_gui.views.new_run_dialog import OWN_PYTHON, NewRunDialog
 
 ROOT = Path(__file__).resolve().parents[2]
 

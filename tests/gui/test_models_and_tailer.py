@@ -12,11 +12,11 @@ from gui_helpers import assert_same, crashed_run, witness_args  # noqa: F401 (fi
 from PySide6.QtCore import Qt
 
 from conftest import Engine, kill_group
-from steplog_gui.monitor import Monitor
-from steplog_gui.records_model import RecordsModel
-from steplog_gui.repository import LogRepository
-from steplog_gui.run_state import LogState
-from steplog_gui.runs_model import RunsModel
+from steplog.log.reader import LogRepository
+from steplog_gui.feeds.monitor import Monitor
+from steplog_gui.model.run_state import LogState
+from steplog_gui.views.records_model import RecordsModel
+from steplog_gui.views.runs_model import RunsModel
 
 
 def started_monitor(qtbot, path: Path) -> Monitor:  # type: ignore[no-untyped-def]
@@ -161,7 +161,7 @@ def test_a_deleted_replaced_or_foreign_log_shows_a_message_and_never_crashes(
 def test_a_chat_decision_reads_as_the_models_answer_then_its_metadata() -> None:
     import json
 
-    from steplog_gui.step_detail import decision_text
+    from steplog_gui.views.step_detail import decision_text
 
     recorded = json.dumps(
         {

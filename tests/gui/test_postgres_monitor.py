@@ -20,7 +20,7 @@ from conftest import AGENTS, Engine
 from steplog.log.db import open_log
 from steplog.log.location import PgUrl
 from steplog_gui.main_window import MainWindow
-from steplog_gui.runs_model import HOST, host_text
+from steplog_gui.views.runs_model import HOST, host_text
 
 pytestmark = pytest.mark.backends("postgres")
 

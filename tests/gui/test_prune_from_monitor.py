@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from conftest import AGENTS, Engine
 from steplog_gui.main_window import MainWindow
-from steplog_gui.runs_model import RUN_ID_ROLE
+from steplog_gui.views.runs_model import RUN_ID_ROLE
 
 NOOP = f"{AGENTS}:noop"
 

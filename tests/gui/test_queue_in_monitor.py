@@ -11,9 +11,9 @@ import pytest
 from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
 
 from conftest import AGENTS, Engine
+from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.main_window import MainWindow
-from steplog_gui.monitor import Monitor
-from steplog_gui.runs_model import status_text
+from steplog_gui.views.runs_model import status_text
 
 
 def submit(engine: Engine, run_id: str, witness: Path) -> None:

@@ -10,9 +10,9 @@ import pytest
 from gui_helpers import crashed_run, witness_args  # noqa: F401 (fixture)
 
 from conftest import Engine
-from steplog_gui.repository import LogRepository, LogUnavailable
-from steplog_gui.run_state import COMMITTED, REDONE, LogState
-from steplog_gui.timeline_data import bars, describe, kill_marks
+from steplog.log.reader import LogRepository, LogUnavailable
+from steplog_gui.model.run_state import COMMITTED, REDONE, LogState
+from steplog_gui.model.timeline_data import bars, describe, kill_marks
 
 
 def test_events_are_read_since_a_bookmark_in_batches(crashed_run: Engine) -> None:
@@ -97,8 +97,8 @@ def test_the_fold_sees_the_crash_the_redone_step_and_the_resume(crashed_run: Eng
 
 
 def test_a_kill_marker_says_when_the_engine_was_up_and_when_a_step_was_committed() -> None:
-    from steplog_gui.run_state import Kill
-    from steplog_gui.timeline_data import kill_label
+    from steplog_gui.model.run_state import Kill
+    from steplog_gui.model.timeline_data import kill_label
 
     assert (
         kill_label(Kill(1, 100.0, True, 100.15, 101.2))
@@ -112,7 +112,7 @@ def test_a_log_from_before_the_waits_since_keeps_the_waits_start_across_a_kill()
     relaunched after a kill is the same wait (same step, same signal): it began at the first
     ``waiting``; the kill's latency ends there, not at the commit a person's answer brought."""
     from steplog.log.logread import Event
-    from steplog_gui.timeline_data import kill_label
+    from steplog_gui.model.timeline_data import kill_label
 
     events = [
         Event(1, "w", 100.0, 0, "run_created", None, {"agent": "a", "budget": {}}),

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QDialog, QMessageBox
 
 from conftest import AGENTS, Engine
 from steplog_gui.main_window import MainWindow
-from steplog_gui.run_state import COPIED
+from steplog_gui.model.run_state import COPIED
 
 APPROVAL = f"{AGENTS}:approval"
 
@@ -151,8 +151,8 @@ def test_a_kill_while_waiting_keeps_the_waits_start_and_the_persons_time_is_no_r
     waiting, not when a person, seconds later, approves."""
     import time
 
-    from steplog_gui.engine_process import LaunchSpec
-    from steplog_gui.timeline_data import kill_label
+    from steplog_gui.model.timeline_data import kill_label
+    from steplog_gui.processes.engine_process import LaunchSpec
 
     window.start_run(
         LaunchSpec(

@@ -10,11 +10,11 @@ from gui_helpers import crashed_run, synthetic_events  # noqa: F401 (fixture)
 from PySide6.QtCore import QPointF, Qt
 
 from conftest import Engine
-from steplog_gui.budget_charts import BudgetCharts, project
-from steplog_gui.monitor import Monitor
-from steplog_gui.run_state import REDONE
-from steplog_gui.timeline_data import BAR_HEIGHT
-from steplog_gui.timeline_view import TimelineView
+from steplog_gui.feeds.monitor import Monitor
+from steplog_gui.model.run_state import REDONE
+from steplog_gui.model.timeline_data import BAR_HEIGHT
+from steplog_gui.timeline.view import TimelineView
+from steplog_gui.views.budget_charts import BudgetCharts, project
 
 
 def folded(qtbot, path: Path, run_id: str) -> Monitor:  # type: ignore[no-untyped-def]
@@ -155,8 +155,8 @@ def big_run() -> tuple[Monitor, object]:
 
 
 def test_bars_narrower_than_a_pixel_become_per_pixel_aggregates_that_keep_the_structure() -> None:
-    from steplog_gui.run_state import COMMITTED
-    from steplog_gui.timeline_data import bars, spans
+    from steplog_gui.model.run_state import COMMITTED
+    from steplog_gui.model.timeline_data import bars, spans
 
     _monitor, run = big_run()
     x0, x1 = spans(run, 0.0)  # type: ignore[arg-type]
@@ -181,7 +181,7 @@ def test_bars_narrower_than_a_pixel_become_per_pixel_aggregates_that_keep_the_st
 def test_a_click_picks_the_nearest_step_at_any_zoom_and_the_filter_and_step_axis_narrow_it() -> (
     None
 ):
-    from steplog_gui.timeline_data import name_filter, nearest, spans
+    from steplog_gui.model.timeline_data import name_filter, nearest, spans
 
     _monitor, run = big_run()
     x0, _x1 = spans(run, 0.0)  # type: ignore[arg-type]
@@ -248,7 +248,7 @@ def test_parallel_steps_are_drawn_in_sub_lanes_and_sequential_ones_use_the_whole
     qtbot, engine
 ) -> None:  # type: ignore[no-untyped-def]
     from conftest import AGENTS
-    from steplog_gui.timeline_data import BAR_HEIGHT, sublanes
+    from steplog_gui.model.timeline_data import BAR_HEIGHT, sublanes
 
     for run_id, agent in (("par", "gatherer"), ("seq", "noop")):
         done = engine.run(

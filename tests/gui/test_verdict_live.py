@@ -16,7 +16,7 @@ from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
 from conftest import AGENTS, Engine, kill_group
 from steplog.outbox import start_outbox
 from steplog_gui.main_window import MainWindow
-from steplog_gui.run_state import INTERRUPTED, REDONE
+from steplog_gui.model.run_state import INTERRUPTED, REDONE
 
 POSTER = f"{AGENTS}:poster"
 

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QDialog
 
 from conftest import AGENTS, Engine
 from steplog_gui.main_window import MainWindow
-from steplog_gui.step_detail import PROMPT
+from steplog_gui.views.step_detail import PROMPT
 
 NOOP = f"{AGENTS}:noop"
 
@@ -65,7 +65,7 @@ LONG_ID = "triage-20261203-094500-fork-094501-fork-094502-fork-094503"
 def test_a_long_run_id_is_cut_in_the_runs_list_and_whole_in_the_fork_dialog(
     qtbot: Any, window: MainWindow, engine: Engine
 ) -> None:
-    from steplog_gui.runs_model import RUN, STATUS, STEPS
+    from steplog_gui.views.runs_model import RUN, STATUS, STEPS
 
     finished(engine, "short", "--param", "n=3")
     finished(engine, LONG_ID, "--param", "n=3")
@@ -136,7 +136,7 @@ def test_a_failed_run_shows_every_step_and_every_failed_attempt_however_thin(
     the post fails three times, a second apart; each of those bars is far below a pixel wide
     at the run's scale. Every one of them is drawn (they were painted over by their outline)."""
     from steplog_gui import theme
-    from steplog_gui.run_state import COMMITTED, FAILED
+    from steplog_gui.model.run_state import COMMITTED, FAILED
 
     done = engine.run(
         "run",

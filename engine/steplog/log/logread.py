@@ -2,7 +2,7 @@
 
 The log is written by ``journal`` (steps, effects, decisions) and ``claim`` (runs, leases, the
 terminal record), each event in the same transaction as the rows it describes. Everything that
-*reads* events does it here: the monitor's tailer (``steplog_gui.repository``), the verdict, the
+*reads* events does it here: the monitor's tailer (``steplog.log.reader``), the verdict, the
 kill test's watch and ``History``. So an event's shape (its columns, its JSON payload parsed to a
 dict, its kind an ``EventKind`` string) is defined once, and a reader is a consumer with a
 bookmark: the id of the last event it has seen. Ids only grow (``AUTOINCREMENT``), so "what is

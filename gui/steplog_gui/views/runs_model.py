@@ -8,9 +8,9 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, QTimer
 
-from . import theme
-from .monitor import Monitor
-from .run_state import RunState
+from steplog_gui import theme
+from steplog_gui.feeds.monitor import Monitor
+from steplog_gui.model.run_state import RunState
 
 COLUMNS = ("Run", "Status", "Steps", "Agent", "Budget use", "Started", "Duration", "Host")
 """The columns a person needs first come first: a narrow Runs dock still shows run, status, steps.

@@ -13,10 +13,9 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from steplog.log.location import LogLocation
-
-from . import jobs
-from .monitor import Monitor
-from .outbox_watcher import OutboxWatcher
+from steplog_gui import jobs
+from steplog_gui.feeds.monitor import Monitor
+from steplog_gui.feeds.outbox_watcher import OutboxWatcher
 
 DEBOUNCE_MS = 150
 

@@ -14,12 +14,11 @@ import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from steplog.log.reader import LogRepository, LogUnavailable, RunNow
 from steplog.log.status import TERMINAL
-
-from .demo import DemoConfig, DemoLauncher
-from .engine_process import EngineProcess, LaunchSpec
-from .monitor import Monitor
-from .repository import LogRepository, LogUnavailable, RunNow
+from steplog_gui.feeds.monitor import Monitor
+from steplog_gui.processes.demo import DemoConfig, DemoLauncher
+from steplog_gui.processes.engine_process import EngineProcess, LaunchSpec
 
 
 class CompareRuns(QObject):
@@ -119,8 +118,8 @@ class CompareRuns(QObject):
         import json
         import os
 
-        from . import jobs
-        from .run_control import run_command
+        from steplog_gui import jobs
+        from steplog_gui.views.run_control import run_command
 
         if not (self.naive_id and self.durable_id):
             return

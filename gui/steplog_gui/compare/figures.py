@@ -17,9 +17,9 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
-from . import theme
-from .compare_state import ComparedRuns, spent
-from .run_state import RunState
+from steplog_gui import theme
+from steplog_gui.model.compare_state import ComparedRuns, spent
+from steplog_gui.model.run_state import RunState
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,10 @@ import numpy.typing as npt
 from steplog.errors import LogError
 from steplog.log.db import inspect, open_readonly
 from steplog.log.events import EventKind
+from steplog.log.jsonsql import JsonSql, for_dialect
 from steplog.log.location import LogLocation, PgUrl
 from steplog.log.logread import EVENT_COLUMNS, Event, events_since, payload, settled_upto
 from steplog.log.openfiles import identity
-
-from .json_sql import JsonSql, for_dialect
 
 KIND_CODES: tuple[EventKind, ...] = (
     EventKind.STEP_STARTED,

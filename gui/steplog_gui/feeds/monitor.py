@@ -12,10 +12,9 @@ from PySide6.QtCore import QObject, Signal
 
 from steplog.log.location import LogLocation, PgUrl
 from steplog.log.logread import Event
-
-from .bulk_load import RunDetails, add_details
-from .run_state import LogState, RunState
-from .tailer import Tailer
+from steplog_gui.feeds.tailer import Tailer
+from steplog_gui.model.bulk_load import RunDetails, add_details
+from steplog_gui.model.run_state import LogState, RunState
 
 
 class Monitor(QObject):

@@ -20,8 +20,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 from steplog.control.procs import child_env, python_argv, spawn
 from steplog.log.location import LogLocation, PgUrl
 from steplog.log.prune import Candidate, estimate
-
-from . import jobs
+from steplog_gui import jobs
 
 POLL_MS = 100
 

@@ -13,9 +13,9 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
 
-from . import theme
-from .outbox_watcher import OutboxWatcher
-from .records_model import RecordsModel, records_table
+from steplog_gui import theme
+from steplog_gui.feeds.outbox_watcher import OutboxWatcher
+from steplog_gui.views.records_model import RecordsModel, records_table
 
 OUTCOME_TEXT = {
     "delivered": "delivered",

@@ -35,10 +35,9 @@ from PySide6.QtWidgets import (
 
 from steplog.control.procs import child_env, python_argv, without_secrets
 from steplog.log.location import LogLocation
-
-from . import jobs
-from .monitor import Monitor
-from .run_state import RunState
+from steplog_gui import jobs
+from steplog_gui.feeds.monitor import Monitor
+from steplog_gui.model.run_state import RunState
 
 COMMAND_TIMEOUT_S = 60.0
 

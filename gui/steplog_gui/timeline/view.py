@@ -20,10 +20,27 @@ from PySide6.QtCore import QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QToolTip, QVBoxLayout, QWidget
 
-from . import theme
-from .monitor import Monitor
-from .run_state import COMMITTED, COPIED, FAILED, GAVE_UP, INTERRUPTED, REDONE, RUNNING, RunState
-from .timeline_data import BAR_HEIGHT, bars, describe, kill_marks, name_filter, nearest, spans
+from steplog_gui import theme
+from steplog_gui.feeds.monitor import Monitor
+from steplog_gui.model.run_state import (
+    COMMITTED,
+    COPIED,
+    FAILED,
+    GAVE_UP,
+    INTERRUPTED,
+    REDONE,
+    RUNNING,
+    RunState,
+)
+from steplog_gui.model.timeline_data import (
+    BAR_HEIGHT,
+    bars,
+    describe,
+    kill_marks,
+    name_filter,
+    nearest,
+    spans,
+)
 
 REFRESH_MS = 100
 """Running bars grow with the clock at this period."""

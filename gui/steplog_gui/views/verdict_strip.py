@@ -14,8 +14,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QWidget
 
-from . import theme
-from .verdict_watcher import VerdictWatcher
+from steplog_gui import theme
+from steplog_gui.feeds.verdict_watcher import VerdictWatcher
 
 LABEL_TEXT = {"PASS": "PASS", "FAIL": "FAIL", "UNTESTED": "not kill-tested", "RUNNING": "running…"}
 

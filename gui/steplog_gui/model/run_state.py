@@ -26,9 +26,8 @@ import numpy.typing as npt
 from steplog.log.events import EventKind
 from steplog.log.lease import process_alive
 from steplog.log.logread import Event
+from steplog.log.reader import USAGE_KEYS
 from steplog.log.status import TERMINAL
-
-from .repository import USAGE_KEYS
 
 ALIVE_CHECK_S = 0.5
 """How long an answer to "is the engine's process alive" is kept (see ``RunState.engine_gone``)."""

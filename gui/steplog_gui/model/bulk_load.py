@@ -23,9 +23,8 @@ import numpy.typing as npt
 
 from steplog.log.events import EventKind
 from steplog.log.logread import Event
-
-from .repository import KIND_CODES, NULL_SEQ, LogRepository
-from .run_state import (
+from steplog.log.reader import KIND_CODES, NULL_SEQ, LogRepository
+from steplog_gui.model.run_state import (
     COMMITTED,
     COPIED,
     EXECUTION_FIELDS,

@@ -17,11 +17,10 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from steplog.agents.trace import TRACE_FILE, read_trace
 from steplog.log.location import LogLocation
 from steplog.log.logread import Event
-
-from . import jobs
-from .compare_state import ComparedRuns, compare
-from .monitor import Monitor
-from .repository import LogNotReady, LogRepository
+from steplog.log.reader import LogNotReady, LogRepository
+from steplog_gui import jobs
+from steplog_gui.feeds.monitor import Monitor
+from steplog_gui.model.compare_state import ComparedRuns, compare
 
 POLL_MS = 200
 """How often the trace file's size is looked at (a ``stat``), and the longest a change waits."""

@@ -19,9 +19,9 @@ from PySide6.QtCore import QPointF
 from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import QToolTip, QWidget
 
-from .monitor import Monitor
-from .run_state import COMMITTED, REDONE, RUNNING, RunState
-from .timeline_view import TimelineView
+from steplog_gui.feeds.monitor import Monitor
+from steplog_gui.model.run_state import COMMITTED, REDONE, RUNNING, RunState
+from steplog_gui.timeline.view import TimelineView
 
 NAIVE_OUTCOMES = {
     COMMITTED: "done (not recorded anywhere: a kill would lose it)",

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 
 from steplog.agents.trace import TraceRecord, TraceSummary, summarize
 from steplog.log.logread import Event
-
-from .run_state import COMMITTED, REDONE, RUNNING, RunState
+from steplog_gui.model.run_state import COMMITTED, REDONE, RUNNING, RunState
 
 
 @dataclass

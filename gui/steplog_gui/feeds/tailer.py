@@ -30,11 +30,10 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
 
 from steplog.log.location import LogLocation, PgUrl
-
-from .bulk_load import RunDetails, load_details, load_run
-from .pg_watch import PgWatch
-from .repository import LogNotReady, LogRepository, LogUnavailable
-from .run_state import RunState
+from steplog.log.reader import LogNotReady, LogRepository, LogUnavailable
+from steplog_gui.feeds.pg_watch import PgWatch
+from steplog_gui.model.bulk_load import RunDetails, load_details, load_run
+from steplog_gui.model.run_state import RunState
 
 POLL_MS = 50
 RECHECK_MS = 30

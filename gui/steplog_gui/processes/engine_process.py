@@ -30,8 +30,7 @@ from steplog.control.procs import (
 )
 from steplog.errors import exit_meaning
 from steplog.log.location import LogLocation
-
-from .monitor import Monitor
+from steplog_gui.feeds.monitor import Monitor
 
 POLL_MS = 50
 STOP_GRACE_S = 5.0
@@ -50,7 +49,7 @@ class LaunchSpec:
     limits: dict[str, float] = field(default_factory=dict)
     """CLI limit options without the leading dashes, e.g. {"max-steps": 100}."""
     python: str | None = None
-    """The interpreter for a person's own agent (``steplog_gui.interpreter``); ``None``: the monitor's."""
+    """The interpreter for a person's own agent (``steplog_gui.processes.interpreter``); ``None``: the monitor's."""
 
     def argv(self, killed_at: float | None = None) -> list[str]:
         """The command; ``killed_at`` (a relaunch after Kill now) is recorded with the takeover."""

@@ -22,8 +22,7 @@ from PySide6.QtCore import QObject, Signal
 
 from steplog.log.location import LogLocation, PgUrl
 from steplog.verdict.evidence import outbox_file_for
-
-from . import jobs
+from steplog_gui import jobs
 
 _unadopted: set[Any] = set()
 """Demo outboxes started off the GUI thread that no launcher has taken yet. An outbox runs in a
@@ -38,7 +37,7 @@ def _stop_unadopted() -> None:
     _unadopted.clear()
 
 
-from .engine_process import EngineProcess, LaunchSpec
+from steplog_gui.processes.engine_process import EngineProcess, LaunchSpec
 
 DEMO_PACE = 3.5
 """Seconds of simulated thinking per model call: the 16-ticket demo lasts about a minute, long

@@ -18,9 +18,9 @@ from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QGridLayout, QWidget
 
-from . import theme
-from .monitor import Monitor
-from .run_state import RunState
+from steplog_gui import theme
+from steplog_gui.feeds.monitor import Monitor
+from steplog_gui.model.run_state import RunState
 
 REFRESH_MS = 300
 """Charts of a live run redraw at most this often: four plots and their axes cost ~20 ms a

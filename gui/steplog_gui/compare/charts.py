@@ -17,10 +17,10 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QHBoxLayout, QWidget
 
-from . import theme
-from .compare_monitor import CompareMonitor
-from .compare_state import spent
-from .run_state import RunState
+from steplog_gui import theme
+from steplog_gui.compare.monitor import CompareMonitor
+from steplog_gui.model.compare_state import spent
+from steplog_gui.model.run_state import RunState
 
 REFRESH_MS = 250
 CHARTS = (("tokens", "Tokens spent"), ("steps", "Steps kept"))

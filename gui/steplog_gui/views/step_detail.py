@@ -14,10 +14,10 @@ from typing import Any
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QVBoxLayout, QWidget
 
-from . import jobs
-from .outbox_watcher import OutboxWatcher
-from .records_model import RecordsModel, records_table
-from .repository import LogRepository, StepDetail
+from steplog.log.reader import LogRepository, StepDetail
+from steplog_gui import jobs
+from steplog_gui.feeds.outbox_watcher import OutboxWatcher
+from steplog_gui.views.records_model import RecordsModel, records_table
 
 
 def _read_detail(path: Path, run_id: str, seq: int) -> StepDetail | None:

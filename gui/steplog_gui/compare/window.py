@@ -29,18 +29,18 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from . import resources, theme
-from .compare_charts import CompareCharts
-from .compare_figures import CompareFigures, figures
-from .compare_lane import CompareLane
-from .compare_monitor import CompareMonitor
-from .compare_runs import CompareRuns
-from .demo import DemoConfig, DemoLauncher
-from .monitor import Monitor
-from .outbox_panel import OutboxPanel
-from .outbox_watcher import OutboxWatcher
-from .verdict_strip import VerdictStrip
-from .verdict_watcher import VerdictWatcher
+from steplog_gui import resources, theme
+from steplog_gui.compare.charts import CompareCharts
+from steplog_gui.compare.figures import CompareFigures, figures
+from steplog_gui.compare.lane import CompareLane
+from steplog_gui.compare.monitor import CompareMonitor
+from steplog_gui.compare.runs import CompareRuns
+from steplog_gui.feeds.monitor import Monitor
+from steplog_gui.feeds.outbox_watcher import OutboxWatcher
+from steplog_gui.feeds.verdict_watcher import VerdictWatcher
+from steplog_gui.processes.demo import DemoConfig, DemoLauncher
+from steplog_gui.views.outbox_panel import OutboxPanel
+from steplog_gui.views.verdict_strip import VerdictStrip
 
 FOLLOW_MS = 250
 DOCK_WIDTH = 420

@@ -25,11 +25,11 @@ from PySide6.QtWidgets import (
 )
 
 from steplog.log.location import PgUrl
-
-from . import interpreter, jobs
-from .demo import DEMO_AGENTS, DEMO_PACE
-from .engine_process import LaunchSpec
-from .settings import Settings
+from steplog_gui import jobs
+from steplog_gui.processes import interpreter
+from steplog_gui.processes.demo import DEMO_AGENTS, DEMO_PACE
+from steplog_gui.processes.engine_process import LaunchSpec
+from steplog_gui.settings import Settings
 
 BUILTIN_AGENTS = ("demo", "naive", "flaky")
 

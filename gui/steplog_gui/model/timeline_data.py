@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .run_state import OUTCOME_NAMES, PHASES, Kill, RunState
+from steplog_gui.model.run_state import OUTCOME_NAMES, PHASES, Kill, RunState
 
 BAR_HEIGHT = 0.7
 MIN_WIDTH = 0.02

@@ -15,8 +15,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from steplog.log.location import LogLocation
-
-from . import jobs
+from steplog_gui import jobs
 
 POLL_MS = 500
 IDLE_POLL_MS = 3000

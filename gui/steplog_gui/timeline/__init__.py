@@ -1,0 +1,1 @@
+"""The step timeline: one bar per step execution, lanes per engine incarnation, kill marks."""
