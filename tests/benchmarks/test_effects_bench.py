@@ -122,7 +122,7 @@ def run_engine(tmp: Path, kind: str, n: int, first: int, extra: list[str]) -> di
 
 def test_effect_benchmarks(tmp_path: Path) -> None:
     # Imported here, not at the top: the engine processes import this file for its agent.
-    from fakes.openai_server import FakeOpenAI
+    from helpers.openai_server import FakeOpenAI
     from steplog.outbox import start_outbox
 
     totals = {kind: Measured() for kind in KINDS}

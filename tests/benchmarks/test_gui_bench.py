@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import sqlite3
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "gui"))
-
-from gui_helpers import synthetic_events  # noqa: E402
-
+from helpers.logs import synthetic_events
+from helpers.paths import AGENTS
 from steplog.log.db import open_log  # noqa: E402
 from steplog_gui.feeds.monitor import Monitor  # noqa: E402
 from steplog_gui.timeline.view import TimelineView  # noqa: E402
@@ -76,11 +73,10 @@ def noop_log_with_kills(db: Path, run_id: str, steps: int, kills: int) -> None:
     from steplog.control.procs import child_env, python_argv
     from steplog.killtest.procs import kill_group
 
-    agents = Path(__file__).parents[1] / "engine" / "agents_for_tests.py"
     args = python_argv(
         "steplog",
         "run",
-        f"{agents}:noop",
+        f"{AGENTS}:noop",
         "--run-id",
         run_id,
         "--db",
@@ -288,13 +284,12 @@ def test_commit_to_pixel_and_idle_cpu(qtbot, tmp_path: Path) -> None:  # type: i
     )
     watch = PaintWatch()
     view.plot.viewport().installEventFilter(watch)
-    agents = Path(__file__).parents[1] / "engine" / "agents_for_tests.py"
     commits = 300
     proc = subprocess.Popen(
         python_argv(
             "steplog",
             "run",
-            f"{agents}:witness",
+            f"{AGENTS}:witness",
             "--run-id",
             "live",
             "--db",

@@ -24,11 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers.paths import AGENTS
 from steplog.log.db import open_log
 from steplog.log.prune import Selection, log_bytes, prune
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "gui"))
-AGENTS = Path(__file__).parents[1] / "engine" / "agents_for_tests.py"
 
 RUNS_PRUNED = 10_000
 RUNS_KEPT = 1_000

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from helpers.paths import ROOT
 
 
 def test_the_engine_never_imports_qt_or_the_gui() -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AGENTS, Engine
+from helpers.engine import Engine
+from helpers.paths import AGENTS
 
 pytestmark = pytest.mark.backends("sqlite", "postgres")
 
@@ -146,13 +147,8 @@ def test_the_parallel_demo_writes_and_sends_exactly_what_the_sequential_demo_doe
 
 def test_agent_run_async_from_running_asyncio_code(tmp_path: Path) -> None:
     import asyncio
-    import sys
 
-    sys.path.insert(0, str(AGENTS.parent))
-    try:
-        import agents_for_tests as a
-    finally:
-        sys.path.remove(str(AGENTS.parent))
+    from helpers import agents_for_tests as a
 
     async def main() -> object:
         return await a.gatherer.run_async("py", db=tmp_path / "log.db", n=2)
@@ -199,7 +195,7 @@ def test_an_async_agent_waits_for_a_signal_and_a_kill_while_waiting_loses_nothin
     import sqlite3
     import time
 
-    from conftest import kill_group
+    from helpers.engine import kill_group
 
     witness = tmp_path / "witness.db"
     args = (

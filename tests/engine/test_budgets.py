@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 import steplog
-from conftest import AGENTS, Engine, kill_group, log_bytes
-from fakes.openai_server import FakeOpenAI
+from helpers.engine import Engine, kill_group
+from helpers.logs import log_bytes
+from helpers.openai_server import FakeOpenAI
+from helpers.paths import AGENTS
 
 pytestmark = pytest.mark.backends("sqlite", "postgres")
 

@@ -14,14 +14,15 @@ from __future__ import annotations
 import signal
 import sqlite3
 import subprocess
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import AGENTS, Engine, kill_group
+from helpers.engine import Engine, kill_group
+from helpers.paths import AGENTS
+from helpers.waiting import wait_until
 from steplog.outbox import OutboxProcess, start_outbox
 from steplog.outbox.ledger import Ledger
 
@@ -37,13 +38,6 @@ SEND_T1001 = 4
 def outbox(tmp_path: Path) -> Iterator[OutboxProcess]:
     with start_outbox(tmp_path / "outbox.db", delay=DELAY) as process:
         yield process
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.02)
 
 
 def key_state(outbox: OutboxProcess, key: str) -> str | None:

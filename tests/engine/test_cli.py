@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from conftest import AGENTS, Engine
+from helpers.engine import Engine
+from helpers.paths import AGENTS, ROOT
 
 
 def one_line_error(stderr: str) -> str:
@@ -293,7 +294,7 @@ def test_every_exit_code_the_readme_documents_has_words_in_the_one_table() -> No
 
     from steplog.errors import EXIT_MEANINGS, exit_meaning
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     table = readme[readme.index("| exit | meaning |") :]
     documented = {int(c) for c in re.findall(r"^\| (\d+) \|", table[: table.index("\n\n")], re.M)}
     assert documented >= {0, 2, 3, 4, 5, 6, 75}

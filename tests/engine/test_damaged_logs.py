@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AGENTS, TESTS, Engine
+from helpers.engine import Engine
+from helpers.paths import AGENTS, ROOT
 from steplog.log.schema import SCHEMA_VERSION
 
 RUNS = ("a", "b", "c")
@@ -30,7 +31,7 @@ def healthy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real log with three finished runs, checkpointed so that every page is in the main file."""
     path = tmp_path_factory.mktemp("healthy") / "steplog.db"
     env = {k: v for k, v in os.environ.items() if not k.startswith("STEPLOG_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent / "engine"), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "engine"), env.get("PYTHONPATH", "")])
     for rid in RUNS:
         subprocess.run(
             [

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Engine, storm
+from helpers.engine import Engine, storm
 from steplog.agents.demo import load_tickets
 from steplog.outbox import OutboxProcess, start_outbox
 

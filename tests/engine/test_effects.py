@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AGENTS, Engine
+from helpers.engine import Engine
+from helpers.paths import AGENTS
 from steplog.runtime.crashpoints import CRASH_EXIT_CODE
 
 pytestmark = pytest.mark.backends("sqlite", "postgres")

@@ -14,7 +14,8 @@ import signal
 import time
 from pathlib import Path
 
-from conftest import AGENTS, Engine
+from helpers.engine import Engine
+from helpers.paths import AGENTS
 from steplog.log.events import PAYLOADS, EventKind, payload_problem
 
 

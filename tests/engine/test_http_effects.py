@@ -24,7 +24,7 @@ import pytest
 
 import steplog
 import steplog.runtime.engine
-from fakes.openai_server import FakeOpenAI, fake_openai  # noqa: F401 (the fixture)
+from helpers.openai_server import FakeOpenAI
 from steplog.errors import TransientError, UsageError
 from steplog.llm.openai_compat import OpenAICompatModel
 from steplog.log.interrupts import StopRequested

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AGENTS, Engine, storm
+from helpers.engine import Engine, storm
+from helpers.paths import AGENTS
 from steplog.runtime.crashpoints import CRASH_EXIT_CODE, POINTS
 
 STORM_KILLS = 24

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AGENTS, Engine, kill_group
+from helpers.engine import Engine, kill_group
+from helpers.paths import AGENTS
+from helpers.waiting import wait_until
 
 pytestmark = pytest.mark.backends("sqlite", "postgres")
 
@@ -41,13 +43,6 @@ def witness_run(
         f"pause={pause}",
         *extra,
     ]
-
-
-def wait_for(predicate, timeout: float = 20.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def test_two_engines_started_together_one_works_the_other_exits_75(
@@ -82,7 +77,7 @@ def test_a_live_engine_is_not_taken_over_and_nothing_is_written(
     args = witness_run(engine, "live", tmp_path, n=100, pause=0.05)
     first = engine.start(*args)
     try:
-        wait_for(lambda: engine.events("step_committed") > 0, what="first commit")
+        wait_until(lambda: engine.events("step_committed") > 0, what="first commit")
         before = engine.query("SELECT max(id) FROM event")[0][0]
         second = engine.run(*args)
         assert second.returncode == 75, second.stderr
@@ -140,9 +135,9 @@ def test_a_zombie_finds_itself_fenced_and_writes_nothing(engine: Engine, tmp_pat
     a = engine.start(*args)
     try:
         # Freeze A while it sleeps inside a step body (not inside a write transaction).
-        wait_for(lambda: engine.events("step_started", seq=6) == 1, what="step 6")
+        wait_until(lambda: engine.events("step_started", seq=6) == 1, what="step 6")
         freeze_outside_a_write(engine, a)
-        wait_for(
+        wait_until(
             lambda: engine.query("SELECT lease_expires FROM run")[0][0] < time.time(),
             what="lease expiry",
         )
@@ -172,7 +167,7 @@ def test_sigterm_stops_cleanly_and_releases_the_lease_for_an_immediate_resume(
 ) -> None:
     args = witness_run(engine, "term", tmp_path, n=40, pause=0.05)
     proc = engine.start(*args)
-    wait_for(lambda: engine.events("step_committed") > 3, what="some commits")
+    wait_until(lambda: engine.events("step_committed") > 3, what="some commits")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 130
     assert "stopped by a signal; run the same command to resume" in proc.stderr.read()  # type: ignore[union-attr]
@@ -240,7 +235,7 @@ def test_process_start_times_read_from_proc_are_psutils() -> None:
         assert lease._proc_start(child.pid) == psutil.Process(child.pid).create_time()
         assert lease.process_alive(child.pid)
         child.kill()
-        wait_for(
+        wait_until(
             lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, what="a zombie"
         )
         assert not lease.process_alive(child.pid)  # killed, not yet reaped: dead
@@ -293,7 +288,7 @@ def test_a_wall_clock_stepped_back_does_not_stretch_a_frozen_holders_lease_on_it
     args = witness_run(engine, "stepped", tmp_path, n=8, pause=0.3, extra=("--lease-seconds", "1"))
     a = engine.start(*args)
     try:
-        wait_for(
+        wait_until(
             lambda: engine.events("step_started", seq=6) == 1,
             what="step 6 (a compute step: no witness lock held)",
         )
@@ -304,7 +299,7 @@ def test_a_wall_clock_stepped_back_does_not_stretch_a_frozen_holders_lease_on_it
         )
         from steplog.log.lease import boot_clock
 
-        wait_for(
+        wait_until(
             lambda: engine.query("SELECT lease_expires_boot FROM run")[0][0] < boot_clock(),
             what="boot expiry",
         )

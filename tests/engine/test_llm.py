@@ -13,12 +13,11 @@ import time
 import traceback
 from collections.abc import Iterator
 from importlib import resources
-from pathlib import Path
 
 import pytest
 
-# ``tests/`` is on sys.path (rootdir conftest, prepend import mode), so the fakes import as ``fakes``.
-from fakes.openai_server import CACHED_TOKENS, FakeOpenAI, fake_openai, reply_content, usage_for
+from helpers.openai_server import CACHED_TOKENS, FakeOpenAI, reply_content, usage_for
+from helpers.paths import ROOT
 from steplog.errors import TransientError
 from steplog.llm import (
     ChatModel,
@@ -35,9 +34,7 @@ from steplog.llm.offline import CATEGORIES, PRIORITIES, SIGNATURE, parse_ticket
 from steplog.llm.openai_compat import OpenAICompatModel
 from steplog.llm.prices import FREE, is_local
 
-__all__ = ["fake_openai"]  # the fixture, imported to be used here
-
-ENGINE = Path(__file__).resolve().parents[2] / "engine"
+ENGINE = ROOT / "engine"
 SECRET = "sk-test-DO-NOT-LEAK-0123456789abcdefXYZ"
 INSTRUCTION = (
     "Classify the ticket and draft a reply. Answer in JSON with keys category "

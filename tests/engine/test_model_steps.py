@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import AGENTS, Engine
-from fakes.openai_server import FakeOpenAI
+from helpers.engine import Engine
+from helpers.openai_server import FakeOpenAI
+from helpers.paths import AGENTS
 from steplog.runtime.crashpoints import CRASH_EXIT_CODE
 
 KEY_ENV = {"OPENAI_API_KEY": "sk-test-0000000000000000000000"}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Engine, kill_group
+from helpers.engine import Engine, kill_group
 from steplog.agents.trace import TRACE_FILE, Trace, cut_short, read_trace, summarize
 from steplog.outbox import OutboxProcess, start_outbox
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from conftest import AGENTS, Engine
+from helpers.engine import Engine
+from helpers.paths import AGENTS
 from steplog.log import openfiles
 from steplog.log.db import inspect, open_readonly
 

@@ -9,7 +9,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from helpers.waiting import wait_until
 from steplog.errors import UsageError
 from steplog.outbox import OutboxProcess, OutboxStore, fetch_ledger, start_outbox
 from steplog.outbox.ledger import Delivery, Ledger
@@ -64,14 +64,6 @@ def post(client: httpx.Client, body: Any, key: str | None = "key-1") -> httpx.Re
 def post_to(url: str, body: Any, key: str = "key-1") -> httpx.Response:
     with httpx.Client(base_url=url, timeout=60) as c:
         return post(c, body, key)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(0.01)
 
 
 # -- idempotency ---------------------------------------------------------------------------

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from conftest import AGENTS, Engine, log_bytes, query_log
+from helpers.engine import Engine
+from helpers.logs import log_bytes, query_log
+from helpers.paths import AGENTS
 from steplog.log.location import PgUrl, parse, redact_url
 
 pytestmark = pytest.mark.backends("postgres")

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import AGENTS
+from helpers.paths import AGENTS
 from steplog.log.db import RUN_WRITE, open_log, open_readonly
 from steplog.log.location import PgUrl
 from steplog.log.logread import EventTail, settled_upto

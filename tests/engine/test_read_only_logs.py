@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AGENTS, Engine
+from helpers.engine import Engine
+from helpers.paths import AGENTS
 
 ROOT = os.geteuid() == 0
 Wrap = Callable[[list[str]], list[str]]

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_disk_full import tiny_fs  # noqa: F401 - the 256 KiB tmpfs fixture
 
-from conftest import AGENTS, Engine, log_bytes
+from helpers.engine import Engine
+from helpers.logs import log_bytes
+from helpers.paths import AGENTS
 from steplog.outbox import start_outbox
 
 NOOP = f"{AGENTS}:noop"

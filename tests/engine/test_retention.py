@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AGENTS, Engine, kill_group
+from helpers.engine import Engine, kill_group
+from helpers.paths import AGENTS
 from steplog.log.schema import RUN_TABLES
 
 NOOP = f"{AGENTS}:noop"

@@ -17,37 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AGENTS, Engine, kill_group, log_bytes, storm
+from helpers.engine import Engine, kill_group, storm
+from helpers.logs import log_bytes
+from helpers.paths import AGENTS
+from helpers.waiting import wait_until
+from helpers.witness import applied, items_of
 
 pytestmark = pytest.mark.backends("sqlite", "postgres")
 
 APPROVAL = f"{AGENTS}:approval"
 FIXABLE = f"{AGENTS}:fixable"
 WITNESS = f"{AGENTS}:witness"
-
-
-def applied(witness: Path) -> list[tuple[str, int]]:
-    """(key, item) of every effect the far side applied, in order."""
-    if not witness.exists():
-        return []
-    conn = sqlite3.connect(witness)
-    try:
-        return [(k, i) for k, i in conn.execute("SELECT key, i FROM applied ORDER BY rowid")]
-    except sqlite3.OperationalError:  # the first engine is creating the table right now
-        return []
-    finally:
-        conn.close()
-
-
-def items_of(witness: Path, run_id: str) -> list[int]:
-    return sorted(i for k, i in applied(witness) if k.startswith(f"{run_id}:"))
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for the engine"
-        time.sleep(0.02)
 
 
 def is_waiting(engine: Engine, run_id: str) -> Callable[[], bool]:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import steplog
-from conftest import log_bytes, query_log
+from helpers.logs import log_bytes, query_log
 from steplog.errors import TransientError
 
 pytestmark = pytest.mark.backends("sqlite", "postgres")

@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from conftest import AGENTS, Engine
+from helpers.engine import Engine
+from helpers.paths import AGENTS
 from steplog.runtime.crashpoints import CRASH_EXIT_CODE, POINTS
 
 OPS = ("call", "chat", "write", "merge", "apply", "once")

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import steplog
-from conftest import query_log
+from helpers.logs import query_log
 from steplog.log import interrupts, openfiles
 from steplog.log.interrupts import StopRequested
 

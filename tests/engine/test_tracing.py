@@ -26,7 +26,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util._once import Once
 
 import steplog
-from conftest import AGENTS, Engine, kill_group
+from helpers.engine import Engine, kill_group
+from helpers.paths import AGENTS
 
 WITNESS = f"{AGENTS}:witness"
 
@@ -153,10 +154,7 @@ def test_parallel_steps_are_siblings_under_the_incarnation(
     spans: InMemorySpanExporter, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """asyncio.gather and run.map open several steps at once: each span still has the right parent."""
-    import sys
-
-    sys.path.insert(0, str(AGENTS.parent))
-    import agents_for_tests as agents
+    from helpers import agents_for_tests as agents
 
     agents.gatherer.run("g1", db=tmp_path / "log.db", n=4)
     found = list(spans.get_finished_spans())

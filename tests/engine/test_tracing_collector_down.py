@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from conftest import AGENTS, Engine
+from helpers.engine import Engine
+from helpers.paths import AGENTS
 
 NOOP = f"{AGENTS}:noop"
 WITNESS = f"{AGENTS}:witness"

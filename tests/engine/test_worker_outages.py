@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_run_control import applied, wait_until
 
-from conftest import AGENTS, TESTS, Engine, kill_group
+from helpers.engine import Engine, kill_group
+from helpers.paths import AGENTS, ROOT
+from helpers.waiting import wait_until
+from helpers.witness import applied
 
 WITNESS = f"{AGENTS}:witness"
 TICKETS = 3
@@ -34,7 +36,7 @@ class Restartable:
     def create(self, name: str) -> str:
         import psycopg
 
-        from postgres_server import with_database
+        from helpers.postgres_server import with_database
 
         with psycopg.connect(self.admin, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
@@ -52,7 +54,7 @@ class Restartable:
 
 @pytest.fixture
 def own_server() -> Iterator[Restartable]:
-    from postgres_server import NoServer, Throwaway
+    from helpers.postgres_server import NoServer, Throwaway
 
     try:
         server = Throwaway(tcp=True)
@@ -73,7 +75,7 @@ def engine_on(db: Any, tmp_path: Path) -> Engine:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STEPLOG_")}
     env["XDG_DATA_HOME"] = str(tmp_path / "xdg")  # default workdirs of a PostgreSQL log go there
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(TESTS.parent / "engine"), str(TESTS.parent / "gui"), env.get("PYTHONPATH", "")]
+        [str(ROOT / "engine"), str(ROOT / "gui"), env.get("PYTHONPATH", "")]
     )
     return Engine(db=db, env=env)
 

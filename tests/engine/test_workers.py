@@ -13,9 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from test_run_control import applied, wait_until
 
-from conftest import AGENTS, Engine, kill_group
+from helpers.engine import Engine, kill_group
+from helpers.paths import AGENTS
+from helpers.waiting import wait_until
+from helpers.witness import applied
 from steplog.log.lease import process_alive
 
 WITNESS = f"{AGENTS}:witness"
@@ -436,7 +438,7 @@ def test_worker_storm_on_postgresql_every_message_once_and_other_runs_untouched(
 def test_the_readme_scale_out_commands_do_what_it_says(engine: Engine, tmp_path: Path) -> None:
     import re
 
-    from test_readme import README, run_shell_block
+    from helpers.readme import README, run_shell_block
 
     shell = re.search(r"### A queue and workers\n.*?```\n(.*?)```", README.read_text(), re.S)
     assert shell is not None, "the README no longer shows submit and worker"

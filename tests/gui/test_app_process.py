@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from conftest import Engine
+from helpers.engine import Engine
 
 
 def processes_using(path: Path) -> list[psutil.Process]:

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gui_helpers import assert_same, crashed_run, witness_args  # noqa: F401 (fixture)
 
-from conftest import AGENTS, Engine, kill_group, storm
+from helpers.engine import Engine, kill_group, storm
+from helpers.gui import assert_same
+from helpers.paths import AGENTS
+from helpers.witness import witness_args
 from steplog.log.db import open_log
 from steplog.log.reader import LogRepository
 from steplog_gui.model.bulk_load import add_details, load_details, load_run

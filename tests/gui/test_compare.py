@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gui_helpers import gui_env, settings, theme_restored, window  # noqa: F401 (fixtures)
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication
 
-from conftest import Engine
+from helpers.engine import Engine
 from steplog_gui import theme
 from steplog_gui.compare.window import CompareWindow
 from steplog_gui.main_window import MainWindow

@@ -10,10 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
 from PySide6.QtCore import Qt
 
-from conftest import Engine
+from helpers.engine import Engine
 from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.main_window import MainWindow
 from steplog_gui.processes.demo import DemoConfig

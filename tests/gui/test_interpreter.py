@@ -15,18 +15,17 @@ import time
 from pathlib import Path
 
 import pytest
-from gui_helpers import answer_next_modal, gui_env, settings, window  # noqa: F401 (fixtures)
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QDialog, QMessageBox
 
-from conftest import Engine
+from helpers.engine import Engine
+from helpers.gui import answer_next_modal
+from helpers.paths import ROOT
 from steplog_gui import jobs
 from steplog_gui.main_window import MainWindow
 from steplog_gui.processes import interpreter
 from steplog_gui.settings import Settings
 from steplog_gui.views.new_run_dialog import OWN_PYTHON, NewRunDialog
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

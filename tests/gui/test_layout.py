@@ -1,7 +1,7 @@
 """The window's layout at 1280x720, 1920x1080 and 2560x1440: on a first launch every dock and
 chart fits and shows what matters; closed and opened again, it comes back exactly as it was.
 
-Each size runs in its own process (``layout_probe.py``) with an offscreen screen of that size: a
+Each size runs in its own process (``helpers/layout_probe.py``) with an offscreen screen of that size: a
 saved geometry is restored against the screen it finds."""
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from layout_probe import screen_env
 
-from conftest import Engine
+from helpers import layout_probe
+from helpers.engine import Engine
+from helpers.layout_probe import screen_env
 
-PROBE = Path(__file__).with_name("layout_probe.py")
+PROBE = Path(layout_probe.__file__)
 RUN_ID = "demo-20261201-120000"
 
 

@@ -8,10 +8,11 @@ import sqlite3
 import time
 from pathlib import Path
 
-from gui_helpers import assert_same, crashed_run, witness_args  # noqa: F401 (fixture)
 from PySide6.QtCore import Qt
 
-from conftest import Engine, kill_group
+from helpers.engine import Engine, kill_group
+from helpers.gui import assert_same
+from helpers.witness import witness_args
 from steplog.log.reader import LogRepository
 from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.model.run_state import LogState

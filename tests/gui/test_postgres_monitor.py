@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
 
-from conftest import AGENTS, Engine
+from helpers.engine import Engine
+from helpers.paths import AGENTS
 from steplog.log.db import open_log
 from steplog.log.location import PgUrl
 from steplog_gui.main_window import MainWindow

@@ -7,11 +7,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gui_helpers import gui_env, open_window, settings  # noqa: F401 (fixtures)
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from conftest import AGENTS, Engine
+from helpers.engine import Engine
+from helpers.gui import open_window
+from helpers.paths import AGENTS
 from steplog_gui.main_window import MainWindow
 from steplog_gui.views.runs_model import RUN_ID_ROLE
 

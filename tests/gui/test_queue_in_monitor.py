@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
 
-from conftest import AGENTS, Engine
+from helpers.engine import Engine
+from helpers.paths import AGENTS
 from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.main_window import MainWindow
 from steplog_gui.views.runs_model import status_text

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gui_helpers import crashed_run, witness_args  # noqa: F401 (fixture)
 
-from conftest import Engine
+from helpers.engine import Engine
+from helpers.witness import witness_args
 from steplog.log.reader import LogRepository, LogUnavailable
 from steplog_gui.model.run_state import COMMITTED, REDONE, LogState
 from steplog_gui.model.timeline_data import bars, describe, kill_marks

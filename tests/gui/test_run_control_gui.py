@@ -7,10 +7,11 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from gui_helpers import answer_next_modal, gui_env, settings, window  # noqa: F401 (fixtures)
 from PySide6.QtWidgets import QDialog, QMessageBox
 
-from conftest import AGENTS, Engine
+from helpers.engine import Engine
+from helpers.gui import answer_next_modal
+from helpers.paths import AGENTS
 from steplog_gui.main_window import MainWindow
 from steplog_gui.model.run_state import COPIED
 

@@ -6,10 +6,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from gui_helpers import crashed_run, synthetic_events  # noqa: F401 (fixture)
 from PySide6.QtCore import QPointF, Qt
 
-from conftest import Engine
+from helpers.engine import Engine
+from helpers.logs import synthetic_events
 from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.model.run_state import REDONE
 from steplog_gui.model.timeline_data import BAR_HEIGHT
@@ -247,7 +247,7 @@ def test_the_view_keeps_following_a_growing_run(qtbot) -> None:  # type: ignore[
 def test_parallel_steps_are_drawn_in_sub_lanes_and_sequential_ones_use_the_whole_lane(
     qtbot, engine
 ) -> None:  # type: ignore[no-untyped-def]
-    from conftest import AGENTS
+    from helpers.paths import AGENTS
     from steplog_gui.model.timeline_data import BAR_HEIGHT, sublanes
 
     for run_id, agent in (("par", "gatherer"), ("seq", "noop")):

@@ -11,25 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gui_helpers import gui_env, settings, window  # noqa: F401 (fixtures)
 
-from conftest import AGENTS, Engine, kill_group
+from helpers.engine import Engine, kill_group
+from helpers.paths import AGENTS
 from steplog.outbox import start_outbox
 from steplog_gui.main_window import MainWindow
 from steplog_gui.model.run_state import INTERRUPTED, REDONE
 
 POSTER = f"{AGENTS}:poster"
-
-
-def committed(engine: Engine, run_id: str) -> int:
-    try:
-        return int(
-            engine.query(
-                "SELECT count(*) FROM step WHERE run_id = ? AND status = 'committed'", run_id
-            )[0][0]
-        )
-    except Exception:  # the engine is creating the log right now
-        return 0
 
 
 def test_a_run_stopped_resumed_and_killed_under_an_open_window_never_flashes_fail(
@@ -57,7 +46,7 @@ def test_a_run_stopped_resumed_and_killed_under_an_open_window_never_flashes_fai
         proc = engine.start(*args)
         qtbot.waitUntil(lambda: window.runs_model.row_of("live") >= 0, timeout=20_000)
         window.select_run("live")
-        qtbot.waitUntil(lambda: committed(engine, "live") >= 5, timeout=30_000)
+        qtbot.waitUntil(lambda: engine.committed("live") >= 5, timeout=30_000)
 
         os.killpg(proc.pid, signal.SIGTERM)  # Stop engine, from elsewhere
         proc.communicate(timeout=60)
@@ -66,7 +55,7 @@ def test_a_run_stopped_resumed_and_killed_under_an_open_window_never_flashes_fai
         assert window.verdict.evidence.text().startswith("stopped: no engine works on the run")
 
         proc = engine.start(*args)  # Resume, from elsewhere
-        qtbot.waitUntil(lambda: committed(engine, "live") >= 11, timeout=30_000)
+        qtbot.waitUntil(lambda: engine.committed("live") >= 11, timeout=30_000)
         at = kill_group(proc)
         done = engine.run(*args, "--killed-at", str(at))
         assert done.returncode == 0, done.stderr

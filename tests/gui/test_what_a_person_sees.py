@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gui_helpers import (
-    answer_next_modal,
-    settings,  # noqa: F401 (fixtures)
-)
 from PySide6.QtWidgets import QDialog
 
-from conftest import AGENTS, Engine
+from helpers.engine import Engine
+from helpers.gui import answer_next_modal
+from helpers.paths import AGENTS
 from steplog_gui.main_window import MainWindow
 from steplog_gui.views.step_detail import PROMPT
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Engine
+from helpers.engine import Engine
 from steplog.runtime.crashpoints import POINTS
 
 pytestmark = pytest.mark.slow

@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from conftest import AGENTS, Engine, kill_group
+from helpers.engine import Engine, kill_group
+from helpers.paths import AGENTS
 from steplog.outbox import OutboxProcess, start_outbox
 
 POSTER = f"{AGENTS}:poster"
@@ -50,21 +51,11 @@ class Case:
             *(x for p in params for x in ("--param", p)),
         ]
 
-    def committed(self, run_id: str) -> int:
-        try:
-            return int(
-                self.engine.query(
-                    "SELECT count(*) FROM step WHERE run_id = ? AND status = 'committed'", run_id
-                )[0][0]
-            )
-        except Exception:  # the engine is creating the log right now
-            return 0
-
     def start_until(self, run_id: str, steps: int, *params: str) -> subprocess.Popen[str]:
         """Start the run and return once ``steps`` steps have committed (the engine still going)."""
         proc = self.engine.start(*self.args(run_id, *params))
         deadline = time.monotonic() + 60
-        while self.committed(run_id) < steps:
+        while self.engine.committed(run_id) < steps:
             assert proc.poll() is None, f"the engine ended early: {proc.communicate()}"
             assert time.monotonic() < deadline, "the engine made no progress"
             time.sleep(0.02)

@@ -30,13 +30,11 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
-
-import pytest
 
 BEHAVIOURS = frozenset(
     {
@@ -279,10 +277,3 @@ def _payload(call: Call) -> tuple[int, dict[str, Any], dict[str, str]]:
     elif behaviour == "no_content":
         completion["choices"][0]["message"] = {"role": "assistant", "content": None}
     return 200, completion, {}
-
-
-@pytest.fixture
-def fake_openai() -> Iterator[FakeOpenAI]:
-    """A running ``FakeOpenAI``, closed after the test."""
-    with FakeOpenAI() as fake:
-        yield fake

@@ -2,7 +2,7 @@
 1920x1080 and 2560x1440, light and dark, each window on its first launch; then each reopened with
 the settings it saved, to check the layout comes back exactly.
 
-    QT_QPA_PLATFORM=offscreen python tests/gui/screenshots.py OUTDIR [--big LOG]
+    QT_QPA_PLATFORM=offscreen python tests/helpers/screenshots.py OUTDIR [--big LOG]
 
 ``--big LOG``: also a shot of a log holding a 100k-step run (its newest run) at 1920x1080.
 Not a test (nothing is asserted beyond the restore); the pictures are for a person to look at.
@@ -22,11 +22,11 @@ import numpy as np
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT / "gui"), str(Path(__file__).parent)]
+sys.path[:0] = [str(ROOT / "engine"), str(ROOT / "gui"), str(ROOT / "tests")]
 
-from layout_probe import layout_of, open_window, screen_env, show_redone_step, wait  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
+from helpers.layout_probe import layout_of, open_window, screen_env, show_redone_step, wait  # noqa: E402
 from steplog_gui.processes.demo import DemoConfig  # noqa: E402
 
 SIZES = ((1280, 720), (1920, 1080), (2560, 1440))

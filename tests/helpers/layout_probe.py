@@ -1,6 +1,6 @@
 """Open the monitor on a log at one window size and report what a person would see of its layout.
 
-    QT_QPA_PLATFORM=offscreen:configfile=SCREEN.json python tests/gui/layout_probe.py LOG WIDTH HEIGHT
+    QT_QPA_PLATFORM=offscreen:configfile=SCREEN.json python tests/helpers/layout_probe.py LOG WIDTH HEIGHT
 
 Prints one JSON object: the layout on a first launch (``first``) and after closing and opening
 again with the settings it saved (``restored``). A separate process because the offscreen
