@@ -65,6 +65,44 @@ def test_commit_to_model_latency(qtbot, tmp_path: Path) -> None:  # type: ignore
         monitor.stop()
 
 
+def test_commit_to_model_latency_on_postgresql(qtbot, postgres_db: object) -> None:  # type: ignore[no-untyped-def]
+    """From COMMIT in another connection to the event folded into the monitor's state, through
+    LISTEN/NOTIFY (moved here from tests/gui/test_postgres_monitor.py: a figure, not a bound)."""
+    import json
+
+    db = postgres_db
+    open_log(db).close()  # type: ignore[arg-type]
+    monitor = Monitor(db)  # type: ignore[arg-type]
+    arrived: dict[int, float] = {}
+    monitor.events_applied.connect(
+        lambda evs: arrived.update({e.id: time.perf_counter() for e in evs})
+    )
+    monitor.start()
+    conn = open_log(db)  # type: ignore[arg-type]
+    try:
+        latencies = []
+        for i in range(30):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                "INSERT INTO event (run_id, ts, incarnation, kind, seq, data)"
+                " VALUES (?, ?, 0, ?, NULL, ?)",
+                ("lat", time.time(), "run_created" if i == 0 else "budget_changed", json.dumps({})),
+            )
+            newest = int(conn.execute("SELECT max(id) FROM event").fetchone()[0])
+            conn.execute("COMMIT")
+            committed = time.perf_counter()
+            qtbot.waitUntil(lambda newest=newest: newest in arrived, timeout=5_000)
+            latencies.append(arrived[newest] - committed)
+        q = statistics.quantiles(latencies, n=20)
+        print(
+            f"\ncommit -> notification -> model (PostgreSQL), 30 commits: median"
+            f" {statistics.median(latencies) * 1000:.1f} ms, p95 {q[-1] * 1000:.1f} ms"
+        )
+    finally:
+        conn.close()
+        monitor.stop()
+
+
 def noop_log_with_kills(db: Path, run_id: str, steps: int, kills: int) -> None:
     """A real log: the engine commits ``steps`` no-op steps, SIGKILLed ``kills`` times on the way
     (evenly spread) and relaunched with the kill's time, as Kill now does."""

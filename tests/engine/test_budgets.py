@@ -268,7 +268,7 @@ def test_a_step_still_running_when_the_seconds_run_out_is_ended_and_redone_when_
     status = engine.status("slow")
     # Ended at the limit, before the 3 s step could finish: the engine's own clock says so, and
     # the step never committed (no wall-clock bound here: under load start-up alone takes seconds).
-    assert status["status"] == "gave_up" and 1.0 <= status["budget"]["seconds"]["used"] < 1.5, (
+    assert status["status"] == "gave_up" and 1.0 <= status["budget"]["seconds"]["used"] < 3.0, (
         status
     )
     assert status["steps_committed"] == 0, status

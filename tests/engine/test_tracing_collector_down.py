@@ -2,7 +2,11 @@
 out from a thread of their own, the process's end waits for them at most
 STEPLOG_OTEL_FLUSH_SECONDS (1 s by default), then drops the rest with one line saying how many
 and where to. OTEL_EXPORTER_OTLP_HEADERS (it carries tokens) is checked before anything runs and
-never printed. Real engine processes, real sockets on 127.0.0.1."""
+never printed. Real engine processes, real sockets on 127.0.0.1.
+
+No test here times an engine: the exporter is told to keep trying for 600 s, so an engine that
+waited for it would never end within a test's deadline. How long a run takes with its collector
+down, next to one without tracing, is measured in ``tests/benchmarks/test_tracing_bench.py``."""
 
 from __future__ import annotations
 
@@ -26,9 +30,8 @@ from helpers.paths import AGENTS
 NOOP = f"{AGENTS}:noop"
 WITNESS = f"{AGENTS}:witness"
 SECRET = "s3cr3t-T0KEN-4711"
-SLACK_SECONDS = 3.0
-"""What an engine may take beyond the run without export plus the flush: loading the exporter
-library, a busy machine. Today's exporter took 7-11 s more."""
+PATIENT_EXPORTER = {"OTEL_EXPORTER_OTLP_TIMEOUT": "600"}
+"""The OTLP exporter's own deadline (seconds) for one export, its retries included."""
 EXIT_STOPPED = 130
 
 pytestmark = pytest.mark.usefixtures("untraced")
@@ -70,8 +73,10 @@ def silent_collector() -> Iterator[str]:
 class _Collector(ThreadingHTTPServer):
     """A working OTLP/HTTP receiver: keeps the span names and the headers of each POST."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
+        self.delay = delay
+        """Seconds each POST waits before it is answered."""
         self.names: list[str] = []
         self.headers: list[dict[str, str]] = []
         self.lock = threading.Lock()
@@ -82,6 +87,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         body = self.rfile.read(int(self.headers["Content-Length"]))
+        time.sleep(self.server.delay)
         request = ExportTraceServiceRequest.FromString(body)
         names = [s.name for r in request.resource_spans for sc in r.scope_spans for s in sc.spans]
         with self.server.lock:
@@ -96,9 +102,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def collector() -> Iterator[_Collector]:
-    server = _Collector()
+def serving(server: _Collector) -> Iterator[_Collector]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -106,15 +110,24 @@ def collector() -> Iterator[_Collector]:
     server.server_close()
 
 
+@pytest.fixture
+def collector() -> Iterator[_Collector]:
+    yield from serving(_Collector())
+
+
+@pytest.fixture
+def slow_collector() -> Iterator[_Collector]:
+    """A working receiver that answers each POST after 2 s."""
+    yield from serving(_Collector(delay=2.0))
+
+
 def seven_steps(engine: Engine, run_id: str) -> list[str]:
     """``steplog run`` of a 7-step run (8 spans with its root)."""
     return ["run", NOOP, "--run-id", run_id, "--db", str(engine.db), "--param", "n=7"]
 
 
-def timed(engine: Engine, *args: str, env: dict[str, str] | None = None) -> tuple[Any, float]:
-    started = time.monotonic()
-    done = engine.run(*args, env=env, timeout=120)
-    return done, time.monotonic() - started
+def run(engine: Engine, *args: str, env: dict[str, str] | None = None) -> Any:
+    return engine.run(*args, env=env, timeout=120)
 
 
 @pytest.fixture
@@ -133,19 +146,14 @@ def said(stderr: str) -> list[str]:
 
 
 @pytest.mark.parametrize("where", ["closed port", "silent listener"])
-def test_a_run_whose_collector_is_down_takes_as_long_as_one_without_tracing(
+def test_a_run_whose_collector_is_down_ends_without_waiting_for_the_exporter(
     engine: Engine, tmp_path: Path, silent_collector: str, where: str
 ) -> None:
     url = f"http://127.0.0.1:{closed_port()}" if where == "closed port" else silent_collector
-    plain, plain_seconds = timed(engine, *seven_steps(engine, "plain"))
-    assert plain.returncode == 0, plain.stderr
-
-    traced, traced_seconds = timed(
-        engine, *seven_steps(engine, "traced"), env={"OTEL_EXPORTER_OTLP_ENDPOINT": url}
-    )
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": url, **PATIENT_EXPORTER}
+    traced = run(engine, *seven_steps(engine, "traced"), env=env)
 
     assert traced.returncode == 0, traced.stderr
-    assert traced_seconds < plain_seconds + 1.0 + SLACK_SECONDS, (plain_seconds, traced_seconds)
     # One line says what was lost and where it was going; the exporter's retries say nothing.
     [line] = said(traced.stderr)
     assert line.startswith(f"steplog: tracing: dropped 8 of 8 spans bound for {url}/v1/traces")
@@ -153,16 +161,29 @@ def test_a_run_whose_collector_is_down_takes_as_long_as_one_without_tracing(
     assert engine.status("traced")["status"] == "succeeded"
 
 
-def test_the_flush_is_as_long_as_the_variable_says(engine: Engine, silent_collector: str) -> None:
-    """STEPLOG_OTEL_FLUSH_SECONDS=0: the end does not wait at all for a silent collector."""
-    plain, plain_seconds = timed(engine, *seven_steps(engine, "plain"))
-    assert plain.returncode == 0, plain.stderr
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": silent_collector, "STEPLOG_OTEL_FLUSH_SECONDS": "0"}
-    traced, traced_seconds = timed(engine, *seven_steps(engine, "traced"), env=env)
-    assert traced.returncode == 0, traced.stderr
-    assert traced_seconds < plain_seconds + SLACK_SECONDS, (plain_seconds, traced_seconds)
-    [line] = said(traced.stderr)
+def test_the_flush_is_as_long_as_the_variable_says(
+    engine: Engine, slow_collector: _Collector
+) -> None:
+    """A collector that answers after 2 s: with STEPLOG_OTEL_FLUSH_SECONDS=0 the end does not
+    wait for it and drops every span; given 60 s, the end waits for the answer and drops none."""
+    url = f"http://127.0.0.1:{slow_collector.server_address[1]}"
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": url, **PATIENT_EXPORTER}
+    # Nothing goes out before the run ends (the batch delay is 10 min), then all 8 spans at once.
+    env["OTEL_BSP_SCHEDULE_DELAY"] = "600000"
+    hasty = run(
+        engine, *seven_steps(engine, "hasty"), env={**env, "STEPLOG_OTEL_FLUSH_SECONDS": "0"}
+    )
+    assert hasty.returncode == 0, hasty.stderr
+    [line] = said(hasty.stderr)
     assert "8 were still unsent after the 0 s the end waits" in line
+
+    patient = run(
+        engine, *seven_steps(engine, "patient"), env={**env, "STEPLOG_OTEL_FLUSH_SECONDS": "60"}
+    )
+    assert patient.returncode == 0, patient.stderr
+    assert said(patient.stderr) == []
+    with slow_collector.lock:
+        assert slow_collector.names.count("s0") >= 1 and "steplog run" in slow_collector.names
 
 
 def test_a_stopped_engine_exits_promptly_though_its_collector_never_answers(
@@ -170,7 +191,11 @@ def test_a_stopped_engine_exits_promptly_though_its_collector_never_answers(
 ) -> None:
     """SIGTERM mid-run (Stop engine, a worker's drain): the engine stops at its safe point, waits
     the flush out, says what it dropped, and exits with its usual code."""
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": silent_collector, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": silent_collector,
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+        **PATIENT_EXPORTER,
+    }
     proc = engine.start(
         "run",
         WITNESS,
@@ -191,16 +216,13 @@ def test_a_stopped_engine_exits_promptly_though_its_collector_never_answers(
         while engine.events("step_committed") < 6:  # an export to the listener is in flight by now
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
-        stopped_at = time.monotonic()
         os.killpg(proc.pid, signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=60)
-        took = time.monotonic() - stopped_at
+        _, stderr = proc.communicate(timeout=60)  # waiting on the exporter: 600 s
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == EXIT_STOPPED, stderr
-    assert took < 1.0 + SLACK_SECONDS, took
     [line] = said(stderr)
     assert line.startswith("steplog: tracing: dropped ")
     assert f"bound for {silent_collector}/v1/traces" in line
@@ -271,7 +293,7 @@ def test_well_formed_headers_reach_a_working_collector_and_never_stderr(
     forms = [f"Authorization=Bearer {SECRET},x-team=a", f"authorization=Bearer%20{SECRET}"]
     for n, headers in enumerate(forms):
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_EXPORTER_OTLP_HEADERS": headers}
-        done, _ = timed(engine, *seven_steps(engine, f"h{n}"), env=env)
+        done = run(engine, *seven_steps(engine, f"h{n}"), env=env)
         assert done.returncode == 0, done.stderr
         assert SECRET not in done.stdout + done.stderr and said(done.stderr) == []
     with collector.lock:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from helpers.engine import Engine, kill_group
+from helpers.logs import takeover_reasons
 from helpers.paths import AGENTS
 from helpers.waiting import wait_until
 from helpers.witness import applied
@@ -151,7 +152,6 @@ def test_concurrency_runs_that_many_engines_at_once_and_no_more(
             "--param",
             f"witness={tmp_path / 'w.db'}",
         )
-    started = time.monotonic()
     drain(engine, "--concurrency", "2")
     spans = engine.query(
         "SELECT min(ts), max(ts) FROM event WHERE kind IN ('lease_acquired', 'run_finished')"
@@ -164,8 +164,7 @@ def test_concurrency_runs_that_many_engines_at_once_and_no_more(
     for _, d in points:
         now += d
         most = max(most, now)
-    assert most == 2
-    assert time.monotonic() - started < 4 * 0.8 + 6  # two at a time, not one after another
+    assert most == 2  # two at a time, not one after another, and never three
 
 
 def test_sigterm_stops_claiming_hands_runs_back_at_a_step_boundary_and_exits_0(
@@ -318,13 +317,11 @@ def test_a_sigkilled_worker_takes_its_engines_with_it_and_another_takes_over_at_
         wait_until(lambda: len(applied(witness)) >= 2)
         engine_pid = engine.query("SELECT lease_pid FROM run WHERE id = ?", rid)[0][0]
         assert engine_pid and process_alive(engine_pid)
-        killed_at = kill_group(
-            worker
-        )  # the worker's group only: its engine is in a session of its own
+        kill_group(worker)  # the worker's group only: its engine is in a session of its own
     finally:
         if worker.poll() is None:
             kill_group(worker)
-    wait_until(lambda: not process_alive(engine_pid), timeout=2)
+    wait_until(lambda: not process_alive(engine_pid), "the engine died with its worker")
     assert engine.status(rid)["status"] == "running"
     drain(engine)
     assert engine.status(rid)["status"] == "succeeded"
@@ -336,7 +333,6 @@ def test_a_sigkilled_worker_takes_its_engines_with_it_and_another_takes_over_at_
         "SELECT data FROM event WHERE run_id = ? AND kind = 'worker_claimed' ORDER BY id", rid
     )
     assert "is dead" in json.loads(claimed[1][0])["takeover"]
-    assert taken[1][0] - killed_at < 5  # not after the 15 s lease: at once
     keys = [k for k, _ in applied(witness)]
     assert len(keys) == len(set(keys)) == 30
 
@@ -370,8 +366,11 @@ def test_worker_storm_three_workers_thirty_demo_runs_every_message_once(tmp_path
     assert result.deliveries == 30 * 4  # three replies and a digest per run
     assert result.worker_kills >= 8 and result.kills_landed >= 6 and result.engines_killed >= 6
     assert result.takeovers >= 1 and not result.orphans
-    # Taken over at once (a free slot away), never after the 15 s lease of a dead engine.
-    assert result.takeover_seconds and max(result.takeover_seconds) < 12, result.takeover_seconds
+    # Taken over at once (a free slot away) because its engine was dead, never because the 15 s
+    # lease of a dead engine ran out.
+    reasons = takeover_reasons(tmp_path / "storm" / "steplog.db")
+    assert result.takeover_seconds and reasons, result.summary()
+    assert not [r for r in reasons if "let its lease expire" in r], reasons
 
 
 @pytest.mark.slow
@@ -422,9 +421,9 @@ def test_worker_storm_on_postgresql_every_message_once_and_other_runs_untouched(
     )
     assert result["takeovers"] >= 1 and not result["orphans"]
     assert result["clean_exits"] == result["workers_stopped"] == 3
-    assert result["takeover_seconds"] and max(result["takeover_seconds"]) < 12, result[
-        "takeover_seconds"
-    ]
+    reasons = takeover_reasons(engine.db, run_ids="storm-%")
+    assert result["takeover_seconds"] and reasons, result["takeover_seconds"]
+    assert not [r for r in reasons if "let its lease expire" in r], reasons
     # The storm's runs are new ones of its own in that database; its workdirs and outbox are files.
     ids = [r for (r,) in engine.query("SELECT id FROM run WHERE id <> ? ORDER BY id", other)]
     assert len(ids) == 15 and all(r.startswith("storm-") for r in ids)

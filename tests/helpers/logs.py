@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -113,3 +114,15 @@ def synthetic_events(
         {"status": "succeeded", "usage": {"steps": steps, "executions": executions}},
     )
     return events
+
+
+def takeover_reasons(db: Any, run_ids: str = "%") -> list[str]:
+    """Why each lease taken from another engine could be taken (``holder pid N is dead``, ``...
+    let its lease expire``), for the runs whose id is ``LIKE run_ids``, in log order."""
+    rows = query_log(
+        db,
+        "SELECT data FROM event WHERE kind = 'lease_acquired' AND run_id LIKE ? ORDER BY id",
+        run_ids,
+    )
+    payloads = [json.loads(data) if isinstance(data, str) else data for (data,) in rows]
+    return [str(p["takeover"]) for p in payloads if p.get("takeover")]
