@@ -1,7 +1,9 @@
-"""The test suite's own layout: what one test file needs from another comes from the ``helpers``
-package, never from a test module or a ``conftest.py``; a ``conftest.py`` holds fixtures and
-pytest hooks only, and fixtures live nowhere else but in the test module that uses them; every
-test module's name is unique (pytest imports them by basename)."""
+"""The test suite's own layout: it mirrors the packages' (``tests/engine/log`` tests
+``steplog.log``, ``tests/gui/timeline`` tests ``steplog_gui.timeline``); what one test file needs
+from another comes from the ``helpers`` package, never from a test module or a ``conftest.py``; a
+``conftest.py`` holds fixtures and pytest hooks only, and fixtures live nowhere else but in the
+test module that uses them; every test module's name is unique (pytest imports them by
+basename)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import ast
 from collections import Counter
 from pathlib import Path
 
-from helpers.paths import TESTS
+import pytest
+
+from helpers.paths import ROOT, TESTS
 
 
 def python_files() -> list[Path]:
@@ -83,3 +87,17 @@ def test_every_test_module_name_is_unique() -> None:
     (``rootdir``/prepend import mode), so two of one name would collide."""
     names = Counter(p.name for p in python_files() if p.name.startswith("test_"))
     assert [n for n, count in names.items() if count > 1] == []
+
+
+@pytest.mark.parametrize(
+    ("tests", "package"),
+    [("engine", ROOT / "engine" / "steplog"), ("gui", ROOT / "gui" / "steplog_gui")],
+)
+def test_the_suite_mirrors_the_packages_rooms(tests: str, package: Path) -> None:
+    """Each folder of ``tests/engine`` and ``tests/gui`` is named for the room (subpackage) it
+    tests; a test that spans rooms (architecture, end to end) sits in ``tests/engine`` or
+    ``tests/gui`` itself."""
+    rooms = {d.name for d in package.iterdir() if (d / "__init__.py").is_file()}
+    folders = {d.name for d in (TESTS / tests).iterdir() if d.is_dir() and d.name != "__pycache__"}
+    assert folders - rooms == set(), f"tests/{tests} folders that name no room of {package.name}"
+    assert folders, f"tests/{tests} is one flat floor"
