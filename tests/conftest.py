@@ -91,6 +91,7 @@ def engine(db: Any, tmp_path: Path) -> Iterator[Engine]:
 
 @pytest.fixture
 def fake_openai() -> Iterator[FakeOpenAI]:
-    """A running fake OpenAI-compatible server (``helpers.openai_server``), closed after the test."""
+    """A running fake OpenAI-compatible server (``helpers.openai_server``), closed after the
+    test."""
     with FakeOpenAI() as fake:
         yield fake

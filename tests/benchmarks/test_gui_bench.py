@@ -5,6 +5,7 @@ python -m pytest tests/benchmarks -s -p no:cacheprovider
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import statistics
 import time
@@ -50,7 +51,8 @@ def test_commit_to_model_latency(qtbot, tmp_path: Path) -> None:  # type: ignore
             conn = sqlite3.connect(db, isolation_level=None)
             t = time.time()
             conn.execute(
-                "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, 0, 'run_created', '{}')",
+                "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, 0, "
+                "'run_created', '{}')",
                 (f"probe{i}", t),
             )
             conn.close()
@@ -236,17 +238,19 @@ def test_open_runs_of_1k_10k_100k_steps_to_a_painted_timeline(qtbot, tmp_path: P
             heartbeat.stop()
             # From the window built on (its first paint included; building it is not the load).
             ticks.insert(1, built)
-            stalls.append(max(b - a for a, b in zip(ticks[1:], ticks[2:])))
+            stalls.append(max(b - a for a, b in itertools.pairwise(ticks[1:])))
             assert not window.grab().isNull()
             rss.append(psutil.Process().memory_info().rss - before)
             run = monitor.run("big")
             assert run is not None and len(run.kills) == 2 and len(run.executions) >= steps
             window.close()  # stops its tailer and waits for its background jobs (the verdict)
         print(
-            f"\nopen {steps:>7,}-step run ({db.stat().st_size / 1e6:.1f} MB log): timeline painted "
+            "\n"
+            f"open {steps:>7,}-step run ({db.stat().st_size / 1e6:.1f} MB log): timeline painted "
             f"{statistics.median(painted):.2f} s (min {min(painted):.2f}, max {max(painted):.2f}); "
-            f"details and charts in {statistics.median(complete):.2f} s; longest GUI-thread stall while loading "
-            f"{statistics.median(stalls) * 1000:.0f} ms; RSS +{statistics.median(rss) / 1e6:.0f} MB"
+            f"details and charts in {statistics.median(complete):.2f} s; longest GUI-thread stall "
+            f"while loading {statistics.median(stalls) * 1000:.0f} ms; RSS "
+            f"+{statistics.median(rss) / 1e6:.0f} MB"
         )
 
 
@@ -369,8 +373,10 @@ def test_commit_to_pixel_and_idle_cpu(qtbot, tmp_path: Path) -> None:  # type: i
                 latencies.append(min(shown) - ts)
         q = statistics.quantiles(latencies, n=20)
         print(
-            f"\ncommit -> {what}, {len(latencies)} of {len(commit_ts)} commits: p50 "
-            f"{statistics.median(latencies) * 1000:.0f} ms, p95 {q[-1] * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms"
+            "\n"
+            f"commit -> {what}, {len(latencies)} of {len(commit_ts)} commits: p50 "
+            f"{statistics.median(latencies) * 1000:.0f} ms, p95 {q[-1] * 1000:.0f} ms, max "
+            f"{max(latencies) * 1000:.0f} ms"
         )
     window.close()
 
@@ -390,7 +396,9 @@ def test_commit_to_pixel_and_idle_cpu(qtbot, tmp_path: Path) -> None:  # type: i
     cpu1, t1 = me.cpu_times(), time.monotonic()
     busy = (cpu1.user - cpu0.user + cpu1.system - cpu0.system) / (t1 - t0)
     print(
-        f"\nidle, a finished 100k-step run open: CPU {busy * 100:.2f} % of one core over {t1 - t0:.0f} s;"
-        f" RSS +{(me.memory_info().rss - before) / 1e6:.0f} MB for the window with the run and its verdict"
+        "\n"
+        f"idle, a finished 100k-step run open: CPU {busy * 100:.2f} % of one core over "
+        f"{t1 - t0:.0f} s; RSS +{(me.memory_info().rss - before) / 1e6:.0f} MB for the window with "
+        "the run and its verdict"
     )
     window.close()

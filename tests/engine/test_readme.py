@@ -65,7 +65,10 @@ def test_the_readme_commands_after_the_example_run_as_printed(
     assert "steplog: starting run first-try" in err, err
     assert "steplog: resuming run first-try" in err, err
     assert 'run first-try succeeded: {"answered": 2}' in out, out + err
-    passed = "PASS  first-try (outcome succeeded): 1 kill(s), nothing duplicated, at most one step redone per kill"
+    passed = (
+        "PASS  first-try (outcome succeeded): 1 kill(s), nothing duplicated, at most one step "
+        "redone per kill"
+    )
     assert passed in out, out + err
     status = engine.status("first-try")
     assert status["incarnations"] == 2 and status["status"] == "succeeded"

@@ -206,7 +206,8 @@ async def gatherer(run: Any, n: int = 6, seed: int = 0) -> dict[str, Any]:
 
 @steplog.agent
 async def branching(run: Any) -> list[int]:
-    """Steps made by coroutines that gather started: refused (their numbering would depend on timing)."""
+    """Steps made by coroutines that gather started: refused (their numbering would depend on
+    timing)."""
     import asyncio
 
     async def branch(i: int) -> int:
@@ -237,7 +238,8 @@ _lock = __import__("threading").Lock()
 
 @steplog.agent
 def mapper(run: steplog.Run, n: int = 12, concurrency: int = 3) -> dict[str, Any]:
-    """``run.map`` from a sync agent: results in item order, never more than ``concurrency`` at once."""
+    """``run.map`` from a sync agent: results in item order, never more than ``concurrency`` at
+    once."""
     most = run.map("count", _counted, range(n), concurrency=concurrency)
     return {
         "most_at_once": max(most),

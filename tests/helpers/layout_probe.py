@@ -1,6 +1,7 @@
 """Open the monitor on a log at one window size and report what a person would see of its layout.
 
-    QT_QPA_PLATFORM=offscreen:configfile=SCREEN.json python tests/helpers/layout_probe.py LOG WIDTH HEIGHT
+    QT_QPA_PLATFORM=offscreen:configfile=SCREEN.json python tests/helpers/layout_probe.py LOG WIDTH
+    HEIGHT
 
 Prints one JSON object: the layout on a first launch (``first``) and after closing and opening
 again with the settings it saved (``restored``). A separate process because the offscreen
@@ -88,7 +89,8 @@ def open_window(
 
 
 def show_redone_step(app: QApplication, window: MainWindow, run_id: str | None = None) -> None:
-    """Wait for the run (default: the one the window selects) and its verdict; select its last redone step."""
+    """Wait for the run (default: the one the window selects) and its verdict; select its last
+    redone step."""
     wait(
         app,
         lambda: (
@@ -100,11 +102,11 @@ def show_redone_step(app: QApplication, window: MainWindow, run_id: str | None =
     run = window.monitor.run(window._run_id or "")
     assert run is not None
     ex = run.executions
-    redone = [int(s) for s, o in zip(ex["seq"], ex["outcome"]) if o == REDONE]
+    redone = [int(s) for s, o in zip(ex["seq"], ex["outcome"], strict=True) if o == REDONE]
     # The last step redone after a kill; without one, the first step the last takeover ran.
     resumed = [
         int(s)
-        for s, lane in zip(ex["seq"], ex["lane"])
+        for s, lane in zip(ex["seq"], ex["lane"], strict=True)
         if run.kills and lane == run.incarnation and s >= 0
     ]
     pick = redone[-1] if redone else resumed[0] if resumed else None

@@ -46,7 +46,8 @@ def log_bytes(db: Any) -> bytes:
 def synthetic_events(
     run_id: str, steps: int, *, kill_every: int = 0, step_seconds: float = 0.01
 ) -> list[object]:
-    """Events of a run with ``steps`` committed steps (a kill every ``kill_every``), for scale tests."""
+    """Events of a run with ``steps`` committed steps (a kill every ``kill_every``), for scale
+    tests."""
     from steplog.log.logread import Event
 
     events: list[Event] = []

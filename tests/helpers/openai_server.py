@@ -21,8 +21,8 @@ Behaviours (strings, one per call, taken in order from the script queue):
 ``no_choices``  200, a well-formed completion object without ``choices``
 ``no_content``  200, one choice whose message has no content
 
-``reply_content(body)`` and ``usage_for(body, content, cached)`` give what ``ok`` sends, so tests can
-compute the expected reply.
+``reply_content(body)`` and ``usage_for(body, content, cached)`` give what ``ok`` sends, so tests
+can compute the expected reply.
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
 HOW = (
-    "no PostgreSQL server answers at $STEPLOG_TEST_POSTGRES ({url}) and no server binaries (initdb, pg_ctl) "
-    "are installed to start one: `apt-get install postgresql` (or set STEPLOG_TEST_POSTGRES to a server "
-    "where this user may CREATE DATABASE)"
+    "no PostgreSQL server answers at $STEPLOG_TEST_POSTGRES ({url}) and no server binaries "
+    "(initdb, pg_ctl) are installed to start one: `apt-get install postgresql` (or set "
+    "STEPLOG_TEST_POSTGRES to a server where this user may CREATE DATABASE)"
 )
 
 
@@ -106,7 +106,8 @@ class Throwaway:
         self.up()
         if self.tcp:
             return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-        return f"postgresql://postgres@/postgres?host={quote(str(self.root), safe='')}&port={self.port}"
+        host = quote(str(self.root), safe="")
+        return f"postgresql://postgres@/postgres?host={host}&port={self.port}"
 
     def up(self) -> None:
         """Start the server (again, after ``down``); returns once it answers."""

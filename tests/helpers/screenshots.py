@@ -33,7 +33,8 @@ SIZES = ((1280, 720), (1920, 1080), (2560, 1440))
 
 
 def shoot(args: argparse.Namespace) -> int:
-    """One screen size (this process's offscreen screen): light and dark, first launch and restored."""
+    """One screen size (this process's offscreen screen): light and dark, first launch and
+    restored."""
     app = QApplication([sys.argv[0]])
     width, height = args.shoot
     work = Path(tempfile.mkdtemp(prefix="steplog-shots-"))

@@ -447,7 +447,15 @@ def test_retry_after_non_determinism_needs_force_and_says_why(
     engine: Engine, tmp_path: Path
 ) -> None:
     agent = tmp_path / "changing.py"
-    source = "import steplog\n\n@steplog.agent\ndef a(run):\n    run.step({!r}, int, 1)\n    run.step('two', int, 2)\n    return 2\n"
+    source = (
+        "import steplog\n"
+        "\n"
+        "@steplog.agent\n"
+        "def a(run):\n"
+        "    run.step({!r}, int, 1)\n"
+        "    run.step('two', int, 2)\n"
+        "    return 2\n"
+    )
     agent.write_text(source.format("one"))
     db = str(engine.db)
     crashed = engine.run(
@@ -736,7 +744,7 @@ def test_the_python_api_does_what_the_commands_do(engine: Engine, tmp_path: Path
 
 
 @pytest.mark.slow
-def test_a_crash_at_every_point_of_a_forks_own_steps_and_of_a_signalled_wait_loses_and_repeats_nothing(
+def test_a_crash_at_every_point_of_a_forks_steps_and_of_a_signalled_wait_loses_and_repeats_nothing(
     engine: Engine, tmp_path: Path
 ) -> None:
     """The sweep: for each step the run makes itself and each crash point, die exactly there,
@@ -799,8 +807,9 @@ def test_a_crash_at_every_point_of_a_forks_own_steps_and_of_a_signalled_wait_los
 def test_a_forks_copy_of_a_running_parents_workdir_leaves_out_half_written_files(
     tmp_path: Path,
 ) -> None:
-    """The parent writes files atomically (a temporary file renamed into place): the fork copies
-    the finished files, not the temporary ones, and one renamed away mid-copy is skipped, not an error."""
+    """The parent writes files atomically (a temporary file renamed into place): the fork copies the
+    finished files, not the temporary ones, and one renamed away mid-copy is skipped, not an
+    error."""
     from steplog.control.commands import _copy_if_there, _stage_workdir
 
     parent = tmp_path / "parent"

@@ -182,7 +182,7 @@ def test_three_workers_outlive_two_server_restarts_and_send_every_message_once(
                 assert succeeded(engine, ids) < 20
                 own_server.restart()
                 wait_until(
-                    lambda: all(
+                    lambda restart=restart: all(
                         len(w.lines("the log is back")) >= restart or w.proc.poll() is not None
                         for w in workers
                     ),

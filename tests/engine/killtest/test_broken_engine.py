@@ -1,4 +1,5 @@
-"""A deliberately broken engine (``STEPLOG_TEST_BREAK``) is caught by the verdict, each flaw by name.
+"""A deliberately broken engine (``STEPLOG_TEST_BREAK``) is caught by the verdict, each flaw by
+name.
 
 The kill test is only worth something if it fails when the engine is wrong. Each flaw is switched
 on for the engines the harness launches, and a sweep of the one crash point that exposes it runs

@@ -1,4 +1,5 @@
-"""``steplog killtest`` as a user runs it: the demo passes a storm and a sweep, the naive agent fails.
+"""``steplog killtest`` as a user runs it: the demo passes a storm and a sweep, the naive agent
+fails.
 
 Real processes throughout: the CLI launches engines in their own process groups and SIGKILLs them.
 Sizes for CI: the storm is the full demo (16 tickets, 67 steps) with 32 kills; the sweep is the
@@ -53,8 +54,10 @@ def test_the_demo_survives_a_storm_of_30_kills(engine: Engine, tmp_path: Path) -
     )  # spread from start-up into the act→record window
     lat = verdict["resume_latency"]
     print(
-        f"\nstorm: {storm['kills']} kills in {storm['wall_time']:.1f} s; resume latency median "
-        f"{lat['median'] * 1000:.0f} ms, p95 {lat['p95'] * 1000:.0f} ms; redone per kill {verdict['redone_per_kill']}"
+        "\n"
+        f"storm: {storm['kills']} kills in {storm['wall_time']:.1f} s; resume latency median "
+        f"{lat['median'] * 1000:.0f} ms, p95 {lat['p95'] * 1000:.0f} ms; redone per kill "
+        f"{verdict['redone_per_kill']}"
     )
 
     suite = ET.parse(junit).getroot().find("testsuite")
@@ -78,8 +81,10 @@ def test_the_demo_passes_the_crash_point_sweep(engine: Engine) -> None:
     assert all(r["redone"] <= 1 for r in sweep["results"])
     lat = sweep["resume_latency"]
     print(
-        f"\nsweep: {sweep['cases']} cases in {sweep['wall_time']:.1f} s; resume latency median "
-        f"{lat['median'] * 1000:.0f} ms, p95 {lat['p95'] * 1000:.0f} ms; redone per kill {sweep['redone_per_kill']}"
+        "\n"
+        f"sweep: {sweep['cases']} cases in {sweep['wall_time']:.1f} s; resume latency median "
+        f"{lat['median'] * 1000:.0f} ms, p95 {lat['p95'] * 1000:.0f} ms; redone per kill "
+        f"{sweep['redone_per_kill']}"
     )
 
 

@@ -1,4 +1,5 @@
-"""The ``killtest`` pytest fixture (entry point ``pytest11``), used as a user would on their own agent."""
+"""The ``killtest`` pytest fixture (entry point ``pytest11``), used as a user would on their own
+agent."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The model seam's adapters: the scripted offline model, the OpenAI adapter against a real HTTP fake,
-the price table and the shipped demo tickets."""
+"""The model seam's adapters: the scripted offline model, the OpenAI adapter against a real HTTP
+fake, the price table and the shipped demo tickets."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ ENGINE = ROOT / "engine"
 SECRET = "sk-test-DO-NOT-LEAK-0123456789abcdefXYZ"
 INSTRUCTION = (
     "Classify the ticket and draft a reply. Answer in JSON with keys category "
-    "(billing|bug|account|feature_request|privacy|outage|praise|other), priority (urgent|high|normal|low) "
-    "and reply."
+    "(billing|bug|account|feature_request|privacy|outage|praise|other), priority "
+    "(urgent|high|normal|low) and reply."
 )
 
 
@@ -118,11 +118,14 @@ def test_offline_categories_and_priorities_vary_across_the_demo() -> None:
         INSTRUCTION,
         "Answer in JSON.",
         "\nClassify this ticket.\nReturn JSON with keys category, priority and reply.",
-        "\nYou are a triage assistant. Reply with a JSON object: category (billing|bug|account|...), priority, reply.",
+        "\n"
+        "You are a triage assistant. Reply with a JSON object: category "
+        "(billing|bug|account|...), priority, reply.",
     ],
 )
 def test_offline_reads_the_ticket_not_the_instruction(instruction: str) -> None:
-    """Instructions list category names; they must not sway the rules, nor cut a body that mentions JSON."""
+    """Instructions list category names; they must not sway the rules, nor cut a body that
+    mentions JSON."""
     model = OfflineModel()
     for t in load_tickets():
         prompt = ticket_prompt(t, instruction=instruction)
@@ -144,7 +147,12 @@ def test_offline_reads_the_ticket_not_the_instruction(instruction: str) -> None:
 
 def test_offline_summarises_a_request_that_is_not_a_ticket() -> None:
     model = OfflineModel()
-    request = "Write a short digest of today's tickets:\n- T-1001 billing high\n- T-1002 bug low\n- T-1006 outage urgent"
+    request = (
+        "Write a short digest of today's tickets:\n"
+        "- T-1001 billing high\n"
+        "- T-1002 bug low\n"
+        "- T-1006 outage urgent"
+    )
     reply = model.complete(
         [{"role": "user", "content": request}], max_tokens=200, idempotency_key="d"
     )
@@ -174,7 +182,8 @@ def test_offline_stops_at_max_tokens_like_a_real_model() -> None:
 
 
 def test_offline_reply_is_identical_in_other_processes() -> None:
-    """A pure function of the messages: same text under different hash seeds, in fresh interpreters."""
+    """A pure function of the messages: same text under different hash seeds, in fresh
+    interpreters."""
     tickets = load_tickets()
     prompts = [ticket_prompt(t) for t in tickets] + [
         [{"role": "user", "content": "Summarise: T-1 billing, T-2 bug"}]
@@ -184,7 +193,8 @@ def test_offline_reply_is_identical_in_other_processes() -> None:
         "import json, sys\n"
         "from steplog.llm import OfflineModel\n"
         "prompts = json.load(sys.stdin)\n"
-        "print(json.dumps([OfflineModel().complete(p, max_tokens=400, idempotency_key='x').text for p in prompts]))\n"
+        "print(json.dumps([OfflineModel().complete(p, max_tokens=400, idempotency_key='x').text "
+        "for p in prompts]))\n"
     )
     for seed in ("0", "4242"):
         env = {

@@ -75,7 +75,8 @@ def _leaves(data: bytes, page: int, page_size: int) -> list[int]:
 
 
 def damage(path: Path, table: str, where: str) -> int:
-    """Overwrite the root page (``where="root"``) or the last leaf page of ``table`` with garbage."""
+    """Overwrite the root page (``where="root"``) or the last leaf page of ``table`` with
+    garbage."""
     conn = sqlite3.connect(
         f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True
     )  # leaves no -wal

@@ -29,7 +29,9 @@ def test_disk_full_stops_with_one_line_and_the_run_resumes_when_space_returns(
     done = engine.run(*args)
     assert done.returncode == 1, done.stdout + done.stderr
     lines = [
-        l for l in done.stderr.splitlines() if l.startswith("steplog: ") and "starting run" not in l
+        line
+        for line in done.stderr.splitlines()
+        if line.startswith("steplog: ") and "starting run" not in line
     ]
     assert len(lines) == 1 and "writing the log failed" in lines[0] and "full" in lines[0], (
         done.stderr
@@ -68,7 +70,9 @@ def test_a_full_disk_under_the_workdir_stops_the_run_resumably_not_failed(
     done = engine.run(*args)
     assert done.returncode == 1, done.stdout + done.stderr
     lines = [
-        l for l in done.stderr.splitlines() if l.startswith("steplog: ") and "starting run" not in l
+        line
+        for line in done.stderr.splitlines()
+        if line.startswith("steplog: ") and "starting run" not in line
     ]
     assert (
         len(lines) == 1

@@ -1,4 +1,5 @@
-"""Every event the engine logs has the payload its kind's type says (``steplog.log.events.PAYLOADS``).
+"""Every event the engine logs has the payload its kind's type says
+(``steplog.log.events.PAYLOADS``).
 
 The engine is driven, as real processes, through every kind of event there is: a run killed
 mid-effect and resumed, a model decision, a failed attempt, a wait answered by a signal, a
@@ -67,7 +68,8 @@ def test_every_payload_the_engine_logs_matches_its_kinds_type(
         f"witness={w}",
     )
 
-    # Failed attempts (the run gives up on its retries); a run out of steps, its budget raised again.
+    # Failed attempts (the run gives up on its retries); a run out of steps, its budget raised
+    # again.
     ok("run", "flaky", "--run-id", "flaky", code=3)
     ok("run", f"{AGENTS}:noop", "--run-id", "short", "--param", "n=10", "--max-steps", "3", code=3)
     ok("run", f"{AGENTS}:noop", "--run-id", "short", "--param", "n=10", "--max-steps", "20")

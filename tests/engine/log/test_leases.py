@@ -48,7 +48,8 @@ def witness_run(
 def test_two_engines_started_together_one_works_the_other_exits_75(
     engine: Engine, tmp_path: Path
 ) -> None:
-    """Half the trials race on a log that does not exist yet (both create it), half on one that does."""
+    """Half the trials race on a log that does not exist yet (both create it), half on one that
+    does."""
     for trial in range(10):
         if trial % 2 == 0:
             engine = Engine(db=tmp_path / f"fresh{trial}" / "steplog.db", env=engine.env)

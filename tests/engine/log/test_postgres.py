@@ -60,7 +60,8 @@ def test_the_schema_is_made_from_the_one_definition_and_matches_the_sqlmodel_tab
     types = dict(
         query_log(
             db,
-            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'run'",
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = "
+            "'run'",
         )
     )
     assert types["used_tokens"] == "bigint" and types["used_seconds"] == "double precision"
@@ -557,7 +558,8 @@ def test_a_log_of_an_older_schema_is_upgraded_and_its_runs_go_on(
         )
     ][:1] == ["lease_acquired"]
 
-    # The same schema as a log made new by this version, pruning's triggers and the notify trigger included.
+    # The same schema as a log made new by this version, pruning's triggers and the notify trigger
+    # included.
     fresh = PgUrl(postgres_server.create())
     assert (
         engine.run(
@@ -567,7 +569,8 @@ def test_a_log_of_an_older_schema_is_upgraded_and_its_runs_go_on(
     )
     assert _shape(engine.db) == _shape(fresh)
 
-    # Still append-only, and a run leaves only by pruning (steplog.log.pg raises sqlite3's error classes).
+    # Still append-only, and a run leaves only by pruning (steplog.log.pg raises sqlite3's error
+    # classes).
     from steplog.log.db import open_log
 
     log = open_log(engine.db)
@@ -579,7 +582,8 @@ def test_a_log_of_an_older_schema_is_upgraded_and_its_runs_go_on(
             log.execute("DELETE FROM run WHERE id = 'old'")
         with pytest.raises(sqlite3.IntegrityError, match="only a finished run can be pruned"):
             log.execute(
-                "INSERT INTO pruned (run_id, agent, status, created_at, pruned_at) VALUES ('nope', 'a', 's', 1, 1)"
+                "INSERT INTO pruned (run_id, agent, status, created_at, pruned_at) VALUES ('nope', "
+                "'a', 's', 1, 1)"
             )
     finally:
         log.close()

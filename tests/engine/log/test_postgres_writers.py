@@ -26,7 +26,10 @@ from steplog.log.logread import EventTail, settled_upto
 
 pytestmark = pytest.mark.backends("postgres")
 
-INSERT_EVENT = "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, 1, 1, 'note', '{}') RETURNING id"
+INSERT_EVENT = (
+    "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, 1, 1, 'note', '{}') "
+    "RETURNING id"
+)
 
 
 def writer(db: PgUrl) -> Any:

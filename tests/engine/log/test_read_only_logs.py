@@ -41,7 +41,8 @@ def _unshare_works(folder: Path) -> bool:
             "private",
             "sh",
             "-c",
-            'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" && ! touch "$0/x" 2>/dev/null',
+            'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0"'
+            ' && ! touch "$0/x" 2>/dev/null',
             str(probe),
         ],
         capture_output=True,

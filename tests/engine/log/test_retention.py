@@ -80,7 +80,8 @@ def test_outside_prune_the_log_refuses_to_lose_events_or_runs(engine: Engine) ->
         conn.execute("UPDATE run SET status = 'running' WHERE id = 'r1'")
         with pytest.raises(sqlite3.IntegrityError, match="only a finished run"):
             conn.execute(
-                "INSERT INTO pruned (run_id, agent, status, created_at, pruned_at) VALUES ('r1', 'a', 's', 0, 0)"
+                "INSERT INTO pruned (run_id, agent, status, created_at, pruned_at) VALUES ('r1', "
+                "'a', 's', 0, 0)"
             )
         conn.execute("UPDATE run SET status = 'succeeded' WHERE id = 'r1'")
     finally:
@@ -201,8 +202,8 @@ def test_an_older_log_keeps_its_free_pages_until_a_rewrite(engine: Engine) -> No
     done = engine.run("prune", "a", "b", "--reclaim", "none", "--db", str(engine.db))
     assert done.returncode == 0, done.stderr
     assert (
-        "freed pages stay in the file for new rows; `steplog prune --reclaim vacuum` gives them back"
-        in done.stdout
+        "freed pages stay in the file for new rows; `steplog prune --reclaim vacuum` gives them "
+        "back" in done.stdout
     )
     size = engine.db.stat().st_size
     report = prune(engine, "--reclaim", "vacuum")
@@ -341,7 +342,8 @@ def test_export_of_an_unknown_run_is_refused(engine: Engine) -> None:
 def test_a_cancelled_run_and_a_run_with_a_signal_leave_and_come_back_whole(
     engine: Engine, tmp_path: Path
 ) -> None:
-    """Every per-run table goes and comes back: the signal a run consumed too; ``cancelled`` is finished."""
+    """Every per-run table goes and comes back: the signal a run consumed too; ``cancelled`` is
+    finished."""
     approval, db = f"{AGENTS}:approval", str(engine.db)
     witness = tmp_path / "witness.db"
     signalled = engine.start(

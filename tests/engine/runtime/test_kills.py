@@ -113,8 +113,8 @@ def test_a_storm_of_kills_loses_nothing_and_duplicates_nothing(
         assert rows_of(workdir) == ref_rows
         firsts = dict(
             engine.query(
-                "SELECT incarnation, min(ts) FROM event WHERE run_id = ? AND kind = 'step_committed'"
-                " GROUP BY incarnation",
+                "SELECT incarnation, min(ts) FROM event WHERE run_id = ? AND kind = "
+                "'step_committed' GROUP BY incarnation",
                 run_id,
             )
         )
@@ -129,8 +129,9 @@ def test_a_storm_of_kills_loses_nothing_and_duplicates_nothing(
     assert total >= STORM_KILLS
     if latencies:
         print(
-            f"\nresume latency over {len(latencies)} kills: median {statistics.median(latencies) * 1000:.0f} ms,"
-            f" max {max(latencies) * 1000:.0f} ms"
+            "\n"
+            f"resume latency over {len(latencies)} kills: median "
+            f"{statistics.median(latencies) * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms"
         )
 
 

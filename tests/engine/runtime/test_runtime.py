@@ -58,7 +58,10 @@ def test_a_replay_that_reaches_another_step_is_non_determinism(db: Path) -> None
         drifting.run("r", db=db)
     with pytest.raises(
         steplog.RunFailed,
-        match="non-determinism at step 1: the log has call 'first' but the agent now reached call 'second'",
+        match=(
+            "non-determinism at step 1: the log has call 'first' but the agent now reached call "
+            "'second'"
+        ),
     ) as info:
         drifting.run("r", db=db)
     assert info.value.status == "failed"
@@ -349,7 +352,8 @@ def _nested(depth: int) -> Any:
         ),
         (
             lambda run: run.step("deep", _nested, 100_000),
-            r"step 1 'deep' returned list, which cannot be recorded as JSON \(it is nested too deeply\)",
+            r"step 1 'deep' returned list, which cannot be recorded as JSON \(it is nested too "
+            r"deeply\)",
         ),
     ],
 )

@@ -111,7 +111,8 @@ class CrashAndResume(RuleBasedStateMachine):
     @precondition(lambda self: self.finished is not None)
     @rule()
     def run_the_finished_run_again(self) -> None:
-        """A finished run is reported, not run: the same exit code, nothing sent, nothing written."""
+        """A finished run is reported, not run: the same exit code, nothing sent, nothing
+        written."""
         before = self.engine.query("SELECT count(*) FROM event")
         again = self._run("sim", self.witness)
         assert again.returncode == self.finished

@@ -78,7 +78,9 @@ class StopAtLine:
         if self.fired or not frame.f_code.co_filename.startswith(ENGINE_DIR):
             return None
         if frame.f_code.co_filename.endswith("interrupts.py"):
-            return None  # the handler's own bookkeeping is what a signal interrupts, not where it lands
+            return (
+                None  # the handler's own bookkeeping: what a signal interrupts, not where it lands
+            )
         return self._local
 
     def _local(self, frame: FrameType, event: str, arg: Any) -> Any:
@@ -145,7 +147,8 @@ def test_a_stop_at_any_line_of_the_engine_stops_cleanly_and_the_run_resumes_exac
                 lease = query_log(db, "SELECT lease_pid, status FROM run")
             except sqlite3.OperationalError:  # no run table yet (a PostgreSQL error says the same)
                 lease = []
-            # Released: resumable at once (or, stopped right after its last record, already finished).
+            # Released: resumable at once (or, stopped right after its last record, already
+            # finished).
             assert lease in ([], [(None, "running")], [(None, "succeeded")]), (stopper.where, lease)
 
         assert every_kind.run("r", db=db, witness=str(witness)) == {"value": 42}, stopper.where

@@ -153,7 +153,8 @@ def test_a_tracing_failure_never_fails_the_run(
 def test_parallel_steps_are_siblings_under_the_incarnation(
     spans: InMemorySpanExporter, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """asyncio.gather and run.map open several steps at once: each span still has the right parent."""
+    """asyncio.gather and run.map open several steps at once: each span still has the right
+    parent."""
     from helpers import agents_for_tests as agents
 
     agents.gatherer.run("g1", db=tmp_path / "log.db", n=4)
@@ -203,7 +204,8 @@ def test_without_otel_settings_nothing_of_opentelemetry_is_imported(
         "import sys, steplog, steplog.cli\n"
         f"sys.path.insert(0, {str(AGENTS.parent)!r})\n"
         "import agents_for_tests as a\n"
-        f"a.witness.run('w', db={str(tmp_path / 'log.db')!r}, n=2, witness={str(tmp_path / 'w.db')!r})\n"
+        f"a.witness.run('w', db={str(tmp_path / 'log.db')!r}, n=2, "
+        f"witness={str(tmp_path / 'w.db')!r})\n"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
     )
     clean = {k: v for k, v in engine.env.items() if not k.startswith("OTEL_")}

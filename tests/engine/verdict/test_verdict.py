@@ -49,7 +49,8 @@ def ledger(*bodies: dict[str, Any]) -> Ledger:
 
 
 def sent(ledger: Ledger) -> Account:
-    """The log's record of having sent every request the ledger saw (one ``effect_started`` each)."""
+    """The log's record of having sent every request the ledger saw (one ``effect_started``
+    each)."""
     counts: dict[str, int] = {}
     for a in ledger.attempts:
         if a.key is not None:

@@ -1,4 +1,5 @@
-"""The verdict of every everyday flow, through the real CLI and real engines (CONTRACT "steplog verdict").
+"""The verdict of every everyday flow, through the real CLI and real engines (CONTRACT "steplog
+verdict").
 
 PASS and FAIL come from kills only. A run never killed is UNTESTED once it ends, whatever its
 outcome, retries, stops, waits or cancels; its outcome is reported beside the verdict, never

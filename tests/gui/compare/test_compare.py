@@ -39,9 +39,13 @@ def test_one_kill_now_kills_both_naive_fails_with_its_duplicates_durable_passes(
     assert kill_button is not None
 
     for kill in (1, 2):
-        # Kill once the naive agent has sent two messages in this pass (and the durable one is mid-run).
+        # Kill once the naive agent has sent two messages in this pass (and the durable one is
+        # mid-run).
         sent_before = deliveries(compare, "naive")
-        qtbot.waitUntil(lambda: deliveries(compare, "naive") >= sent_before + 2, timeout=30_000)
+        qtbot.waitUntil(
+            lambda sent_before=sent_before: deliveries(compare, "naive") >= sent_before + 2,
+            timeout=30_000,
+        )
         durable = compare.view.run(durable_id)
         assert durable is not None and not durable.terminal, (
             "the durable run finished first: slow the demo down"
@@ -86,7 +90,7 @@ def test_one_kill_now_kills_both_naive_fails_with_its_duplicates_durable_passes(
     naive, durable = compare.view.run(naive_id), compare.view.run(durable_id)
     assert naive is not None and durable is not None
     assert len(naive.kills) == len(durable.kills) == 2
-    assert all(abs(n.ts - d.ts) < 0.05 for n, d in zip(naive.kills, durable.kills))
+    assert all(abs(n.ts - d.ts) < 0.05 for n, d in zip(naive.kills, durable.kills, strict=True))
     assert compare.strips["durable"].labels["kills"].text() == "Kills: 2"
 
     # The naive lane starts over at step 1 after each kill; the durable one resumes where it was.
@@ -185,7 +189,7 @@ def test_auto_kill_kills_both_together_until_the_durable_run_is_done_then_the_na
     assert naive is not None and durable is not None
     assert naive.status == durable.status == "succeeded"
     assert len(durable.kills) >= 1 and len(naive.kills) == len(durable.kills) == compare.runs.kills
-    assert all(abs(n.ts - d.ts) < 0.05 for n, d in zip(naive.kills, durable.kills))
+    assert all(abs(n.ts - d.ts) < 0.05 for n, d in zip(naive.kills, durable.kills, strict=True))
     ex = naive.executions
     last = ex["seq"][ex["lane"] == naive.incarnation]
     assert last[0] == 1 and len(set(last)) == len(

@@ -111,7 +111,8 @@ def test_each_commit_reaches_the_model_without_a_manual_refresh(
         for i in range(5):  # commits from another connection, as an engine writes them
             conn = sqlite3.connect(engine.db, isolation_level=None)
             conn.execute(
-                "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, 0, 'run_created', '{}')",
+                "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, 0, "
+                "'run_created', '{}')",
                 (f"probe{i}", time.time()),
             )
             conn.close()

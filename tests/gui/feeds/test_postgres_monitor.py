@@ -29,13 +29,15 @@ def _tailer(window: MainWindow) -> Any:
 
 
 def _write(db: PgUrl, *events: tuple[str, str, int, str | None, dict[str, Any]]) -> int:
-    """Events appended through the engine's own log connection, in one transaction; the newest id."""
+    """Events appended through the engine's own log connection, in one transaction; the newest
+    id."""
     conn = open_log(db)
     try:
         conn.execute("BEGIN IMMEDIATE")
         for run_id, kind, incarnation, seq, data in events:
             conn.execute(
-                "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, "
+                "?, ?)",
                 (run_id, time.time(), incarnation, kind, seq, json.dumps(data)),
             )
         conn.execute("COMMIT")
@@ -127,7 +129,10 @@ def test_an_event_held_back_behind_an_open_transaction_is_shown_once_that_one_ro
         ("b", "run_created", 0, None, {"agent": "probe"}),
     )
     qtbot.waitUntil(lambda: window.monitor.run("b") is not None, timeout=15_000)
-    insert = "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, 0, 'budget_changed', NULL, '{}')"
+    insert = (
+        "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, 0, "
+        "'budget_changed', NULL, '{}')"
+    )
     applied: set[int] = set()
     window.monitor.events_applied.connect(lambda evs: applied.update(e.id for e in evs))
     a, b = open_log(engine.db), open_log(engine.db)
@@ -197,8 +202,8 @@ def test_a_lost_connection_is_said_and_the_tail_resumes_after_reconnecting(
     window.monitor.problem_changed.connect(problems.append)
     with psycopg.connect(str(engine.db), autocommit=True) as admin:  # as a server restart would
         admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid <> pg_backend_pid()"
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+            "current_database() AND pid <> pg_backend_pid()"
         )
     qtbot.waitUntil(lambda: any("lost the connection" in p for p in problems), timeout=15_000)
     assert all(

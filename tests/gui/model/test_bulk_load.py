@@ -74,7 +74,8 @@ def test_a_crash_mid_effect_and_its_resume_load_as_they_fold(crashed_run: Engine
 def test_kills_retries_and_a_raised_budget_load_as_they_fold(
     engine: Engine, tmp_path: Path
 ) -> None:
-    # Three SIGKILLs mid-run; the first two relaunches are told when (as Kill now does), the last not.
+    # Three SIGKILLs mid-run; the first two relaunches are told when (as Kill now does), the last
+    # not.
     args = witness_args(engine, "K", tmp_path / "w.db", 6, pause=0.05)
     at: float | None = None
     for _ in range(3):
@@ -120,12 +121,14 @@ def test_a_kill_storm_loads_as_it_folds(engine: Engine, tmp_path: Path) -> None:
 
 
 def write_events(db: Path, events: list[tuple[Any, ...]]) -> None:
-    """Append hand-written events to a real, empty log: (id, run, ts, incarnation, kind, seq, data)."""
+    """Append hand-written events to a real, empty log: (id, run, ts, incarnation, kind, seq,
+    data)."""
     open_log(db).close()
     conn = sqlite3.connect(db)
     with conn:
         conn.executemany(
-            "INSERT INTO event (id, run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO event (id, run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, "
+            "?, ?, ?)",
             [
                 (i, r, ts, inc, k, s, d if isinstance(d, str) else json.dumps(d))
                 for i, r, ts, inc, k, s, d in events

@@ -1,4 +1,5 @@
-"""Compare mode's two runs on one clock (Qt-free): the naive lane from its log events and its trace."""
+"""Compare mode's two runs on one clock (Qt-free): the naive lane from its log events and its
+trace."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from steplog_gui.model.run_state import COMMITTED, REDONE, RUNNING
 
 
 def log(run_id: str, created: float, kills: list[float], end: float | None) -> list[Event]:
-    """A run's own log events: created, a lease per engine (after a kill: taken from the dead one)."""
+    """A run's own log events: created, a lease per engine (after a kill: taken from the dead
+    one)."""
     events = [
         Event(1, run_id, created, 0, "run_created", None, {"agent": run_id, "budget": {}}),
         Event(

@@ -1,4 +1,5 @@
-"""The real application process: `python -m steplog_gui --demo`, started and stopped like a user would."""
+"""The real application process: `python -m steplog_gui --demo`, started and stopped like a user
+would."""
 
 from __future__ import annotations
 

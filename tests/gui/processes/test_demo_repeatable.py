@@ -139,7 +139,8 @@ def test_a_run_started_elsewhere_appears_within_a_second_and_is_not_followed_by_
         )
         qtbot.waitUntil(lambda: window._run_id == spec_run, timeout=5_000)
         assert window.runs_model.row_of(spec_run) == 0  # newest first
-        # Followed from before its first usage point: its charts' time axis still follows it to the end.
+        # Followed from before its first usage point: its charts' time axis still follows it to the
+        # end.
         qtbot.waitUntil(
             lambda: (r := window.monitor.run(spec_run)) is not None and r.terminal, timeout=60_000
         )
@@ -207,12 +208,12 @@ def test_the_engine_and_the_app_start_from_a_folder_that_contains_a_steplog_dire
     db = tmp_path / "data" / "steplog.db"
     # The monitor's way of starting its children, run from that folder, with only what is installed.
     code = (
-        "import os, sys, subprocess; os.chdir(sys.argv[1]);"
-        "from steplog.control.procs import child_env, python_argv;"
-        "gui = subprocess.run(python_argv('steplog_gui', '--help'), env=child_env(), capture_output=True, text=True);"
-        "run = subprocess.run(python_argv('steplog', 'run', 'flaky', '--run-id', 'r', '--db', sys.argv[2]),"
-        " env=child_env(), capture_output=True, text=True);"
-        "print(gui.returncode, run.returncode); print(gui.stderr + run.stderr, file=sys.stderr)"
+        "import os, sys, subprocess; os.chdir(sys.argv[1]);from steplog.control.procs import "
+        "child_env, python_argv;gui = subprocess.run(python_argv('steplog_gui', '--help'), "
+        "env=child_env(), capture_output=True, text=True);run = "
+        "subprocess.run(python_argv('steplog', 'run', 'flaky', '--run-id', 'r', '--db', "
+        "sys.argv[2]), env=child_env(), capture_output=True, text=True);print(gui.returncode, "
+        "run.returncode); print(gui.stderr + run.stderr, file=sys.stderr)"
     )
     env = {k: v for k, v in engine.env.items() if k != "PYTHONPATH"}
     done = subprocess.run(

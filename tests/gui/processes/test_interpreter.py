@@ -65,7 +65,7 @@ def test_a_working_interpreter_and_agent_pass_the_check(
     found = interpreter.check(str(their_python[0]), an_agent(tmp_path))
 
     assert found.ok, found.message
-    assert found.python_version == "%d.%d.%d" % sys.version_info[:3]
+    assert found.python_version == "{}.{}.{}".format(*sys.version_info[:3])
     assert "loads" in found.message
 
 
@@ -226,7 +226,13 @@ def test_a_check_that_hangs_leaves_the_window_drawing_and_cancel_closes_the_dial
     going; Cancel closes the dialog at once and the late answer changes nothing."""
     hangs = tmp_path / "hangs.py"
     hangs.write_text(
-        "import time\ntime.sleep(3)\nimport steplog\n\n@steplog.agent\ndef agent(run):\n    return 1\n"
+        "import time\n"
+        "time.sleep(3)\n"
+        "import steplog\n"
+        "\n"
+        "@steplog.agent\n"
+        "def agent(run):\n"
+        "    return 1\n"
     )
     dialog = NewRunDialog(settings=settings)
     qtbot.addWidget(dialog)

@@ -130,7 +130,7 @@ def test_charts_chosen_before_their_run_has_usage_follow_it_once_it_comes(
             # No bound on how long the run took (under load it took 1.8 s): the axis must fit it.
             assert x is not None and y is not None and 0 < x[-1]
             qtbot.waitUntil(
-                lambda: (
+                lambda box=box, x=x: (
                     box.viewRange()[0][0] <= x[0] and x[-1] <= box.viewRange()[0][1] < 1.25 * x[-1]
                 ),
                 timeout=5_000,
@@ -166,7 +166,8 @@ def test_bars_narrower_than_a_pixel_become_per_pixel_aggregates_that_keep_the_st
     lanes = 21  # 20 kills
     assert 0 < len(committed.x0) <= lanes * 1000  # bounded by lanes x pixels, not by steps
     assert len(redone.x0) == 20  # each redone step still shows, one per kill
-    # The aggregates cover what the steps cover: every committed step lies under some bar of its lane.
+    # The aggregates cover what the steps cover: every committed step lies under some bar of its
+    # lane.
     per_px = (whole[1] - whole[0]) / 1000
     covered = sum(float(w) for w in committed.width)
     assert abs(covered - (whole[1] - whole[0])) < 25 * per_px * lanes
@@ -265,7 +266,9 @@ def test_parallel_steps_are_drawn_in_sub_lanes_and_sequential_ones_use_the_whole
     offset, height = sublanes(par, time.time())
     squares = par.executions["seq"] <= 6  # six steps gathered at once
     assert height[squares].max() < BAR_HEIGHT and len(set(offset[squares].round(6).tolist())) > 1
-    assert all(o + h <= BAR_HEIGHT + 1e-9 for o, h in zip(offset, height))  # inside the lane
+    assert all(
+        o + h <= BAR_HEIGHT + 1e-9 for o, h in zip(offset, height, strict=True)
+    )  # inside the lane
     offset, height = sublanes(seq, time.time())
     assert not offset.any() and (height == BAR_HEIGHT).all()
     monitor.stop()

@@ -1,8 +1,8 @@
 """The window's layout at 1280x720, 1920x1080 and 2560x1440: on a first launch every dock and
 chart fits and shows what matters; closed and opened again, it comes back exactly as it was.
 
-Each size runs in its own process (``helpers/layout_probe.py``) with an offscreen screen of that size: a
-saved geometry is restored against the screen it finds."""
+Each size runs in its own process (``helpers/layout_probe.py``) with an offscreen screen of that
+size: a saved geometry is restored against the screen it finds."""
 
 from __future__ import annotations
 

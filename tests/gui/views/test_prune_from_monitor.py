@@ -36,7 +36,8 @@ def window(qtbot, engine: Engine, settings, gui_env: dict[str, str]) -> Iterator
 
 
 def _click_in_dialog(label: str) -> None:
-    """Press the button ``label`` of the modal dialog once it is up (it blocks the test otherwise)."""
+    """Press the button ``label`` of the modal dialog once it is up (it blocks the test
+    otherwise)."""
 
     def press() -> None:
         box = QApplication.activeModalWidget()

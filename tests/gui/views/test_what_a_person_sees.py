@@ -228,7 +228,8 @@ def test_the_verdict_strips_figures_follow_a_switch_to_the_dark_theme(
     for key in ("kills", "redone", "duplicates", "latency"):
         label = labels[key]
         qtbot.waitUntil(
-            lambda: label.palette().color(QPalette.ColorRole.WindowText) == text, timeout=2_000
+            lambda label=label: label.palette().color(QPalette.ColorRole.WindowText) == text,
+            timeout=2_000,
         )
 
 
