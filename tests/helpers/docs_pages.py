@@ -345,14 +345,19 @@ class Reader:
                 Line(
                     c.text,
                     None if code is None else int(code),
-                    (work / f"{n}.out").read_text(),
-                    (work / f"{n}.err").read_text(),
+                    read(work / f"{n}.out"),
+                    read(work / f"{n}.err"),
                     c.expected,
                 )
             )
         foreground = [ln for ln in lines if ln.expected is not None]
         self.last = foreground[-1] if foreground else None
         return lines
+
+
+def read(path: Path) -> str:
+    """A command's output file; empty if it never opened it (killed before its redirection)."""
+    return path.read_text() if path.exists() else ""
 
 
 def end_group(pgid: int, grace: float = 10) -> None:
