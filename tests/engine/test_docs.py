@@ -99,20 +99,20 @@ def runnable_pages() -> list[object]:
 
 
 def test_every_block_is_run_or_said_to_be_illustrative() -> None:
-    for (page, text), why in ILLUSTRATIVE.items():
-        matching = [b for b in blocks(ROOT / page) if text in b.text]
+    for (name, text), why in ILLUSTRATIVE.items():
+        matching = [b for b in blocks(ROOT / name) if text in b.text]
         assert len(matching) == 1, (
-            f"ILLUSTRATIVE {page} {text!r} ({why}) matches {len(matching)} blocks"
+            f"ILLUSTRATIVE {name} {text!r} ({why}) matches {len(matching)} blocks"
         )
     for page in pages():
         runnable = [b for b in blocks(page) if why_illustrative(b) is None]
         for n, b in enumerate(runnable):
             assert b.kind in ("shell", "json", "agent", "script", "pytest"), f"{b.where}: {b.info}?"
             if b.kind == "agent":
-                name = b.saved_as()
-                assert name, f"{b.where}: an agent file; say 'Save it as `NAME.py`' after it"
-                users = [o for o in runnable if o is not b and name in o.text]
-                assert users, f"{b.where}: no block of the page runs {name}"
+                saved = b.saved_as()
+                assert saved, f"{b.where}: an agent file; say 'Save it as `NAME.py`' after it"
+                users = [o for o in runnable if o is not b and saved in o.text]
+                assert users, f"{b.where}: no block of the page runs {saved}"
             if b.kind == "json":
                 earlier = [o for o in runnable[:n] if o.kind != "json"]
                 assert earlier and earlier[-1].kind == "shell", (

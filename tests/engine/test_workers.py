@@ -293,7 +293,8 @@ def test_worker_storm_on_postgresql_every_message_once_and_other_runs_untouched(
     assert engine.status(other)["status"] == "queued" and claims(engine, other) == 0
 
 
-def test_the_docs_queue_and_workers_commands_do_what_they_say(engine: Engine, tmp_path: Path) -> None:
+def test_the_docs_queue_and_workers_commands_do_what_they_say(
+        engine: Engine, tmp_path: Path) -> None:
     from helpers.docs_pages import DOCS, Reader, block_containing
 
     shell = block_containing(DOCS / "postgres-and-workers.md", "steplog submit demo --run-id job-1")
