@@ -433,14 +433,12 @@ def test_worker_storm_on_postgresql_every_message_once_and_other_runs_untouched(
     assert engine.status(other)["status"] == "queued" and claims(engine, other) == 0
 
 
-def test_the_readme_scale_out_commands_do_what_it_says(engine: Engine, tmp_path: Path) -> None:
-    import re
+def test_the_docs_queue_and_workers_commands_do_what_they_say(
+        engine: Engine, tmp_path: Path) -> None:
+    from helpers.docs_pages import DOCS, Reader, block_containing
 
-    from test_readme import README, run_shell_block
-
-    shell = re.search(r"### A queue and workers\n.*?```\n(.*?)```", README.read_text(), re.S)
-    assert shell is not None, "the README no longer shows submit and worker"
-    *submitted, worked, listed = run_shell_block(engine, tmp_path, shell.group(1))
+    shell = block_containing(DOCS / "postgres-and-workers.md", "steplog submit demo --run-id job-1")
+    _outbox, *submitted, worked, listed = Reader(tmp_path, engine.env, engine.db).shell(shell)
     assert [s.stdout for s in submitted] == ["job-1\n", "job-2\n"], [s.stderr for s in submitted]
     assert worked.returncode == 0 and "drained; 2 claimed, 2 succeeded" in worked.stderr, (
         worked.stderr
@@ -453,11 +451,11 @@ def test_the_readme_scale_out_commands_do_what_it_says(engine: Engine, tmp_path:
 @pytest.mark.backends("sqlite", "postgres")
 def test_claims_page_past_runs_others_hold_and_a_live_workers_claim_is_respected(db: Path) -> None:
     """In-process: the claim query itself (``queue.claim_next_run``)."""
-    from steplog.control.queue import claim_next_run
-    from steplog.control.queue import submit as submit_run
+    from steplog.control.commands.queue import claim_next_run
+    from steplog.control.commands.queue import submit as submit_run
     from steplog.log.db import open_log
     from steplog.log.lease import Holder, me
-    from steplog.runtime.agent import resolve
+    from steplog.runtime.run.agent import resolve
 
     noop = resolve(f"{AGENTS}:noop")
     ids = [submit_run(noop, run_id=f"r{i:02d}", db=db, params={"n": 1}) for i in range(40)]
