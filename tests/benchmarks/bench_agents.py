@@ -51,7 +51,7 @@ def resumable(run: steplog.Run, n: int = 200, pause: float = 0.0) -> int:
 
 def steplog_steps(db: Path, n: int, sync: str, markers: bool) -> dict[str, Any]:
     from steplog.log.db import open_log
-    from steplog.runtime.run.engine import execute
+    from steplog.runtime.engine import execute
 
     open_log(db).close()
     before = checkpointed_size(db)

@@ -72,7 +72,7 @@ def steplog_steps(db: str, n: int, sync: str) -> dict[str, Any]:
     from bench_agents import noop  # the same agent as compare.py's steplog peer
 
     from steplog.log.db import location, open_log
-    from steplog.runtime.run.engine import execute
+    from steplog.runtime.engine import execute
 
     where = location(db)
     open_log(where).close()
@@ -147,7 +147,7 @@ def fleet_engine(db: str, run_id: str, n: int, sync: str, start_at: float) -> di
     from bench_agents import noop
 
     from steplog.log.db import location
-    from steplog.runtime.run.engine import execute
+    from steplog.runtime.engine import execute
 
     where = location(db)
     time.sleep(max(0.0, start_at - time.time()))

@@ -50,7 +50,7 @@ def raw_sqlite(path: Path, n: int, synchronous: str) -> float:
 
 
 def steplog_steps(path: Path, n: int, synchronous: str) -> float:
-    from steplog.runtime.run.engine import execute
+    from steplog.runtime.engine import execute
 
     t = time.perf_counter()
     execute(noop, run_id="bench", db=path, params={"n": n}, synchronous=synchronous)  # type: ignore[arg-type]

@@ -73,7 +73,7 @@ def noop_log_with_kills(db: Path, run_id: str, steps: int, kills: int) -> None:
     (evenly spread) and relaunched with the kill's time, as Kill now does."""
     import subprocess
 
-    from steplog.control.commands.procs import child_env, python_argv
+    from steplog.control.procs import child_env, python_argv
     from steplog.killtest.procs import kill_group
 
     agents = Path(__file__).parents[1] / "engine" / "agents_for_tests.py"
@@ -255,7 +255,7 @@ def test_commit_to_pixel_and_idle_cpu(qtbot, tmp_path: Path) -> None:  # type: i
 
     from PySide6.QtCore import QEvent, QObject
 
-    from steplog.control.commands.procs import child_env, python_argv
+    from steplog.control.procs import child_env, python_argv
 
     db = tmp_path / "live.db"
     noop_log_with_kills(db, "old", 100, kills=0)  # the log exists; the window opens on it

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import AGENTS, Engine
-from steplog.runtime.run.crashpoints import CRASH_EXIT_CODE
+from steplog.runtime.crashpoints import CRASH_EXIT_CODE
 
 pytestmark = pytest.mark.backends("sqlite", "postgres")
 

@@ -28,7 +28,7 @@ from fakes.openai_server import FakeOpenAI, fake_openai  # noqa: F401 (the fixtu
 from steplog.errors import TransientError, UsageError
 from steplog.llm.openai_compat import OpenAICompatModel
 from steplog.log.interrupts import StopRequested
-from steplog.runtime.run.effects import EffectRejected, HttpClient
+from steplog.runtime.effects import EffectRejected, HttpClient
 
 ENGINE = Path(steplog.__file__).parents[1]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import AGENTS, Engine, storm
-from steplog.runtime.run.crashpoints import CRASH_EXIT_CODE, POINTS
+from steplog.runtime.crashpoints import CRASH_EXIT_CODE, POINTS
 
 STORM_KILLS = 24
 SEED = int(os.environ.get("STEPLOG_TEST_SEED", "20261130"))

@@ -20,7 +20,16 @@ import pytest
 # ``tests/`` is on sys.path (rootdir conftest, prepend import mode), so the fakes import as ``fakes``.
 from fakes.openai_server import CACHED_TOKENS, FakeOpenAI, fake_openai, reply_content, usage_for
 from steplog.errors import TransientError
-from steplog.llm import ChatModel, ModelError, ModelUnavailable, OfflineModel, Price, PriceTable, Usage, make_model
+from steplog.llm import (
+    ChatModel,
+    ModelError,
+    ModelUnavailable,
+    OfflineModel,
+    Price,
+    PriceTable,
+    Usage,
+    make_model,
+)
 from steplog.llm.base import estimate_messages, estimate_tokens
 from steplog.llm.offline import CATEGORIES, PRIORITIES, SIGNATURE, parse_ticket
 from steplog.llm.openai_compat import OpenAICompatModel

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conftest import AGENTS, Engine
 from fakes.openai_server import FakeOpenAI
-from steplog.runtime.run.crashpoints import CRASH_EXIT_CODE
+from steplog.runtime.crashpoints import CRASH_EXIT_CODE
 
 KEY_ENV = {"OPENAI_API_KEY": "sk-test-0000000000000000000000"}
 

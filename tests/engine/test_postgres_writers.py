@@ -99,8 +99,8 @@ def test_transactions_that_are_not_one_runs_still_take_turns(db: PgUrl) -> None:
 def test_a_claim_skips_a_run_whose_row_another_transaction_holds_instead_of_waiting(
     db: PgUrl,
 ) -> None:
-    from steplog.control.commands.queue import claim_next_run, submit
-    from steplog.runtime.run.agent import resolve
+    from steplog.control.queue import claim_next_run, submit
+    from steplog.runtime.agent import resolve
 
     noop = resolve(f"{AGENTS}:noop")
     for rid in ("first", "second"):
@@ -260,7 +260,7 @@ def test_export_reads_a_run_on_postgresql_as_on_sqlite(db: PgUrl, tmp_path: Path
 
 
 def test_without_secrets_moves_a_urls_password_from_the_command_line_to_pgpassword() -> None:
-    from steplog.control.commands.procs import without_secrets
+    from steplog.control.procs import without_secrets
 
     argv, env = without_secrets(
         ["steplog", "run", "--db", "postgresql://me:p%40ss@db.example:5433/log"], {"A": "1"}
@@ -283,8 +283,8 @@ def test_a_password_in_the_url_never_reaches_an_engines_command_line(
 
     import psutil
 
-    from steplog.control.commands.queue import submit
-    from steplog.runtime.run.agent import resolve
+    from steplog.control.queue import submit
+    from steplog.runtime.agent import resolve
 
     submit(
         resolve(f"{AGENTS}:witness"),

@@ -761,7 +761,7 @@ def test_a_crash_at_every_point_of_a_forks_own_steps_and_of_a_signalled_wait_los
 ) -> None:
     """The sweep: for each step the run makes itself and each crash point, die exactly there,
     resume, and compare with the uncrashed run: same result, each effect applied once."""
-    from steplog.runtime.run.crashpoints import POINTS
+    from steplog.runtime.crashpoints import POINTS
 
     witness = tmp_path / "witness.db"
     db = str(engine.db)
@@ -821,7 +821,7 @@ def test_a_forks_copy_of_a_running_parents_workdir_leaves_out_half_written_files
 ) -> None:
     """The parent writes files atomically (a temporary file renamed into place): the fork copies
     the finished files, not the temporary ones, and one renamed away mid-copy is skipped, not an error."""
-    from steplog.control.commands.commands import _copy_if_there, _stage_workdir
+    from steplog.control.commands import _copy_if_there, _stage_workdir
 
     parent = tmp_path / "parent"
     (parent / "out").mkdir(parents=True)

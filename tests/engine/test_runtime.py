@@ -385,7 +385,7 @@ def test_an_agent_result_nested_too_deeply_fails_the_run_clearly(db: Path) -> No
 def test_a_step_left_current_by_an_earlier_run_does_not_block_the_next_one(db: Path) -> None:
     """A stop signal can land on the very line that clears "the step being executed" (the
     stop-at-every-line test found it); the next run in the same thread must still work."""
-    from steplog.runtime.run import run as runtime
+    from steplog.runtime import run as runtime
 
     @steplog.agent
     def plain(run: steplog.Run) -> int:

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from conftest import AGENTS, Engine
-from steplog.runtime.run.crashpoints import CRASH_EXIT_CODE, POINTS
+from steplog.runtime.crashpoints import CRASH_EXIT_CODE, POINTS
 
 OPS = ("call", "chat", "write", "merge", "apply", "once")
 EXAMPLES = int(os.environ.get("STEPLOG_SIMULATION_EXAMPLES", "8"))

@@ -150,7 +150,7 @@ def test_three_workers_outlive_two_server_restarts_and_send_every_message_once(
     from steplog.log.location import PgUrl
     from steplog.log.pg import connect
     from steplog.outbox import start_outbox
-    from steplog.verdict.judge.evidence import completed_post_keys
+    from steplog.verdict.evidence import completed_post_keys
 
     db = PgUrl(own_server.create("outage_log"))
     engine = engine_on(db, tmp_path)

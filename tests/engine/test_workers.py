@@ -434,7 +434,8 @@ def test_worker_storm_on_postgresql_every_message_once_and_other_runs_untouched(
 
 
 def test_the_docs_queue_and_workers_commands_do_what_they_say(
-        engine: Engine, tmp_path: Path) -> None:
+    engine: Engine, tmp_path: Path
+) -> None:
     from helpers.docs_pages import DOCS, Reader, block_containing
 
     shell = block_containing(DOCS / "postgres-and-workers.md", "steplog submit demo --run-id job-1")
@@ -451,11 +452,11 @@ def test_the_docs_queue_and_workers_commands_do_what_they_say(
 @pytest.mark.backends("sqlite", "postgres")
 def test_claims_page_past_runs_others_hold_and_a_live_workers_claim_is_respected(db: Path) -> None:
     """In-process: the claim query itself (``queue.claim_next_run``)."""
-    from steplog.control.commands.queue import claim_next_run
-    from steplog.control.commands.queue import submit as submit_run
+    from steplog.control.queue import claim_next_run
+    from steplog.control.queue import submit as submit_run
     from steplog.log.db import open_log
     from steplog.log.lease import Holder, me
-    from steplog.runtime.run.agent import resolve
+    from steplog.runtime.agent import resolve
 
     noop = resolve(f"{AGENTS}:noop")
     ids = [submit_run(noop, run_id=f"r{i:02d}", db=db, params={"n": 1}) for i in range(40)]

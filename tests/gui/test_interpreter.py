@@ -203,7 +203,7 @@ def test_from_the_desktop_app_another_python_gets_the_library_path_the_person_ha
 ) -> None:
     """PyInstaller's bootloader puts the bundle's libraries first on LD_LIBRARY_PATH; a person's
     Python must load its own libssl and libsqlite3, not the bundle's."""
-    from steplog.control.commands.procs import outside_env
+    from steplog.control.procs import outside_env
 
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     monkeypatch.setattr(sys, "platform", "linux")

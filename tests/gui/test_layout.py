@@ -26,7 +26,7 @@ def stopped_demo(engine: Engine) -> Engine:
     (crash points), resumed, stopped mid-run (its charts project the limits), its messages in
     the demo outbox's file beside the log (the strip shows them)."""
     from steplog.outbox import start_outbox
-    from steplog.verdict.judge.evidence import outbox_file_for
+    from steplog.verdict.evidence import outbox_file_for
 
     engine.db.parent.mkdir(parents=True, exist_ok=True)
     outbox = start_outbox(outbox_file_for(engine.db))

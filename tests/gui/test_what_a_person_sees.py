@@ -241,7 +241,7 @@ def test_an_old_runs_outbox_panel_reads_the_deliveries_from_the_outbox_file_when
     its deliveries from the outbox's own file beside the log, and the panel shows the same
     ones from there (it said "not answering" over an empty table)."""
     from steplog.outbox import start_outbox
-    from steplog.verdict.judge.evidence import outbox_file_for
+    from steplog.verdict.evidence import outbox_file_for
 
     with start_outbox(outbox_file_for(engine.db)) as outbox:
         finished(engine, "old-demo", "--param", "tickets=2", "--outbox", outbox.url, agent="demo")

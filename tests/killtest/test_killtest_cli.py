@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Engine
-from steplog.runtime.run.crashpoints import POINTS
+from steplog.runtime.crashpoints import POINTS
 
 pytestmark = pytest.mark.slow
 

@@ -9,9 +9,9 @@ import pytest
 
 from steplog.log.logread import Event
 from steplog.outbox import Attempt, Delivery, Ledger
-from steplog.verdict.judge.judge import Evidence, Kill, Reference, judge, logged_kills, message_label
-from steplog.verdict.judge.kills import Account, account
-from steplog.verdict.judge.outputs import Outputs, compare
+from steplog.verdict.judge import Evidence, Kill, Reference, judge, logged_kills, message_label
+from steplog.verdict.kills import Account, account
+from steplog.verdict.outputs import Outputs, compare
 
 
 def status(
@@ -373,7 +373,7 @@ def test_a_committed_step_that_runs_again_fails_the_verdict_even_without_a_kill_
 def test_resume_latency_ends_when_the_next_engine_is_back_at_its_wait_not_at_the_answer() -> None:
     """A run killed while it waits for a person: the next engine is back once it waits again; the
     minutes the person then takes to answer are no resume latency."""
-    from steplog.verdict.judge.judge import _kills
+    from steplog.verdict.judge import _kills
 
     events = _events(
         (1.0, 1, "lease_acquired", None, '{"pid": 1, "previous_pid": null}'),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from steplog.control.commands import procs
+from steplog.control import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY = ROOT / "packaging" / "steplog_app.py"
