@@ -92,7 +92,8 @@ def _build_provider() -> trace.TracerProvider:
             )
             if protocol != "http/protobuf":
                 print(
-                    f"steplog: OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not supported; sending OTLP over "
+                    f"steplog: OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not supported; sending "
+                    "OTLP over "
                     "http/protobuf (the collector's port 4318)",
                     file=sys.stderr,
                 )
@@ -102,7 +103,8 @@ def _build_provider() -> trace.TracerProvider:
             exporters.append((OTLPSpanExporter(endpoint=endpoint), destination(endpoint)))
         elif name != "none":
             print(
-                f"steplog: OTEL_TRACES_EXPORTER={name} is not supported (use otlp or console); ignored",
+                f"steplog: OTEL_TRACES_EXPORTER={name} is not supported (use otlp or console); "
+                "ignored",
                 file=sys.stderr,
             )
     for exporter, where in exporters:
@@ -168,7 +170,8 @@ def _never_raises(method: _F) -> _F:
 class _Step:
     span: Span
     token: object | None
-    """Set while this step's span is the current one (one step at a time: see ``attempt_started``)."""
+    """Set while this step's span is the current one (one step at a time: see
+    ``attempt_started``)."""
     kind: str
     started_ns: int
     model_done: bool = False
