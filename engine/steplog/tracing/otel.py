@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from opentelemetry import context, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from steplog.log.runstatus import RunStatus
 from steplog.tracing.env import flush_seconds
 from steplog.tracing.export import BoundedSpanProcessor, destination, guard_logs
 
@@ -221,13 +222,13 @@ class OtelObserver:
         if root is None:
             return
         self._end_steps("the engine stopped inside this step")
-        root.set_attribute("steplog.run.status", status or "running")
+        root.set_attribute("steplog.run.status", status or RunStatus.RUNNING)
         root.set_attribute("steplog.incarnation.end", "finished" if status else "released")
         if reason:
             root.set_attribute("steplog.run.reason", reason)
-        if status == "failed":
-            root.set_status(Status(StatusCode.ERROR, reason or "failed"))
-        elif status == "succeeded":
+        if status == RunStatus.FAILED:
+            root.set_status(Status(StatusCode.ERROR, reason or RunStatus.FAILED))
+        elif status == RunStatus.SUCCEEDED:
             root.set_status(Status(StatusCode.OK))
         self._detach(self._root_token)
         root.end()
