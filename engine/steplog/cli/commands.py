@@ -52,14 +52,15 @@ def _guard(fn: F) -> F:
                 from steplog.errors import EXIT_LEASE_HELD
 
                 _fail(
-                    f"{_log_path(kwargs)} stayed locked by another process for 10 s (a stopped or very busy "
-                    "engine?); nothing was written: try again, or look for a stopped steplog process",
+                    f"{_log_path(kwargs)} stayed locked by another process for 10 s (a stopped or "
+                    "very busy engine?); nothing was written: try again, or look for a stopped "
+                    "steplog process",
                     EXIT_LEASE_HELD,
                 )
             if "disk is full" in str(exc) or "disk I/O" in str(exc):
                 _fail(
-                    f"the log could not be written ({exc}); free disk space and run the same command again: "
-                    "the run resumes from its last checkpoint",
+                    f"the log could not be written ({exc}); free disk space and run the same "
+                    "command again: the run resumes from its last checkpoint",
                     1,
                 )
             _fail_on_postgres(exc, kwargs)  # a lost connection, a server restarting: one line too
@@ -144,7 +145,10 @@ def gui(db: LogLocation | None) -> None:
 @click.option(
     "--approve",
     is_flag=True,
-    help="The digest waits for a person's approval (the monitor's Approve); the naive agent asks again after every kill.",
+    help=(
+        "The digest waits for a person's approval (the monitor's Approve); the naive agent asks "
+        "again after every kill."
+    ),
 )
 @_guard
 def demo(db: LogLocation | None, compare: bool, approve: bool) -> None:
@@ -262,7 +266,9 @@ _ENGINE_OPTIONS = (
     click.option(
         "--exit-when-waiting",
         is_flag=True,
-        help="When the run waits for a signal, let it go and exit 6 instead of waiting (batch use).",
+        help=(
+            "When the run waits for a signal, let it go and exit 6 instead of waiting (batch use)."
+        ),
     ),
 )
 
@@ -295,7 +301,8 @@ def _execute_with(
     params: dict[str, Any] | None = None,
     killed_at: float | None = None,
 ) -> None:
-    """Drive ``agent``'s run with the engine options ``o``, print how it ended, exit with its code."""
+    """Drive ``agent``'s run with the engine options ``o``, print how it ended, exit with its
+    code."""
     from steplog.log.lease import DEFAULT_LEASE_SECONDS
     from steplog.runtime.engine import execute
 
@@ -405,7 +412,8 @@ def run(
 )
 @_guard
 def cancel(run_id: str, db: LogLocation | None, reason: str | None, wait_seconds: float) -> None:
-    """End RUN_ID as `cancelled`: it never runs again; a live engine stops at its next step boundary (exit 5)."""
+    """End RUN_ID as `cancelled`: it never runs again; a live engine stops at its next step
+    boundary (exit 5)."""
     from steplog.control.commands import cancel as cancel_run
     from steplog.control.commands import wait_until_finished
 
@@ -457,7 +465,8 @@ def signal(run_id: str, name: str, db: LogLocation | None, data_json: str, key: 
         data = json.loads(data_json)
     except json.JSONDecodeError as exc:
         raise UsageError(
-            f"--data is not JSON ({exc.msg} at character {exc.pos}); e.g. --data '{{\"approved\": true}}'"
+            f"--data is not JSON ({exc.msg} at character {exc.pos}); e.g. --data "
+            "'{\"approved\": true}'"
         ) from None
     sent = send(run_id, name, data, db=db, key=key)
     what = "already sent with this key" if sent.duplicate else "sent"
@@ -481,7 +490,10 @@ def signal(run_id: str, name: str, db: LogLocation | None, data_json: str, key: 
 @click.option(
     "--force",
     is_flag=True,
-    help="Retry even after non-determinism or an effect that needs reconciliation (says why it is risky).",
+    help=(
+        "Retry even after non-determinism or an effect that needs reconciliation (says why it is "
+        "risky)."
+    ),
 )
 @click.option(
     "--no-start",
@@ -525,7 +537,9 @@ def retry(run_id: str, db: LogLocation | None, force: bool, no_start: bool, **en
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="The fork's workdir, a new folder (default: runs/NEW_ID beside the log); starts as a copy.",
+    help=(
+        "The fork's workdir, a new folder (default: runs/NEW_ID beside the log); starts as a copy."
+    ),
 )
 @click.option(
     "--outbox", default=None, help="Base URL of the messages service (default: the parent's)."
@@ -575,8 +589,8 @@ def fork(
     )
     click.echo(prepared.run_id)
     click.echo(
-        f"steplog: run {prepared.run_id} forked from {run_id} at step {at_step} ({prepared.copied} step(s) "
-        f"copied, workdir {prepared.workdir})",
+        f"steplog: run {prepared.run_id} forked from {run_id} at step {at_step} "
+        f"({prepared.copied} step(s) copied, workdir {prepared.workdir})",
         err=True,
     )
     if no_start:
@@ -669,7 +683,9 @@ def submit(
     "--run-prefix",
     default="",
     metavar="PREFIX",
-    help="Claim only runs whose id starts with PREFIX (the worker storm's own runs in a shared log).",
+    help=(
+        "Claim only runs whose id starts with PREFIX (the worker storm's own runs in a shared log)."
+    ),
 )
 @click.option(
     "--drain", is_flag=True, help="Exit 0 once no run is left to claim and its engines are done."
@@ -744,8 +760,8 @@ def _drive_engine(go: Callable[[], Any]) -> Any:
     try:
         return go()
     except KeyboardInterrupt:
-        # SIGTERM, SIGINT and SIGHUP stop the engine at a safe point (``steplog.log.interrupts``); the
-        # lease is released, so the same command resumes at once.
+        # SIGTERM, SIGINT and SIGHUP stop the engine at a safe point (``steplog.log.interrupts``);
+        # the lease is released, so the same command resumes at once.
         from steplog.errors import EXIT_STOPPED
 
         _fail(
@@ -824,8 +840,8 @@ def _describe(s: dict[str, Any]) -> str:
         return f"{b['used']}" + (f"/{b['limit']}" if b["limit"] is not None else "")
 
     budget = s["budget"]
-    # Executions beyond the committed steps are retries after errors, steps cut short by a stop,
-    # a kill or a wait, and the step in progress: `steplog verdict` tells which were redone by kills.
+    # Executions beyond the committed steps are retries after errors, steps cut short by a stop, a
+    # kill or a wait, and the step in progress: `steplog verdict` tells which were redone by kills.
     extra = s["step_executions"] - s["steps_committed"]
     beyond = (
         f" ({extra} beyond the committed: retries, interrupted or in progress)" if extra > 0 else ""
@@ -900,7 +916,10 @@ def runs(db: LogLocation | None, as_json: bool) -> None:
     "--outbox",
     default=None,
     metavar="URL|FILE",
-    help="Read the run's deliveries here (default: the URL the run recorded, else outbox.db beside the log).",
+    help=(
+        "Read the run's deliveries here (default: the URL the run recorded, else outbox.db beside "
+        "the log)."
+    ),
 )
 @click.option(
     "--json",
@@ -931,7 +950,8 @@ def verdict(run_id: str, db: LogLocation | None, outbox: str | None, as_json: bo
         click.echo(json.dumps(v.summary_json(), ensure_ascii=False))
     else:
         click.echo(
-            f"{v.label}  {run_id} ({'outcome ' if v.passed is not None else ''}{v.status}): {v.explanation}"
+            f"{v.label}  {run_id} ({'outcome ' if v.passed is not None else ''}{v.status}): "
+            f"{v.explanation}"
         )
         for c in v.checks:
             mark = {True: "ok  ", False: "FAIL", None: "--  "}[c.ok]
@@ -1040,7 +1060,9 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
     "--keep",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Keep every run's log, workdir and outbox in this folder (default: a temp folder, removed).",
+    help=(
+        "Keep every run's log, workdir and outbox in this folder (default: a temp folder, removed)."
+    ),
 )
 @click.option(
     "--workers",
@@ -1060,10 +1082,13 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
     "--db",
     type=_LogParam(),
     default=None,
-    help="Run the kill test's runs in this PostgreSQL log (postgresql://USER@HOST:PORT/DBNAME), each under "
-    "its own run id (default: a SQLite file per run, in the kill test's folder). With --workers: "
-    "new runs with ids storm-DATE-TIME-HEX-NNN that only the storm's workers claim and only its "
-    "verdict counts; they stay in the database. Outbox and workdirs stay in the kill test's folder.",
+    help=(
+        "Run the kill test's runs in this PostgreSQL log (postgresql://USER@HOST:PORT/DBNAME), "
+        "each under its own run id (default: a SQLite file per run, in the kill test's folder). "
+        "With --workers: new runs with ids storm-DATE-TIME-HEX-NNN that only the storm's workers "
+        "claim and only its verdict counts; they stay in the database. Outbox and workdirs stay in "
+        "the kill test's folder."
+    ),
 )
 @_guard
 def killtest(
@@ -1084,15 +1109,16 @@ def killtest(
     """Kill AGENT's engine again and again; PASS if nothing was duplicated, lost or redone twice.
 
     With --workers N: kill whole workers that share a queue of --runs runs instead; PASS if every
-    run succeeded and the outbox holds every message once. Exit 0 on PASS, 1 on FAIL, 2 on bad usage.
+    run succeeded and the outbox holds every message once. Exit 0 on PASS, 1 on FAIL, 2 on bad
+    usage.
     """
     from steplog.killtest.command import run_command, run_worker_storm_command
     from steplog.log.location import PgUrl
 
     if db is not None and not isinstance(db, PgUrl):
         raise UsageError(
-            "killtest --db takes a postgresql:// URL; with SQLite each run of the kill test gets a file "
-            "of its own (see --keep)"
+            "killtest --db takes a postgresql:// URL; with SQLite each run of the kill test gets a "
+            "file of its own (see --keep)"
         )
     if workers is not None:
         if sweep or junit is not None:
@@ -1212,8 +1238,8 @@ def prune(
         or only_reclaim
     ):
         raise UsageError(
-            "say which runs to prune: RUN_ID..., --older-than DAYS, --status S,... or --keep-last N "
-            "(`--status succeeded` prunes every succeeded run)"
+            "say which runs to prune: RUN_ID..., --older-than DAYS, --status S,... or --keep-last "
+            "N (`--status succeeded` prunes every succeeded run)"
         )
     selection = Selection(
         run_ids=run_ids,
@@ -1230,8 +1256,8 @@ def prune(
     log = db or default_db_path()
     if not isinstance(log, Path):
         raise UsageError(
-            "steplog prune works on a SQLite log only, for now; on PostgreSQL, export the runs you keep "
-            "(steplog export) and delete old ones with the database's own tools"
+            "steplog prune works on a SQLite log only, for now; on PostgreSQL, export the runs you "
+            "keep (steplog export) and delete old ones with the database's own tools"
         )
     report = prune_log(log, selection, archive=archive, dry_run=dry_run, reclaim=reclaim)
     click.echo(json.dumps(report.as_json()) if as_json else describe(report))
@@ -1315,7 +1341,8 @@ def _print_whole(first: str, rest: Any) -> None:
 @db_option
 @_guard
 def import_file(file: str, db: LogLocation | None) -> None:
-    """Load the runs of FILE (from `export` or `prune --archive`; plain or .gz; - for stdin) into the log.
+    """Load the runs of FILE (from `export` or `prune --archive`; plain or .gz; - for stdin) into
+    the log.
 
     A run id the log already has is refused, and then nothing is imported.
     """
@@ -1325,7 +1352,8 @@ def import_file(file: str, db: LogLocation | None) -> None:
     path = db or default_db_path()
     if not isinstance(path, Path):
         raise UsageError(
-            "steplog import loads into a SQLite log only, for now; import into a file and run from there"
+            "steplog import loads into a SQLite log only, for now; import into a file and run from "
+            "there"
         )
     loaded = import_runs(file, path)
     n = len(loaded)
