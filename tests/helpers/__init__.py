@@ -14,6 +14,6 @@ import Engine``. Fixtures live in the ``conftest.py`` files and are built from t
 - ``layout_probe`` and ``screenshots``: scripts that open the window in a process of their own.
 - ``openai_server``: a real OpenAI-compatible HTTP server on loopback (the fake model server).
 - ``postgres_server``: a real PostgreSQL server for the session (never a mock).
-- ``readme``: the README's shell blocks, run as printed.
+- ``docs_pages``: the README and ``docs/`` as a reader meets them: their blocks, run as printed.
 - ``agents_for_tests``: the agents the tests run by file path (``AGENTS``), as a user would.
 """
