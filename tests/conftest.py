@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-from helpers.engine import Engine
+from helpers.engine import Engine, checkout_env
 from helpers.openai_server import FakeOpenAI
-from helpers.paths import ROOT
 
 
 @pytest.fixture(scope="session")
@@ -80,12 +79,9 @@ def db(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Any:
 def engine(db: Any, tmp_path: Path) -> Iterator[Engine]:
     """``steplog`` commands on this test's log, run as real processes with this checkout's code
     and none of the developer's ``STEPLOG_*`` settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPLOG_")}
+    env = checkout_env()
     if isinstance(db, str):  # PostgreSQL: default workdirs go "beside" it, in the user data dir
         env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT / "engine"), str(ROOT / "gui"), env.get("PYTHONPATH", "")]
-    )
     yield Engine(db=db, env=env)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from helpers.engine import checkout_env
 from helpers.paths import ROOT
 
 
 def test_the_engine_never_imports_qt_or_the_gui() -> None:
     """import-linter contract in pyproject.toml: steplog may not import steplog_gui, PySide6,
     pyqtgraph."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "engine"), str(ROOT / "gui")])}
+    env = checkout_env()
     lint = Path(sys.executable).with_name("lint-imports")
     done = subprocess.run(
         [str(lint), str(ROOT / "pyproject.toml"), "--no-cache"],
@@ -35,7 +35,9 @@ def test_importing_steplog_loads_no_qt() -> None:
         "import sys, steplog, steplog.cli, steplog.runtime.engine; print(sorted(m for m in "
         "sys.modules if m.split('.')[0] in ('PySide6', 'pyqtgraph', 'steplog_gui', 'shiboken6')))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=checkout_env()
+    )
     assert done.stdout.strip() == "[]", done.stderr
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import sqlite3
 import subprocess
@@ -12,7 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from helpers.logs import query_log
+from helpers.paths import ROOT
 from steplog.killtest.procs import kill_group as _kill_group
+
+
+def checkout_env(**extra: str) -> dict[str, str]:
+    """The environment of an engine process: this one's, less the developer's ``STEPLOG_*``
+    settings, with this checkout's code first on ``PYTHONPATH`` (without it a child imports
+    whatever ``steplog`` is installed, which may be another checkout's)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPLOG_")}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "engine"), str(ROOT / "gui"), env.get("PYTHONPATH", "")]
+    )
+    return {**env, **extra}
 
 
 @dataclass

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from helpers.engine import Engine, kill_group
-from helpers.paths import AGENTS, ROOT
+from helpers.engine import Engine, checkout_env, kill_group
+from helpers.paths import AGENTS
 from helpers.waiting import wait_until
 from helpers.witness import applied
 
@@ -72,12 +72,8 @@ def own_server() -> Iterator[Restartable]:
 
 
 def engine_on(db: Any, tmp_path: Path) -> Engine:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPLOG_")}
-    env["XDG_DATA_HOME"] = str(tmp_path / "xdg")  # default workdirs of a PostgreSQL log go there
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT / "engine"), str(ROOT / "gui"), env.get("PYTHONPATH", "")]
-    )
-    return Engine(db=db, env=env)
+    # Default workdirs of a PostgreSQL log go to XDG_DATA_HOME.
+    return Engine(db=db, env=checkout_env(XDG_DATA_HOME=str(tmp_path / "xdg")))
 
 
 class Worker:

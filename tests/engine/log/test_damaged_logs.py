@@ -8,7 +8,6 @@ The damage is real: a log made by real runs, then one page of one table (found f
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import shutil
 import sqlite3
@@ -18,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.engine import Engine
-from helpers.paths import AGENTS, ROOT
+from helpers.engine import Engine, checkout_env
+from helpers.paths import AGENTS
 from steplog.log.schema import SCHEMA_VERSION
 
 RUNS = ("a", "b", "c")
@@ -30,8 +29,7 @@ STEPS_PER_RUN = 60
 def healthy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real log with three finished runs, checkpointed so that every page is in the main file."""
     path = tmp_path_factory.mktemp("healthy") / "steplog.db"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPLOG_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "engine"), env.get("PYTHONPATH", "")])
+    env = checkout_env()
     for rid in RUNS:
         subprocess.run(
             [

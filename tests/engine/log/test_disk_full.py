@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
-from helpers.engine import Engine
+from helpers.engine import Engine, checkout_env
 from helpers.paths import AGENTS
 
 
 def test_disk_full_stops_with_one_line_and_the_run_resumes_when_space_returns(
     tiny_fs: Path, tmp_path: Path
 ) -> None:
-    engine = Engine(db=tiny_fs / "steplog.db", env={**os.environ})
+    engine = Engine(db=tiny_fs / "steplog.db", env=checkout_env())
     args = [
         "run",
         f"{AGENTS}:noop",
@@ -51,7 +50,7 @@ def test_a_full_disk_under_the_workdir_stops_the_run_resumably_not_failed(
 ) -> None:
     """The log has room; the agent's files do not. Retrying cannot help and the run is not at
     fault: the engine stops like after a failed log write, and resumes once space is back."""
-    engine = Engine(db=tmp_path / "data" / "steplog.db", env={**os.environ})
+    engine = Engine(db=tmp_path / "data" / "steplog.db", env=checkout_env())
     witness = tmp_path / "w.db"
     args = [
         "run",

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from helpers.engine import checkout_env
 from helpers.paths import AGENTS
 from steplog.log.db import RUN_WRITE, open_log, open_readonly
 from steplog.log.location import PgUrl
@@ -187,6 +188,7 @@ def test_a_tail_through_three_engines_writing_at_once_sees_every_event_once_in_i
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=checkout_env(),
         )
         for i in range(3)
     ]
@@ -236,12 +238,14 @@ def test_export_reads_a_run_on_postgresql_as_on_sqlite(db: PgUrl, tmp_path: Path
             ],
             capture_output=True,
             text=True,
+            env=checkout_env(),
         )
         assert run.returncode == 0, run.stderr
         done = subprocess.run(
             [sys.executable, "-m", "steplog", "export", "x", "--db", log],
             capture_output=True,
             text=True,
+            env=checkout_env(),
         )
         assert done.returncode == 0, done.stderr
         return [json.loads(line) for line in done.stdout.splitlines()]
@@ -305,6 +309,7 @@ def test_a_password_in_the_url_never_reaches_an_engines_command_line(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        env=checkout_env(),
     )
     try:
         deadline = time.monotonic() + 30

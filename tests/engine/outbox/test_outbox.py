@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from helpers.engine import checkout_env
 from helpers.waiting import wait_until
 from steplog.errors import UsageError
 from steplog.outbox import OutboxProcess, OutboxStore, fetch_ledger, start_outbox
@@ -383,6 +384,7 @@ def test_a_busy_port_exits_2_with_a_one_line_error(tmp_path: Path) -> None:
             capture_output=True,
             text=True,
             timeout=30,
+            env=checkout_env(),
         )
 
     assert result.returncode == 2

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.engine import Engine, storm
+from helpers.engine import Engine, checkout_env, storm
 from helpers.paths import AGENTS
 from steplog.runtime.crashpoints import CRASH_EXIT_CODE, POINTS
 
@@ -73,7 +73,7 @@ def reference(
 
     def make(n: int) -> None:
         base = tmp_path_factory.mktemp(f"reference{n}")
-        eng = Engine(db=base / "ref.db", env={**os.environ})
+        eng = Engine(db=base / "ref.db", env=checkout_env())
         done = eng.run(*run_args(eng, "ref", base / "w.db", n, 0.0))
         assert done.returncode == 0, done.stderr
         status = eng.status("ref")

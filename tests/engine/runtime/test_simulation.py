@@ -26,16 +26,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from helpers.engine import Engine
+from helpers.engine import Engine, checkout_env
 from helpers.paths import AGENTS
 from steplog.runtime.crashpoints import CRASH_EXIT_CODE, POINTS
 
 OPS = ("call", "chat", "write", "merge", "apply", "once")
 EXAMPLES = int(os.environ.get("STEPLOG_SIMULATION_EXAMPLES", "8"))
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("STEPLOG_")}
-ENV["PYTHONPATH"] = os.pathsep.join(
-    [str(Path(AGENTS).parents[2] / "engine"), ENV.get("PYTHONPATH", "")]
-)
+ENV = checkout_env()
 
 programs = st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 3)), min_size=1, max_size=6)
 
