@@ -244,7 +244,9 @@ def test_a_check_that_hangs_leaves_the_window_drawing_and_cancel_closes_the_dial
     timer.timeout.connect(lambda: ticks.append(time.monotonic()))
     timer.start(20)
     qtbot.wait(500)
-    assert dialog.checking and len(ticks) >= 10  # the loop ran while the check waited on the import
+    # The loop ran while the check waited on the import (a check on the GUI thread: no tick at
+    # all). How many ticks fit in 500 ms is the machine's load, not the behaviour.
+    assert dialog.checking and len(ticks) >= 2
     dialog.reject()
     assert not dialog.checking and dialog.result() == QDialog.DialogCode.Rejected
     qtbot.waitUntil(lambda: jobs.wait_idle(100), timeout=10_000)
