@@ -78,6 +78,8 @@ def mypy_runs(
             proc.wait()
 
 
+@pytest.mark.slow  # three mypy runs at once: past the 300 s default at a load of 10 to 15
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_the_engine_and_the_monitor_are_mypy_strict_clean_on_every_os(
     platform: str, mypy_runs: dict[str, subprocess.Popen[str]]

@@ -118,6 +118,7 @@ def lines_in_one_run(tmp_path: Path) -> int:
     return counter.count
 
 
+@pytest.mark.slow  # 700 s with three test processes at a load of 10 (2026-12-03)
 @pytest.mark.timeout(
     900
 )  # ~400 traced runs and their resumes: 170 s with three other test processes on 2 cores
