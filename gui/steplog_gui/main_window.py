@@ -1,4 +1,5 @@
-"""The monitor's main window: runs list, timeline, budget charts, step detail, outbox, kill panel."""
+"""The monitor's main window: runs list, timeline, budget charts, step detail, outbox, kill
+panel."""
 
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from steplog.log.location import LogLocation, PgUrl
+from steplog.log.follow import FILE_FILTER, KINDS, notifier
+from steplog.log.location import LogLocation
 from steplog.log.location import parse as parse_location
-from steplog.log.pgschema import NOTIFY_CHANNEL
 from steplog.log.reader import LogRepository
 from steplog_gui import jobs, resources, theme
 from steplog_gui.compare.window import CompareWindow
@@ -57,17 +58,18 @@ def _read_run_row(path: LogLocation, run_id: str) -> dict[str, Any] | None:
 
 
 def _ready_text(path: LogLocation) -> str:
-    """The status bar's first words: how this log is followed (a URL is shown without its password)."""
-    if isinstance(path, PgUrl):
-        return f"ready: following {path} live (LISTEN {NOTIFY_CHANNEL})"
-    return "ready"
+    """The status bar's first words: how this log is followed, when there is something to say
+    (the log says it: ``steplog.log.follow``; a URL is shown without its password)."""
+    live = notifier(path).live
+    return f"ready: {live}" if live else "ready"
 
 
 def _remote_why(run_id: str, host: str) -> str:
     """Why Kill now cannot act on a run whose engine is on another machine, and what can."""
     return (
-        f"the engine of {run_id} runs on {host}, not on this machine: Kill now reaches only engines this "
-        "monitor started here. Use Run ▸ Cancel run… instead (it ends at its next step)"
+        f"the engine of {run_id} runs on {host}, not on this machine: Kill now reaches only "
+        "engines this monitor started here. Use Run ▸ Cancel run… instead (it ends at its next "
+        "step)"
     )
 
 
@@ -78,7 +80,7 @@ SAMPLE_RUN_ID = "demo-20261201-120000"
 def about_text(version: str, path: LogLocation) -> str:
     """Help → About: what steplog is, and what this window does to runs (it is no mere viewer)."""
     return (
-        f"steplog {version}\n\nCrash-safe AI agents on SQLite or PostgreSQL: checkpointed "
+        f"steplog {version}\n\nCrash-safe AI agents on {KINDS}: checkpointed "
         "steps, idempotent effects, budgets, leases, and the kill test that proves it.\n\n"
         f"This monitor follows the log {path} live. It also acts on runs: it starts engines "
         "(New run, Resume run, the demo), kills them (Kill now and auto-kill: SIGKILL to the "
@@ -207,7 +209,7 @@ class MainWindow(QMainWindow):
         self._first_launch = settings.window_state is None
         if settings.window_state is not None:
             self.restoreState(settings.window_state)
-        settings.add_recent(f"{monitor.path}")  # a URL without its password (PgUrl.__format__)
+        settings.add_recent(f"{monitor.path}")  # formatted: a URL without its password
         self._rebuild_recent()
         self._update_actions()
 
@@ -307,7 +309,8 @@ class MainWindow(QMainWindow):
             "&Prune selected runs…",
             self.prune_selected,
             None,
-            "remove the selected finished runs from the log (steplog prune), archived first if you like",
+            "remove the selected finished runs from the log (steplog prune), archived first if "
+            "you like",
         )
         self.act_compare = self._action(
             "&Compare naive vs durable",
@@ -485,7 +488,8 @@ class MainWindow(QMainWindow):
             self.start_spec(dialog.spec(self.monitor.path))
 
     def start_spec(self, spec: LaunchSpec) -> None:
-        """Start a run; a demo agent without an outbox URL gets the demo outbox (started if need be)."""
+        """Start a run; a demo agent without an outbox URL gets the demo outbox (started if need
+        be)."""
         if spec.agent in DEMO_AGENTS and not spec.outbox:
             if self._engine_busy():
                 return
@@ -516,7 +520,8 @@ class MainWindow(QMainWindow):
             python=self.settings.interpreter_for(agent),
         )  # the one its agent was started with
         if agent in DEMO_AGENTS:
-            # The demo's own helper: bring its outbox back rather than let the run fail on a dead URL.
+            # The demo's own helper: bring its outbox back rather than let the run fail on a dead
+            # URL.
             self.statusBar().showMessage(
                 f"resuming {run_id}: starting the demo outbox if it is not running…"
             )
@@ -528,7 +533,8 @@ class MainWindow(QMainWindow):
             self.start_run(spec)
 
     def _resume_when_reachable(self, spec: LaunchSpec, url: str) -> None:
-        """Relaunch only if the run's outbox answers: a run must not fail because a helper is down."""
+        """Relaunch only if the run's outbox answers: a run must not fail because a helper is
+        down."""
 
         def probe() -> None:
             from steplog.outbox import fetch_ledger
@@ -587,7 +593,7 @@ class MainWindow(QMainWindow):
             self,
             "Open a steplog log",
             str(self.monitor.path.parent),
-            "SQLite logs (*.db *.sqlite *.sqlite3);;All files (*)",
+            FILE_FILTER,
         )
         if path:
             self.switch_log(Path(path))
@@ -694,7 +700,8 @@ class MainWindow(QMainWindow):
         event.accept()
 
     def shutdown(self, *, stop_engine: bool = True) -> None:
-        """Save settings and let go of everything: the engine (stopped or left running), outbox, tail."""
+        """Save settings and let go of everything: the engine (stopped or left running), outbox,
+        tail."""
         self.settings.geometry = self.saveGeometry()
         self.settings.window_state = self.saveState()
         self.settings.sync()

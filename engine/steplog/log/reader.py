@@ -7,16 +7,18 @@ reader would stop WAL checkpoints and let the -wal file grow without bound).
 A file that is deleted, replaced, foreign or corrupt raises ``LogUnavailable`` with a message
 for the window; nothing here ever modifies the file.
 
-The same class reads a log on PostgreSQL (``location`` a ``PgUrl``): ``steplog.log.db.open_readonly``
-gives a connection whose every transaction is ``READ ONLY`` (``default_transaction_read_only``),
-also in autocommit, one snapshot per query; the JSON reads take ``json_sql``'s PostgreSQL forms.
-There is no file to be deleted or replaced and no ``data_version``: the tailer learns of commits
-from the log's notifications (``steplog.log.pglisten``). A server that goes away raises
-``LogUnavailable`` as a damaged file does; messages name the URL without its password.
+The same class reads a log on PostgreSQL (``location`` a ``PgUrl``):
+``steplog.log.db.open_readonly`` gives a connection whose every transaction is ``READ ONLY``
+(``default_transaction_read_only``), also in autocommit, one snapshot per query; the JSON reads
+take ``json_sql``'s PostgreSQL forms. There is no file to be deleted or replaced and no
+``data_version``: the tailer learns of commits from the log's notifications
+(``steplog.log.follow``). A server that goes away raises ``LogUnavailable`` as a damaged file
+does; messages name the URL without its password.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +54,8 @@ KIND_CODES: tuple[EventKind, ...] = (
     EventKind.WORKER_CLAIMED,
     EventKind.WORKER_RELEASED,
 )
-"""The kinds a columnar read codes as small integers: ``KIND_CODES[code - 1]``; 0 is any other kind."""
+"""The kinds a columnar read codes as small integers: ``KIND_CODES[code - 1]``; 0 is any other
+kind."""
 NULL_SEQ = -(2**62)
 """``seq`` of an event that has none, in columns (-1 is taken: the timeline's gave-up marker)."""
 EVENT_ARRAY = np.dtype(
@@ -75,6 +78,10 @@ class LogUnavailable(Exception):
 
 class LogNotReady(LogUnavailable):
     """The file exists but no engine has created the schema yet (a run is starting)."""
+
+
+class LogAbsent(LogNotReady):
+    """No log file there (none yet, or it was deleted), or an empty one."""
 
 
 @dataclass(frozen=True)
@@ -137,9 +144,14 @@ class LogRepository:
             if self.on_postgres:  # inspect connects: an empty database is a log no run made yet
                 if inspect(self.path) == 0:
                     raise LogNotReady(
-                        f"{self.path} is an empty database: waiting for the first run to create the log"
+                        f"{self.path} is an empty database:"
+                        " waiting for the first run to create the log"
                     )
-            elif self.path.exists() and inspect(self.path) == 0:
+            elif _size(Path(self.path)) == 0:
+                raise LogAbsent(
+                    f"{self.path} does not exist: waiting for the first run to create it"
+                )
+            elif inspect(self.path) == 0:
                 raise LogNotReady(f"{self.path} is empty: waiting for the first run to create it")
             conn = open_readonly(self.path)
         except LogError as exc:
@@ -180,9 +192,12 @@ class LogRepository:
 
     # -- change detection -------------------------------------------------------------------
 
-    def data_version(self) -> int:
+    def data_version(self) -> int | None:
         """``PRAGMA data_version``: changes whenever another connection committed to the file.
-        SQLite only: on PostgreSQL the log notifies commits (``steplog.log.pglisten``)."""
+        ``None`` on PostgreSQL, which has nothing alike: the log announces its commits instead
+        (``steplog.log.follow.notifier``), and each announcement is read."""
+        if isinstance(self.path, PgUrl):
+            return None
         return int(self._query("PRAGMA data_version")[0][0])
 
     # -- reads ------------------------------------------------------------------------------
@@ -190,7 +205,8 @@ class LogRepository:
     def events_since(
         self, bookmark: int, *, limit: int = 5000, run_id: str | None = None
     ) -> list[Event]:
-        """Events with ``id > bookmark``, oldest first, at most ``limit`` of them (``steplog.log.logread``)."""
+        """Events with ``id > bookmark``, oldest first, at most ``limit`` of them
+        (``steplog.log.logread``)."""
         conn = self._c()
         try:
             return events_since(conn, bookmark, run_id=run_id, limit=limit)
@@ -260,7 +276,8 @@ class LogRepository:
                 f"SELECT id, CASE WHEN {j.valid}"
                 f" THEN coalesce({j.number('tokens_in', 'INTEGER')}, 0)"
                 f" + coalesce({j.number('tokens_out', 'INTEGER')}, 0) ELSE 0 END,"
-                f" CASE WHEN {j.valid} THEN coalesce({j.number('estimated', 'INTEGER')}, 0) != 0 ELSE false END"
+                f" CASE WHEN {j.valid}"
+                f" THEN coalesce({j.number('estimated', 'INTEGER')}, 0) != 0 ELSE false END"
                 f" FROM event WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id",
                 tuple(chunk),
             )
@@ -295,7 +312,8 @@ class LogRepository:
             raise self._unavailable(exc) from exc
 
     def step_names(self, run_id: str, upto: int) -> dict[int, tuple[str, str]]:
-        """seq -> (name, kind) as the run's ``step_started`` (and a fork's ``step_copied``) events up
+        """seq -> (name, kind) as the run's ``step_started`` (and a fork's ``step_copied``) events
+        up
         to ``upto`` say (the last wins).
 
         Read row by row into the dict (no list of 100k rows on the way), each kind string kept
@@ -303,7 +321,8 @@ class LogRepository:
         j = self._json
         sql = (
             f"SELECT seq, coalesce({j.text('name')}, ''), coalesce({j.text('kind')}, '')"
-            f" FROM event WHERE run_id = ? AND id <= ? AND kind IN (?, ?) AND seq IS NOT NULL AND {j.valid}"
+            " FROM event WHERE run_id = ? AND id <= ? AND kind IN (?, ?) AND seq IS NOT NULL"
+            f" AND {j.valid}"
             " ORDER BY id"
         )
         names: dict[int, tuple[str, str]] = {}
@@ -335,7 +354,7 @@ class LogRepository:
         except sqlite3.DatabaseError as exc:
             self.close()
             raise LogUnavailable(f"{self.path} cannot be read ({exc})") from exc
-        return dict(zip(names, row)) if row else None
+        return dict(zip(names, row, strict=True)) if row else None
 
     def run_now(self, run_id: str) -> RunNow | None:
         """The run's status and lease holder as committed right now (``None`` if there is no such
@@ -348,8 +367,9 @@ class LogRepository:
 
     def step_detail(self, run_id: str, seq: int) -> StepDetail | None:
         rows = self._query(
-            "SELECT run_id, seq, name, kind, status, phase, decision, result, error, attempts, recoveries,"
-            " tokens_in, tokens_out, tokens_estimated, cost_usd, started_at, finished_at, incarnation"
+            "SELECT run_id, seq, name, kind, status, phase, decision, result, error, attempts,"
+            " recoveries, tokens_in, tokens_out, tokens_estimated, cost_usd, started_at,"
+            " finished_at, incarnation"
             " FROM step WHERE run_id = ? AND seq = ?",
             (run_id, seq),
         )
@@ -370,7 +390,8 @@ class LogRepository:
                 "completed_at": e[9],
             }
             for e in self._query(
-                "SELECT key, idx, kind, target, idempotent, status, attempts, response, started_at, completed_at"
+                "SELECT key, idx, kind, target, idempotent, status, attempts, response,"
+                " started_at, completed_at"
                 " FROM effect WHERE run_id = ? AND seq = ? ORDER BY idx",
                 (run_id, seq),
             )
@@ -416,6 +437,13 @@ class LogRepository:
             incarnation,
             effects,
         )
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def describe_problem(path: Path) -> str | None:

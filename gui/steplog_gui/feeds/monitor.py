@@ -6,11 +6,9 @@ them reads the log themselves.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from PySide6.QtCore import QObject, Signal
 
-from steplog.log.location import LogLocation, PgUrl
+from steplog.log.location import LogLocation, parse
 from steplog.log.logread import Event
 from steplog_gui.feeds.tailer import Tailer
 from steplog_gui.model.bulk_load import RunDetails, add_details
@@ -25,9 +23,11 @@ class Monitor(QObject):
     runs_changed = Signal(set)
     """Run ids whose state changed in the last batch of events."""
     events_applied = Signal(list)
-    """The batch of ``Event`` just folded (for controllers that react to kinds, e.g. kill-at-window)."""
+    """The batch of ``Event`` just folded (for controllers that react to kinds, e.g.
+    kill-at-window)."""
     runs_removed = Signal(list)
-    """Run ids ``steplog prune`` removed from the log (they may come back with ``steplog import``)."""
+    """Run ids ``steplog prune`` removed from the log (``steplog import`` may bring them
+    back)."""
     state_reset = Signal()
     """Everything was dropped (the log file was replaced or another one opened)."""
     problem_changed = Signal(str)
@@ -37,7 +37,7 @@ class Monitor(QObject):
         self, path: LogLocation, parent: QObject | None = None, *, use_watchdog: bool = True
     ) -> None:
         super().__init__(parent)
-        self.path: LogLocation = _location(path)
+        self.path: LogLocation = parse(path)
         self.state = LogState()
         self.order: list[str] = []
         self.problem = ""
@@ -66,9 +66,9 @@ class Monitor(QObject):
             self._tailer = None
 
     def switch_to(self, path: LogLocation) -> None:
-        """Monitor another log (a file or a PostgreSQL URL)."""
+        """Monitor another log (a file or a database URL)."""
         self.stop()
-        self.path = _location(path)
+        self.path = parse(path)
         self._reset()
         self._problem("")
         self.start()
@@ -119,7 +119,8 @@ class Monitor(QObject):
             self.runs_changed.emit({r.run_id for r in runs})
 
     def adopt_details(self, details: list[RunDetails], more: bool) -> None:
-        """The second pass of a bulk load; ``more`` False: the history is in (every view redraws)."""
+        """The second pass of a bulk load; ``more`` False: the history is in (every view
+        redraws)."""
         self.catching_up = more
         touched = set()
         for d in details:
@@ -142,8 +143,3 @@ class Monitor(QObject):
     def _problem(self, text: str) -> None:
         self.problem = text
         self.problem_changed.emit(text)
-
-
-def _location(path: LogLocation) -> LogLocation:
-    """A ``PgUrl`` as it is (``Path`` would fold its ``//``), anything else as a ``Path``."""
-    return path if isinstance(path, PgUrl) else Path(path)

@@ -73,7 +73,8 @@ class Columns:
 
     @classmethod
     def of(cls, rows: npt.NDArray[Any]) -> Columns:
-        """Columns holding ``rows`` (a structured array, e.g. from a bulk load), growable from there."""
+        """Columns holding ``rows`` (a structured array, e.g. from a bulk load), growable from
+        there."""
         self = cls.__new__(cls)
         self._names = tuple(rows.dtype.names or ())
         self._n = len(rows)
@@ -202,14 +203,15 @@ class RunState:
     @property
     def redone(self) -> int:
         """Step executions a kill cut short (they run again): the timeline's redone bars. Retries
-        after an error and steps put down by a stop are not redone work (``steplog.verdict.kills``)."""
+        after an error and steps put down by a stop are not redone work
+        (``steplog.verdict.kills``)."""
         return int(np.count_nonzero(self.executions["outcome"] == REDONE))
 
     @property
     def engine_elsewhere(self) -> str | None:
         """The other machine whose engine (or worker, before its engine starts) works on this run,
         or ``None`` when the run is worked here, or nowhere. A kill from here cannot reach it: a
-        process group is a process on this host (a log on PostgreSQL is shared by a fleet)."""
+        process group is a process on this host (a log on a server is shared by a fleet)."""
         if self.terminal:
             return None
         host = (

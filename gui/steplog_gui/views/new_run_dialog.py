@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from steplog.log.location import PgUrl
+from steplog.log.location import LogLocation, parse
 from steplog_gui import jobs
 from steplog_gui.processes import interpreter
 from steplog_gui.processes.demo import DEMO_AGENTS, DEMO_PACE
@@ -135,7 +135,8 @@ class NewRunDialog(QDialog):
     # -- the interpreter ----------------------------------------------------------------------
 
     def _agent_changed(self, text: str) -> None:
-        """Built-in agents run on the monitor's own Python; an own agent on the one last chosen for it."""
+        """Built-in agents run on the monitor's own Python; an own agent on the one last chosen for
+        it."""
         builtin = text.strip() in BUILTIN_AGENTS
         for widget in self._python_widgets:
             widget.setEnabled(not builtin)
@@ -220,7 +221,7 @@ class NewRunDialog(QDialog):
         if path:
             self.agent.setEditText(f"{path}:")
 
-    def spec(self, db: object) -> LaunchSpec:
+    def spec(self, db: LogLocation) -> LaunchSpec:
         params = dict(p.split("=", 1) for p in self.params.text().split() if "=" in p)
         limits: dict[str, float] = {}
         if self.max_steps.value():
@@ -234,7 +235,7 @@ class NewRunDialog(QDialog):
         return LaunchSpec(
             agent=self.agent.currentText().strip(),
             run_id=self.run_id.text().strip(),
-            db=db if isinstance(db, PgUrl) else Path(str(db)),
+            db=parse(db),
             outbox=self.outbox.text().strip() or None,
             pace=self.pace.value(),
             params=params,

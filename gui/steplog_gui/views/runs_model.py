@@ -14,7 +14,7 @@ from steplog_gui.model.run_state import RunState
 
 COLUMNS = ("Run", "Status", "Steps", "Agent", "Budget use", "Started", "Duration", "Host")
 """The columns a person needs first come first: a narrow Runs dock still shows run, status, steps.
-Host is the machine that works (or last worked) the run: a log on PostgreSQL serves a fleet."""
+Host is the machine that works (or last worked) the run: a log on a server serves a fleet."""
 RUN, STATUS, STEPS, AGENT, BUDGET, STARTED, DURATION, HOST = range(len(COLUMNS))
 RUN_ID_ROLE = Qt.ItemDataRole.UserRole + 1
 _Index = QModelIndex | QPersistentModelIndex
@@ -74,7 +74,8 @@ def status_text(run: RunState) -> tuple[str, str | None]:
     if run.cancel_requested:
         return (
             "cancelling",
-            f"cancel requested ({run.cancel_requested}); the engine stops at its next step boundary",
+            f"cancel requested ({run.cancel_requested});"
+            " the engine stops at its next step boundary",
         )
     if run.pid is None:
         return "stopped", "no engine holds it (stopped or released); Resume run continues it"
