@@ -10,9 +10,7 @@ from typing import Any
 from PySide6.QtCore import QItemSelection, Qt, QTimer
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
-    QCheckBox,
     QDockWidget,
-    QDoubleSpinBox,
     QFileDialog,
     QHeaderView,
     QLabel,
@@ -37,9 +35,11 @@ from steplog_gui.feeds.outbox_watcher import OutboxWatcher
 from steplog_gui.feeds.verdict_watcher import VerdictWatcher
 from steplog_gui.processes.demo import DEMO_AGENTS, DEMO_PACE, DemoConfig, DemoLauncher
 from steplog_gui.processes.engine_process import EngineProcess, LaunchSpec
+from steplog_gui.processes.kill_switch import KillSwitch
 from steplog_gui.settings import Settings
 from steplog_gui.timeline.view import TimelineView
 from steplog_gui.views.budget_charts import BudgetCharts
+from steplog_gui.views.kill_controls import auto_kill_controls, kill_now_button
 from steplog_gui.views.new_run_dialog import NewRunDialog
 from steplog_gui.views.outbox_panel import OutboxPanel
 from steplog_gui.views.prune_action import Pruner, ask_and_prune
@@ -102,7 +102,8 @@ class MainWindow(QMainWindow):
         """'stop' or 'leave' answers the close question without asking (tests, scripts)."""
         self.setWindowTitle(f"steplog monitor — {monitor.path}")
         self.setWindowIcon(resources.app_icon())
-        self.engine = EngineProcess(monitor, self, env=engine_env)
+        self.engine = EngineProcess(self, env=engine_env)
+        self.kill_switch = KillSwitch(monitor, (self.engine,), self)
         self.watcher = OutboxWatcher(self, log=lambda: self.monitor.path)  # a stopped one: its file
         self.demo: DemoLauncher | None = None
         self.compare: CompareWindow | None = None
@@ -199,6 +200,7 @@ class MainWindow(QMainWindow):
         )
         self.engine.state_changed.connect(self._update_actions)
         self.engine.state_changed.connect(self.watcher.poke)
+        self.kill_switch.state_changed.connect(self._update_actions)
         theme_relay = theme.Theme(self)
         theme_relay.changed.connect(self._apply_palette)
         if settings.geometry is not None:
@@ -283,15 +285,9 @@ class MainWindow(QMainWindow):
         )
         self.act_open = self._action("&Open log…", self.open_log, QKeySequence.StandardKey.Open)
         self.act_quit = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
-        self.act_kill = self._action(
-            "&Kill now",
-            self.kill_now,
-            "Ctrl+K",
-            "SIGKILL the engine's process group, then relaunch it with the same run id",
-        )
         self.act_kill_window = self._action(
             "Kill at next act→record &window",
-            self.engine.arm_window_kill,
+            self.kill_switch.arm_window,
             "Ctrl+Shift+K",
             "kill the moment the next effect starts",
         )
@@ -319,30 +315,28 @@ class MainWindow(QMainWindow):
             "the naive agent and the durable demo side by side, one Kill now for both",
         )
         self.act_compare.setCheckable(True)
-        self.auto_kill = QCheckBox("Auto-kill every")
-        self.auto_kill.toggled.connect(self._auto_kill_toggled)
-        self.auto_seconds = QDoubleSpinBox()
-        self.auto_seconds.setRange(0.2, 600)
-        self.auto_seconds.setSuffix(" s")
-        self.auto_seconds.setValue(self.settings.auto_kill_seconds)
-        self.auto_seconds.valueChanged.connect(self._auto_kill_toggled)
 
         bar = QToolBar("Engine")
         bar.setObjectName("toolbar_engine")
+        self.addToolBar(bar)
         for a in (self.act_demo, self.act_new, self.act_resume, self.act_stop):
             bar.addAction(a)
         bar.addAction(self.act_compare)
         bar.addSeparator()
-        bar.addAction(self.act_kill)
+        self.act_kill = kill_now_button(
+            bar,
+            "&Kill now",
+            "SIGKILL the engine's process group, then relaunch it with the same run id",
+            self.kill_now,
+            name="kill_now",
+        )
         bar.addAction(self.act_kill_window)
-        bar.addWidget(self.auto_kill)
-        bar.addWidget(self.auto_seconds)
-        self.addToolBar(bar)
-        kill_button = bar.widgetForAction(self.act_kill)
-        kill_button.setObjectName("kill_now")
-        kill_button.setStyleSheet(
-            "QToolButton { color: white; background: #c62828; font-weight: bold; padding: 4px 10px }"
-            " QToolButton:disabled { background: #888 }"
+        self.auto_kill, self.auto_seconds = auto_kill_controls(
+            bar,
+            "Auto-kill every",
+            minimum=0.2,
+            seconds=self.settings.auto_kill_seconds,
+            changed=self._auto_kill_toggled,
         )
 
         menu = self.menuBar()
@@ -581,12 +575,13 @@ class MainWindow(QMainWindow):
         self.act_compare.setChecked(False)
 
     def kill_now(self) -> None:
-        if not self.engine.kill_now():
+        if not self.kill_switch.kill_now():
             self.statusBar().showMessage("no engine is running")
 
-    def _auto_kill_toggled(self, *_args: Any) -> None:
+    def _auto_kill_toggled(self) -> None:
         self.settings.auto_kill_seconds = self.auto_seconds.value()
-        self.engine.set_auto_kill(self.auto_seconds.value() if self.auto_kill.isChecked() else 0.0)
+        on = self.auto_kill.isChecked()
+        self.kill_switch.set_auto_kill(self.auto_seconds.value() if on else 0.0)
 
     def open_log(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
@@ -639,11 +634,10 @@ class MainWindow(QMainWindow):
             if run is not None and elsewhere
             else "kill the engine this monitor started every N seconds (it relaunches each time)"
         )
-        self.act_kill_window.setEnabled(running and not self.engine.window_armed)
+        armed = self.kill_switch.window_armed
+        self.act_kill_window.setEnabled(running and not armed)
         self.act_kill_window.setText(
-            "Armed: kills at the next effect"
-            if self.engine.window_armed
-            else "Kill at next act→record window"
+            "Armed: kills at the next effect" if armed else "Kill at next act→record window"
         )
         self.act_stop.setEnabled(running)
         self.act_resume.setEnabled(
@@ -652,8 +646,8 @@ class MainWindow(QMainWindow):
             and run.status in ("queued", "running", "waiting", "gave_up")
         )
         self.act_demo.setEnabled(not running)
-        if not running and self.auto_kill.isChecked():
-            self.auto_kill.setChecked(False)
+        if self.auto_kill.isChecked() and not self.kill_switch.auto_kill_seconds:
+            self.auto_kill.setChecked(False)  # the switch stopped it: the engine or its run ended
 
     def set_theme(self, name: str) -> None:
         """View → Theme: System / Light / Dark, remembered."""
@@ -708,6 +702,7 @@ class MainWindow(QMainWindow):
         if self.compare is not None:  # its engines are demo engines: stopped whatever the policy
             self.compare.shutdown()
             self.compare.hide()
+        self.kill_switch.stop()
         if stop_engine:
             self.engine.terminate_now()
             if self.demo is not None:
