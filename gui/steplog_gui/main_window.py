@@ -13,7 +13,6 @@ from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
     QHeaderView,
-    QLabel,
     QMainWindow,
     QMessageBox,
     QSplitter,
@@ -42,6 +41,7 @@ from steplog_gui.views.budget_charts import BudgetCharts
 from steplog_gui.views.kill_controls import auto_kill_controls, kill_now_button
 from steplog_gui.views.new_run_dialog import NewRunDialog
 from steplog_gui.views.outbox_panel import OutboxPanel
+from steplog_gui.views.problem_banner import ProblemBanner
 from steplog_gui.views.prune_action import Pruner, ask_and_prune
 from steplog_gui.views.run_control import RunControl
 from steplog_gui.views.runs_model import RUN_ID_ROLE, RunsModel
@@ -111,13 +111,7 @@ class MainWindow(QMainWindow):
         self._run_id: str | None = None
         self._run_outbox: dict[str, str | None] = {}
 
-        self.banner = QLabel("")
-        self.banner.setTextFormat(Qt.TextFormat.PlainText)
-        self.banner.setWordWrap(True)
-        self.banner.setStyleSheet(
-            "background: #b00020; color: white; padding: 6px; font-weight: bold"
-        )
-        self.banner.hide()
+        self.banner = ProblemBanner()
         self.judge = VerdictWatcher(monitor, self.watcher, self)
         self.verdict = VerdictStrip(self.judge)
         self.timeline = TimelineView(monitor)
@@ -657,8 +651,7 @@ class MainWindow(QMainWindow):
         self._apply_palette(theme.current())
 
     def _show_problem(self, text: str) -> None:
-        self.banner.setText(text)
-        self.banner.setVisible(bool(text))
+        self.banner.show_problem(text)
 
     def _apply_palette(self, pal: theme.Palette) -> None:
         if self.compare is not None:

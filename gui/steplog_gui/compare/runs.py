@@ -98,23 +98,15 @@ class CompareRuns(QObject):
             stamp += f"-{int(time.time() * 1000) % 1000:03d}"
         self.naive_id, self.durable_id = f"{stamp}-naive", f"{stamp}-durable"
         self.switch.reset()
-        params = dict(config.params)
-        durable = LaunchSpec(
-            agent="demo",
-            run_id=self.durable_id,
-            db=self._monitor.path,
-            outbox=url,
-            pace=config.pace,
-            params=params,
-        )
-        naive = LaunchSpec(
-            agent="naive",
-            run_id=self.naive_id,
-            db=self._monitor.path,
-            outbox=url,
-            pace=config.pace,
-            params={**params, "trace": "true"},
-        )
+
+        def spec(agent: str, run_id: str, **more: str) -> LaunchSpec:
+            """The same tickets, pace and outbox for both; the naive agent also keeps a trace."""
+            params = {**config.params, **more}
+            db = self._monitor.path
+            return LaunchSpec(agent, run_id, db, outbox=url, pace=config.pace, params=params)
+
+        durable = spec("demo", self.durable_id)
+        naive = spec("naive", self.naive_id, trace="true")
         self.runs_started.emit(self.naive_id, self.durable_id)
         try:
             self.durable.start(durable)

@@ -39,6 +39,7 @@ from steplog_gui.feeds.verdict_watcher import VerdictWatcher
 from steplog_gui.processes.demo import DemoConfig, DemoLauncher
 from steplog_gui.views.kill_controls import auto_kill_controls, kill_now_button
 from steplog_gui.views.outbox_panel import OutboxPanel
+from steplog_gui.views.problem_banner import ProblemBanner
 from steplog_gui.views.verdict_strip import VerdictStrip
 
 FOLLOW_MS = 250
@@ -119,13 +120,7 @@ class CompareWindow(QMainWindow):
         central = QWidget()
         box = QVBoxLayout(central)
         box.setContentsMargins(4, 4, 4, 4)
-        self.banner = QLabel("")
-        self.banner.setTextFormat(Qt.TextFormat.PlainText)
-        self.banner.setWordWrap(True)
-        self.banner.setStyleSheet(
-            "background: #b00020; color: white; padding: 6px; font-weight: bold"
-        )
-        self.banner.hide()
+        self.banner = ProblemBanner()
         box.addWidget(self.banner)
         box.addLayout(header)
         box.addWidget(split, 1)
@@ -342,8 +337,7 @@ class CompareWindow(QMainWindow):
             )
 
     def _show_problem(self, text: str) -> None:
-        self.banner.setText(text)
-        self.banner.setVisible(bool(text))
+        self.banner.show_problem(text)
 
     def apply_palette(self, pal: theme.Palette) -> None:
         for lane in self.lanes.values():

@@ -6,6 +6,8 @@ them reads the log themselves.
 
 from __future__ import annotations
 
+import time
+
 from PySide6.QtCore import QObject, Signal
 
 from steplog.log.location import LogLocation, parse
@@ -13,6 +15,9 @@ from steplog.log.logread import Event
 from steplog_gui.feeds.tailer import Tailer
 from steplog_gui.model.bulk_load import RunDetails, add_details
 from steplog_gui.model.run_state import LogState, RunState
+
+CATCH_UP_REDRAW_S = 1.0
+"""While a backlog is read, a view redraws about this often: each batch would cost seconds."""
 
 
 class Monitor(QObject):
@@ -75,6 +80,12 @@ class Monitor(QObject):
 
     def run(self, run_id: str) -> RunState | None:
         return self.state.runs.get(run_id)
+
+    def may_redraw(self, last_redraw: float) -> bool:
+        """Whether a view last redrawn at ``last_redraw`` (``time.monotonic()``) may redraw now:
+        at once, but while a backlog is read (``catching_up``) once a ``CATCH_UP_REDRAW_S``, and
+        once more at its end."""
+        return not self.catching_up or time.monotonic() - last_redraw >= CATCH_UP_REDRAW_S
 
     def apply(self, events: list[Event], more: bool = False) -> None:
         self.catching_up = more

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -45,6 +46,18 @@ def _optional_spin(maximum: float, decimals: int = 0) -> QDoubleSpinBox:
 OWN_PYTHON = "the monitor's own"
 
 
+def _with_button(
+    field: QWidget, text: str, slot: Callable[[], object]
+) -> tuple[QHBoxLayout, QPushButton]:
+    """``field`` and a button beside it (``text``, calling ``slot``), in one row."""
+    button = QPushButton(text)
+    button.clicked.connect(slot)
+    row = QHBoxLayout()
+    row.addWidget(field, 1)
+    row.addWidget(button)
+    return row, button
+
+
 class NewRunDialog(QDialog):
     def __init__(
         self,
@@ -63,11 +76,7 @@ class NewRunDialog(QDialog):
         self.agent.setToolTip(
             "a built-in name, package.module:function or path/to/file.py:function"
         )
-        browse = QPushButton("File…")
-        browse.clicked.connect(self._browse)
-        agent_row = QHBoxLayout()
-        agent_row.addWidget(self.agent, 1)
-        agent_row.addWidget(browse)
+        agent_row, _ = _with_button(self.agent, "File…", self._browse)
         self.python = QComboBox()
         self.python.setEditable(True)
         self.python.addItem(OWN_PYTHON)
@@ -76,11 +85,7 @@ class NewRunDialog(QDialog):
             "the Python environment your agent's packages are installed in (it needs steplog "
             "too); built-in agents always run on the monitor's own"
         )
-        pick_python = QPushButton("Choose…")
-        pick_python.clicked.connect(self._browse_python)
-        python_row = QHBoxLayout()
-        python_row.addWidget(self.python, 1)
-        python_row.addWidget(pick_python)
+        python_row, pick_python = _with_button(self.python, "Choose…", self._browse_python)
         self._python_widgets = (self.python, pick_python)
         self.python_note = QLabel()
         self.python_note.setTextFormat(
