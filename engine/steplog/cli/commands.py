@@ -13,6 +13,7 @@ import click
 from steplog.cli.options import Seconds
 from steplog.errors import EXIT_USAGE, SteplogError, UsageError
 from steplog.log.location import LogLocation
+from steplog.log.runstatus import RunStatus
 
 if TYPE_CHECKING:
     from steplog.log.launch import Launch
@@ -51,14 +52,15 @@ def _guard(fn: F) -> F:
                 from steplog.errors import EXIT_LEASE_HELD
 
                 _fail(
-                    f"{_log_path(kwargs)} stayed locked by another process for 10 s (a stopped or very busy "
-                    "engine?); nothing was written: try again, or look for a stopped steplog process",
+                    f"{_log_path(kwargs)} stayed locked by another process for 10 s (a stopped or "
+                    "very busy engine?); nothing was written: try again, or look for a stopped "
+                    "steplog process",
                     EXIT_LEASE_HELD,
                 )
             if "disk is full" in str(exc) or "disk I/O" in str(exc):
                 _fail(
-                    f"the log could not be written ({exc}); free disk space and run the same command again: "
-                    "the run resumes from its last checkpoint",
+                    f"the log could not be written ({exc}); free disk space and run the same "
+                    "command again: the run resumes from its last checkpoint",
                     1,
                 )
             _fail_on_postgres(exc, kwargs)  # a lost connection, a server restarting: one line too
@@ -143,7 +145,10 @@ def gui(db: LogLocation | None) -> None:
 @click.option(
     "--approve",
     is_flag=True,
-    help="The digest waits for a person's approval (the monitor's Approve); the naive agent asks again after every kill.",
+    help=(
+        "The digest waits for a person's approval (the monitor's Approve); the naive agent asks "
+        "again after every kill."
+    ),
 )
 @_guard
 def demo(db: LogLocation | None, compare: bool, approve: bool) -> None:
@@ -261,7 +266,9 @@ _ENGINE_OPTIONS = (
     click.option(
         "--exit-when-waiting",
         is_flag=True,
-        help="When the run waits for a signal, let it go and exit 6 instead of waiting (batch use).",
+        help=(
+            "When the run waits for a signal, let it go and exit 6 instead of waiting (batch use)."
+        ),
     ),
 )
 
@@ -294,7 +301,8 @@ def _execute_with(
     params: dict[str, Any] | None = None,
     killed_at: float | None = None,
 ) -> None:
-    """Drive ``agent``'s run with the engine options ``o``, print how it ended, exit with its code."""
+    """Drive ``agent``'s run with the engine options ``o``, print how it ended, exit with its
+    code."""
     from steplog.log.lease import DEFAULT_LEASE_SECONDS
     from steplog.runtime.engine import execute
 
@@ -404,7 +412,8 @@ def run(
 )
 @_guard
 def cancel(run_id: str, db: LogLocation | None, reason: str | None, wait_seconds: float) -> None:
-    """End RUN_ID as `cancelled`: it never runs again; a live engine stops at its next step boundary (exit 5)."""
+    """End RUN_ID as `cancelled`: it never runs again; a live engine stops at its next step
+    boundary (exit 5)."""
     from steplog.control.commands import cancel as cancel_run
     from steplog.control.commands import wait_until_finished
 
@@ -415,10 +424,14 @@ def cancel(run_id: str, db: LogLocation | None, reason: str | None, wait_seconds
     click.echo(
         f"run {run_id}: cancel requested; its engine stops at its next step boundary", err=True
     )
-    status = wait_until_finished(run_id, db=db, timeout=wait_seconds) if wait_seconds else "running"
-    if status == "cancelled":
+    status = (
+        wait_until_finished(run_id, db=db, timeout=wait_seconds)
+        if wait_seconds
+        else RunStatus.RUNNING
+    )
+    if status == RunStatus.CANCELLED:
         click.echo(f"run {run_id} cancelled ({done.reason})")
-    elif status in ("succeeded", "failed", "gave_up"):
+    elif status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.GAVE_UP):
         click.echo(
             f"run {run_id} ended {status} before it reached a step boundary; nothing was cancelled"
         )
@@ -452,19 +465,20 @@ def signal(run_id: str, name: str, db: LogLocation | None, data_json: str, key: 
         data = json.loads(data_json)
     except json.JSONDecodeError as exc:
         raise UsageError(
-            f"--data is not JSON ({exc.msg} at character {exc.pos}); e.g. --data '{{\"approved\": true}}'"
+            f"--data is not JSON ({exc.msg} at character {exc.pos}); e.g. --data "
+            "'{\"approved\": true}'"
         ) from None
     sent = send(run_id, name, data, db=db, key=key)
     what = "already sent with this key" if sent.duplicate else "sent"
     click.echo(f"signal {name!r} {what} to run {run_id} (#{sent.signal_id})")
-    if sent.status == "waiting" and sent.waiting_for == name and not sent.engine_live:
+    if sent.status == RunStatus.WAITING and sent.waiting_for == name and not sent.engine_live:
         where = f" --db {db}" if db else ""
         click.echo(
             f"run {run_id} waits for it with no engine; carry it on: "
             f"steplog run {sent.agent} --run-id {run_id}{where}",
             err=True,
         )
-    elif sent.status == "waiting" and sent.waiting_for == name:
+    elif sent.status == RunStatus.WAITING and sent.waiting_for == name:
         click.echo(f"run {run_id} was waiting for it; its engine carries on now", err=True)
     else:
         click.echo(f"run {run_id} keeps it until it waits for {name!r}", err=True)
@@ -476,7 +490,10 @@ def signal(run_id: str, name: str, db: LogLocation | None, data_json: str, key: 
 @click.option(
     "--force",
     is_flag=True,
-    help="Retry even after non-determinism or an effect that needs reconciliation (says why it is risky).",
+    help=(
+        "Retry even after non-determinism or an effect that needs reconciliation (says why it is "
+        "risky)."
+    ),
 )
 @click.option(
     "--no-start",
@@ -520,7 +537,9 @@ def retry(run_id: str, db: LogLocation | None, force: bool, no_start: bool, **en
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="The fork's workdir, a new folder (default: runs/NEW_ID beside the log); starts as a copy.",
+    help=(
+        "The fork's workdir, a new folder (default: runs/NEW_ID beside the log); starts as a copy."
+    ),
 )
 @click.option(
     "--outbox", default=None, help="Base URL of the messages service (default: the parent's)."
@@ -570,8 +589,8 @@ def fork(
     )
     click.echo(prepared.run_id)
     click.echo(
-        f"steplog: run {prepared.run_id} forked from {run_id} at step {at_step} ({prepared.copied} step(s) "
-        f"copied, workdir {prepared.workdir})",
+        f"steplog: run {prepared.run_id} forked from {run_id} at step {at_step} "
+        f"({prepared.copied} step(s) copied, workdir {prepared.workdir})",
         err=True,
     )
     if no_start:
@@ -664,7 +683,9 @@ def submit(
     "--run-prefix",
     default="",
     metavar="PREFIX",
-    help="Claim only runs whose id starts with PREFIX (the worker storm's own runs in a shared log).",
+    help=(
+        "Claim only runs whose id starts with PREFIX (the worker storm's own runs in a shared log)."
+    ),
 )
 @click.option(
     "--drain", is_flag=True, help="Exit 0 once no run is left to claim and its engines are done."
@@ -739,8 +760,8 @@ def _drive_engine(go: Callable[[], Any]) -> Any:
     try:
         return go()
     except KeyboardInterrupt:
-        # SIGTERM, SIGINT and SIGHUP stop the engine at a safe point (``steplog.log.interrupts``); the
-        # lease is released, so the same command resumes at once.
+        # SIGTERM, SIGINT and SIGHUP stop the engine at a safe point (``steplog.log.interrupts``);
+        # the lease is released, so the same command resumes at once.
         from steplog.errors import EXIT_STOPPED
 
         _fail(
@@ -755,20 +776,24 @@ def _report(outcome: Any, db: LogLocation | None) -> None:
     from steplog.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_GAVE_UP, EXIT_WAITING
 
     rid = outcome.run_id
-    if outcome.status == "succeeded":
+    if outcome.status == RunStatus.SUCCEEDED:
         click.echo(f"run {rid} succeeded: {json.dumps(outcome.result, ensure_ascii=False)}")
         return
-    if outcome.status == "waiting":
+    if outcome.status == RunStatus.WAITING:
         where = f" --db {db}" if db else ""
         click.echo(
             f"run {rid} is waiting for signal {outcome.reason!r}; send it with "
             f"`steplog signal {rid} {outcome.reason} --data JSON{where}`, then run the same command"
         )
         sys.exit(EXIT_WAITING)
-    verb = {"gave_up": "gave up", "cancelled": "was cancelled"}.get(outcome.status, "failed")
+    verb = {RunStatus.GAVE_UP: "gave up", RunStatus.CANCELLED: "was cancelled"}.get(
+        outcome.status, "failed"
+    )
     click.echo(f"run {rid} {verb}: {outcome.reason}")
     sys.exit(
-        {"gave_up": EXIT_GAVE_UP, "cancelled": EXIT_CANCELLED}.get(outcome.status, EXIT_FAILED)
+        {RunStatus.GAVE_UP: EXIT_GAVE_UP, RunStatus.CANCELLED: EXIT_CANCELLED}.get(
+            outcome.status, EXIT_FAILED
+        )
     )
 
 
@@ -815,8 +840,8 @@ def _describe(s: dict[str, Any]) -> str:
         return f"{b['used']}" + (f"/{b['limit']}" if b["limit"] is not None else "")
 
     budget = s["budget"]
-    # Executions beyond the committed steps are retries after errors, steps cut short by a stop,
-    # a kill or a wait, and the step in progress: `steplog verdict` tells which were redone by kills.
+    # Executions beyond the committed steps are retries after errors, steps cut short by a stop, a
+    # kill or a wait, and the step in progress: `steplog verdict` tells which were redone by kills.
     extra = s["step_executions"] - s["steps_committed"]
     beyond = (
         f" ({extra} beyond the committed: retries, interrupted or in progress)" if extra > 0 else ""
@@ -825,8 +850,12 @@ def _describe(s: dict[str, Any]) -> str:
         "gone": " (its engine is gone: run the same command to resume)",
         "none": " (no engine holds it: run the same command to resume)",
     }
-    state = s["status"] + (f" for signal {s['waiting_for']!r}" if s["status"] == "waiting" else "")
-    state += engine.get(s["engine"], "") if s["status"] in ("running", "waiting") else ""
+    state = s["status"] + (
+        f" for signal {s['waiting_for']!r}" if s["status"] == RunStatus.WAITING else ""
+    )
+    state += (
+        engine.get(s["engine"], "") if s["status"] in (RunStatus.RUNNING, RunStatus.WAITING) else ""
+    )
     if "forked_from" in s:
         state += (
             f"  (forked from {s['forked_from']['run_id']} at step {s['forked_from']['at_step']})"
@@ -870,7 +899,7 @@ def runs(db: LogLocation | None, as_json: bool) -> None:
     for s in rows:
         state = (
             "stopped"
-            if s["status"] == "running" and s["engine"] in ("gone", "none")
+            if s["status"] == RunStatus.RUNNING and s["engine"] in ("gone", "none")
             else s["status"]
         )
         worker = f"  worker {s['worker']['host']}:{s['worker']['pid']}" if s.get("worker") else ""
@@ -887,7 +916,10 @@ def runs(db: LogLocation | None, as_json: bool) -> None:
     "--outbox",
     default=None,
     metavar="URL|FILE",
-    help="Read the run's deliveries here (default: the URL the run recorded, else outbox.db beside the log).",
+    help=(
+        "Read the run's deliveries here (default: the URL the run recorded, else outbox.db beside "
+        "the log)."
+    ),
 )
 @click.option(
     "--json",
@@ -918,7 +950,8 @@ def verdict(run_id: str, db: LogLocation | None, outbox: str | None, as_json: bo
         click.echo(json.dumps(v.summary_json(), ensure_ascii=False))
     else:
         click.echo(
-            f"{v.label}  {run_id} ({'outcome ' if v.passed is not None else ''}{v.status}): {v.explanation}"
+            f"{v.label}  {run_id} ({'outcome ' if v.passed is not None else ''}{v.status}): "
+            f"{v.explanation}"
         )
         for c in v.checks:
             mark = {True: "ok  ", False: "FAIL", None: "--  "}[c.ok]
@@ -1027,7 +1060,9 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
     "--keep",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Keep every run's log, workdir and outbox in this folder (default: a temp folder, removed).",
+    help=(
+        "Keep every run's log, workdir and outbox in this folder (default: a temp folder, removed)."
+    ),
 )
 @click.option(
     "--workers",
@@ -1047,10 +1082,13 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
     "--db",
     type=_LogParam(),
     default=None,
-    help="Run the kill test's runs in this PostgreSQL log (postgresql://USER@HOST:PORT/DBNAME), each under "
-    "its own run id (default: a SQLite file per run, in the kill test's folder). With --workers: "
-    "new runs with ids storm-DATE-TIME-HEX-NNN that only the storm's workers claim and only its "
-    "verdict counts; they stay in the database. Outbox and workdirs stay in the kill test's folder.",
+    help=(
+        "Run the kill test's runs in this PostgreSQL log (postgresql://USER@HOST:PORT/DBNAME), "
+        "each under its own run id (default: a SQLite file per run, in the kill test's folder). "
+        "With --workers: new runs with ids storm-DATE-TIME-HEX-NNN that only the storm's workers "
+        "claim and only its verdict counts; they stay in the database. Outbox and workdirs stay in "
+        "the kill test's folder."
+    ),
 )
 @_guard
 def killtest(
@@ -1071,15 +1109,16 @@ def killtest(
     """Kill AGENT's engine again and again; PASS if nothing was duplicated, lost or redone twice.
 
     With --workers N: kill whole workers that share a queue of --runs runs instead; PASS if every
-    run succeeded and the outbox holds every message once. Exit 0 on PASS, 1 on FAIL, 2 on bad usage.
+    run succeeded and the outbox holds every message once. Exit 0 on PASS, 1 on FAIL, 2 on bad
+    usage.
     """
     from steplog.killtest.command import run_command, run_worker_storm_command
     from steplog.log.location import PgUrl
 
     if db is not None and not isinstance(db, PgUrl):
         raise UsageError(
-            "killtest --db takes a postgresql:// URL; with SQLite each run of the kill test gets a file "
-            "of its own (see --keep)"
+            "killtest --db takes a postgresql:// URL; with SQLite each run of the kill test gets a "
+            "file of its own (see --keep)"
         )
     if workers is not None:
         if sweep or junit is not None:
@@ -1199,8 +1238,8 @@ def prune(
         or only_reclaim
     ):
         raise UsageError(
-            "say which runs to prune: RUN_ID..., --older-than DAYS, --status S,... or --keep-last N "
-            "(`--status succeeded` prunes every succeeded run)"
+            "say which runs to prune: RUN_ID..., --older-than DAYS, --status S,... or --keep-last "
+            "N (`--status succeeded` prunes every succeeded run)"
         )
     selection = Selection(
         run_ids=run_ids,
@@ -1217,8 +1256,8 @@ def prune(
     log = db or default_db_path()
     if not isinstance(log, Path):
         raise UsageError(
-            "steplog prune works on a SQLite log only, for now; on PostgreSQL, export the runs you keep "
-            "(steplog export) and delete old ones with the database's own tools"
+            "steplog prune works on a SQLite log only, for now; on PostgreSQL, export the runs you "
+            "keep (steplog export) and delete old ones with the database's own tools"
         )
     report = prune_log(log, selection, archive=archive, dry_run=dry_run, reclaim=reclaim)
     click.echo(json.dumps(report.as_json()) if as_json else describe(report))
@@ -1302,7 +1341,8 @@ def _print_whole(first: str, rest: Any) -> None:
 @db_option
 @_guard
 def import_file(file: str, db: LogLocation | None) -> None:
-    """Load the runs of FILE (from `export` or `prune --archive`; plain or .gz; - for stdin) into the log.
+    """Load the runs of FILE (from `export` or `prune --archive`; plain or .gz; - for stdin) into
+    the log.
 
     A run id the log already has is refused, and then nothing is imported.
     """
@@ -1312,7 +1352,8 @@ def import_file(file: str, db: LogLocation | None) -> None:
     path = db or default_db_path()
     if not isinstance(path, Path):
         raise UsageError(
-            "steplog import loads into a SQLite log only, for now; import into a file and run from there"
+            "steplog import loads into a SQLite log only, for now; import into a file and run from "
+            "there"
         )
     loaded = import_runs(file, path)
     n = len(loaded)

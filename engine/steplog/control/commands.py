@@ -43,6 +43,7 @@ from steplog.log.journal import carried_effect, dumps
 from steplog.log.launch import Launch
 from steplog.log.lease import row_vacancy
 from steplog.log.location import LogLocation
+from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL
 
 if TYPE_CHECKING:
@@ -285,7 +286,7 @@ def prepare_retry(
     with _log(db) as (path, conn), immediate(conn):
         row = _run_row(conn, path, run_id)
         status, reason = row["status"], row["reason"] or ""
-        if status != "failed":
+        if status != RunStatus.FAILED:
             raise ControlRefused(_why_not_retry(row))
         kind = _failure_kind(conn, run_id, reason)
         warnings: list[str] = []
@@ -378,14 +379,14 @@ def _carried_unconfirmed(conn: LogConnection, row: sqlite3.Row) -> list[str]:
 
 def _why_not_retry(row: sqlite3.Row) -> str:
     rid, status = row["id"], row["status"]
-    if status == "succeeded":
+    if status == RunStatus.SUCCEEDED:
         return f"run {rid} succeeded; there is nothing to retry (fork it to run part of it again)"
-    if status == "gave_up":
+    if status == RunStatus.GAVE_UP:
         return (
             f"run {rid} gave up ({row['reason']}); raise the limit that stopped it instead: "
             f"steplog run {row['agent']} --run-id {rid} --max-..."
         )
-    if status == "cancelled":
+    if status == RunStatus.CANCELLED:
         return f"run {rid} was cancelled and never runs again; fork it to carry on: steplog fork {rid} --at-step N"
     return f"run {rid} has not failed (status {status}); resume it with: steplog run {row['agent']} --run-id {rid}"
 

@@ -32,6 +32,7 @@ from steplog.log.db import LogConnection, open_readonly
 from steplog.log.launch import Launch
 from steplog.log.lease import process_alive
 from steplog.log.location import LogLocation, PgUrl
+from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL
 from steplog.outbox import start_outbox
 from steplog.runtime.agent import resolve
@@ -86,7 +87,7 @@ class WorkerStormResult:
     @property
     def passed(self) -> bool:
         return (
-            self.statuses == {"succeeded": self.runs}
+            self.statuses == {RunStatus.SUCCEEDED: self.runs}
             and not self.orphans
             and not self.duplicate_keys
             and not self.stray_deliveries

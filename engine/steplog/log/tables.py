@@ -13,6 +13,8 @@ from sqlalchemy import Engine, create_engine
 from sqlalchemy import event as sa_event
 from sqlmodel import Field, Session, SQLModel
 
+from steplog.log.runstatus import RunStatus
+
 
 class RunRow(SQLModel, table=True):
     __tablename__ = "run"
@@ -21,7 +23,7 @@ class RunRow(SQLModel, table=True):
     agent: str
     model: str | None = None
     params: str = "{}"
-    status: str = "running"
+    status: str = RunStatus.RUNNING
     reason: str | None = None
     result: str | None = None
     workdir: str | None = None

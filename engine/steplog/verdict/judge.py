@@ -36,6 +36,7 @@ from steplog.log.db import location, open_readonly
 from steplog.log.events import EventKind
 from steplog.log.location import LogLocation
 from steplog.log.logread import Event, events_since
+from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL, run_status
 from steplog.outbox.ledger import Delivery, Ledger, canonical_json
 from steplog.verdict.evidence import completed_post_keys, read_ledger
@@ -271,13 +272,13 @@ class Verdict:
 
     def _state(self) -> str:
         """What a run that has not ended is doing."""
-        if self.status == "waiting":
+        if self.status == RunStatus.WAITING:
             return (
                 f"the run waits for signal {self.waiting_for!r}"
                 if self.waiting_for
                 else "the run waits"
             )
-        if self.status == "queued":
+        if self.status == RunStatus.QUEUED:
             return (
                 "the run is queued: no engine works on it yet; a worker or `steplog run` starts it"
             )
