@@ -15,10 +15,8 @@ database when it is done. The outbox and the runs' workdirs are files in the sto
 
 from __future__ import annotations
 
-import json
 import random
 import secrets
-import sqlite3
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -28,14 +26,16 @@ from typing import Any
 from steplog.control.procs import child_env, kill_group, python_argv, spawn, stop_group
 from steplog.control.queue import submit
 from steplog.errors import SteplogError
-from steplog.log.db import LogConnection, open_readonly
+from steplog.log.db import LogConnection, LogOperationFailed, open_readonly
+from steplog.log.events import EventKind
 from steplog.log.launch import Launch
 from steplog.log.lease import process_alive
+from steplog.log.ledger import completed_post_keys
 from steplog.log.location import LogLocation, PgUrl
-from steplog.log.status import TERMINAL
+from steplog.log.logread import events_of_kind
+from steplog.log.runs import count_ended, status_counts
 from steplog.outbox import start_outbox
 from steplog.runtime.agent import resolve
-from steplog.verdict.evidence import completed_post_keys
 
 
 @dataclass
@@ -245,25 +245,10 @@ def _judge(
     """The verdict on the storm's runs ``ids`` (only those: a shared log holds others)."""
     conn = open_readonly(log, one_shot=True)
     try:
-        mine = _in(ids)
-        statuses: dict[str, int] = {}
-        for (status,) in conn.execute(f"SELECT status FROM run WHERE id IN {mine}", ids):
-            statuses[status] = statuses.get(status, 0) + 1
+        statuses = status_counts(conn, ids)
         completed = {key for rid in ids for key in completed_post_keys(conn, rid)}
-        # Payloads are read here, not with json_extract: the same SQL on SQLite and PostgreSQL.
-        claimed = [
-            json.loads(data)
-            for (data,) in conn.execute(
-                f"SELECT data FROM event WHERE kind = 'worker_claimed' AND run_id IN {mine}", ids
-            )
-        ]
-        acquired = [
-            (ts, json.loads(data))
-            for ts, data in conn.execute(
-                f"SELECT ts, data FROM event WHERE kind = 'lease_acquired' AND run_id IN {mine}",
-                ids,
-            )
-        ]
+        claimed = [e.data for e in events_of_kind(conn, EventKind.WORKER_CLAIMED, ids)]
+        acquired = [(e.ts, e.data) for e in events_of_kind(conn, EventKind.LEASE_ACQUIRED, ids)]
     finally:
         conn.close()
     takeovers = sum(1 for data in claimed if data.get("takeover") is not None)
@@ -295,20 +280,12 @@ def _judge(
     )
 
 
-def _in(ids: list[str]) -> str:
-    return f"({', '.join('?' for _ in ids)})"
-
-
 def _all_ended(conn: LogConnection, ids: list[str]) -> bool:
-    marks = ", ".join("?" for _ in TERMINAL)
     try:
-        done = conn.execute(
-            f"SELECT count(*) FROM run WHERE id IN {_in(ids)} AND status IN ({marks})",
-            (*ids, *TERMINAL),
-        ).fetchone()[0]
-    except sqlite3.OperationalError:  # a file log busy for a moment (PgOperationalError is one too)
+        done = count_ended(conn, ids)
+    except LogOperationFailed:  # a log busy for a moment
         return False
-    return int(done) >= len(ids)
+    return done >= len(ids)
 
 
 def _engine_pids(log: Path) -> list[int]:

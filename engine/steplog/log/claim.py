@@ -8,14 +8,13 @@ is written.
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from steplog.errors import LeaseHeld, UsageError
-from steplog.log.db import LogConnection, for_update, immediate
+from steplog.log.db import LogConnection, LogRow, for_update, immediate
 from steplog.log.events import EventKind
 from steplog.log.integrity import probe
 from steplog.log.journal import dumps
@@ -64,7 +63,7 @@ class Request:
 
 @dataclass(frozen=True)
 class Claimed:
-    row: sqlite3.Row
+    row: LogRow
     incarnation: int
     resumed: bool
 
@@ -73,10 +72,10 @@ class Claimed:
 class Finished:
     """The run was already terminal (and not reopened): report it, change nothing."""
 
-    row: sqlite3.Row
+    row: LogRow
 
 
-def budget_of(row: sqlite3.Row) -> Budget:
+def budget_of(row: LogRow) -> Budget:
     return Budget(
         max_steps=row["limit_steps"],
         max_tokens=row["limit_tokens"],
@@ -98,7 +97,7 @@ def _limits_json(b: Budget) -> dict[str, Any]:
     }
 
 
-def _exhausted(budget: Budget, row: sqlite3.Row) -> bool:
+def _exhausted(budget: Budget, row: LogRow) -> bool:
     """Would this budget still stop the run where it gave up?"""
     checks = (
         (budget.max_steps, row["used_steps"]),
@@ -119,10 +118,10 @@ def _event(
     )
 
 
-def _select(conn: LogConnection, run_id: str, *, lock: bool = False) -> sqlite3.Row | None:
+def _select(conn: LogConnection, run_id: str, *, lock: bool = False) -> LogRow | None:
     """The run's row; ``lock``: locked for this transaction first (``db.for_update``), where the
     claim decides on it while the run's engine may be writing it."""
-    row: sqlite3.Row | None = conn.execute(
+    row: LogRow | None = conn.execute(
         f"SELECT {RUN_COLUMNS} FROM run WHERE id = ?" + (for_update(conn) if lock else ""),
         (run_id,),
     ).fetchone()
@@ -131,7 +130,7 @@ def _select(conn: LogConnection, run_id: str, *, lock: bool = False) -> sqlite3.
 
 def create_run(
     conn: LogConnection, req: Request, now: float, *, launch: Launch | None = None
-) -> sqlite3.Row:
+) -> LogRow:
     """Insert the run row and its ``run_created`` event (inside the caller's transaction).
     With ``launch`` the run is ``queued`` (``steplog submit``): a worker starts it later that way."""
     req.agent.require_outbox(req.outbox)
@@ -183,7 +182,7 @@ def create_run(
     return created
 
 
-def _check_resume(row: sqlite3.Row, req: Request) -> None:
+def _check_resume(row: LogRow, req: Request) -> None:
     """A resume must be the same run: same agent, same params, same workdir."""
     rid = req.run_id
     if row["agent"] != req.spec:
@@ -199,7 +198,7 @@ def _check_resume(row: sqlite3.Row, req: Request) -> None:
 
 
 def _update_run(
-    conn: LogConnection, row: sqlite3.Row, req: Request, raised: Budget | None, now: float
+    conn: LogConnection, row: LogRow, req: Request, raised: Budget | None, now: float
 ) -> None:
     """Apply raised limits (reopening a run that gave up) and a new outbox URL or model."""
     if raised is not None and raised != budget_of(row):
@@ -231,9 +230,7 @@ def _update_run(
         conn.execute("UPDATE run SET model = ? WHERE id = ?", (req.model, req.run_id))
 
 
-def _take_lease(
-    conn: LogConnection, row: sqlite3.Row, req: Request, now: float, resumed: bool
-) -> int:
+def _take_lease(conn: LogConnection, row: LogRow, req: Request, now: float, resumed: bool) -> int:
     why = row_vacancy(row, now)
     if why is None:
         until = time.strftime("%H:%M:%S", time.localtime(row["lease_expires"]))
@@ -289,7 +286,7 @@ def _take_lease(
     return incarnation
 
 
-def finish_cancelled(conn: LogConnection, row: sqlite3.Row, reason: str, now: float) -> None:
+def finish_cancelled(conn: LogConnection, row: LogRow, reason: str, now: float) -> None:
     """End a run ``cancelled`` from outside its engine (none holds it): the terminal record.
     Reservations of a dead engine stay charged, as at a takeover. Inside the caller's transaction."""
     conn.execute(

@@ -62,6 +62,39 @@ class LogConnection(Protocol):
 C = TypeVar("C", bound=LogConnection)
 
 
+class LogRow(Protocol):
+    """A row read from the log: by position and by column name (``sqlite3.Row``, ``pg``'s rows)."""
+
+    def __getitem__(self, key: int | str, /) -> Any: ...
+    def keys(self) -> list[str]: ...
+
+
+LogFailure = sqlite3.Error
+"""What the database under a log raises (a PostgreSQL log's errors are subclasses, ``pg.PgError``):
+a failed write, a lost server, a damaged page. ``is_transient`` tells the passing ones apart."""
+
+LogOperationFailed = sqlite3.OperationalError
+"""A ``LogFailure`` of the moment (locked, busy, connection lost, disk full) rather than of the data."""
+
+
+@contextmanager
+def named_rows(conn: C) -> Iterator[C]:
+    """Rows read inside the block index by column name too (``LogRow``); the connection's plain
+    tuples come back after it (the engine's hot path reads by position)."""
+    prior = conn.row_factory
+    conn.row_factory = sqlite3.Row
+    try:
+        yield conn
+    finally:
+        conn.row_factory = prior
+
+
+def set_synchronous(conn: LogConnection, level: Synchronous) -> None:
+    """How durable the connection's next commits are: ``FULL`` (survives power loss) or
+    ``NORMAL`` (survives a kill); see ``_apply_pragmas``. PostgreSQL: ``synchronous_commit``."""
+    conn.execute(f"PRAGMA synchronous = {level}")
+
+
 def is_postgres(conn: object) -> bool:
     """Is this log connection on PostgreSQL? (for the few things only SQLite has: PRAGMAs,
     page probes, ``integrity_check``)."""

@@ -89,17 +89,6 @@ class Committed(NamedTuple):
 
 
 @dataclass
-class EffectRecord:
-    key: str
-    status: str
-    request_hash: str
-    response: str | None
-    idempotent: bool
-    kind: str = ""
-    target: str = ""
-
-
-@dataclass
 class Usage:
     """Budget use as the run row holds it; ``seconds_base`` is what earlier incarnations used."""
 
@@ -621,6 +610,27 @@ class Journal:
             pass  # the next engine takes a dead holder's lease over anyway
 
 
+def renew_lease(
+    conn: LogConnection, run_id: str, incarnation: int, *, seconds_used: float, lease_seconds: float
+) -> tuple[bool, str | None]:
+    """The heartbeat's write, on a connection of its own: the lease runs ``lease_seconds`` from
+    now, and the active seconds so far are recorded (a kill then loses at most one period of
+    them). ``(False, None)``: the run is no longer this incarnation's, or no longer running;
+    else ``(True, the cancel request or None)``."""
+    rows = conn.execute(
+        "UPDATE run SET lease_expires = ?, lease_expires_boot = ?, used_seconds = ? WHERE id = ?"
+        " AND incarnation = ? AND status IN ('running', 'waiting') RETURNING cancel_requested",
+        (
+            time.time() + lease_seconds,
+            boot_clock() + lease_seconds,
+            seconds_used,
+            run_id,
+            incarnation,
+        ),
+    ).fetchall()
+    return (True, rows[0][0]) if rows else (False, None)
+
+
 class _SignalTaken(Exception):
     """Rolls ``commit_wait`` back: the signal was consumed in between (by a newer engine)."""
 
@@ -681,64 +691,3 @@ def load_steps(conn: LogConnection, run_id: str) -> dict[int, Committed | StepRe
     ):
         steps[r[0]] = StepRecord(*r)
     return steps
-
-
-def load_effect(conn: LogConnection, key: str) -> EffectRecord | None:
-    row = conn.execute(
-        "SELECT key, status, request_hash, response, idempotent FROM effect WHERE key = ?", (key,)
-    ).fetchone()
-    return EffectRecord(row[0], row[1], row[2], row[3], bool(row[4])) if row else None
-
-
-def carried_effect(
-    conn: LogConnection, forked_from: tuple[str, int], seq: int, idx: int
-) -> EffectRecord | None:
-    """The ledger row a fork carries on for effect ``idx`` of its step ``seq``, if any.
-
-    ``forked_from`` is the fork's ``(parent run, step it was forked at)``. A fork runs from that
-    step on with keys of its own, since the steps its parent *finished* there are redone as new
-    work; but a step the parent started and never committed (cancelled, stopped or killed in it,
-    or failed there) is unfinished work whose effect may already have reached its target (a POST
-    the far side answered after the engine stopped listening). That effect is carried on under
-    the parent's key, so the target deduplicates it instead of receiving it twice.
-
-    Walks up the forks: when the parent reached the step but holds no effect for it there (or
-    did not get that far), it may itself have carried its own parent's row. Stops at a committed
-    step: from there on the work was finished, and forking at or before it asks for it anew.
-    The caller checks that the effect is the same (kind, target, request); else it is a new one.
-    """
-    parent: str | None
-    parent, at = forked_from
-    seen: set[str] = set()
-    while parent is not None and seq >= at and parent not in seen:
-        seen.add(parent)
-        step = conn.execute(
-            "SELECT status FROM step WHERE run_id = ? AND seq = ?", (parent, seq)
-        ).fetchone()
-        if step is not None and step[0] == "committed":
-            return None
-        row = conn.execute(
-            "SELECT key, status, request_hash, response, idempotent, kind, target FROM effect"
-            " WHERE run_id = ? AND seq = ? AND idx = ?",
-            (parent, seq, idx),
-        ).fetchone()
-        if row is not None:
-            return EffectRecord(row[0], row[1], row[2], row[3], bool(row[4]), row[5], row[6])
-        up = conn.execute(
-            "SELECT parent_run_id, parent_step FROM run WHERE id = ?", (parent,)
-        ).fetchone()
-        if up is None or up[0] is None:
-            return None
-        parent, at = str(up[0]), int(up[1])
-    return None
-
-
-def released_effects(conn: LogConnection, run_id: str) -> set[str]:
-    """Keys of unconfirmed non-idempotent effects that ``steplog retry --force`` told the run to
-    send again (recorded with its ``retried`` events)."""
-    keys: set[str] = set()
-    for (data,) in conn.execute(
-        "SELECT data FROM event WHERE run_id = ? AND kind = ?", (run_id, EventKind.RETRIED)
-    ):
-        keys.update(json.loads(data).get("resent") or ())
-    return keys

@@ -18,6 +18,7 @@ a bookmark never passes an event that is yet to commit.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
 EVENT_COLUMNS = "id, run_id, ts, incarnation, kind, seq, data"
@@ -93,6 +94,22 @@ def events_since(
         sql += " LIMIT ?"
         args.append(limit)
     return [Event.from_row(r) for r in conn.execute(sql, tuple(args)).fetchall()]
+
+
+def events_of_kind(conn: Connection, kind: str, run_ids: Sequence[str]) -> list[Event]:
+    """The events of ``kind`` of these runs, oldest first, none beyond ``settled_upto``."""
+    if not run_ids:
+        return []
+    sql = (
+        f"SELECT {EVENT_COLUMNS} FROM event WHERE kind = ?"
+        f" AND run_id IN ({', '.join('?' for _ in run_ids)})"
+    )
+    args: list[Any] = [kind, *run_ids]
+    upto = settled_upto(conn)
+    if upto is not None:
+        sql += " AND id <= ?"
+        args.append(upto)
+    return [Event.from_row(r) for r in conn.execute(sql + " ORDER BY id", tuple(args)).fetchall()]
 
 
 class EventTail:

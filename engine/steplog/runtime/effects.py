@@ -3,6 +3,12 @@
 Each is safe to repeat with the same key: a file is replaced atomically under a stable name, an
 HTTP request carries an ``Idempotency-Key`` the far side deduplicates on, and a database row is
 merged (upserted), never inserted twice.
+
+The idempotency ledger that records each effect is the log's (``steplog.log.ledger``, written by
+the journal). ``merge`` is the one place here that speaks SQL: its database is the *user's*, a
+SQLite file in the run's workdir, an effect target like a file or an HTTP endpoint, not the log.
+So it uses ``sqlite3`` directly, and ``tests/engine/test_log_seam.py`` lists it (and
+``target_storage_problem``) as the exception they are.
 """
 
 from __future__ import annotations
@@ -11,7 +17,6 @@ import hashlib
 import json
 import os
 import re
-import sqlite3
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -205,7 +210,11 @@ def check_merge(
 def merge(
     workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[str, Any]
 ) -> dict[str, Any]:
-    """Upsert one row: the key columns identify it, the values are set. Never a second row."""
+    """Upsert one row: the key columns identify it, the values are set. Never a second row.
+
+    The database is the user's merge target (module docstring), opened here with ``sqlite3``."""
+    import sqlite3  # already loaded by the log: no import cost
+
     path = check_merge(workdir, db, table, key, values)
     private_dir(path.parent)
     if not path.exists():
@@ -246,3 +255,15 @@ def _sql_value(v: Any) -> Any:
     if v is None or isinstance(v, (int, float, str, bytes)):
         return v
     return json.dumps(v, sort_keys=True, ensure_ascii=False)
+
+
+def target_storage_problem(exc: BaseException | None) -> str | None:
+    """A full disk, an I/O error or a read-only file behind a merge target's error, in SQLite's
+    own words (``run.storage_problem`` asks); ``None`` for anything else."""
+    import sqlite3
+
+    if isinstance(exc, sqlite3.OperationalError) and any(
+        w in str(exc) for w in ("database or disk is full", "disk I/O error", "readonly database")
+    ):
+        return f"SQLite: {exc}"
+    return None

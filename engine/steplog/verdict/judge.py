@@ -34,11 +34,13 @@ from typing import Any
 
 from steplog.log.db import location, open_readonly
 from steplog.log.events import EventKind
+from steplog.log.ledger import completed_post_keys, post_count
 from steplog.log.location import LogLocation
 from steplog.log.logread import Event, events_since
 from steplog.log.status import TERMINAL, run_status
+from steplog.log.steps import steps_in_order
 from steplog.outbox.ledger import Delivery, Ledger, canonical_json
-from steplog.verdict.evidence import completed_post_keys, read_ledger
+from steplog.verdict.evidence import read_ledger
 from steplog.verdict.kills import Account, account
 from steplog.verdict.outputs import Finding, Outputs, compare, snapshot
 
@@ -151,12 +153,7 @@ class Reference:
         conn = open_readonly(db)
         try:
             s = run_status(conn, run_id, db=db)
-            steps = tuple(
-                (r[0], r[1], r[2])
-                for r in conn.execute(
-                    "SELECT seq, name, kind FROM step WHERE run_id = ? ORDER BY seq", (run_id,)
-                )
-            )
+            steps = tuple(steps_in_order(conn, run_id))
         finally:
             conn.close()
         return cls(
@@ -415,12 +412,8 @@ def collect(
     try:
         status = run_status(conn, run_id, db=db)
         events = events_since(conn, run_id=run_id)
-        steps = dict(
-            conn.execute("SELECT seq, name FROM step WHERE run_id = ?", (run_id,)).fetchall()
-        )
-        posts = conn.execute(
-            "SELECT count(*) FROM effect WHERE run_id = ? AND kind = 'http_post'", (run_id,)
-        ).fetchone()[0]
+        steps = {seq: name for seq, name, _ in steps_in_order(conn, run_id)}
+        posts = post_count(conn, run_id)
         completed = completed_post_keys(conn, run_id)
     finally:
         conn.close()

