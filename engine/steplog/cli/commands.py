@@ -32,9 +32,11 @@ def _log_path(kwargs: dict[str, Any]) -> LogLocation:
 
 
 def _guard(fn: F) -> F:
-    """Turn steplog errors into one line on stderr and their documented exit code."""
+    """Turn steplog errors into one line on stderr and their documented exit code; a failure of
+    the log's database too (``steplog.log.failures.explain`` words it)."""
     import functools
-    import sqlite3
+
+    from steplog.log.connection import LogFailure
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -42,50 +44,15 @@ def _guard(fn: F) -> F:
             return fn(*args, **kwargs)
         except SteplogError as exc:
             _fail(str(exc), exc.exit_code)
-        except sqlite3.OperationalError as exc:
-            from steplog.log.db import is_read_only, read_only_log
+        except LogFailure as exc:
+            from steplog.log.failures import explain
 
-            if is_read_only(exc):  # made read-only after the up-front check
-                _fail(str(read_only_log(_log_path(kwargs), str(exc))), EXIT_USAGE)
-            if "database is locked" in str(exc):
-                from steplog.errors import EXIT_LEASE_HELD
-
-                _fail(
-                    f"{_log_path(kwargs)} stayed locked by another process for 10 s (a stopped or very busy "
-                    "engine?); nothing was written: try again, or look for a stopped steplog process",
-                    EXIT_LEASE_HELD,
-                )
-            if "disk is full" in str(exc) or "disk I/O" in str(exc):
-                _fail(
-                    f"the log could not be written ({exc}); free disk space and run the same command again: "
-                    "the run resumes from its last checkpoint",
-                    1,
-                )
-            _fail_on_postgres(exc, kwargs)  # a lost connection, a server restarting: one line too
-            raise
-        except sqlite3.DatabaseError as exc:
-            from steplog.log.db import is_damage
-            from steplog.log.integrity import damaged
-
-            _fail_on_postgres(exc, kwargs)
-
-            if not is_damage(exc):
+            explained = explain(exc, _log_path(kwargs))
+            if explained is None:
                 raise
-            # A read that met damage outside the pages checked up front.
-            _fail(str(damaged(_log_path(kwargs), str(exc))), EXIT_USAGE)
+            _fail(*explained)
 
     return wrapper  # type: ignore[return-value]
-
-
-def _fail_on_postgres(exc: BaseException, kwargs: dict[str, Any]) -> None:
-    """Exit 1 with one line if ``exc`` is a PostgreSQL log's error (``steplog.log.pg.PgError``)."""
-    if getattr(exc, "sqlstate", False) is not False:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        _fail(
-            f"the log at {_log_path(kwargs)} failed ({first}); nothing was half-written: "
-            "check the server, then run the same command again",
-            1,
-        )
 
 
 class _LogParam(click.ParamType):  # type: ignore[type-arg]
@@ -162,17 +129,16 @@ def _exec_gui(
     import os
 
     from steplog.control.procs import child_env, python_argv
-    from steplog.log.location import is_postgres
+    from steplog.log.db import hand_over
 
     env = child_env()
-    if is_postgres(
-        db
-    ):  # handed over in the environment: a URL's password stays off the command line
-        env["STEPLOG_DB"] = str(db)
-        db = None
+    where: list[str] = []
+    if db:  # a URL is handed over in the environment: its password stays off the command line
+        where, extra = hand_over(db)
+        env.update(extra)
     argv = python_argv(
         "steplog_gui",
-        *(["--db", str(db)] if db else []),
+        *where,
         *(["--demo"] if demo else []),
         *(["--compare"] if compare else []),
         *(["--demo-approve"] if approve else []),
@@ -1074,9 +1040,9 @@ def killtest(
     run succeeded and the outbox holds every message once. Exit 0 on PASS, 1 on FAIL, 2 on bad usage.
     """
     from steplog.killtest.command import run_command, run_worker_storm_command
-    from steplog.log.location import PgUrl
+    from steplog.log.db import is_server
 
-    if db is not None and not isinstance(db, PgUrl):
+    if db is not None and not is_server(db):
         raise UsageError(
             "killtest --db takes a postgresql:// URL; with SQLite each run of the kill test gets a file "
             "of its own (see --keep)"

@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -60,7 +59,7 @@ from steplog.errors import (
     SteplogError,
     first_line,
 )
-from steplog.log.db import LogConnection, is_transient, open_log
+from steplog.log.db import LogConnection, LogFailure, is_transient, open_log
 from steplog.log.interrupts import STOP_SIGNALS
 from steplog.log.launch import DIE_WITH_PARENT_ENV
 from steplog.log.lease import DEFAULT_LEASE_SECONDS, me
@@ -163,7 +162,7 @@ class Worker:
                 try:
                     self._hand_back_exited(conn)
                     claimed = self._fill(conn)
-                except sqlite3.Error as exc:  # PgError is one too
+                except LogFailure as exc:
                     if not is_transient(exc):
                         raise
                     self._lost(exc)
@@ -256,7 +255,7 @@ class Worker:
             try:
                 status = hand_back(conn, rid, exit_code=code)
                 self._answered()
-            except sqlite3.Error as exc:
+            except LogFailure as exc:
                 if is_transient(exc):
                     raise
                 status = None
@@ -322,7 +321,7 @@ class Worker:
             return None
         try:
             self._hand_back_exited(conn)
-        except sqlite3.Error:  # away (anything else was dealt with run by run)
+        except LogFailure:  # away (anything else was dealt with run by run)
             return None
         return conn
 
@@ -349,7 +348,7 @@ class Worker:
             return None
         try:
             return open_log(self.db)
-        except (SteplogError, sqlite3.Error) as exc:
+        except (SteplogError, LogFailure) as exc:
             if is_transient(exc):
                 return None
             raise  # what is there now is not a log this worker may use (foreign, damaged, newer)

@@ -7,7 +7,7 @@ holder is seen dead), every run ends ``succeeded``, and the outbox's own ledger 
 message exactly once: every key a run's log says it completed delivered once, no delivery
 without one, and no body delivered under two keys.
 
-The log is a SQLite file in the storm's folder, or a PostgreSQL database that others may use too
+The log is a SQLite file in the storm's folder, or a shared database server's that others use too
 (``db``): there the storm's runs get ids of their own (``storm-DATE-TIME-HEX-NNN``), its workers
 claim only those (``steplog worker --run-prefix``), and it judges only those; the runs stay in the
 database when it is done. The outbox and the runs' workdirs are files in the storm's folder on both.
@@ -31,7 +31,7 @@ from steplog.log.events import EventKind
 from steplog.log.launch import Launch
 from steplog.log.lease import process_alive
 from steplog.log.ledger import completed_post_keys
-from steplog.log.location import LogLocation, PgUrl
+from steplog.log.location import LogLocation
 from steplog.log.logread import events_of_kind
 from steplog.log.runs import count_ended, status_counts
 from steplog.outbox import start_outbox
@@ -118,10 +118,10 @@ def worker_storm(
     pace: float = 0.0,
     gap: tuple[float, float] = (0.3, 1.2),
     time_limit: float = 120.0,
-    db: PgUrl | None = None,
+    db: LogLocation | None = None,
 ) -> WorkerStormResult:
     """Queue ``runs`` runs of ``agent`` in a fresh log under ``root`` (or as new runs in the
-    PostgreSQL log ``db``), work them with ``workers`` workers, SIGKILL a random worker ``kills``
+    shared server log ``db``), work them with ``workers`` workers, SIGKILL a random worker ``kills``
     times (``gap`` seconds apart, drawn from ``random.Random(seed)``) and start a new one each
     time; then stop the workers with SIGTERM and judge from the log and the outbox's ledger."""
     root.mkdir(parents=True, exist_ok=True)

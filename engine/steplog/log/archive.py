@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from steplog.errors import ArchiveError, OutputError, RunNotFinished, UsageError
+from steplog.log.backend import backend_of
 from steplog.log.schema import RUN_TABLES, SCHEMA_VERSION
 from steplog.log.status import TERMINAL
 
@@ -64,12 +65,8 @@ class ArchivedRun:
 def _order_by(conn: sqlite3.Connection, table: str) -> str:
     """The table's primary key columns, in key order: rows come out in a stable order whatever
     the table's storage (rowid or not)."""
-    if getattr(conn, "dialect", "sqlite") == "postgresql":
-        from steplog.log.pg import primary_key
-
-        return ", ".join(f'"{name}"' for name in primary_key(conn, table)) or "1"  # type: ignore[arg-type]
-    pk = sorted((r[5], r[1]) for r in conn.execute(f"PRAGMA table_info({table})") if r[5])
-    return ", ".join(f'"{name}"' for _, name in pk) or "rowid"
+    # Every table of a run has one (``schema.RUN_TABLES``); "1" only keeps the SQL valid.
+    return ", ".join(f'"{name}"' for name in backend_of(conn).primary_key(conn, table)) or "1"
 
 
 def run_lines(conn: sqlite3.Connection, run_id: str) -> Generator[str, None, None]:

@@ -21,6 +21,8 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
+from steplog.log.backend import backend_of
+
 EVENT_COLUMNS = "id, run_id, ts, incarnation, kind, seq, data"
 """The columns of an ``Event``, in its field order, for readers that write their own ``WHERE``."""
 
@@ -68,11 +70,7 @@ class Connection(Protocol):
 def settled_upto(conn: Connection) -> int | None:
     """The id up to which the log can be read without passing an event yet to commit: ``None``
     (all of it) on SQLite; ``pg.event_horizon`` on PostgreSQL."""
-    if getattr(conn, "dialect", "sqlite") != "postgresql":
-        return None
-    from steplog.log.pg import event_horizon
-
-    return event_horizon(conn)  # type: ignore[arg-type]
+    return backend_of(conn).settled_upto(conn)  # type: ignore[arg-type]
 
 
 def events_since(

@@ -39,6 +39,8 @@ import re
 import sqlite3
 from functools import cache
 
+from steplog.errors import CorruptDatabase, ForeignDatabase, NewerSchema
+from steplog.log.connection import LogConnection
 from steplog.log.schema import MIGRATIONS, SCHEMA_VERSION, split_statements
 
 META_TABLE = "steplog_meta"
@@ -242,3 +244,105 @@ def expected_tables(version: int) -> frozenset[str]:
         if s.startswith("CREATE TABLE")
     }
     return frozenset(names | {META_TABLE})
+
+
+# -- reading and bringing a database to the schema -----------------------------------------------
+
+
+def tables(conn: LogConnection) -> set[str]:
+    return {
+        r[0]
+        for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+    }
+
+
+def read_version(conn: LogConnection, url: str) -> int:
+    """The schema version of the database behind ``conn`` (0: empty, new); refuses foreign,
+    newer and incomplete ones. Reads only."""
+    return read_state(conn, url)[0]
+
+
+def read_state(conn: LogConnection, url: str) -> tuple[int, int]:
+    """(schema version, PostgreSQL-only steps done: ``pgschema.PG_ONLY``), as ``read_version``."""
+    present = tables(conn)
+    if META_TABLE not in present:
+        if not present:
+            return 0, 0
+        raise ForeignDatabase(
+            f"{url} is a PostgreSQL database but not a steplog log (tables: {', '.join(sorted(present)[:5])}); "
+            "it was left untouched: point --db at a steplog log or a new, empty database"
+        )
+    meta = dict(conn.execute(f"SELECT key, value FROM {META_TABLE}").fetchall())
+    if meta.get("application") != APPLICATION or not str(meta.get("schema_version", "")).isdigit():
+        raise ForeignDatabase(
+            f"{url} has a {META_TABLE} table that steplog did not write; it was left untouched: "
+            "point --db at a steplog log or a new, empty database"
+        )
+    version = int(meta["schema_version"])
+    if version > SCHEMA_VERSION:
+        raise NewerSchema(
+            f"{url} was written by a newer steplog (schema {version}, this one knows "
+            f"{SCHEMA_VERSION}); upgrade steplog to use it"
+        )
+    missing = expected_tables(version) - present
+    if missing:
+        raise CorruptDatabase(
+            f"{url} is a steplog log (schema {version}) without its table(s) "
+            f"{', '.join(sorted(missing))}; it was left untouched: restore it from a backup "
+            "or point --db at a new database"
+        )
+    pg_only = str(meta.get("pg_only", "0"))
+    return version, int(pg_only) if pg_only.isdigit() else 0
+
+
+def migrate(conn: LogConnection, url: str) -> None:
+    """Bring the log to ``SCHEMA_VERSION`` in one transaction under the write lock (DDL is
+    transactional here: a failed migration leaves nothing behind)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Again, under the lock: another engine may have done it.
+        version, pg_only = read_state(conn, url)
+        if version < SCHEMA_VERSION:
+            for statement in create_statements() if version == 0 else upgrade_statements(version):
+                conn.execute(statement)
+        if version > 0:
+            for statement in pg_only_statements(pg_only):
+                conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def check(conn: LogConnection) -> tuple[int, list[str]]:
+    """(schema version, problems) of a PostgreSQL log. The server guards its pages
+    (``integrity_check`` is SQLite's); what is checked here is steplog's part: the append-only
+    triggers on ``event``, and that every step and effect belongs to a run."""
+    version = int(
+        conn.execute(f"SELECT value FROM {META_TABLE} WHERE key = 'schema_version'").fetchone()[0]
+    )
+    problems: list[str] = []
+    triggers = {
+        r[0]
+        for r in conn.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'event'::regclass AND NOT tgisinternal"
+        )
+    }
+    for name in ("event_is_append_only_update", "event_is_append_only_delete"):
+        if name not in triggers:
+            problems.append(
+                f"the event table lost its trigger {name} (it is no longer append-only)"
+            )
+    for table in ("step", "effect"):
+        orphans = int(
+            conn.execute(
+                f"SELECT count(*) FROM {table} t WHERE NOT EXISTS"
+                " (SELECT 1 FROM run r WHERE r.id = t.run_id)"
+            ).fetchone()[0]
+        )
+        if orphans:
+            problems.append(
+                f"table {table}: {orphans} row(s) of runs that are not in the run table"
+            )
+    return version, problems

@@ -7,11 +7,11 @@ reader would stop WAL checkpoints and let the -wal file grow without bound).
 A file that is deleted, replaced, foreign or corrupt raises ``LogUnavailable`` with a message
 for the window; nothing here ever modifies the file.
 
-The same class reads a log on PostgreSQL (``location`` a ``PgUrl``): ``steplog.log.db.open_readonly``
-gives a connection whose every transaction is ``READ ONLY`` (``default_transaction_read_only``),
-also in autocommit, one snapshot per query; the JSON reads take ``json_sql``'s PostgreSQL forms.
-There is no file to be deleted or replaced and no ``data_version``: the tailer learns of commits
-from the log's notifications (``steplog.log.pglisten``). A server that goes away raises
+The same class reads a log on PostgreSQL (``location`` a ``PgUrl``): what differs is the log's
+backend's (``backend.backend_for``). There every transaction is ``READ ONLY``, also in autocommit,
+one snapshot per query, and the JSON reads take the backend's forms (``jsonsql``). There is no file
+to be deleted or replaced and no ``data_version``: the tailer learns of commits from the log's
+notifications (``notifies_commits``; ``steplog.log.pglisten``). A server that goes away raises
 ``LogUnavailable`` as a damaged file does; messages name the URL without its password.
 """
 
@@ -26,10 +26,11 @@ import numpy as np
 import numpy.typing as npt
 
 from steplog.errors import LogError
+from steplog.log.backend import Backend, backend_for
 from steplog.log.db import inspect, open_readonly
 from steplog.log.events import EventKind
-from steplog.log.jsonsql import JsonSql, for_dialect
-from steplog.log.location import LogLocation, PgUrl
+from steplog.log.jsonsql import JsonSql
+from steplog.log.location import LogLocation, as_location
 from steplog.log.logread import EVENT_COLUMNS, Event, events_since, payload, settled_upto
 from steplog.log.openfiles import identity
 
@@ -115,14 +116,22 @@ class LogRepository:
     from one thread."""
 
     def __init__(self, path: LogLocation) -> None:
-        self.path: LogLocation = path if isinstance(path, PgUrl) else Path(path)
+        self.path: LogLocation = as_location(path)
+        self._backend: Backend = backend_for(self.path)
+        self._file: Path | None = self._backend.file_of(self.path)
         self._conn: Any = None
         self._file_id: tuple[int, int] | None = None
-        self._json: JsonSql = JsonSql()
+        self._json: JsonSql = self._backend.json
+
+    @property
+    def notifies_commits(self) -> bool:
+        """The log tells of its commits (PostgreSQL's notifications): nothing to poll or watch."""
+        return self._backend.notifies_commits
 
     @property
     def on_postgres(self) -> bool:
-        return isinstance(self.path, PgUrl)
+        """``notifies_commits``, by the name the monitor knew it by."""
+        return self.notifies_commits
 
     # -- connection -------------------------------------------------------------------------
 
@@ -134,19 +143,14 @@ class LogRepository:
         """Validate the file (``steplog.log.db.inspect``) and connect read-only."""
         self.close()
         try:
-            if self.on_postgres:  # inspect connects: an empty database is a log no run made yet
-                if inspect(self.path) == 0:
-                    raise LogNotReady(
-                        f"{self.path} is an empty database: waiting for the first run to create the log"
-                    )
-            elif self.path.exists() and inspect(self.path) == 0:
-                raise LogNotReady(f"{self.path} is empty: waiting for the first run to create it")
+            waiting = self._backend.not_ready(self.path)  # a log no run has made yet
+            if waiting is not None:
+                raise LogNotReady(waiting)
             conn = open_readonly(self.path)
         except LogError as exc:
             raise LogUnavailable(str(exc)) from exc
         self._conn = conn
-        self._json = for_dialect(getattr(conn, "dialect", "sqlite"))
-        self._file_id = None if isinstance(self.path, PgUrl) else identity(self.path)
+        self._file_id = None if self._file is None else identity(self._file)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -162,9 +166,9 @@ class LogRepository:
     def check_file(self) -> str | None:
         """``None`` while the file we opened is still there; else "deleted" or "replaced".
         Always ``None`` on PostgreSQL (a lost server is a query's ``LogUnavailable``)."""
-        if isinstance(self.path, PgUrl):
+        if self._file is None:
             return None
-        current = identity(self.path)
+        current = identity(self._file)
         if current is None:
             return "deleted"
         if self._file_id is not None and current != self._file_id:
