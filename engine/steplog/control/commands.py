@@ -153,7 +153,8 @@ def signal(
     db: LogLocation | None = None,
     key: str | None = None,
 ) -> SignalSent:
-    """Deliver the named signal to a run: consumed by the run's next (or current) ``wait_for(name)``.
+    """Deliver the named signal to a run: consumed by the run's next (or current)
+    ``wait_for(name)``.
 
     With ``key``, sending again (a retried script, a double click) is the same signal, once.
     """
@@ -165,7 +166,8 @@ def signal(
         raise UsageError(f"signal data must be JSON ({exc})") from None
     if len(data_json.encode()) > MAX_SIGNAL_BYTES:
         raise UsageError(
-            f"signal data is {len(data_json.encode())} bytes; at most {MAX_SIGNAL_BYTES} are accepted"
+            f"signal data is {len(data_json.encode())} bytes; at most {MAX_SIGNAL_BYTES} are "
+            "accepted"
         )
     now = time.time()
     with _log(db) as (path, conn), immediate(conn):
@@ -236,30 +238,33 @@ def prepare_retry(
         if kind == "non_determinism":
             if not force:
                 raise ControlRefused(
-                    f"run {run_id} failed on non-determinism ({reason}); a retry replays the same log against the "
-                    f"same code and fails again. Fork it before the step that changed (steplog fork {run_id} "
+                    f"run {run_id} failed on non-determinism ({reason}); a retry replays the same "
+                    "log against the same code and fails again. Fork it before the step that "
+                    "changed (steplog "
+                    f"fork {run_id} "
                     "--at-step N), or pass --force once the agent makes its recorded steps again"
                 )
             warnings.append(
-                "--force: replaying a run that failed on non-determinism; it fails again unless the "
-                "agent now makes the steps its log recorded"
+                "--force: replaying a run that failed on non-determinism; it fails again unless "
+                "the agent now makes the steps its log recorded"
             )
         if kind == "needs_reconciliation":
             unconfirmed = ledger.unconfirmed(conn, run_id)
             unconfirmed += _carried_unconfirmed(conn, row)  # a fork's, left by its parent
             if not force:
                 raise ControlRefused(
-                    f"run {run_id} stopped because effect(s) {', '.join(unconfirmed) or '?'} may or may not have "
-                    "happened and their target cannot deduplicate; check the target by hand, then pass --force to "
-                    "send them again"
+                    f"run {run_id} stopped because effect(s) {', '.join(unconfirmed) or '?'} may "
+                    "or may not have happened and their target cannot deduplicate; check the "
+                    "target by hand, then pass --force to send them again"
                 )
             ledger.forget_unconfirmed(conn, run_id)
             resent = unconfirmed
             warnings.append(
-                f"--force: effect(s) {', '.join(unconfirmed)} will be sent again; their target cannot "
-                "deduplicate, so do this only after checking it did not receive them"
+                f"--force: effect(s) {', '.join(unconfirmed)} will be sent again; their target "
+                "cannot deduplicate, so do this only after checking it did not receive them"
             )
-        # The failed step starts afresh (attempts and recoveries from zero); its history stays in the events.
+        # The failed step starts afresh (attempts and recoveries from zero); its history stays in
+        # the events.
         runs.set_going_again(
             conn,
             row,
@@ -303,8 +308,14 @@ def _why_not_retry(row: LogRow) -> str:
             f"steplog run {row['agent']} --run-id {rid} --max-..."
         )
     if status == "cancelled":
-        return f"run {rid} was cancelled and never runs again; fork it to carry on: steplog fork {rid} --at-step N"
-    return f"run {rid} has not failed (status {status}); resume it with: steplog run {row['agent']} --run-id {rid}"
+        return (
+            f"run {rid} was cancelled and never runs again; fork it to carry on: steplog fork "
+            f"{rid} --at-step N"
+        )
+    return (
+        f"run {rid} has not failed (status {status}); resume it with: steplog run {row['agent']} "
+        f"--run-id {rid}"
+    )
 
 
 # -- fork ------------------------------------------------------------------------------------
@@ -476,7 +487,8 @@ def _refuse_beyond(conn: LogConnection, parent_id: str, at_step: int) -> None:
     have = contiguous_committed(conn, parent_id, at_step)
     if have < at_step - 1:
         raise ControlRefused(
-            f"run {parent_id} has committed steps 1..{have} only; fork it at a step from 1 to {have + 1}"
+            f"run {parent_id} has committed steps 1..{have} only; fork it at a step from 1 to "
+            f"{have + 1}"
         )
 
 

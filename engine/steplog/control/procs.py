@@ -112,7 +112,8 @@ def outside_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 _JOBS: dict[int, Any] = {}
-"""Windows: the Job Object of each process ``spawn`` started, by pid (``hard_kill`` ends the job)."""
+"""Windows: the Job Object of each process ``spawn`` started, by pid (``hard_kill`` ends the
+job)."""
 
 
 def spawn(

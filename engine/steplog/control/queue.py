@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 CLAIM_BATCH = 32
 """Candidates read at a time while looking for a claimable one."""
 
+AS_BEFORE = Launch()
+"""How a submitted run is started unless told otherwise: as ``steplog run`` would (frozen)."""
+
 
 def submit(
     agent: Agent[..., Any],
@@ -51,7 +54,7 @@ def submit(
     params: dict[str, Any] | None = None,
     limits: dict[str, Any] | None = None,
     model: str | None = None,
-    launch: Launch = Launch(),
+    launch: Launch = AS_BEFORE,
 ) -> str:
     """Record a new ``queued`` run of ``agent``; its id. Refused (``UsageError``, nothing
     written) on exactly what ``steplog run`` refuses, and on an id that exists already."""
@@ -158,7 +161,8 @@ def claim_next_run(
 
     The one place the queue's claim lives. ``agents``: only runs of these agent specs;
     ``prefix``: only runs whose id starts with it (case-sensitive on both logs, unlike ``LIKE``
-    in SQLite); ``skip``: run ids this worker will not take now (its own engines' runs, parked ones).
+    in SQLite); ``skip``: run ids this worker will not take now (its own engines' runs, parked
+    ones).
     """
     holder = worker or me()
     now = time.time()

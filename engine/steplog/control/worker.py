@@ -29,7 +29,8 @@ worker killed with SIGKILL takes its engines with it (``procs.die_with_parent``)
 the same host takes their runs over at once and one elsewhere when the leases expire.
 
 Not spun on: a run whose engine exited waiting (exit 6) is claimable again only once its signal
-is in or its wait timed out; one that ended (exit 0, 3, 4, 5) is finished; one whose engine keeps exiting abnormally
+is in or its wait timed out; one that ended (exit 0, 3, 4, 5) is finished; one whose engine keeps
+exiting abnormally
 (a crash, exit 1 or 2: an agent that no longer imports, a full disk) is tried again after 1, 2,
 4... s and left alone by this worker after ``MAX_ABNORMAL`` exits in a row.
 """
@@ -233,7 +234,8 @@ class Worker:
         self._engines[job.run_id] = _Engine(job, proc, time.monotonic())
         how = f"{job.status}" + (f"; {job.takeover}" if job.takeover else "")
         self._say(
-            f"steplog worker {self.name}: run {job.run_id} ({job.agent}, {how}) -> engine pid {proc.pid}"
+            f"steplog worker {self.name}: run {job.run_id} ({job.agent}, {how}) -> engine pid "
+            f"{proc.pid}"
         )
 
     def _reap(self) -> None:
@@ -287,8 +289,8 @@ class Worker:
         self.stats.finished[what] = self.stats.finished.get(what, 0) + 1
         seconds = time.monotonic() - engine.started
         self._say(
-            f"steplog worker {self.name}: run {rid} {what}{more} (exit {code}, status {status or '?'}, "
-            f"{seconds:.1f} s)"
+            f"steplog worker {self.name}: run {rid} {what}{more} (exit {code}, status "
+            f"{status or '?'}, {seconds:.1f} s)"
         )
 
     def _backing_off(self) -> bool:

@@ -65,7 +65,8 @@ class WorkerStormResult:
     next engine's ``lease_acquired`` on that run (another worker's, or the restarted one's)."""
     deliveries: int
     duplicate_keys: list[str]
-    """Keys a log says were completed but the outbox delivered a different number of times than once."""
+    """Keys a log says were completed but the outbox delivered a different number of times than
+    once."""
     stray_deliveries: list[str]
     """Deliveries whose key no run's log completed."""
     duplicate_bodies: int
@@ -81,7 +82,10 @@ class WorkerStormResult:
         if not self.takeover_seconds:
             return ""
         ordered = sorted(self.takeover_seconds)
-        return f" (kill -> next engine on the run: median {ordered[len(ordered) // 2]:.2f} s, max {ordered[-1]:.2f} s)"
+        return (
+            f" (kill -> next engine on the run: median {ordered[len(ordered) // 2]:.2f} s, max "
+            f"{ordered[-1]:.2f} s)"
+        )
 
     @property
     def passed(self) -> bool:
@@ -96,11 +100,13 @@ class WorkerStormResult:
 
     def summary(self) -> str:
         return (
-            f"{'PASS' if self.passed else 'FAIL'}: {self.runs} runs {self.statuses}, {self.worker_kills} worker "
-            f"kills (of {self.kills_asked} asked; {self.kills_landed} landed, {self.engines_killed} engines with them, "
-            f"{len(self.orphans)} orphans), {self.takeovers} takeovers{self._latency()}, {self.deliveries} deliveries, "
+            f"{'PASS' if self.passed else 'FAIL'}: {self.runs} runs {self.statuses}, "
+            f"{self.worker_kills} worker kills (of {self.kills_asked} asked; {self.kills_landed} "
+            f"landed, {self.engines_killed} engines with them, {len(self.orphans)} orphans), "
+            f"{self.takeovers} takeovers{self._latency()}, {self.deliveries} deliveries, "
             f"{len(self.duplicate_keys)} duplicate keys, {len(self.stray_deliveries)} stray, "
-            f"{self.duplicate_bodies} duplicate bodies, {self.clean_exits}/{self.workers_stopped} clean "
+            f"{self.duplicate_bodies} duplicate bodies, {self.clean_exits}/{self.workers_stopped} "
+            "clean "
             f"stops, {self.seconds:.1f} s"
         )
 
@@ -188,8 +194,8 @@ def worker_storm(
             while not _all_ended(reader, ids):
                 if time.monotonic() > deadline:
                     raise SteplogError(
-                        f"the worker storm did not finish within {time_limit:.0f} s; "
-                        f"its logs are in {root}"
+                        f"the worker storm did not finish within {time_limit:.0f} s; its logs are "
+                        f"in {root}"
                     )
                 if worker_kills < kills and time.monotonic() >= next_kill:
                     victim = procs.pop(rng.randrange(len(procs)))

@@ -28,7 +28,8 @@ class LogCursor(Protocol):
 
 
 class LogConnection(Protocol):
-    """The sqlite3 subset the engine uses on a log: ``sqlite3.Connection`` (``isolation_level=None``,
+    """The sqlite3 subset the engine uses on a log: ``sqlite3.Connection``
+    (``isolation_level=None``,
     transactions by SQL) or ``pg.PgConnection``. Rows index by position (and by column name
     inside ``named_rows``)."""
 
@@ -55,7 +56,8 @@ LogFailure = sqlite3.Error
 a failed write, a lost server, a damaged page. ``db.is_transient`` tells the passing ones apart."""
 
 LogOperationFailed = sqlite3.OperationalError
-"""A ``LogFailure`` of the moment (locked, busy, connection lost, disk full) rather than of the data."""
+"""A ``LogFailure`` of the moment (locked, busy, connection lost, disk full) rather than of the
+data."""
 
 Synchronous = Literal["FULL", "NORMAL"]
 """How durable a connection's commits are: ``FULL`` survives power loss (the default), ``NORMAL``

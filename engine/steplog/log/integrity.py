@@ -26,8 +26,8 @@ from steplog.log.location import LogLocation
 def damaged(path: LogLocation, what: str) -> CorruptDatabase:
     """The one-line refusal of a damaged log."""
     return CorruptDatabase(
-        f"{path} is damaged ({what}); it was left untouched: `steplog check --db {path}` says what is "
-        "wrong; restore it from a backup or point --db at a new path"
+        f"{path} is damaged ({what}); it was left untouched: `steplog check --db {path}` says what "
+        "is wrong; restore it from a backup or point --db at a new path"
     )
 
 
@@ -79,7 +79,10 @@ class Report:
             if len(self.problems) > 2
             else ""
         )
-        return f"{self.path} is damaged: {first}{more}; restore it from a backup or point --db at a new path"
+        return (
+            f"{self.path} is damaged: {first}{more}; restore it from a backup or point --db at a "
+            "new path"
+        )
 
 
 def check(path: LogLocation) -> Report:

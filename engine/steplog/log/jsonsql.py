@@ -52,8 +52,8 @@ class PgJsonSql(JsonSql):
             else f"({at} #>> '{{}}')::double precision"
         )
         return (
-            f"(CASE jsonb_typeof({at}) WHEN 'number' THEN {number}::{cast}"
-            f" WHEN 'boolean' THEN CASE WHEN {at} = 'true'::jsonb THEN 1 ELSE 0 END END)"
+            f"(CASE jsonb_typeof({at}) WHEN 'number' THEN {number}::{cast} WHEN 'boolean' THEN "
+            f"CASE WHEN {at} = 'true'::jsonb THEN 1 ELSE 0 END END)"
         )
 
     def text(self, path: str) -> str:

@@ -159,7 +159,8 @@ def _shown(text: str) -> str:
 
 
 def resolve(db: str | os.PathLike[str] | None) -> LogLocation:
-    """``db`` as a location, else ``$STEPLOG_DB``, else ``steplog.db`` in the user data directory."""
+    """``db`` as a location, else ``$STEPLOG_DB``, else ``steplog.db`` in the user data
+    directory."""
     if db is not None and os.fspath(db) != "":
         return parse(db)
     env = os.environ.get("STEPLOG_DB")

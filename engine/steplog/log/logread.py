@@ -62,7 +62,8 @@ def payload(text: str | None) -> dict[str, Any]:
 
 
 class Connection(Protocol):
-    """What a reader needs of a connection (``sqlite3.Connection`` and ``steplog.log.pg``'s both)."""
+    """What a reader needs of a connection (``sqlite3.Connection`` and ``steplog.log.pg``'s
+    both)."""
 
     def execute(self, sql: str, parameters: Any = ..., /) -> Any: ...
 
@@ -99,8 +100,8 @@ def events_of_kind(conn: Connection, kind: str, run_ids: Sequence[str]) -> list[
     if not run_ids:
         return []
     sql = (
-        f"SELECT {EVENT_COLUMNS} FROM event WHERE kind = ?"
-        f" AND run_id IN ({', '.join('?' for _ in run_ids)})"
+        f"SELECT {EVENT_COLUMNS} FROM event WHERE kind = ? AND run_id IN "
+        f"({', '.join('?' for _ in run_ids)})"
     )
     args: list[Any] = [kind, *run_ids]
     upto = settled_upto(conn)

@@ -75,10 +75,11 @@ class RunObserver(Protocol):
 def incarnation_of(
     conn: LogConnection, row: LogRow, incarnation: int, resumed: bool
 ) -> Incarnation:
-    """The incarnation just claimed, with how it took the lease over (its ``lease_acquired`` event)."""
+    """The incarnation just claimed, with how it took the lease over (its ``lease_acquired``
+    event)."""
     found = conn.execute(
-        "SELECT data FROM event WHERE run_id = ? AND kind = ? AND incarnation = ?"
-        " ORDER BY id DESC LIMIT 1",
+        "SELECT data FROM event WHERE run_id = ? AND kind = ? AND incarnation = ? ORDER BY id "
+        "DESC LIMIT 1",
         (row["id"], EventKind.LEASE_ACQUIRED, incarnation),
     ).fetchone()
     data = json.loads(found[0]) if found else {}

@@ -69,12 +69,14 @@ if TYPE_CHECKING:
 
 LOCK_KEY = 0x53544C47  # "STLG", as the SQLite file's application_id
 ORDER_NS = 0x53544C
-"""The markers' namespace: a marker is the advisory lock ``ORDER_NS << 40 | id`` (ids below 2**40)."""
+"""The markers' namespace: a marker is the advisory lock ``ORDER_NS << 40 | id`` (ids below
+2**40)."""
 
 _LAST_ID = "coalesce(pg_sequence_last_value(to_regclass('event_id_seq')), 0)"
 _MARKER = f"pg_advisory_xact_lock_shared((CAST({ORDER_NS} AS bigint) << 40) | {_LAST_ID})"
 _LOWEST_MARKER = (
-    "SELECT min(((classid::bigint & 255) << 32) | objid::bigint) FROM pg_locks WHERE locktype = 'advisory'"
+    "SELECT min(((classid::bigint & 255) << 32) | objid::bigint) FROM pg_locks WHERE locktype = "
+    "'advisory'"
     f" AND objsubid = 1 AND (classid::bigint >> 8) = {ORDER_NS}"
     " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
 )
@@ -349,8 +351,7 @@ def connect(url: str) -> PgConnection:
         cls = LogUnavailable if away else LogError
         raise cls(
             f"cannot connect to {url} ({_first_line(exc)}); check that the server runs, the "
-            "database exists and the user may log in (PGPASSWORD or ~/.pgpass for a "
-            "password)"
+            "database exists and the user may log in (PGPASSWORD or ~/.pgpass for a password)"
         ) from exc
     raw.adapters.register_loader("numeric", _NumericLoader.make(NumericLoader))
     return PgConnection(raw, url)
@@ -425,8 +426,9 @@ def event_horizon(conn: LogConnection) -> int:
 def primary_key(conn: LogConnection, table: str) -> list[str]:
     """The table's primary key columns, in key order."""
     rows = conn.execute(
-        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
-        " WHERE i.indrelid = to_regclass(?) AND i.indisprimary ORDER BY array_position(i.indkey::int2[], a.attnum)",
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND "
+        "a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(?) AND i.indisprimary ORDER BY "
+        "array_position(i.indkey::int2[], a.attnum)",
         (table,),
     ).fetchall()
     return [str(r[0]) for r in rows]
@@ -435,8 +437,8 @@ def primary_key(conn: LogConnection, table: str) -> list[str]:
 def has_column(conn: LogConnection, table: str, column: str) -> bool:
     return (
         conn.execute(
-            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
-            " AND table_name = ? AND column_name = ?",
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() AND "
+            "table_name = ? AND column_name = ?",
             (table, column),
         ).fetchone()
         is not None

@@ -77,10 +77,12 @@ NOTIFY_CHANNEL = "steplog_event"
 
 PG_ONLY: tuple[tuple[str, ...], ...] = (
     (
-        f"CREATE OR REPLACE FUNCTION steplog_notify_event() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-        f" PERFORM pg_notify('{NOTIFY_CHANNEL}', (SELECT max(id)::text FROM inserted)); RETURN NULL; END $$",
-        "CREATE OR REPLACE TRIGGER event_notify AFTER INSERT ON event REFERENCING NEW TABLE AS inserted"
-        " FOR EACH STATEMENT EXECUTE FUNCTION steplog_notify_event()",
+        "CREATE OR REPLACE FUNCTION steplog_notify_event() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        "BEGIN"
+        f" PERFORM pg_notify('{NOTIFY_CHANNEL}', (SELECT max(id)::text FROM inserted)); RETURN "
+        "NULL; END $$",
+        "CREATE OR REPLACE TRIGGER event_notify AFTER INSERT ON event REFERENCING NEW TABLE AS "
+        "inserted FOR EACH STATEMENT EXECUTE FUNCTION steplog_notify_event()",
     ),
 )
 """``PG_ONLY[k]``: the statements of PostgreSQL-only step ``k + 1`` (see the module docstring).
@@ -88,25 +90,26 @@ Append only; never edit a step a log may already have."""
 
 FIRST_VERSION = SCHEMA_VERSION
 """A new PostgreSQL log is created at the current schema in one go; one made by an older steplog
-(any version from 1) is brought up to it by ``upgrade_statements``, as a file is by its migrations."""
+(any version from 1) is brought up to it by ``upgrade_statements``, as a file is by its
+migrations."""
 
 _TRIGGER = re.compile(
-    r"CREATE TRIGGER (\w+) (BEFORE|AFTER) (UPDATE|DELETE|INSERT) ON (\w+)\s+"
-    r"BEGIN SELECT RAISE\(ABORT, '((?:[^']|'')*)'\); END;?\s*$",
+    r"CREATE TRIGGER (\w+) (BEFORE|AFTER) (UPDATE|DELETE|INSERT) ON (\w+)\s+BEGIN SELECT "
+    r"RAISE\(ABORT, '((?:[^']|'')*)'\); END;?\s*$",
     re.S,
 )
 
 _GUARDED_TRIGGER = re.compile(
-    r"CREATE TRIGGER (\w+) (BEFORE|AFTER) (UPDATE|DELETE|INSERT) ON (\w+)\s+WHEN (.*?)\s+"
-    r"BEGIN SELECT RAISE\(ABORT, '((?:[^']|'')*)'\); END;?\s*$",
+    r"CREATE TRIGGER (\w+) (BEFORE|AFTER) (UPDATE|DELETE|INSERT) ON (\w+)\s+WHEN (.*?)\s+BEGIN "
+    r"SELECT RAISE\(ABORT, '((?:[^']|'')*)'\); END;?\s*$",
     re.S,
 )
 """A trigger that refuses only ``WHEN`` a condition holds (pruning's permits). PostgreSQL allows
 no subquery in a trigger's own ``WHEN``, so the condition moves into the trigger's function."""
 
 _REFUSE_FN = (
-    "CREATE OR REPLACE FUNCTION steplog_refuse() RETURNS trigger LANGUAGE plpgsql AS $$"
-    " BEGIN RAISE EXCEPTION '%', TG_ARGV[0] USING ERRCODE = 'integrity_constraint_violation'; END $$"
+    "CREATE OR REPLACE FUNCTION steplog_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "RAISE EXCEPTION '%', TG_ARGV[0] USING ERRCODE = 'integrity_constraint_violation'; END $$"
 )
 
 
@@ -129,28 +132,32 @@ def translate(statement: str) -> list[str]:
         name, when, op, table, message = m.groups()
         out = [
             _REFUSE_FN,
-            f"CREATE TRIGGER {name} {when} {op} ON {table} FOR EACH ROW EXECUTE FUNCTION steplog_refuse('{message}')",
+            f"CREATE TRIGGER {name} {when} {op} ON {table} FOR EACH ROW EXECUTE FUNCTION "
+            f"steplog_refuse('{message}')",
         ]
         if op == "DELETE":
             out.append(
-                f"CREATE TRIGGER {name}_truncate {when} TRUNCATE ON {table} FOR EACH STATEMENT"
-                f" EXECUTE FUNCTION steplog_refuse('{message}')"
+                f"CREATE TRIGGER {name}_truncate {when} TRUNCATE ON {table} FOR EACH STATEMENT "
+                f"EXECUTE FUNCTION steplog_refuse('{message}')"
             )
         return out
     m = _GUARDED_TRIGGER.match(s + ";")
     if m:
         name, when, op, table, condition, message = m.groups()
         out = [
-            f"CREATE OR REPLACE FUNCTION {name}_check() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-            f" IF {condition} THEN RAISE EXCEPTION '%', '{message}' USING ERRCODE = 'integrity_constraint_violation';"
-            " END IF; IF TG_OP = 'DELETE' THEN RETURN OLD; END IF; RETURN NEW; END $$",
-            f"CREATE TRIGGER {name} {when} {op} ON {table} FOR EACH ROW EXECUTE FUNCTION {name}_check()",
+            f"CREATE OR REPLACE FUNCTION {name}_check() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            "BEGIN"
+            f" IF {condition} THEN RAISE EXCEPTION '%', '{message}' USING ERRCODE = "
+            "'integrity_constraint_violation'; END IF; IF TG_OP = 'DELETE' THEN RETURN OLD; END "
+            "IF; RETURN NEW; END $$",
+            f"CREATE TRIGGER {name} {when} {op} ON {table} FOR EACH ROW EXECUTE FUNCTION "
+            f"{name}_check()",
         ]
         if op == "DELETE":  # TRUNCATE is no row's delete: never allowed
             out += [
                 _REFUSE_FN,
-                f"CREATE TRIGGER {name}_truncate {when} TRUNCATE ON {table} FOR EACH STATEMENT"
-                f" EXECUTE FUNCTION steplog_refuse('{message}')",
+                f"CREATE TRIGGER {name}_truncate {when} TRUNCATE ON {table} FOR EACH STATEMENT "
+                f"EXECUTE FUNCTION steplog_refuse('{message}')",
             ]
         return out
     m = re.match(r"DROP TRIGGER (?:IF EXISTS )?(\w+)$", s)
@@ -182,15 +189,16 @@ def _trigger_table(name: str) -> str:
 
 @cache
 def sqlite_schema(version: int) -> tuple[str, ...]:
-    """The schema SQLite holds after ``MIGRATIONS[:version]``: tables, then indexes, then triggers."""
+    """The schema SQLite holds after ``MIGRATIONS[:version]``: tables, then indexes, then
+    triggers."""
     conn = sqlite3.connect(":memory:")
     try:
         for step in MIGRATIONS[:version]:
             for statement in split_statements(step):
                 conn.execute(statement)
         rows = conn.execute(
-            "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%'"
-            " ORDER BY CASE type WHEN 'table' THEN 0 WHEN 'index' THEN 1 ELSE 2 END, rowid"
+            "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' "
+            "ORDER BY CASE type WHEN 'table' THEN 0 WHEN 'index' THEN 1 ELSE 2 END, rowid"
         ).fetchall()
         return tuple(r[0] for r in rows)
     finally:
@@ -269,7 +277,8 @@ def read_state(conn: LogConnection, url: str) -> tuple[int, int]:
         if not present:
             return 0, 0
         raise ForeignDatabase(
-            f"{url} is a PostgreSQL database but not a steplog log (tables: {', '.join(sorted(present)[:5])}); "
+            f"{url} is a PostgreSQL database but not a steplog log (tables: "
+            f"{', '.join(sorted(present)[:5])}); "
             "it was left untouched: point --db at a steplog log or a new, empty database"
         )
     meta = dict(conn.execute(f"SELECT key, value FROM {META_TABLE}").fetchall())

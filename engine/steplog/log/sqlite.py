@@ -50,7 +50,8 @@ def apply_pragmas(conn: sqlite3.Connection, *, readonly: bool, synchronous: Sync
     # per no-op step, durable steps/s +16-30 %. Only a new, empty file takes it; an existing log
     # keeps the page size it was made with (a page size is fixed once WAL is on).
     conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
-    # A new log frees the pages of pruned runs back to the file system (``PRAGMA incremental_vacuum``
+    # A new log frees the pages of pruned runs back to the file system (``PRAGMA
+    # incremental_vacuum``
     # after ``steplog prune``). It must be chosen before the first table, and before WAL; an older
     # log keeps auto_vacuum NONE until a ``steplog prune --vacuum`` rewrites it.
     if conn.execute("PRAGMA page_count").fetchone()[0] == 0:
@@ -126,8 +127,8 @@ def _read_ids(path: Path, header: bytes | None) -> tuple[int, int, list[str]]:
     except sqlite3.DatabaseError as exc:
         if isinstance(exc, sqlite3.OperationalError) and not is_damage(exc):
             raise LogError(
-                f"cannot read {path} ({exc}); check its permissions and its folder's: beside a -wal file "
-                "SQLite needs a -shm file it can open"
+                f"cannot read {path} ({exc}); check its permissions and its folder's: beside a "
+                "-wal file SQLite needs a -shm file it can open"
             ) from exc
         raise CorruptDatabase(
             f"{path} is a damaged SQLite file ({exc}); it was left untouched: "
@@ -164,27 +165,31 @@ def inspect(path: Path) -> int:
         )
     if version > SCHEMA_VERSION:
         raise NewerSchema(
-            f"{path} was written by a newer steplog (schema {version}, this one knows {SCHEMA_VERSION}); "
+            f"{path} was written by a newer steplog (schema {version}, this one knows "
+            f"{SCHEMA_VERSION}); "
             "upgrade steplog to use it"
         )
     # Our application_id is a claim, not a proof: the tables must be the ones the schema makes.
     if version == 0 and tables:
         raise ForeignDatabase(
-            f"{path} carries steplog's application_id but is not a steplog log (schema 0 with tables of "
-            f"its own: {', '.join(sorted(tables)[:5])}); it was left untouched: point --db at a steplog log or a new path"
+            f"{path} carries steplog's application_id but is not a steplog log (schema 0 with "
+            "tables of "
+            f"its own: {', '.join(sorted(tables)[:5])}); it was left untouched: point --db at a "
+            "steplog log or a new path"
         )
     missing = expected_tables(version) - set(tables)
     if missing:
         raise CorruptDatabase(
-            f"{path} is a steplog log (schema {version}) without its table(s) {', '.join(sorted(missing))}; "
+            f"{path} is a steplog log (schema {version}) without its table(s) "
+            f"{', '.join(sorted(missing))}; "
             "it was left untouched: restore it from a backup or point --db at a new path"
         )
     return int(version)
 
 
 _TABLE_DDL = re.compile(
-    r"^\s*(CREATE TABLE|DROP TABLE|ALTER TABLE)\s+(?:IF (?:NOT )?EXISTS\s+)?\"?(\w+)\"?"
-    r"(?:\s+RENAME TO\s+\"?(\w+)\"?)?",
+    r"^\s*(CREATE TABLE|DROP TABLE|ALTER TABLE)\s+(?:IF (?:NOT "
+    r")?EXISTS\s+)?\"?(\w+)\"?(?:\s+RENAME TO\s+\"?(\w+)\"?)?",
     re.I | re.M,
 )
 
@@ -365,7 +370,8 @@ def open_readonly(path: Path, *, one_shot: bool = False) -> sqlite3.Connection:
         version = inspect(path)
         if version == 0:
             raise ForeignDatabase(
-                f"{path} is an empty database, not a steplog log; run an agent with --db {path} first"
+                f"{path} is an empty database, not a steplog log; run an agent with --db {path} "
+                "first"
             )
         try:
             conn = openfiles.connect(
@@ -435,14 +441,15 @@ _PROBES = (
     ("SELECT * FROM run WHERE rowid = (SELECT max(rowid) FROM run)", False),
     # the run's steps read in full (replay reads them all), and where new step rows go
     (
-        "SELECT max(length(name) + coalesce(length(decision), 0) + coalesce(length(result), 0)"
-        " + coalesce(length(error), 0)) FROM step WHERE run_id = ?",
+        "SELECT max(length(name) + coalesce(length(decision), 0) + coalesce(length(result), 0) + "
+        "coalesce(length(error), 0)) FROM step WHERE run_id = ?",
         True,
     ),
     ("SELECT * FROM step WHERE rowid = (SELECT max(rowid) FROM step)", False),
     # the run's effects in full, and where new ledger rows and their keys go
     (
-        "SELECT max(length(key) + length(target) + coalesce(length(response), 0)) FROM effect WHERE run_id = ?",
+        "SELECT max(length(key) + length(target) + coalesce(length(response), 0)) FROM effect "
+        "WHERE run_id = ?",
         True,
     ),
     ("SELECT key FROM effect WHERE key >= ? ORDER BY key LIMIT 1", True),

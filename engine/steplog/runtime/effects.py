@@ -1,4 +1,5 @@
-"""The idempotent effects behind ``Run.write_file``, ``Run.http_post`` (``HttpClient``) and ``Run.merge``.
+"""The idempotent effects behind ``Run.write_file``, ``Run.http_post`` (``HttpClient``) and
+``Run.merge``.
 
 Each is safe to repeat with the same key: a file is replaced atomically under a stable name, an
 HTTP request carries an ``Idempotency-Key`` the far side deduplicates on, and a database row is
@@ -64,7 +65,8 @@ def confined(workdir: Path, relpath: str) -> Path:
     last = relpath.replace(os.sep, "/").rsplit("/", 1)[-1]
     if target == root or last in ("", ".", "..") or target.is_dir():
         raise UsageError(
-            f"effect path {relpath!r} names a directory, not a file inside the run's workdir {root}; "
+            f"effect path {relpath!r} names a directory, not a file inside the run's workdir "
+            f"{root}; "
             "name a file, such as 'out/result.txt'"
         )
     return target
@@ -102,7 +104,8 @@ def write_file(workdir: Path, relpath: str, content: str | bytes, key: str) -> d
 
 
 DEFAULT_HTTP_TIMEOUT = 30.0
-"""Seconds an HTTP effect may take (connect, each read, each write) unless the call says otherwise."""
+"""Seconds an HTTP effect may take (connect, each read, each write) unless the call says
+otherwise."""
 
 
 class HttpClient:
@@ -137,7 +140,8 @@ class HttpClient:
         with self._lock:
             if self._closed:
                 raise UsageError(
-                    "this run's HTTP client is closed: the run has ended; start or resume the run to post"
+                    "this run's HTTP client is closed: the run has ended; start or resume the run "
+                    "to post"
                 )
             if self._client is None:
                 import httpx  # ~0.1 s to import: only runs that post pay for it
@@ -242,7 +246,8 @@ def merge(
                 or f'"{next(iter(key))}" = excluded."{next(iter(key))}"'
             )
             conn.execute(
-                f'INSERT INTO "{table}" ({names}) VALUES ({marks}) ON CONFLICT ({key_cols}) DO UPDATE SET {updates}',
+                f'INSERT INTO "{table}" ({names}) VALUES ({marks}) ON CONFLICT ({key_cols}) DO '
+                f"UPDATE SET {updates}",
                 [_sql_value(v) for v in cols.values()],
             )
             conn.execute("COMMIT")

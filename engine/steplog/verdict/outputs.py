@@ -1,4 +1,5 @@
-"""What a run left in its workdir, and how it differs from the reference run's: evidence for the verdict.
+"""What a run left in its workdir, and how it differs from the reference run's: evidence for the
+verdict.
 
 Generic on purpose, so any agent can be kill-tested: every regular file is compared byte for byte,
 except SQLite databases, whose bytes differ from run to run (page layout, free lists) even when
@@ -90,14 +91,15 @@ def _tables_of(path: Path) -> dict[str, Counter[str]]:
             names = [
                 r[0]
                 for r in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE "
+                    "'sqlite_%' ORDER BY name"
                 )
             ]
             out: dict[str, Counter[str]] = {}
             for name in names:
                 cur = conn.execute(f'SELECT * FROM "{name}"')
                 cols = [d[0] for d in cur.description]
-                out[name] = Counter(_canonical(dict(zip(cols, row))) for row in cur)
+                out[name] = Counter(_canonical(dict(zip(cols, row, strict=True))) for row in cur)
             return out
         finally:
             conn.close()
