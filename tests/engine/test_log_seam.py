@@ -210,3 +210,86 @@ def test_the_scan_sees_what_it_is_meant_to_refuse() -> None:
     docstring_only = '"""Reads SELECT x FROM run WHERE id = ? on sqlite3."""\n'
     assert list(findings_in(docstring_only, "control/probe.py")) == []
 
+
+# -- one owner per idea ------------------------------------------------------------------------
+
+
+def _literals(path: Path) -> Iterator[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), str(path))
+    docs = _docstrings(tree)
+    for node in ast.walk(tree):
+        text = None if id(node) in docs else _text(node)
+        if text is not None:
+            yield node.lineno, text
+
+
+def test_one_function_appends_an_event_and_every_writer_calls_it() -> None:
+    """``journal.append_event`` is the only code that writes an ``event`` row: the engine's
+    journal, claims, run control, the queue and prune all call it."""
+    writes = [
+        f"{path.relative_to(ENGINE).as_posix()}:{line}"
+        for path in sorted(ENGINE.rglob("*.py"))
+        for line, text in _literals(path)
+        if re.search(r"\bINSERT\s+INTO\s+\"?event\b", text)
+    ]
+    assert len(writes) == 1 and writes[0].startswith("log/journal.py:"), writes
+
+
+def test_a_step_row_is_defined_once_and_every_reader_agrees_with_the_schema() -> None:
+    import dataclasses
+    import sqlite3
+
+    from steplog.log.reader import StepDetail
+    from steplog.log.schema import MIGRATIONS, split_statements
+    from steplog.log.steps import STEP_COLUMNS, StepRecord
+    from steplog.log.tables import StepRow
+
+    conn = sqlite3.connect(":memory:")
+    for migration in MIGRATIONS:
+        for statement in split_statements(migration):
+            conn.execute(statement)
+    schema = tuple(r[1] for r in conn.execute("PRAGMA table_info(step)"))
+    assert STEP_COLUMNS == schema
+    assert tuple(f.name for f in dataclasses.fields(StepRecord)) == schema
+    assert tuple(f.name for f in dataclasses.fields(StepDetail)) == (*schema, "effects")
+    assert tuple(c.name for c in StepRow.__table__.columns) == schema  # type: ignore[attr-defined]
+
+
+def test_the_backend_is_chosen_by_the_location_and_carried_by_the_connection(
+    tmp_path: Path,
+) -> None:
+    """A file is SQLite's, a ``postgresql://`` URL PostgreSQL's (no server needed to choose), and
+    a connection or an error answers for its own log."""
+    import sqlite3
+
+    from steplog.log.backend import Backend, backend_for, backend_of
+    from steplog.log.location import parse
+    from steplog.log.pg import POSTGRES, PgError
+    from steplog.log.sqlite import SQLITE
+
+    assert backend_for(parse(str(tmp_path / "steplog.db"))) is SQLITE
+    assert backend_for(parse("postgresql://me@localhost:5432/steplog")) is POSTGRES
+    conn = sqlite3.connect(":memory:")
+    assert backend_of(conn) is SQLITE
+    assert backend_of(sqlite3.OperationalError("database is locked")) is SQLITE
+    assert backend_of(PgError("server closed the connection")) is POSTGRES
+    members = {m for m in dir(Backend) if not m.startswith("_")} | set(Backend.__annotations__)
+    for backend in (SQLITE, POSTGRES):
+        assert {m for m in members if not hasattr(backend, m)} == set(), type(backend).__name__
+
+
+def test_whether_a_holder_is_alive_is_the_leases_answer(tmp_path: Path) -> None:
+    """``status --json``'s ``engine`` and a takeover ask one module (``lease``): a live process
+    here, a dead one, another host's (only its lease speaks for it), or nobody."""
+    import os
+    import subprocess
+    import sys
+
+    from steplog.log.lease import holder_seen, me
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert holder_seen(os.getpid(), me().host) == "live"
+    assert holder_seen(dead.pid, me().host) == "gone"
+    assert holder_seen(os.getpid(), "another-host.example") == "remote"
+    assert holder_seen(None, None) == "none"

@@ -110,7 +110,10 @@ def gui(db: LogLocation | None) -> None:
 @click.option(
     "--approve",
     is_flag=True,
-    help="The digest waits for a person's approval (the monitor's Approve); the naive agent asks again after every kill.",
+    help=(
+        "The digest waits for a person's approval (the monitor's Approve); the naive agent asks "
+        "again after every kill."
+    ),
 )
 @_guard
 def demo(db: LogLocation | None, compare: bool, approve: bool) -> None:
@@ -227,7 +230,8 @@ _ENGINE_OPTIONS = (
     click.option(
         "--exit-when-waiting",
         is_flag=True,
-        help="When the run waits for a signal, let it go and exit 6 instead of waiting (batch use).",
+        help="When the run waits for a signal, let it go and exit 6 instead of waiting "
+        "(batch use).",
     ),
 )
 
@@ -260,7 +264,8 @@ def _execute_with(
     params: dict[str, Any] | None = None,
     killed_at: float | None = None,
 ) -> None:
-    """Drive ``agent``'s run with the engine options ``o``, print how it ended, exit with its code."""
+    """Drive ``agent``'s run with the engine options ``o``, print how it ended, exit with its
+    code."""
     from steplog.log.lease import DEFAULT_LEASE_SECONDS
     from steplog.runtime.engine import execute
 
@@ -370,7 +375,8 @@ def run(
 )
 @_guard
 def cancel(run_id: str, db: LogLocation | None, reason: str | None, wait_seconds: float) -> None:
-    """End RUN_ID as `cancelled`: it never runs again; a live engine stops at its next step boundary (exit 5)."""
+    """End RUN_ID as `cancelled`: it never runs again; a live engine stops at its next step boundary
+    (exit 5)."""
     from steplog.control.commands import cancel as cancel_run
     from steplog.control.commands import wait_until_finished
 
@@ -418,7 +424,8 @@ def signal(run_id: str, name: str, db: LogLocation | None, data_json: str, key: 
         data = json.loads(data_json)
     except json.JSONDecodeError as exc:
         raise UsageError(
-            f"--data is not JSON ({exc.msg} at character {exc.pos}); e.g. --data '{{\"approved\": true}}'"
+            f'--data is not JSON ({exc.msg} at character {exc.pos}); e.g. --data \'{{"approved": '
+            f"true}}'"
         ) from None
     sent = send(run_id, name, data, db=db, key=key)
     what = "already sent with this key" if sent.duplicate else "sent"
@@ -426,8 +433,8 @@ def signal(run_id: str, name: str, db: LogLocation | None, data_json: str, key: 
     if sent.status == "waiting" and sent.waiting_for == name and not sent.engine_live:
         where = f" --db {db}" if db else ""
         click.echo(
-            f"run {run_id} waits for it with no engine; carry it on: "
-            f"steplog run {sent.agent} --run-id {run_id}{where}",
+            f"run {run_id} waits for it with no engine; carry it on: steplog run {sent.agent} "
+            f"--run-id {run_id}{where}",
             err=True,
         )
     elif sent.status == "waiting" and sent.waiting_for == name:
@@ -442,7 +449,10 @@ def signal(run_id: str, name: str, db: LogLocation | None, data_json: str, key: 
 @click.option(
     "--force",
     is_flag=True,
-    help="Retry even after non-determinism or an effect that needs reconciliation (says why it is risky).",
+    help=(
+        "Retry even after non-determinism or an effect that needs reconciliation (says why it is "
+        "risky)."
+    ),
 )
 @click.option(
     "--no-start",
@@ -463,8 +473,8 @@ def retry(run_id: str, db: LogLocation | None, force: bool, no_start: bool, **en
         click.echo(f"steplog: {warning}", err=True)
     if no_start:
         click.echo(
-            f"run {run_id} is set to run again from its failed step; run it: "
-            f"steplog run {prepared.agent} --run-id {run_id} (or leave it to `steplog worker`)"
+            f"run {run_id} is set to run again from its failed step; run it: steplog run "
+            f"{prepared.agent} --run-id {run_id} (or leave it to `steplog worker`)"
         )
         return
     _execute_with(resolve(prepared.agent), engine, run_id=run_id, db=db)
@@ -486,7 +496,8 @@ def retry(run_id: str, db: LogLocation | None, force: bool, no_start: bool, **en
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="The fork's workdir, a new folder (default: runs/NEW_ID beside the log); starts as a copy.",
+    help="The fork's workdir, a new folder (default: runs/NEW_ID beside the log); "
+    "starts as a copy.",
 )
 @click.option(
     "--outbox", default=None, help="Base URL of the messages service (default: the parent's)."
@@ -536,7 +547,8 @@ def fork(
     )
     click.echo(prepared.run_id)
     click.echo(
-        f"steplog: run {prepared.run_id} forked from {run_id} at step {at_step} ({prepared.copied} step(s) "
+        f"steplog: run {prepared.run_id} forked from {run_id} at step {at_step} ({prepared.copied} "
+        "step(s) "
         f"copied, workdir {prepared.workdir})",
         err=True,
     )
@@ -630,7 +642,8 @@ def submit(
     "--run-prefix",
     default="",
     metavar="PREFIX",
-    help="Claim only runs whose id starts with PREFIX (the worker storm's own runs in a shared log).",
+    help="Claim only runs whose id starts with PREFIX (the worker storm's own runs in a "
+    "shared log).",
 )
 @click.option(
     "--drain", is_flag=True, help="Exit 0 once no run is left to claim and its engines are done."
@@ -705,8 +718,8 @@ def _drive_engine(go: Callable[[], Any]) -> Any:
     try:
         return go()
     except KeyboardInterrupt:
-        # SIGTERM, SIGINT and SIGHUP stop the engine at a safe point (``steplog.log.interrupts``); the
-        # lease is released, so the same command resumes at once.
+        # SIGTERM, SIGINT and SIGHUP stop the engine at a safe point (``steplog.log.interrupts``);
+        # the lease is released, so the same command resumes at once.
         from steplog.errors import EXIT_STOPPED
 
         _fail(
@@ -727,8 +740,8 @@ def _report(outcome: Any, db: LogLocation | None) -> None:
     if outcome.status == "waiting":
         where = f" --db {db}" if db else ""
         click.echo(
-            f"run {rid} is waiting for signal {outcome.reason!r}; send it with "
-            f"`steplog signal {rid} {outcome.reason} --data JSON{where}`, then run the same command"
+            f"run {rid} is waiting for signal {outcome.reason!r}; send it with `steplog signal "
+            f"{rid} {outcome.reason} --data JSON{where}`, then run the same command"
         )
         sys.exit(EXIT_WAITING)
     verb = {"gave_up": "gave up", "cancelled": "was cancelled"}.get(outcome.status, "failed")
@@ -753,9 +766,9 @@ def _open_for_reading(db: LogLocation | None) -> Any:
     "as_json",
     is_flag=True,
     help="One JSON object: run_id, agent, status, reason, result, "
-    "steps_committed, step_executions (beyond steps_committed: work redone), "
-    "incarnations, budget (used and limit of each), workdir, outbox; "
-    "forked_from, waiting_for and blocked when they apply.",
+    "steps_committed, step_executions (beyond steps_committed: work redone), incarnations, budget "
+    "(used and limit of each), workdir, outbox; forked_from, waiting_for and blocked when they "
+    "apply.",
 )
 @_guard
 def status(run_id: str, db: LogLocation | None, as_json: bool) -> None:
@@ -781,8 +794,8 @@ def _describe(s: dict[str, Any]) -> str:
         return f"{b['used']}" + (f"/{b['limit']}" if b["limit"] is not None else "")
 
     budget = s["budget"]
-    # Executions beyond the committed steps are retries after errors, steps cut short by a stop,
-    # a kill or a wait, and the step in progress: `steplog verdict` tells which were redone by kills.
+    # Executions beyond the committed steps are retries after errors, steps cut short by a stop, a
+    # kill or a wait, and the step in progress: `steplog verdict` tells which were redone by kills.
     extra = s["step_executions"] - s["steps_committed"]
     beyond = (
         f" ({extra} beyond the committed: retries, interrupted or in progress)" if extra > 0 else ""
@@ -841,8 +854,8 @@ def runs(db: LogLocation | None, as_json: bool) -> None:
         )
         worker = f"  worker {s['worker']['host']}:{s['worker']['pid']}" if s.get("worker") else ""
         click.echo(
-            f"{s['run_id']:<28} {s['agent']:<20} {state:<10} steps {s['steps_committed']:>5}"
-            f"  incarnations {s['incarnations']}{worker}"
+            f"{s['run_id']:<28} {s['agent']:<20} {state:<10} steps {s['steps_committed']:>5}  "
+            f"incarnations {s['incarnations']}{worker}"
         )
 
 
@@ -853,15 +866,18 @@ def runs(db: LogLocation | None, as_json: bool) -> None:
     "--outbox",
     default=None,
     metavar="URL|FILE",
-    help="Read the run's deliveries here (default: the URL the run recorded, else outbox.db beside the log).",
+    help=(
+        "Read the run's deliveries here (default: the URL the run recorded, else outbox.db beside "
+        "the log)."
+    ),
 )
 @click.option(
     "--json",
     "as_json",
     is_flag=True,
     help="One JSON object: verdict (PASS, FAIL, UNTESTED or RUNNING), explanation, "
-    "kills, redone, duplicates, missing, deliveries, checks (name, passed, "
-    "evidence, source), resume_latency.",
+    "kills, redone, duplicates, missing, deliveries, checks (name, passed, evidence, source), "
+    "resume_latency.",
 )
 @_guard
 def verdict(run_id: str, db: LogLocation | None, outbox: str | None, as_json: bool) -> None:
@@ -884,7 +900,8 @@ def verdict(run_id: str, db: LogLocation | None, outbox: str | None, as_json: bo
         click.echo(json.dumps(v.summary_json(), ensure_ascii=False))
     else:
         click.echo(
-            f"{v.label}  {run_id} ({'outcome ' if v.passed is not None else ''}{v.status}): {v.explanation}"
+            f"{v.label}  {run_id} ({'outcome ' if v.passed is not None else ''}{v.status}): "
+            f"{v.explanation}"
         )
         for c in v.checks:
             mark = {True: "ok  ", False: "FAIL", None: "--  "}[c.ok]
@@ -943,8 +960,8 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
 
     def ready(bound: int) -> None:
         click.echo(
-            f"steplog outbox listening on http://{url_host}:{bound} (ledger in {where}); "
-            f"run agents with --outbox http://{url_host}:{bound}; Ctrl-C stops it"
+            f"steplog outbox listening on http://{url_host}:{bound} (ledger in {where}); run "
+            f"agents with --outbox http://{url_host}:{bound}; Ctrl-C stops it"
         )
 
     serve(host=host, port=port, db=where, port_file=port_file, delay=delay, ready=ready)
@@ -993,7 +1010,8 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
     "--keep",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Keep every run's log, workdir and outbox in this folder (default: a temp folder, removed).",
+    help="Keep every run's log, workdir and outbox in this folder (default: a temp folder, "
+    "removed).",
 )
 @click.option(
     "--workers",
@@ -1013,10 +1031,11 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
     "--db",
     type=_LogParam(),
     default=None,
-    help="Run the kill test's runs in this PostgreSQL log (postgresql://USER@HOST:PORT/DBNAME), each under "
-    "its own run id (default: a SQLite file per run, in the kill test's folder). With --workers: "
-    "new runs with ids storm-DATE-TIME-HEX-NNN that only the storm's workers claim and only its "
-    "verdict counts; they stay in the database. Outbox and workdirs stay in the kill test's folder.",
+    help="Run the kill test's runs in this PostgreSQL log (postgresql://USER@HOST:PORT/DBNAME), "
+    "each under its own run id (default: a SQLite file per run, in the kill test's folder). With "
+    "--workers: new runs with ids storm-DATE-TIME-HEX-NNN that only the storm's workers claim and "
+    "only its verdict counts; they stay in the database. Outbox and workdirs stay in the kill "
+    "test's folder.",
 )
 @_guard
 def killtest(
@@ -1037,15 +1056,16 @@ def killtest(
     """Kill AGENT's engine again and again; PASS if nothing was duplicated, lost or redone twice.
 
     With --workers N: kill whole workers that share a queue of --runs runs instead; PASS if every
-    run succeeded and the outbox holds every message once. Exit 0 on PASS, 1 on FAIL, 2 on bad usage.
+    run succeeded and the outbox holds every message once. Exit 0 on PASS, 1 on FAIL, 2 on bad
+    usage.
     """
     from steplog.killtest.command import run_command, run_worker_storm_command
     from steplog.log.db import is_server
 
     if db is not None and not is_server(db):
         raise UsageError(
-            "killtest --db takes a postgresql:// URL; with SQLite each run of the kill test gets a file "
-            "of its own (see --keep)"
+            "killtest --db takes a postgresql:// URL; with SQLite each run of the kill test gets a "
+            "file of its own (see --keep)"
         )
     if workers is not None:
         if sweep or junit is not None:
@@ -1129,8 +1149,8 @@ def _status_list(value: str | None) -> frozenset[str] | None:
     default="auto",
     show_default=True,
     help="How the space is given back: vacuum rewrites the log (fast; holds the write "
-    "lock), incremental frees it in short transactions, none leaves it for new rows; auto rewrites "
-    "logs keeping up to 128 MiB, else incremental.",
+    "lock), incremental frees it in short transactions, none leaves it for new rows; auto "
+    "rewrites logs keeping up to 128 MiB, else incremental.",
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="One JSON object: runs, rows, bytes before/after."
@@ -1151,7 +1171,7 @@ def prune(
 
     Select runs by RUN_ID and/or the options (all given criteria must hold); at least one is needed.
     """
-    from steplog.log.db import default_db_path
+    from steplog.log.db import default_db_path, log_file
     from steplog.log.prune import FINISHED, Selection, describe
     from steplog.log.prune import prune as prune_log
 
@@ -1165,8 +1185,8 @@ def prune(
         or only_reclaim
     ):
         raise UsageError(
-            "say which runs to prune: RUN_ID..., --older-than DAYS, --status S,... or --keep-last N "
-            "(`--status succeeded` prunes every succeeded run)"
+            "say which runs to prune: RUN_ID..., --older-than DAYS, --status S,... or --keep-last "
+            "N (`--status succeeded` prunes every succeeded run)"
         )
     selection = Selection(
         run_ids=run_ids,
@@ -1180,11 +1200,11 @@ def prune(
         selection = Selection(
             statuses=frozenset()
         )  # --reclaim alone: give space back, prune nothing
-    log = db or default_db_path()
-    if not isinstance(log, Path):
+    log = log_file(db or default_db_path())
+    if log is None:
         raise UsageError(
-            "steplog prune works on a SQLite log only, for now; on PostgreSQL, export the runs you keep "
-            "(steplog export) and delete old ones with the database's own tools"
+            "steplog prune works on a SQLite log only, for now; on PostgreSQL, export the runs you "
+            "keep (steplog export) and delete old ones with the database's own tools"
         )
     report = prune_log(log, selection, archive=archive, dry_run=dry_run, reclaim=reclaim)
     click.echo(json.dumps(report.as_json()) if as_json else describe(report))
@@ -1256,8 +1276,8 @@ def _print_whole(first: str, rest: Any) -> None:
             spool.seek(0)
         except OSError as exc:
             raise OutputError(
-                f"the export could not be held in {tempfile.gettempdir()} before "
-                f"printing ({exc.strerror or exc}); free some space there or use "
+                f"the export could not be held in {tempfile.gettempdir()} before printing "
+                f"({exc.strerror or exc}); free some space there or use "
                 "-o FILE"
             ) from None
         shutil.copyfileobj(spool, sys.stdout)
@@ -1268,17 +1288,19 @@ def _print_whole(first: str, rest: Any) -> None:
 @db_option
 @_guard
 def import_file(file: str, db: LogLocation | None) -> None:
-    """Load the runs of FILE (from `export` or `prune --archive`; plain or .gz; - for stdin) into the log.
+    """Load the runs of FILE (from `export` or `prune --archive`; plain or .gz; - for stdin) into
+    the log.
 
     A run id the log already has is refused, and then nothing is imported.
     """
     from steplog.log.archive import import_runs
-    from steplog.log.db import default_db_path
+    from steplog.log.db import default_db_path, log_file
 
-    path = db or default_db_path()
-    if not isinstance(path, Path):
+    path = log_file(db or default_db_path())
+    if path is None:
         raise UsageError(
-            "steplog import loads into a SQLite log only, for now; import into a file and run from there"
+            "steplog import loads into a SQLite log only, for now; import into a file and run from "
+            "there"
         )
     loaded = import_runs(file, path)
     n = len(loaded)

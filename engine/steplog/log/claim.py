@@ -17,7 +17,7 @@ from steplog.errors import LeaseHeld, UsageError
 from steplog.log.db import LogConnection, LogRow, for_update, immediate
 from steplog.log.events import EventKind
 from steplog.log.integrity import probe
-from steplog.log.journal import dumps
+from steplog.log.journal import append_event, dumps
 from steplog.log.launch import Launch
 from steplog.log.lease import boot_clock, me, row_vacancy
 from steplog.log.location import LogLocation
@@ -35,11 +35,12 @@ class Claimant(Protocol):
 
 
 RUN_COLUMNS = (
-    "id, agent, model, params, status, reason, result, workdir, outbox, limit_steps, limit_tokens,"
-    " limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, used_steps, used_tokens,"
-    " tokens_estimated, reserved_tokens, used_seconds, used_cost_usd, reserved_cost_usd, used_retries,"
-    " step_executions, incarnation, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires,"
-    " lease_expires_boot, cancel_requested, waiting_for, parent_run_id, parent_step, created_at, finished_at"
+    "id, agent, model, params, status, reason, result, workdir, outbox, limit_steps, limit_tokens, "
+    "limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, used_steps, used_tokens, "
+    "tokens_estimated, reserved_tokens, used_seconds, used_cost_usd, reserved_cost_usd, "
+    "used_retries, step_executions, incarnation, lease_pid, lease_host, lease_boot, "
+    "lease_proc_start, lease_expires, lease_expires_boot, cancel_requested, waiting_for, "
+    "parent_run_id, parent_step, created_at, finished_at"
 )
 
 
@@ -112,10 +113,7 @@ def _exhausted(budget: Budget, row: LogRow) -> bool:
 def _event(
     conn: LogConnection, run_id: str, now: float, incarnation: int, kind: str, data: dict[str, Any]
 ) -> None:
-    conn.execute(
-        "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, ?, ?, ?)",
-        (run_id, now, incarnation, kind, dumps(data)),
-    )
+    append_event(conn, run_id, incarnation, kind, data, ts=now)
 
 
 def _select(conn: LogConnection, run_id: str, *, lock: bool = False) -> LogRow | None:
@@ -132,14 +130,15 @@ def create_run(
     conn: LogConnection, req: Request, now: float, *, launch: Launch | None = None
 ) -> LogRow:
     """Insert the run row and its ``run_created`` event (inside the caller's transaction).
-    With ``launch`` the run is ``queued`` (``steplog submit``): a worker starts it later that way."""
+    With ``launch`` the run is ``queued`` (``steplog submit``): a worker starts it later that
+    way."""
     req.agent.require_outbox(req.outbox)
     b = req.agent.budget.merged(**req.limits)
     workdir = (req.workdir or req.db_path.parent / "runs" / req.run_id).expanduser().resolve()
     conn.execute(
-        "INSERT INTO run (id, agent, model, params, workdir, outbox, limit_steps, limit_tokens, limit_seconds,"
-        " limit_cost_usd, limit_retries, limit_recoveries, created_at, updated_at, status, launch)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO run (id, agent, model, params, workdir, outbox, limit_steps, limit_tokens, "
+        "limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, created_at, updated_at, "
+        "status, launch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             req.run_id,
             req.spec,
@@ -187,7 +186,8 @@ def _check_resume(row: LogRow, req: Request) -> None:
     rid = req.run_id
     if row["agent"] != req.spec:
         raise UsageError(
-            f"run {rid} belongs to agent {row['agent']}, not {req.spec}; pass the same agent to resume it"
+            f"run {rid} belongs to agent {row['agent']}, not {req.spec}; pass the same agent to "
+            "resume it"
         )
     if req.params and req.params != json.loads(row["params"]):
         raise UsageError(
@@ -203,9 +203,9 @@ def _update_run(
     """Apply raised limits (reopening a run that gave up) and a new outbox URL or model."""
     if raised is not None and raised != budget_of(row):
         conn.execute(
-            "UPDATE run SET limit_steps = ?, limit_tokens = ?, limit_seconds = ?, limit_cost_usd = ?,"
-            " limit_retries = ?, limit_recoveries = ?, status = 'running', reason = NULL, finished_at = NULL"
-            " WHERE id = ?",
+            "UPDATE run SET limit_steps = ?, limit_tokens = ?, limit_seconds = ?, limit_cost_usd "
+            "= ?, limit_retries = ?, limit_recoveries = ?, status = 'running', reason = NULL, "
+            "finished_at = NULL WHERE id = ?",
             (
                 raised.max_steps,
                 raised.max_tokens,
@@ -241,16 +241,16 @@ def _take_lease(conn: LogConnection, row: LogRow, req: Request, now: float, resu
     holder = me()
     incarnation = int(row["incarnation"]) + 1
     conn.execute(
-        "UPDATE run SET incarnation = ?, lease_pid = ?, lease_host = ?, lease_boot = ?, lease_proc_start = ?,"
-        " lease_expires = ?, lease_expires_boot = ?, updated_at = ?,"
-        # A queued run (submitted, or retried or forked with --no-start) is running once an engine has it.
+        "UPDATE run SET incarnation = ?, lease_pid = ?, lease_host = ?, lease_boot = ?, "
+        "lease_proc_start = ?, lease_expires = ?, lease_expires_boot = ?, updated_at = ?,"
+        # A queued run (submitted, or retried or forked with --no-start) is running once an engine
+        # has it.
         " status = CASE WHEN status = 'queued' THEN 'running' ELSE status END,"
         # Reservations of a dead engine stay charged: its model call may have been billed. The
         # amount is an upper bound, not a reported usage, so it counts as estimated.
-        " used_tokens = used_tokens + reserved_tokens, tokens_estimated = tokens_estimated + reserved_tokens,"
-        " reserved_tokens = 0,"
-        " used_cost_usd = used_cost_usd + reserved_cost_usd, reserved_cost_usd = 0"
-        " WHERE id = ?",
+        " used_tokens = used_tokens + reserved_tokens, tokens_estimated = tokens_estimated + "
+        "reserved_tokens, reserved_tokens = 0, used_cost_usd = used_cost_usd + reserved_cost_usd, "
+        "reserved_cost_usd = 0 WHERE id = ?",
         (
             incarnation,
             holder.pid,
@@ -288,12 +288,14 @@ def _take_lease(conn: LogConnection, row: LogRow, req: Request, now: float, resu
 
 def finish_cancelled(conn: LogConnection, row: LogRow, reason: str, now: float) -> None:
     """End a run ``cancelled`` from outside its engine (none holds it): the terminal record.
-    Reservations of a dead engine stay charged, as at a takeover. Inside the caller's transaction."""
+    Reservations of a dead engine stay charged, as at a takeover. Inside the caller's
+    transaction."""
     conn.execute(
-        "UPDATE run SET status = 'cancelled', reason = ?, finished_at = ?, updated_at = ?, lease_pid = NULL,"
-        " lease_expires = NULL, lease_expires_boot = NULL, waiting_for = NULL, waiting_since = NULL, reserved_tokens = 0,"
-        " used_tokens = used_tokens + reserved_tokens, tokens_estimated = tokens_estimated + reserved_tokens,"
-        " used_cost_usd = used_cost_usd + reserved_cost_usd, reserved_cost_usd = 0 WHERE id = ?",
+        "UPDATE run SET status = 'cancelled', reason = ?, finished_at = ?, updated_at = ?, "
+        "lease_pid = NULL, lease_expires = NULL, lease_expires_boot = NULL, waiting_for = NULL, "
+        "waiting_since = NULL, reserved_tokens = 0, used_tokens = used_tokens + reserved_tokens, "
+        "tokens_estimated = tokens_estimated + reserved_tokens, used_cost_usd = used_cost_usd + "
+        "reserved_cost_usd, reserved_cost_usd = 0 WHERE id = ?",
         (reason, now, now, row["id"]),
     )
     _event(

@@ -117,7 +117,8 @@ def open_follower(location: LogLocation) -> LogConnection | None:
 
 
 def has_column(conn: LogConnection, table: str, column: str) -> bool:
-    """Does the log's ``table`` have ``column`` (a schema-1 file read without migrating it has not)?"""
+    """Does the log's ``table`` have ``column`` (a schema-1 file read without migrating it has
+    not)?"""
     return backend_of(conn).has_column(conn, table, column)
 
 
@@ -143,6 +144,12 @@ def hand_over(location: LogLocation) -> tuple[list[str], dict[str, str]]:
     """How a child process is told where the log is: ``--db`` on its command line, or (a URL
     that may carry a password) ``STEPLOG_DB`` in its environment, which only its user can read."""
     return backend_for(location).hand_over(location)
+
+
+def log_file(location: LogLocation) -> Path | None:
+    """The file the log is, or ``None`` for a log in a database server (what only a file allows,
+    ``steplog prune`` and ``import``, asks this)."""
+    return backend_for(location).file_of(location)
 
 
 def is_server(location: LogLocation) -> bool:
@@ -177,6 +184,7 @@ __all__ = [
     "is_transient",
     "load_driver",
     "location",
+    "log_file",
     "named_rows",
     "open_follower",
     "open_log",

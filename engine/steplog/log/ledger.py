@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from steplog.log.db import LogConnection
 from steplog.log.events import EventKind
@@ -64,8 +65,8 @@ def carried_effect(
         if step is not None and step[0] == "committed":
             return None
         row = conn.execute(
-            "SELECT key, status, request_hash, response, idempotent, kind, target FROM effect"
-            " WHERE run_id = ? AND seq = ? AND idx = ?",
+            "SELECT key, status, request_hash, response, idempotent, kind, target FROM effect "
+            "WHERE run_id = ? AND seq = ? AND idx = ?",
             (parent, seq, idx),
         ).fetchone()
         if row is not None:
@@ -126,3 +127,31 @@ def forget_unconfirmed(conn: LogConnection, run_id: str) -> None:
     conn.execute(
         "DELETE FROM effect WHERE run_id = ? AND status = 'started' AND idempotent = 0", (run_id,)
     )
+
+
+EFFECT_DETAIL = (
+    "key",
+    "idx",
+    "kind",
+    "target",
+    "idempotent",
+    "status",
+    "attempts",
+    "response",
+    "started_at",
+    "completed_at",
+)
+"""What a reader is shown of a ledger row (``effects_of_step``), in this order."""
+
+
+def effects_of_step(conn: LogConnection, run_id: str, seq: int) -> list[dict[str, Any]]:
+    """The ledger rows of step ``seq`` of the run, in effect order, as ``EFFECT_DETAIL`` dicts
+    (``idempotent`` a bool)."""
+    rows = conn.execute(
+        f"SELECT {', '.join(EFFECT_DETAIL)} FROM effect WHERE run_id = ? AND seq = ? ORDER BY idx",
+        (run_id, seq),
+    ).fetchall()
+    out = [dict(zip(EFFECT_DETAIL, r, strict=True)) for r in rows]
+    for effect in out:
+        effect["idempotent"] = bool(effect["idempotent"])
+    return out

@@ -14,20 +14,19 @@ from collections.abc import Collection
 
 from steplog.log.db import LogConnection, LogRow, for_update, named_rows, run_write
 from steplog.log.events import EventKind
-from steplog.log.journal import dumps
+from steplog.log.journal import append_event
 from steplog.log.lease import Holder
 from steplog.log.status import TERMINAL
 
 # The claimable rows, oldest first, prefiltered in SQL; whether a holder on this host is dead
 # is a question for the OS, so the caller's ``vacancy`` has the last word.
 _CLAIMABLE = (
-    "SELECT id, agent, status, launch, lease_pid, lease_host, lease_boot, lease_proc_start,"
-    " lease_expires, lease_expires_boot, worker_pid, worker_host, worker_boot, worker_proc_start,"
-    " worker_claimed_at FROM run WHERE status IN ('queued', 'running', 'waiting')"
-    " AND (lease_pid IS NULL OR lease_expires IS NULL OR lease_expires <= ? OR lease_host = ?)"
-    " AND (status <> 'waiting' OR waiting_until <= ? OR EXISTS (SELECT 1 FROM signal"
-    " WHERE signal.run_id = run.id AND signal.name = run.waiting_for"
-    " AND signal.consumed_seq IS NULL))"
+    "SELECT id, agent, status, launch, lease_pid, lease_host, lease_boot, lease_proc_start, "
+    "lease_expires, lease_expires_boot, worker_pid, worker_host, worker_boot, worker_proc_start, "
+    "worker_claimed_at FROM run WHERE status IN ('queued', 'running', 'waiting') AND (lease_pid IS "
+    "NULL OR lease_expires IS NULL OR lease_expires <= ? OR lease_host = ?) AND (status <> "
+    "'waiting' OR waiting_until <= ? OR EXISTS (SELECT 1 FROM signal WHERE signal.run_id = run.id "
+    "AND signal.name = run.waiting_for AND signal.consumed_seq IS NULL))"
 )
 _CANDIDATES = _CLAIMABLE + "{agents} ORDER BY created_at, id LIMIT ? OFFSET ?"
 _CANDIDATE = _CLAIMABLE + " AND id = ?{lock}"
@@ -81,8 +80,8 @@ def record_claim(
     """Write ``worker``'s claim on the run row, with its ``worker_claimed`` event (inside the
     caller's ``run_write``). ``takeover``: why the previous engine's lease was free."""
     conn.execute(
-        "UPDATE run SET worker_host = ?, worker_pid = ?, worker_boot = ?, worker_proc_start = ?,"
-        " worker_claimed_at = ?, updated_at = ? WHERE id = ?",
+        "UPDATE run SET worker_host = ?, worker_pid = ?, worker_boot = ?, worker_proc_start = ?, "
+        "worker_claimed_at = ?, updated_at = ? WHERE id = ?",
         (worker.host, worker.pid, worker.boot, worker.proc_start, now, now, run["id"]),
     )
     _event(
@@ -115,25 +114,21 @@ def hand_back(
         status = str(row[0])
         if status not in TERMINAL:
             conn.execute(
-                "UPDATE run SET worker_host = NULL, worker_pid = NULL, worker_boot = NULL,"
-                " worker_proc_start = NULL, worker_claimed_at = NULL, updated_at = ? WHERE id = ?",
+                "UPDATE run SET worker_host = NULL, worker_pid = NULL, worker_boot = NULL, "
+                "worker_proc_start = NULL, worker_claimed_at = NULL, updated_at = ? WHERE id = ?",
                 (now, run_id),
             )
-        conn.execute(
-            "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, ?, ?, ?)",
-            (
-                run_id,
-                now,
-                int(row[1]),
-                EventKind.WORKER_RELEASED,
-                dumps(
-                    {
-                        "worker": {"host": worker.host, "pid": worker.pid},
-                        "exit_code": exit_code,
-                        "status": status,
-                    }
-                ),
-            ),
+        append_event(
+            conn,
+            run_id,
+            int(row[1]),
+            EventKind.WORKER_RELEASED,
+            {
+                "worker": {"host": worker.host, "pid": worker.pid},
+                "exit_code": exit_code,
+                "status": status,
+            },
+            ts=now,
         )
         return status
 
@@ -142,7 +137,4 @@ def _event(
     conn: LogConnection, run_id: str, now: float, kind: str, data: dict[str, object]
 ) -> None:
     incarnation = conn.execute("SELECT incarnation FROM run WHERE id = ?", (run_id,)).fetchone()[0]
-    conn.execute(
-        "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, ?, ?, ?)",
-        (run_id, now, incarnation, kind, dumps(data)),
-    )
+    append_event(conn, run_id, incarnation, kind, data, ts=now)

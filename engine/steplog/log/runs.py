@@ -14,9 +14,10 @@ from typing import Any
 from steplog.log.claim import finish_cancelled
 from steplog.log.db import LogConnection, LogRow, for_update, named_rows
 from steplog.log.events import EventKind
-from steplog.log.journal import dumps
+from steplog.log.journal import append_event, dumps
 from steplog.log.launch import Launch
 from steplog.log.status import TERMINAL
+from steplog.log.steps import copy_committed_steps
 from steplog.policies import Budget
 
 
@@ -28,10 +29,7 @@ def _event(
     data: dict[str, Any],
     seq: int | None = None,
 ) -> None:
-    conn.execute(
-        "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?)",
-        (run["id"], now, run["incarnation"], kind, seq, dumps(data)),
-    )
+    append_event(conn, run["id"], run["incarnation"], kind, data, seq=seq, ts=now)
 
 
 def run_to_change(conn: LogConnection, run_id: str) -> LogRow | None:
@@ -65,8 +63,8 @@ def count_ended(conn: LogConnection, run_ids: list[str]) -> int:
     """How many of these runs are finished (``status.TERMINAL``)."""
     return int(
         conn.execute(
-            f"SELECT count(*) FROM run WHERE id IN {_marks(run_ids)} AND status IN"
-            f" {_marks(TERMINAL)}",
+            f"SELECT count(*) FROM run WHERE id IN {_marks(run_ids)} AND status IN "
+            f"{_marks(TERMINAL)}",
             (*run_ids, *TERMINAL),
         ).fetchone()[0]
     )
@@ -116,8 +114,8 @@ def store_signal(
     """Store signal ``name`` for the run's next ``wait_for(name)``, with its event; its id."""
     signal_id = int(
         conn.execute(
-            "INSERT INTO signal (run_id, name, data, key, sent_at) VALUES (?, ?, ?, ?, ?)"
-            " RETURNING id",
+            "INSERT INTO signal (run_id, name, data, key, sent_at) VALUES (?, ?, ?, ?, ?) "
+            "RETURNING id",
             (run["id"], name, data_json, key, now),
         ).fetchone()[0]
     )
@@ -169,8 +167,8 @@ def set_going_again(
     ]
     conn.execute("DELETE FROM step WHERE run_id = ? AND status = 'failed'", (run_id,))
     conn.execute(
-        "UPDATE run SET reason = NULL, result = NULL, finished_at = NULL, used_retries = 0,"
-        " cancel_requested = NULL, updated_at = ? WHERE id = ?",
+        "UPDATE run SET reason = NULL, result = NULL, finished_at = NULL, used_retries = 0, "
+        "cancel_requested = NULL, updated_at = ? WHERE id = ?",
         (now, run_id),
     )
     enqueue(conn, run_id, launch)
@@ -208,17 +206,17 @@ def create_fork(
     ``run_created`` and ``step_copied`` events. How many steps were copied."""
     pid = parent["id"]
     sums = conn.execute(
-        "SELECT COUNT(*), COALESCE(SUM(tokens_in + tokens_out), 0), COALESCE(SUM(tokens_estimated"
-        " * (tokens_in + tokens_out)), 0), COALESCE(SUM(cost_usd), 0) FROM step"
-        " WHERE run_id = ? AND seq < ?",
+        "SELECT COUNT(*), COALESCE(SUM(tokens_in + tokens_out), 0), COALESCE(SUM(tokens_estimated "
+        "* (tokens_in + tokens_out)), 0), COALESCE(SUM(cost_usd), 0) FROM step WHERE run_id = ? "
+        "AND seq < ?",
         (pid, at_step),
     ).fetchone()
     copied, tokens, estimated, cost = int(sums[0]), int(sums[1]), int(sums[2]), float(sums[3])
     conn.execute(
-        "INSERT INTO run (id, agent, model, params, workdir, outbox, limit_steps, limit_tokens,"
-        " limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, used_steps, used_tokens,"
-        " tokens_estimated, used_cost_usd, step_executions, created_at, updated_at, parent_run_id,"
-        " parent_step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO run (id, agent, model, params, workdir, outbox, limit_steps, limit_tokens, "
+        "limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, used_steps, used_tokens, "
+        "tokens_estimated, used_cost_usd, step_executions, created_at, updated_at, parent_run_id, "
+        "parent_step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             new_id,
             parent["agent"],
@@ -243,15 +241,7 @@ def create_fork(
             at_step,
         ),
     )
-    conn.execute(
-        "INSERT INTO step (run_id, seq, name, kind, status, phase, decision, result, error,"
-        " attempts, recoveries, tokens_in, tokens_out, tokens_cached, tokens_estimated, cost_usd,"
-        " started_at, finished_at, incarnation)"
-        " SELECT ?, seq, name, kind, 'committed', 'recorded', decision, result, NULL, attempts,"
-        " recoveries, tokens_in, tokens_out, tokens_cached, tokens_estimated, cost_usd,"
-        " started_at, finished_at, 0 FROM step WHERE run_id = ? AND seq < ? ORDER BY seq",
-        (new_id, pid, at_step),
-    )
+    copy_committed_steps(conn, pid, new_id, at_step)
     row = run_to_change(conn, new_id)
     assert row is not None
     first, last = conn.execute(

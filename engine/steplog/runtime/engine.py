@@ -31,12 +31,13 @@ from steplog.log.db import (
     private_dir,
     set_synchronous,
 )
-from steplog.log.journal import Journal, Usage, dumps, load_steps, renew_lease, why_not_json
+from steplog.log.journal import Journal, Usage, dumps, renew_lease, why_not_json
 from steplog.log.lease import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from steplog.log.location import LogLocation
 from steplog.log.observer import RunObserver, incarnation_of
 from steplog.log.runids import check_run_id, new_run_id
 from steplog.log.status import outcome_error
+from steplog.log.steps import load_steps
 from steplog.policies import check_seconds
 from steplog.runtime.effects import HttpClient
 from steplog.runtime.params import bind_params
@@ -62,8 +63,8 @@ class Outcome:
             return self.result
         if self.status == "waiting":
             raise RunWaiting(
-                f"run {self.run_id} waits for signal {self.reason!r}; send it with "
-                f"`steplog signal {self.run_id} {self.reason}`, then resume the run",
+                f"run {self.run_id} waits for signal {self.reason!r}; send it with `steplog "
+                f"signal {self.run_id} {self.reason}`, then resume the run",
                 run_id=self.run_id,
                 waiting_for=self.reason or "",
             )
@@ -272,9 +273,9 @@ def _execute(
         # The claim and the journal that can release it come as one: a stop asked for in
         # between is raised once the journal exists, and the except below releases the lease.
         with interrupts.critical():
-            # The claim is not fsynced on its own: the run's first durable checkpoint syncs the
-            # log past it (a kill loses neither; a power cut before that checkpoint loses both,
-            # and the next engine claims again). One fsync less between a kill and the first new step.
+            # The claim is not fsynced on its own: the run's first durable checkpoint syncs the log
+            # past it (a kill loses neither; a power cut before that checkpoint loses both, and the
+            # next engine claims again). One fsync less between a kill and the first new step.
             set_synchronous(conn, "NORMAL")
             with named_rows(conn):  # the claim's rows by name; the journal's by position
                 claimed = claim(
@@ -353,7 +354,8 @@ def _execute(
 def _observer(
     conn: LogConnection, row: LogRow, incarnation: int, resumed: bool
 ) -> RunObserver | None:
-    """Tracing, if the environment asks for it (``steplog.tracing.observe``), told this incarnation began."""
+    """Tracing, if the environment asks for it (``steplog.tracing.observe``), told this incarnation
+    began."""
     observer = from_environment()
     if observer is not None:
         observer.incarnation_started(incarnation_of(conn, row, incarnation, resumed))
@@ -440,8 +442,8 @@ def _drive(agent: Runnable, run: Run, journal: Journal, resumed: bool) -> Outcom
                 outcome_error(
                     run.id,
                     "failed",
-                    f"the agent returned {type(result).__name__}, "
-                    f"which cannot be recorded as JSON ({why_not_json(exc)})",
+                    f"the agent returned {type(result).__name__}, which cannot be recorded as "
+                    f"JSON ({why_not_json(exc)})",
                 )
             ) from None
         with interrupts.shielded():  # the run ends here either way
@@ -474,8 +476,8 @@ def _drive(agent: Runnable, run: Run, journal: Journal, resumed: bool) -> Outcom
             raise  # a stop from outside: the run stays resumable
         used, limit = round(journal.seconds_used(), 3), run.budget.max_seconds
         why = (
-            f"budget exhausted: seconds used {used} of {limit} (a step was still running at the limit; "
-            "it runs again when the limit is raised)"
+            f"budget exhausted: seconds used {used} of {limit} (a step was still running at the "
+            "limit; it runs again when the limit is raised)"
         )
         with interrupts.shielded():
             journal.finish(

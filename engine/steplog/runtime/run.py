@@ -35,9 +35,7 @@ from steplog.errors import (
 from steplog.llm.base import ChatModel, ChatReply, Estimate, Message
 from steplog.log import interrupts
 from steplog.log.journal import (
-    Committed,
     Journal,
-    StepRecord,
     cancel_request,
     deaths_inside,
     dumps,
@@ -45,6 +43,7 @@ from steplog.log.journal import (
     why_not_json,
 )
 from steplog.log.ledger import EffectRecord, carried_effect, load_effect, released_effects
+from steplog.log.steps import Committed, StepRecord, as_stored
 from steplog.policies import Budget, RetryPolicy
 from steplog.runtime import crashpoints, effects
 from steplog.runtime.redact import redact
@@ -915,6 +914,6 @@ class Run:
 
 
 def _same_as_stored(prior: Any, name: str, kind: str) -> bool:
-    """Is this the recorded step after all, once ``name`` is as the log stores it? (A NUL in a
-    name reads back from PostgreSQL as ``pg.NUL_STAND_IN``.)"""
-    return bool(prior.kind == kind and prior.name == name.replace("\x00", "\ufffd"))
+    """Is this the recorded step after all, once ``name`` is as the log stores it
+    (``steps.as_stored``)?"""
+    return bool(prior.kind == kind and prior.name == as_stored(name))
