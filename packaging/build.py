@@ -69,7 +69,8 @@ def build(dist: Path, work: Path) -> Path:
     )
     bundle = dist / ("steplog.app" if sys.platform == "darwin" else "steplog")
     print(
-        f"built {bundle} in {time.monotonic() - started:.0f} s, {folder_size(bundle) / 2**20:.0f} MiB"
+        f"built {bundle} in {time.monotonic() - started:.0f} s, {folder_size(bundle) / 2**20:.0f} "
+        "MiB"
     )
     return bundle
 

@@ -230,7 +230,8 @@ def check_monitor(exe: Path, env: dict[str, str], work: Path, screenshot: Path |
             raise SmokeFailure(f"the monitor exited {code} on SIGTERM; see {work / 'app.log'}")
         leases = query(
             db,
-            "SELECT lease_pid FROM run WHERE status NOT IN ('succeeded', 'failed', 'gave_up', 'cancelled')",
+            "SELECT lease_pid FROM run WHERE status NOT IN ('succeeded', 'failed', 'gave_up', "
+            "'cancelled')",
         )
         if any(pid is not None for (pid,) in leases):
             raise SmokeFailure("an engine still holds its lease after the monitor exited")

@@ -13,9 +13,10 @@ import sys
 
 
 def _add_pythonpath() -> None:
-    """A bundle ignores ``PYTHONPATH``; children get it from ``steplog.control.procs.child_env`` (the
-    parent's project paths, then its working directory), so honour it after the bundled modules:
-    a person's ``package.module:function`` agent imports as it would with ``python -P -m``."""
+    """A bundle ignores ``PYTHONPATH``; children get it from ``steplog.control.procs.child_env``
+    (the parent's project paths, then its working directory), so honour it after the bundled
+    modules: a person's ``package.module:function`` agent imports as it would with ``python -P
+    -m``."""
     for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         if entry and entry not in sys.path:
             sys.path.append(entry)

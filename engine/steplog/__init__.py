@@ -42,6 +42,7 @@ from steplog.errors import (
     WaitTimeout,
 )
 from steplog.llm.base import ChatModel, ChatReply, Usage
+from steplog.log.runstatus import RunStatus
 from steplog.policies import Budget, RetryPolicy
 from steplog.runtime.agent import Agent, agent
 from steplog.runtime.run import Run, current_key
@@ -68,6 +69,7 @@ __all__ = [
     "RetryPolicy",
     "Run",
     "RunFailed",
+    "RunStatus",
     "RunStopped",
     "RunWaiting",
     "SteplogError",

@@ -6,11 +6,11 @@
         report = killtest("my_pkg.agent:main", kills=10)
         assert report.passed, report.summary()
 
-``killtest(agent_spec, *, kills=10, seed=0, sweep=False, params=None, tmp_dir=None, ...)`` runs
-the reference, the storm (and the sweep) as real processes under the test's ``tmp_path`` and
-returns a ``steplog.killtest.report.Report``: ``.passed``, ``.verdict`` (a ``steplog.verdict.Verdict``),
-``.summary()``. The agent must be importable by this test process (the engines it launches get
-the same project paths).
+``killtest(agent_spec, *, kills=10, seed=0, sweep=False, params=None, tmp_dir=None, ...)`` runs the
+reference, the storm (and the sweep) as real processes under the test's ``tmp_path`` and returns a
+``steplog.killtest.report.Report``: ``.passed``, ``.verdict`` (a ``steplog.verdict.Verdict``),
+``.summary()``. The agent must be importable by this test process (the engines it launches get the
+same project paths).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ KilltestFn = Callable[..., "Report"]
 
 @pytest.fixture
 def killtest(tmp_path: Path) -> KilltestFn:
-    """A callable that kill-tests an agent spec and returns the report (see the module docstring)."""
+    """A callable that kill-tests an agent spec and returns the report (see the module
+    docstring)."""
     counter = itertools.count(1)
 
     def run(

@@ -29,6 +29,7 @@ from steplog.log.location import LogLocation, PgUrl
 from steplog.log.location import parse as parse_location
 from steplog.log.pgschema import NOTIFY_CHANNEL
 from steplog.log.reader import LogRepository
+from steplog.log.runstatus import RunStatus
 from steplog_gui import jobs, resources, theme
 from steplog_gui.compare.window import CompareWindow
 from steplog_gui.feeds.monitor import Monitor
@@ -229,7 +230,11 @@ class MainWindow(QMainWindow):
         runs = self.runs_view
         fm = runs.fontMetrics()
         pad = 2 * runs.style().pixelMetric(QStyle.PixelMetric.PM_HeaderMargin) + 4
-        samples = (("Run", SAMPLE_RUN_ID), ("Status", "succeeded"), ("Steps", "1000 / 2000"))
+        samples = (
+            ("Run", SAMPLE_RUN_ID),
+            ("Status", RunStatus.SUCCEEDED),
+            ("Steps", "1000 / 2000"),
+        )
         key_columns = sum(
             max(fm.horizontalAdvance(a), fm.horizontalAdvance(b)) + pad for a, b in samples
         )
@@ -643,7 +648,8 @@ class MainWindow(QMainWindow):
         self.act_resume.setEnabled(
             not running
             and run is not None
-            and run.status in ("queued", "running", "waiting", "gave_up")
+            and run.status
+            in (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.GAVE_UP)
         )
         self.act_demo.setEnabled(not running)
         if not running and self.auto_kill.isChecked():

@@ -12,6 +12,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
+from steplog.log.runstatus import RunStatus
 from steplog_gui.model.run_state import (
     COMMITTED,
     COPIED,
@@ -53,14 +54,14 @@ LIGHT = Palette(
         INTERRUPTED: "#bfa77f",
     },
     status={
-        "running": "#2f74d0",
-        "succeeded": "#2e9d4f",
-        "gave_up": "#b27300",
-        "failed": "#d03030",
+        RunStatus.RUNNING: "#2f74d0",
+        RunStatus.SUCCEEDED: "#2e9d4f",
+        RunStatus.GAVE_UP: "#b27300",
+        RunStatus.FAILED: "#d03030",
         "stopped": "#7a7a7a",
-        "waiting": "#00838f",
-        "cancelled": "#6d6d6d",
-        "queued": "#7a7a7a",
+        RunStatus.WAITING: "#00838f",
+        RunStatus.CANCELLED: "#6d6d6d",
+        RunStatus.QUEUED: "#7a7a7a",
     },
     kill="#d00000",
     limit="#d03030",
@@ -83,14 +84,14 @@ DARK = Palette(
         INTERRUPTED: "#8a7a5c",
     },
     status={
-        "running": "#5a9cff",
-        "succeeded": "#3fbf66",
-        "gave_up": "#f0b040",
-        "failed": "#ff5c5c",
+        RunStatus.RUNNING: "#5a9cff",
+        RunStatus.SUCCEEDED: "#3fbf66",
+        RunStatus.GAVE_UP: "#f0b040",
+        RunStatus.FAILED: "#ff5c5c",
         "stopped": "#9a9a9a",
-        "waiting": "#26c6da",
-        "cancelled": "#9a9a9a",
-        "queued": "#9a9a9a",
+        RunStatus.WAITING: "#26c6da",
+        RunStatus.CANCELLED: "#9a9a9a",
+        RunStatus.QUEUED: "#9a9a9a",
     },
     kill="#ff4040",
     limit="#ff6060",
@@ -164,7 +165,7 @@ def _palette(p: Palette) -> QPalette:
         (role.ToolTipBase, window),
         (role.ToolTipText, text),
         (role.PlaceholderText, QColor("#8a8a8a")),
-        (role.Highlight, QColor(p.status["running"])),
+        (role.Highlight, QColor(p.status[RunStatus.RUNNING])),
         (role.HighlightedText, QColor("#ffffff")),
     ):
         pal.setColor(r, c)

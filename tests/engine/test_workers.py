@@ -433,14 +433,13 @@ def test_worker_storm_on_postgresql_every_message_once_and_other_runs_untouched(
     assert engine.status(other)["status"] == "queued" and claims(engine, other) == 0
 
 
-def test_the_readme_scale_out_commands_do_what_it_says(engine: Engine, tmp_path: Path) -> None:
-    import re
+def test_the_docs_queue_and_workers_commands_do_what_they_say(
+    engine: Engine, tmp_path: Path
+) -> None:
+    from helpers.docs_pages import DOCS, Reader, block_containing
 
-    from test_readme import README, run_shell_block
-
-    shell = re.search(r"### A queue and workers\n.*?```\n(.*?)```", README.read_text(), re.S)
-    assert shell is not None, "the README no longer shows submit and worker"
-    *submitted, worked, listed = run_shell_block(engine, tmp_path, shell.group(1))
+    shell = block_containing(DOCS / "postgres-and-workers.md", "steplog submit demo --run-id job-1")
+    _outbox, *submitted, worked, listed = Reader(tmp_path, engine.env, engine.db).shell(shell)
     assert [s.stdout for s in submitted] == ["job-1\n", "job-2\n"], [s.stderr for s in submitted]
     assert worked.returncode == 0 and "drained; 2 claimed, 2 succeeded" in worked.stderr, (
         worked.stderr

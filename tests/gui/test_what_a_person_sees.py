@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gui_helpers import (
+from gui_helpers import (  # noqa: F401 (fixtures)
     answer_next_modal,
-    settings,  # noqa: F401 (fixtures)
+    crashed_run,
+    gui_env,
+    settings,
+    theme_restored,
+    window,
 )
 from PySide6.QtWidgets import QDialog
 

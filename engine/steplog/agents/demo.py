@@ -4,8 +4,9 @@ For each shipped ticket, in order: the model classifies it and drafts a reply (t
 decision); the reply is written to ``replies/<id>.md`` (atomic, stable name); it is POSTed to the
 outbox with the step's idempotency key; the ticket's row is merged into ``helpdesk.db``. Then
 ``summary.md`` and one digest message; with ``--param approve=true`` the digest first waits for a
-person's approval (the signal ``approve`` with ``{"approved": true|false}``). With the offline model every output is a deterministic
-function of the data, so an interrupted run and an uninterrupted one are byte-identical.
+person's approval (the signal ``approve`` with ``{"approved": true|false}``). With the offline model
+every output is a deterministic function of the data, so an interrupted run and an uninterrupted one
+are byte-identical.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ import steplog
 from steplog.policies import Budget
 
 SYSTEM = (
-    "You triage support tickets for Ledgerly, an invoicing app. Read the ticket and answer with one "
-    "JSON object with the keys category (billing, bug, account, feature_request, privacy, outage, "
-    "praise or other), priority (urgent, high, normal or low) and reply (a courteous reply draft of "
-    "3-6 sentences that addresses the customer by name)."
+    "You triage support tickets for Ledgerly, an invoicing app. Read the ticket and answer with "
+    "one JSON object with the keys category (billing, bug, account, feature_request, privacy, "
+    "outage, praise or other), priority (urgent, high, normal or low) and reply (a courteous reply "
+    "draft of 3-6 sentences that addresses the customer by name)."
 )
 CATEGORIES = (
     "billing",

@@ -52,7 +52,7 @@ async def demo_async(
             run.write_file(
                 f"replies/{t['id']}.md", render_reply(t, tr), name=f"write reply {t['id']}"
             )
-            for t, tr in zip(todo, triaged)
+            for t, tr in zip(todo, triaged, strict=True)
         ],
         parallel,
     )
@@ -70,7 +70,7 @@ async def demo_async(
                 },
                 name=f"send reply {t['id']}",
             )
-            for t, tr in zip(todo, triaged)
+            for t, tr in zip(todo, triaged, strict=True)
         ],
         parallel,
     )
@@ -90,13 +90,13 @@ async def demo_async(
                 },
                 name=f"record {t['id']}",
             )
-            for t, tr in zip(todo, triaged)
+            for t, tr in zip(todo, triaged, strict=True)
         ],
         1,
     )  # one writer for helpdesk.db: rows in ticket order
     rows = [
         {"id": t["id"], "subject": t["subject"], **{k: tr[k] for k in ("category", "priority")}}
-        for t, tr in zip(todo, triaged)
+        for t, tr in zip(todo, triaged, strict=True)
     ]
     summary = render_summary(rows)
     await run.write_file("summary.md", summary, name="write summary")

@@ -9,9 +9,10 @@ rows are INSERTed into a table without a primary key, and a log file is appended
 lines appended twice: the failing half of the product's argument (``killtest demo`` passes).
 
 It honours ``--pace`` as ``demo`` does (simulated thinking before each model call), and with
-``--param trace=true`` it appends what it does to ``WORKDIR/trace.jsonl`` (``steplog.agents.trace``),
-numbered and named like the demo's steps: the monitor's compare mode draws the naive lane from
-it. The trace is a debug log, never read back: after a kill the agent still starts over.
+``--param trace=true`` it appends what it does to ``WORKDIR/trace.jsonl``
+(``steplog.agents.trace``), numbered and named like the demo's steps: the monitor's compare mode
+draws the naive lane from it. The trace is a debug log, never read back: after a kill the agent
+still starts over.
 """
 
 from __future__ import annotations

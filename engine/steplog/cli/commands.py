@@ -13,6 +13,7 @@ import click
 from steplog.cli.options import Seconds
 from steplog.errors import EXIT_USAGE, SteplogError, UsageError
 from steplog.log.location import LogLocation
+from steplog.log.runstatus import RunStatus
 
 if TYPE_CHECKING:
     from steplog.log.launch import Launch
@@ -387,10 +388,14 @@ def cancel(run_id: str, db: LogLocation | None, reason: str | None, wait_seconds
     click.echo(
         f"run {run_id}: cancel requested; its engine stops at its next step boundary", err=True
     )
-    status = wait_until_finished(run_id, db=db, timeout=wait_seconds) if wait_seconds else "running"
-    if status == "cancelled":
+    status = (
+        wait_until_finished(run_id, db=db, timeout=wait_seconds)
+        if wait_seconds
+        else RunStatus.RUNNING
+    )
+    if status == RunStatus.CANCELLED:
         click.echo(f"run {run_id} cancelled ({done.reason})")
-    elif status in ("succeeded", "failed", "gave_up"):
+    elif status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.GAVE_UP):
         click.echo(
             f"run {run_id} ended {status} before it reached a step boundary; nothing was cancelled"
         )
@@ -430,14 +435,14 @@ def signal(run_id: str, name: str, db: LogLocation | None, data_json: str, key: 
     sent = send(run_id, name, data, db=db, key=key)
     what = "already sent with this key" if sent.duplicate else "sent"
     click.echo(f"signal {name!r} {what} to run {run_id} (#{sent.signal_id})")
-    if sent.status == "waiting" and sent.waiting_for == name and not sent.engine_live:
+    if sent.status == RunStatus.WAITING and sent.waiting_for == name and not sent.engine_live:
         where = f" --db {db}" if db else ""
         click.echo(
             f"run {run_id} waits for it with no engine; carry it on: steplog run {sent.agent} "
             f"--run-id {run_id}{where}",
             err=True,
         )
-    elif sent.status == "waiting" and sent.waiting_for == name:
+    elif sent.status == RunStatus.WAITING and sent.waiting_for == name:
         click.echo(f"run {run_id} was waiting for it; its engine carries on now", err=True)
     else:
         click.echo(f"run {run_id} keeps it until it waits for {name!r}", err=True)
@@ -734,20 +739,24 @@ def _report(outcome: Any, db: LogLocation | None) -> None:
     from steplog.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_GAVE_UP, EXIT_WAITING
 
     rid = outcome.run_id
-    if outcome.status == "succeeded":
+    if outcome.status == RunStatus.SUCCEEDED:
         click.echo(f"run {rid} succeeded: {json.dumps(outcome.result, ensure_ascii=False)}")
         return
-    if outcome.status == "waiting":
+    if outcome.status == RunStatus.WAITING:
         where = f" --db {db}" if db else ""
         click.echo(
             f"run {rid} is waiting for signal {outcome.reason!r}; send it with `steplog signal "
             f"{rid} {outcome.reason} --data JSON{where}`, then run the same command"
         )
         sys.exit(EXIT_WAITING)
-    verb = {"gave_up": "gave up", "cancelled": "was cancelled"}.get(outcome.status, "failed")
+    verb = {RunStatus.GAVE_UP: "gave up", RunStatus.CANCELLED: "was cancelled"}.get(
+        outcome.status, "failed"
+    )
     click.echo(f"run {rid} {verb}: {outcome.reason}")
     sys.exit(
-        {"gave_up": EXIT_GAVE_UP, "cancelled": EXIT_CANCELLED}.get(outcome.status, EXIT_FAILED)
+        {RunStatus.GAVE_UP: EXIT_GAVE_UP, RunStatus.CANCELLED: EXIT_CANCELLED}.get(
+            outcome.status, EXIT_FAILED
+        )
     )
 
 
@@ -804,8 +813,12 @@ def _describe(s: dict[str, Any]) -> str:
         "gone": " (its engine is gone: run the same command to resume)",
         "none": " (no engine holds it: run the same command to resume)",
     }
-    state = s["status"] + (f" for signal {s['waiting_for']!r}" if s["status"] == "waiting" else "")
-    state += engine.get(s["engine"], "") if s["status"] in ("running", "waiting") else ""
+    state = s["status"] + (
+        f" for signal {s['waiting_for']!r}" if s["status"] == RunStatus.WAITING else ""
+    )
+    state += (
+        engine.get(s["engine"], "") if s["status"] in (RunStatus.RUNNING, RunStatus.WAITING) else ""
+    )
     if "forked_from" in s:
         state += (
             f"  (forked from {s['forked_from']['run_id']} at step {s['forked_from']['at_step']})"
@@ -849,7 +862,7 @@ def runs(db: LogLocation | None, as_json: bool) -> None:
     for s in rows:
         state = (
             "stopped"
-            if s["status"] == "running" and s["engine"] in ("gone", "none")
+            if s["status"] == RunStatus.RUNNING and s["engine"] in ("gone", "none")
             else s["status"]
         )
         worker = f"  worker {s['worker']['host']}:{s['worker']['pid']}" if s.get("worker") else ""

@@ -44,6 +44,7 @@ from steplog.log.journal import dumps
 from steplog.log.launch import Launch
 from steplog.log.lease import row_vacancy
 from steplog.log.location import LogLocation
+from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL
 from steplog.log.steps import contiguous_committed, unfinished_steps
 
@@ -230,7 +231,7 @@ def prepare_retry(
     with _log(db) as (path, conn), immediate(conn):
         row = _run_row(conn, path, run_id)
         status, reason = row["status"], row["reason"] or ""
-        if status != "failed":
+        if status != RunStatus.FAILED:
             raise ControlRefused(_why_not_retry(row))
         kind = _failure_kind(conn, run_id, reason)
         warnings: list[str] = []
@@ -300,14 +301,14 @@ def _carried_unconfirmed(conn: LogConnection, row: LogRow) -> list[str]:
 
 def _why_not_retry(row: LogRow) -> str:
     rid, status = row["id"], row["status"]
-    if status == "succeeded":
+    if status == RunStatus.SUCCEEDED:
         return f"run {rid} succeeded; there is nothing to retry (fork it to run part of it again)"
-    if status == "gave_up":
+    if status == RunStatus.GAVE_UP:
         return (
             f"run {rid} gave up ({row['reason']}); raise the limit that stopped it instead: "
             f"steplog run {row['agent']} --run-id {rid} --max-..."
         )
-    if status == "cancelled":
+    if status == RunStatus.CANCELLED:
         return (
             f"run {rid} was cancelled and never runs again; fork it to carry on: steplog fork "
             f"{rid} --at-step N"

@@ -123,7 +123,8 @@ def killtest(opts: Options, base: Path, progress: Progress | None = None) -> Rep
     unknown = set(opts.sweep_points or ()) - set(crashpoints.POINTS)
     if unknown:
         raise UsageError(
-            f"unknown crash point(s) {', '.join(sorted(unknown))}: use {', '.join(crashpoints.POINTS)}"
+            f"unknown crash point(s) {', '.join(sorted(unknown))}: use "
+            f"{', '.join(crashpoints.POINTS)}"
         )
     if opts.db is not None and opts.run_prefix == "killtest":
         opts = replace(
@@ -160,7 +161,8 @@ def run_reference(opts: Options, root: Path, tell: Progress) -> Reference:
             raise UsageError(last.removeprefix("steplog: "))
         if done.code not in (0, 3, 4):
             raise KilltestError(
-                f"the reference run of {opts.agent} exited {done.code}: {done.stderr.strip()[-400:]}"
+                f"the reference run of {opts.agent} exited {done.code}: "
+                f"{done.stderr.strip()[-400:]}"
             )
         watch = LogWatch(box.db, box.run_id)
         leases = [e.ts for e in watch.poll() if e.kind == EventKind.LEASE_ACQUIRED]

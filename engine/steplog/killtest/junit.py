@@ -1,4 +1,5 @@
-"""The kill test as JUnit XML, for CI systems: one testcase per check of the storm, one per sweep case."""
+"""The kill test as JUnit XML, for CI systems: one testcase per check of the storm, one per sweep
+case."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Real engines as real process groups, and a read-only eye on their log.
 
 Each run of the kill test lives in a ``Sandbox`` of its own (log, workdir, outbox file, engine
-output). Engines are started and killed by ``steplog.control.procs`` (a new session each, so a kill takes
-the engine and anything it started, and nothing else).
+output). Engines are started and killed by ``steplog.control.procs`` (a new session each, so a kill
+takes the engine and anything it started, and nothing else).
 """
 
 from __future__ import annotations

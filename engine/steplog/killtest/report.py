@@ -88,7 +88,8 @@ class Report:
 
     @property
     def verdict(self) -> Verdict | None:
-        """The storm's verdict; without a storm, the first failing sweep case's (or the last case's)."""
+        """The storm's verdict; without a storm, the first failing sweep case's (or the last
+        case's)."""
         if self.storm is not None:
             return self.storm.verdict
         if self.sweep is not None and self.sweep.cases:
@@ -183,7 +184,10 @@ def stats_line(kills: list[Kill]) -> str:
         ", ".join(f"{n} redone × {count}" for n, count in redone_histogram(kills).items())
         or "no kills"
     )
-    return f"resume latency median {_secs(lat['median'])}, p95 {_secs(lat['p95'])}, max {_secs(lat['max'])}; {hist}"
+    return (
+        f"resume latency median {_secs(lat['median'])}, p95 {_secs(lat['p95'])}, max "
+        f"{_secs(lat['max'])}; {hist}"
+    )
 
 
 def kills_table(kills: list[Kill], since: float) -> list[str]:
@@ -264,8 +268,9 @@ def render(report: Report) -> str:
             f"{s.launches} engine launches — {'PASS' if s.passed else 'FAIL'}",
         ]
         lines.append(
-            "  (launches: engine processes started; incarnations: engines that took the run's lease; "
-            "—: not measured, e.g. no step committed after that kill; · not checked, ✓ passed, ✗ failed)"
+            "  (launches: engine processes started; incarnations: engines that took the run's "
+            "lease; —: not measured, e.g. no step committed after that kill; · not checked, ✓ "
+            "passed, ✗ failed)"
         )
         if s.error:
             lines.append(f"  ! {s.error}")

@@ -34,6 +34,7 @@ from steplog.log.ledger import completed_post_keys
 from steplog.log.location import LogLocation
 from steplog.log.logread import events_of_kind
 from steplog.log.runs import count_ended, status_counts
+from steplog.log.runstatus import RunStatus
 from steplog.outbox import start_outbox
 from steplog.runtime.agent import resolve
 
@@ -90,7 +91,7 @@ class WorkerStormResult:
     @property
     def passed(self) -> bool:
         return (
-            self.statuses == {"succeeded": self.runs}
+            self.statuses == {RunStatus.SUCCEEDED: self.runs}
             and not self.orphans
             and not self.duplicate_keys
             and not self.stray_deliveries

@@ -1,4 +1,5 @@
-"""Chat models for steplog: the seam (``ChatModel``), a scripted offline model and an OpenAI adapter.
+"""Chat models for steplog: the seam (``ChatModel``), a scripted offline model and an OpenAI
+adapter.
 
 ``import steplog.llm`` stays cheap: the ``openai`` SDK (and its HTTP stack) is imported only when an
 ``OpenAICompatModel`` is first asked for, so an offline run resumes without paying for it.

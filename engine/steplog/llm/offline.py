@@ -44,7 +44,8 @@ PRIORITIES = ("urgent", "high", "normal", "low")
 
 SIGNATURE = (
     "— Support team\n"
-    "(Draft written offline by steplog's scripted model from keyword rules; please review before sending.)"
+    "(Draft written offline by steplog's scripted model from keyword rules; please review before "
+    "sending.)"
 )
 
 _HEADER = re.compile(
@@ -55,7 +56,8 @@ _HEADER = re.compile(
 # A line that reads like the agent's instruction rather than the customer's words (which may well
 # mention JSON: "a simple JSON payload would be enough for us").
 _INSTRUCTION = re.compile(
-    r"^(?:please\s+)?(?:answer|respond|classify|categori[sz]e|triage|reply (?:in|with|only)|return only)\b"
+    r"^(?:please\s+)?(?:answer|respond|classify|categori[sz]e|triage"
+    r"|reply (?:in|with|only)|return only)\b"
     r"|\b(?:answer|respond|reply|output|return)\b.*\bjson\b"
     r"|\bjson\b.*\b(?:keys?|fields?|schema|object)\b",
     re.IGNORECASE,
@@ -170,7 +172,8 @@ def parse_ticket(text: str) -> Ticket | None:
 
 
 def _is_instruction(line: str) -> bool:
-    """True for a line of instructions: imperative triage wording, a JSON spec, or a list of categories."""
+    """True for a line of instructions: imperative triage wording, a JSON spec, or a list of
+    categories."""
     if _INSTRUCTION.search(line):
         return True
     return sum(1 for name in CATEGORIES if re.search(rf"\b{name}\b", line, re.IGNORECASE)) >= 3
@@ -261,13 +264,29 @@ class _Found:
 
 
 _OPENERS = {
-    "billing": 'Thank you for getting in touch about "{subject}", and I am sorry for the trouble with your billing.',
-    "bug": 'Thank you for reporting "{subject}" so clearly; the detail you gave makes it much easier to reproduce.',
-    "account": 'Sorry to hear about the trouble with "{subject}"; let us get you back into your account.',
-    "feature_request": 'Thank you for the suggestion about "{subject}"; requests like this shape what we build next.',
-    "privacy": 'Thank you for your request about "{subject}"; we handle data protection requests carefully '
-    "and within the legal deadlines.",
-    "outage": 'Thank you for reporting this, and I am sorry: we know that "{subject}" is stopping your work.',
+    "billing": (
+        'Thank you for getting in touch about "{subject}", and I am sorry for the trouble with '
+        "your billing."
+    ),
+    "bug": (
+        'Thank you for reporting "{subject}" so clearly; the detail you gave makes it much easier '
+        "to reproduce."
+    ),
+    "account": (
+        'Sorry to hear about the trouble with "{subject}"; let us get you back into your account.'
+    ),
+    "feature_request": (
+        'Thank you for the suggestion about "{subject}"; requests like this shape what we build '
+        "next."
+    ),
+    "privacy": (
+        'Thank you for your request about "{subject}"; we handle data protection requests '
+        "carefully and within the legal deadlines."
+    ),
+    "outage": (
+        'Thank you for reporting this, and I am sorry: we know that "{subject}" is stopping your '
+        "work."
+    ),
     "praise": 'Thank you so much for your kind message about "{subject}"!',
     "other": 'Thank you for getting in touch about "{subject}".',
 }
@@ -275,7 +294,9 @@ _OPENERS = {
 _CLOSERS = {
     "urgent": "Because this is urgent, it has been escalated to our on-call team "
     "and we will update you within the hour.",
-    "high": "We have marked this as high priority and will get back to you within one business day.",
+    "high": (
+        "We have marked this as high priority and will get back to you within one business day."
+    ),
     "normal": "We will get back to you within two business days.",
     "low": "We will keep you posted on any progress.",
 }
@@ -288,9 +309,15 @@ def _billing(f: _Found) -> list[str]:
             "They will reply with the options and what each would cost you per month.",
         ]
     if f.amount:
-        first = f"I have asked our billing team to check the {f.amount} charge against your payment history right away."
+        first = (
+            f"I have asked our billing team to check the {f.amount} charge against your payment "
+            "history right away."
+        )
     else:
-        first = "I have asked our billing team to review the charges and receipts on your account right away."
+        first = (
+            "I have asked our billing team to review the charges and receipts on your account "
+            "right away."
+        )
     if f.has(r"refund|twice|prorat|downgrad"):
         second = (
             "Any amount billed in error will be refunded to your original payment method, "
@@ -308,7 +335,10 @@ def _billing(f: _Found) -> list[str]:
 
 def _bug(f: _Found) -> list[str]:
     reference = f" (reference {f.invoice})" if f.invoice else ""
-    first = f"I have filed it with our engineering team as a bug{reference}, and they will start by reproducing it."
+    first = (
+        f"I have filed it with our engineering team as a bug{reference}, and they will start by "
+        "reproducing it."
+    )
     if f.has(r"turn (?:this|it) off|disable|stop (?:sending|this)"):
         return [
             first,
@@ -325,26 +355,32 @@ def _bug(f: _Found) -> list[str]:
 def _account(f: _Found) -> list[str]:
     if f.has(r"2fa|two[- ]factor|backup code"):
         first = (
-            "Because your two-factor device is no longer available, we will verify your identity through the "
-            "email address on file and then reset two-factor authentication for you."
+            "Because your two-factor device is no longer available, we will verify your identity "
+            "through the email address on file and then reset two-factor authentication for you."
         )
     else:
         first = (
-            'Please try the "Forgot password" link on the sign-in page, which sends a reset link to the email '
-            "address we have on file."
+            'Please try the "Forgot password" link on the sign-in page, which sends a reset link '
+            "to the email address we have on file."
         )
     if f.has(r"email") and f.has(r"chang"):
         second = (
-            "If the reset email does not arrive, reply with both your old and new addresses and we will check "
-            "which one the account uses."
+            "If the reset email does not arrive, reply with both your old and new addresses and we "
+            "will check which one the account uses."
         )
     else:
-        second = "For your security we never change login details over email without that verification step."
+        second = (
+            "For your security we never change login details over email without that verification "
+            "step."
+        )
     return [first, second]
 
 
 def _feature_request(f: _Found) -> list[str]:
-    first = "I have logged it with our product team together with your description of how you would use it."
+    first = (
+        "I have logged it with our product team together with your description of how you would "
+        "use it."
+    )
     if f.has(r"\bbeta\b"):
         return [
             first,
@@ -361,18 +397,18 @@ def _privacy(f: _Found) -> list[str]:
     parts = []
     if f.has(r"erasure|delet|erase"):
         parts.append(
-            "Once we have verified that the request comes from you, we will erase the personal data we "
-            "hold about you and confirm in writing when it is done."
+            "Once we have verified that the request comes from you, we will erase the personal "
+            "data we hold about you and confirm in writing when it is done."
         )
     if f.has(r"export"):
         parts.append(
-            "We will prepare a complete export of your account data in CSV format and send you a secure "
-            "download link."
+            "We will prepare a complete export of your account data in CSV format and send you a "
+            "secure download link."
         )
     if f.has(r"retention|how long|keep (?:our|your|my) data"):
         parts.append(
-            "We will also send you our data retention schedule, which explains how long each kind of "
-            "record is kept after an account is closed."
+            "We will also send you our data retention schedule, which explains how long each kind "
+            "of record is kept after an account is closed."
         )
     if len(parts) < 2:
         parts.append(
@@ -401,7 +437,8 @@ def _praise(f: _Found) -> list[str]:
 
 def _other(f: _Found) -> list[str]:
     return [
-        "I have passed your question to the right person on our team, and they will follow up with a full answer.",
+        "I have passed your question to the right person on our team, and they will follow up "
+        "with a full answer.",
         "If you can share any extra details in the meantime, just reply to this email.",
     ]
 
@@ -435,7 +472,8 @@ def answer_ticket(ticket: Ticket) -> str:
 
 
 def digest(text: str) -> str:
-    """A short plain-text summary of a non-ticket request: ticket ids, category and priority counts."""
+    """A short plain-text summary of a non-ticket request: ticket ids, category and priority
+    counts."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     tagged = [(m.group(0), line) for line in lines if (m := re.search(r"\b[A-Z]+-\d+\b", line))]
     head = "Digest written offline by steplog's scripted model"

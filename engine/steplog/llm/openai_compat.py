@@ -73,7 +73,8 @@ class OpenAICompatModel:
         )
         self.timeout = timeout
         self.price: Price | None = (prices or PriceTable()).price_for(model, base_url=self.base_url)
-        """None when the model's price is unknown: calls are charged 0 and callers say "cost unknown"."""
+        """None when the model's price is unknown: calls are charged 0 and callers say "cost
+        unknown"."""
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         local = is_local(self.base_url)
         self._missing_key = not key and not local
@@ -195,7 +196,8 @@ class OpenAICompatModel:
             )
         if status == 401:
             return ModelError(
-                f"authentication failed at {where} (HTTP 401): set OPENAI_API_KEY to a valid key{said}"
+                f"authentication failed at {where} (HTTP 401): set OPENAI_API_KEY to a valid "
+                f"key{said}"
             )
         if status == 403:
             return ModelError(
@@ -208,7 +210,8 @@ class OpenAICompatModel:
                 f"check the model name and that the base URL ends in /v1{said}"
             )
         return ModelError(
-            f"request rejected by {where} (HTTP {status}): check the model name and max_tokens{said}"
+            f"request rejected by {where} (HTTP {status}): check the model name and "
+            f"max_tokens{said}"
         )
 
     def _server_said(self, body: object) -> str:
@@ -244,7 +247,8 @@ def _usage(raw: object) -> Usage | None:
 
 
 def _retry_after(headers: object) -> float | None:
-    """Seconds the server asked us to wait: ``retry-after-ms``, ``retry-after`` seconds or HTTP date."""
+    """Seconds the server asked us to wait: ``retry-after-ms``, ``retry-after`` seconds or HTTP
+    date."""
     get = getattr(headers, "get", None)
     if get is None:
         return None

@@ -77,7 +77,8 @@ _LOCAL_NAMES = frozenset({"localhost", "host.docker.internal"})
 
 
 def is_local(base_url: str | None) -> bool:
-    """True when ``base_url`` points at this machine (localhost or a loopback/unspecified address)."""
+    """True when ``base_url`` points at this machine (localhost or a loopback/unspecified
+    address)."""
     if not base_url:
         return False
     host = (urlsplit(base_url if "//" in base_url else f"//{base_url}").hostname or "").lower()
@@ -92,12 +93,14 @@ def is_local(base_url: str | None) -> bool:
 
 @dataclass(frozen=True)
 class PriceTable:
-    """Model name to ``Price``; ``PriceTable()`` is the shipped list, ``PriceTable({...})`` your own."""
+    """Model name to ``Price``; ``PriceTable()`` is the shipped list, ``PriceTable({...})`` your
+    own."""
 
     prices: Mapping[str, Price] = field(default_factory=lambda: LIST_PRICES, hash=False)
 
     def price_for(self, model: str, *, base_url: str | None = None) -> Price | None:
-        """The price of ``model`` served at ``base_url``; None when it is unknown (see module doc)."""
+        """The price of ``model`` served at ``base_url``; None when it is unknown (see module
+        doc)."""
         name = model.strip()
         if name.startswith("openai/"):  # router-style names, e.g. "openai/gpt-4o-mini"
             name = name[len("openai/") :]

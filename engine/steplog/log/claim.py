@@ -21,6 +21,7 @@ from steplog.log.journal import append_event, dumps
 from steplog.log.launch import Launch
 from steplog.log.lease import boot_clock, me, row_vacancy
 from steplog.log.location import LogLocation
+from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL
 from steplog.policies import Budget
 
@@ -154,7 +155,7 @@ def create_run(
             b.max_recoveries,
             now,
             now,
-            "running" if launch is None else "queued",
+            RunStatus.RUNNING if launch is None else RunStatus.QUEUED,
             None if launch is None else launch.to_json(),
         ),
     )
@@ -222,7 +223,7 @@ def _update_run(
             now,
             row["incarnation"],
             EventKind.BUDGET_CHANGED,
-            {**_limits_json(raised), "reopened": row["status"] == "gave_up"},
+            {**_limits_json(raised), "reopened": row["status"] == RunStatus.GAVE_UP},
         )
     if req.outbox and req.outbox != row["outbox"]:
         conn.execute("UPDATE run SET outbox = ? WHERE id = ?", (req.outbox, req.run_id))
@@ -304,7 +305,7 @@ def finish_cancelled(conn: LogConnection, row: LogRow, reason: str, now: float) 
         now,
         row["incarnation"],
         EventKind.RUN_FINISHED,
-        {"status": "cancelled", "reason": reason, "engine": None},
+        {"status": RunStatus.CANCELLED, "reason": reason, "engine": None},
     )
 
 
@@ -332,7 +333,7 @@ def claim(conn: LogConnection, req: Request) -> Claimed | Finished:
                 return Finished(done)
             if row["status"] in TERMINAL:
                 reopen = (
-                    row["status"] == "gave_up"
+                    row["status"] == RunStatus.GAVE_UP
                     and raised is not None
                     and not _exhausted(raised, row)
                 )

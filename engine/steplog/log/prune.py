@@ -40,15 +40,13 @@ from steplog.log.db import immediate, open_log, open_readonly
 from steplog.log.events import EventKind
 from steplog.log.journal import append_event, dumps
 from steplog.log.lease import LEASE_COLUMNS, lease_vacancy
+from steplog.log.runstatus import ACTIVE, TERMINAL
 from steplog.log.schema import RUN_TABLES
-from steplog.log.status import TERMINAL
 
-FINISHED = TERMINAL | {"cancelled"}
-"""Statuses a run can be pruned in. ``cancelled`` is terminal (CONTRACT); it is named here too so
-prune accepts it whether or not ``status.TERMINAL`` lists it yet. The schema's trigger holds the
-same list."""
+FINISHED = TERMINAL
+"""Statuses a run can be pruned in: the terminal ones. The schema's trigger holds the same list."""
 
-NOT_PRUNABLE = ("queued", "running", "waiting")
+NOT_PRUNABLE = ACTIVE
 
 RECLAIM = ("auto", "vacuum", "incremental", "none")
 """How prune gives the freed space back (module docstring)."""

@@ -10,20 +10,23 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from steplog.errors import Cancelled, GaveUp, RunFailed, RunStopped, UnknownRun
+from steplog.log.runstatus import ACTIVE, TERMINAL, RunStatus
 
 if TYPE_CHECKING:
     from steplog.log.db import LogConnection
     from steplog.log.location import LogLocation
 
-STATUSES = ("queued", "running", "waiting", "succeeded", "gave_up", "failed", "cancelled")
-TERMINAL = frozenset({"succeeded", "gave_up", "failed", "cancelled"})
-ACTIVE = frozenset({"queued", "running", "waiting"})
-"""Not finished: an engine may work on these (resume them with the same command)."""
+# The statuses themselves are defined in ``runstatus``; re-exported for the readers of this module.
+__all__ = ["ACTIVE", "TERMINAL", "RunStatus", "all_runs", "outcome_error", "run_status"]
 
 
 def outcome_error(run_id: str, status: str, reason: str | None) -> RunStopped:
     """The exception that stands for a terminal non-success status."""
-    cls = {"gave_up": GaveUp, "cancelled": Cancelled}.get(status, RunFailed)
+    by_status: dict[str, type[RunStopped]] = {
+        RunStatus.GAVE_UP: GaveUp,
+        RunStatus.CANCELLED: Cancelled,
+    }
+    cls = by_status.get(status, RunFailed)
     return cls(reason or status, run_id=run_id)
 
 
@@ -116,7 +119,7 @@ def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
     }
     if parent is not None:
         out["forked_from"] = {"run_id": parent, "at_step": parent_step}
-    if status == "waiting":
+    if status == RunStatus.WAITING:
         out["waiting_for"] = waiting_for
         out["waiting_since"] = waiting_since
     return out

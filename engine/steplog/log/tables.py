@@ -14,6 +14,7 @@ from sqlmodel import Field, Session, SQLModel
 
 from steplog.log.backend import backend_for
 from steplog.log.location import LogLocation, parse
+from steplog.log.runstatus import RunStatus
 
 
 class RunRow(SQLModel, table=True):
@@ -23,7 +24,7 @@ class RunRow(SQLModel, table=True):
     agent: str
     model: str | None = None
     params: str = "{}"
-    status: str = "running"
+    status: str = RunStatus.RUNNING
     reason: str | None = None
     result: str | None = None
     workdir: str | None = None

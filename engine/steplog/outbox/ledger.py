@@ -89,7 +89,8 @@ class Ledger:
         return sorted(found, key=lambda group: group[0].id)
 
     def for_run(self, run_id: str) -> Ledger:
-        """Only what run ``run_id`` sent: its keys are ``RUN_ID:SEQ[.IDX]`` (``steplog.runtime.effect_key``).
+        """Only what run ``run_id`` sent: its keys are ``RUN_ID:SEQ[.IDX]``
+        (``steplog.runtime.effect_key``).
 
         Several runs may share one outbox (every demo in a data directory does); a run's verdict
         must count its own deliveries only.

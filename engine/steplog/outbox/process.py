@@ -1,4 +1,5 @@
-"""Run the outbox as a child process in its own session: the demo, the kill test and the tests use it.
+"""Run the outbox as a child process in its own session: the demo, the kill test and the tests use
+it.
 
 Its own session (process group) means a SIGKILL aimed at an engine's group never takes the
 outbox with it, and a Ctrl-C in the terminal reaches the parent only; the parent ends it
@@ -53,7 +54,8 @@ class OutboxProcess:
         return fetch_ledger(self.url)
 
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> int:
-        """SIGTERM, wait up to ``grace`` seconds, then SIGKILL; returns the exit code. Idempotent."""
+        """SIGTERM, wait up to ``grace`` seconds, then SIGKILL; returns the exit code.
+        Idempotent."""
         code = stop_group(self.popen, grace)
         shutil.rmtree(self._scratch, ignore_errors=True)
         return code

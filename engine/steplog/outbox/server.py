@@ -76,7 +76,8 @@ class OutboxServer(ThreadingHTTPServer):
 
 
 class OutboxHandler(BaseHTTPRequestHandler):
-    """One request. HTTP/1.0: the connection closes after the answer, so shutdown never waits on idle keep-alives."""
+    """One request. HTTP/1.0: the connection closes after the answer, so shutdown never waits on
+    idle keep-alives."""
 
     server: OutboxServer
     server_version = "steplog-outbox/1"
@@ -288,7 +289,8 @@ def _parse_object(raw: bytes) -> JSONObject | str:
         return "the body must be a JSON object"
     if _depth(value) > MAX_DEPTH:
         return too_deep
-    try:  # what json.loads lets through but no ledger can hold: 1e999 (infinite), "\ud800" (no UTF-8)
+    # What json.loads lets through but no ledger can hold: 1e999 (infinite), "\ud800" (no UTF-8).
+    try:
         canonical_json(value).encode("utf-8")
     except ValueError:
         return "the body must be a JSON object of finite numbers and valid Unicode text"
@@ -311,7 +313,8 @@ def _depth(value: Any) -> int:
 
 
 def bind(host: str, port: int) -> OutboxServer:
-    """Listen on ``host:port`` (0: the OS picks), or raise ``UsageError`` with what to do instead."""
+    """Listen on ``host:port`` (0: the OS picks), or raise ``UsageError`` with what to do
+    instead."""
     try:
         return OutboxServer(host, port)
     except OSError as exc:
@@ -330,7 +333,8 @@ def bind(host: str, port: int) -> OutboxServer:
 
 
 def write_port_file(path: Path, port: int) -> None:
-    """Write ``port`` to ``path`` atomically: a reader sees no file or the whole number, never half."""
+    """Write ``port`` to ``path`` atomically: a reader sees no file or the whole number, never
+    half."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

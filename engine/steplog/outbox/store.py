@@ -55,7 +55,8 @@ CREATE TABLE attempt (
     body_hash TEXT,
     status    INTEGER NOT NULL,
     outcome   TEXT NOT NULL
-              CHECK (outcome IN ('delivered', 'replayed', 'conflict', 'in_flight', 'rejected', 'error')),
+              CHECK (outcome IN ('delivered', 'replayed', 'conflict', 'in_flight', 'rejected',
+              'error')),
     ts        REAL NOT NULL
 );
 """
@@ -124,7 +125,8 @@ class OutboxStore:
         except sqlite3.OperationalError as exc:
             conn.close()
             raise LogError(
-                f"cannot open {self.path} for writing: {exc}; check its permissions and free disk space"
+                f"cannot open {self.path} for writing: {exc}; check its permissions and free disk "
+                "space"
             ) from exc
         except BaseException:
             conn.close()
@@ -168,12 +170,14 @@ class OutboxStore:
             ) from exc
         if app_id != APPLICATION_ID and (app_id or version or tables):
             raise ForeignDatabase(
-                f"{self.path} is a SQLite database but not a steplog outbox; it was left untouched: "
+                f"{self.path} is a SQLite database but not a steplog outbox; it was left "
+                "untouched: "
                 "point --db at an outbox file or a new path"
             )
         if version > SCHEMA_VERSION:
             raise NewerSchema(
-                f"{self.path} was written by a newer steplog (outbox schema {version}); upgrade steplog"
+                f"{self.path} was written by a newer steplog (outbox schema {version}); upgrade "
+                "steplog"
             )
         return version
 
@@ -192,7 +196,8 @@ class OutboxStore:
             ).fetchone()
             if row is None:
                 conn.execute(
-                    "INSERT INTO idempotency_key (key, body_hash, state, created_at) VALUES (?, ?, 'pending', ?)",
+                    "INSERT INTO idempotency_key (key, body_hash, state, created_at) VALUES (?, "
+                    "?, 'pending', ?)",
                     (key, body_hash, time.time()),
                 )
                 return None
@@ -217,7 +222,8 @@ class OutboxStore:
             )
             delivery_id = cast(int, cur.lastrowid)
             updated = conn.execute(
-                "UPDATE idempotency_key SET state = 'done', delivery_id = ? WHERE key = ? AND state = 'pending'",
+                "UPDATE idempotency_key SET state = 'done', delivery_id = ? WHERE key = ? AND "
+                "state = 'pending'",
                 (delivery_id, key),
             ).rowcount
             if updated != 1:
@@ -331,7 +337,8 @@ class OutboxStore:
 
 
 def _create_private(path: Path) -> None:
-    """Create the parent directory 0700 (if we make it) and the file 0600, before SQLite opens it."""
+    """Create the parent directory 0700 (if we make it) and the file 0600, before SQLite opens
+    it."""
     if path.is_dir():
         raise LogError(f"{path} is a directory; give --db a file path such as {path}/outbox.db")
     if not path.parent.exists():

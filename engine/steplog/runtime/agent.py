@@ -129,7 +129,8 @@ class Agent(Generic[P, R]):
     async def run_async(self, run_id: str | None = None, **kwargs: Any) -> Any:
         """``await agent.run_async(...)`` from asyncio code: ``run`` (same arguments) on a worker
         thread, so the caller's event loop goes on; an ``async def`` agent gets a loop of its own
-        there. Stop signals stay the application's (the engine handles them on the main thread only)."""
+        there. Stop signals stay the application's (the engine handles them on the main thread
+        only)."""
         import asyncio
 
         return await asyncio.to_thread(lambda: self.run(run_id, **kwargs))
@@ -192,7 +193,10 @@ def _import_failure(exc: BaseException) -> str:
     """Why importing an agent's module failed. ``sys.exit`` there is a failure too: left alone
     it would end the command with the module's code (3 reads as "gave up") and no word."""
     if isinstance(exc, SystemExit):
-        return f"it called sys.exit({exc.code!r}) at import; an agent module must not exit when imported"
+        return (
+            f"it called sys.exit({exc.code!r}) at import; an agent module must not exit when "
+            "imported"
+        )
     return f"{type(exc).__name__}: {exc}"
 
 

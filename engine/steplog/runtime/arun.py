@@ -59,9 +59,10 @@ class AsyncRun:
     def _own_task(self, name: str) -> None:
         if self._task is not None and asyncio.current_task() is not self._task:
             raise UsageError(
-                f"step '{name}' was called from a task the agent started; call steps from the agent itself "
-                "(gather the steps, not coroutines that make steps): asyncio.gather(run.step(...), run.step(...)) "
-                "or run.map(...), a phase at a time"
+                f"step '{name}' was called from a task the agent started; call steps from the "
+                "agent itself "
+                "(gather the steps, not coroutines that make steps): asyncio.gather(run.step(...), "
+                "run.step(...)) or run.map(...), a phase at a time"
             )
 
     def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:

@@ -36,6 +36,7 @@ from steplog.log.lease import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from steplog.log.location import LogLocation
 from steplog.log.observer import RunObserver, incarnation_of
 from steplog.log.runids import check_run_id, new_run_id
+from steplog.log.runstatus import RunStatus
 from steplog.log.status import outcome_error
 from steplog.log.steps import load_steps
 from steplog.policies import check_seconds
@@ -59,9 +60,9 @@ class Outcome:
 
     def value(self) -> Any:
         """The agent's result, or the run's terminal error raised."""
-        if self.status == "succeeded":
+        if self.status == RunStatus.SUCCEEDED:
             return self.result
-        if self.status == "waiting":
+        if self.status == RunStatus.WAITING:
             raise RunWaiting(
                 f"run {self.run_id} waits for signal {self.reason!r}; send it with `steplog "
                 f"signal {self.run_id} {self.reason}`, then resume the run",
@@ -441,24 +442,28 @@ def _drive(agent: Runnable, run: Run, journal: Journal, resumed: bool) -> Outcom
             raise run._stop(
                 outcome_error(
                     run.id,
-                    "failed",
+                    RunStatus.FAILED,
                     f"the agent returned {type(result).__name__}, which cannot be recorded as "
                     f"JSON ({why_not_json(exc)})",
                 )
             ) from None
         with interrupts.shielded():  # the run ends here either way
-            journal.finish("succeeded", None, result_json)
+            journal.finish(RunStatus.SUCCEEDED, None, result_json)
         return Outcome(
-            run.id, "succeeded", None, json.loads(result_json), resumed, journal.incarnation
+            run.id, RunStatus.SUCCEEDED, None, json.loads(result_json), resumed, journal.incarnation
         )
     except (Fenced, LogWriteError):
         raise  # nothing more can be recorded; the run stays resumable
     except RunWaiting as parked:
         journal.release()  # status stays ``waiting``: a signal and the same command carry it on
-        return Outcome(run.id, "waiting", parked.waiting_for, None, resumed, journal.incarnation)
+        return Outcome(
+            run.id, RunStatus.WAITING, parked.waiting_for, None, resumed, journal.incarnation
+        )
     except RunStopped as stop:
         details = (
-            {**stop.details, "failure": stop.failure} if stop.status == "failed" else stop.details
+            {**stop.details, "failure": stop.failure}
+            if stop.status == RunStatus.FAILED
+            else stop.details
         )
         with interrupts.shielded():
             journal.finish(stop.status, stop.reason, None, details)
@@ -467,10 +472,18 @@ def _drive(agent: Runnable, run: Run, journal: Journal, resumed: bool) -> Outcom
         if stop.reason == "cancel" and journal.cancel_requested is not None:
             with interrupts.shielded():
                 journal.finish(
-                    "cancelled", journal.cancel_requested, None, {"abandoned_step": run._seq}
+                    RunStatus.CANCELLED,
+                    journal.cancel_requested,
+                    None,
+                    {"abandoned_step": run._seq},
                 )
             return Outcome(
-                run.id, "cancelled", journal.cancel_requested, None, resumed, journal.incarnation
+                run.id,
+                RunStatus.CANCELLED,
+                journal.cancel_requested,
+                None,
+                resumed,
+                journal.incarnation,
             )
         if stop.reason != "seconds":
             raise  # a stop from outside: the run stays resumable
@@ -481,14 +494,14 @@ def _drive(agent: Runnable, run: Run, journal: Journal, resumed: bool) -> Outcom
         )
         with interrupts.shielded():
             journal.finish(
-                "gave_up", why, None, {"budget": "seconds", "used": used, "limit": limit}
+                RunStatus.GAVE_UP, why, None, {"budget": "seconds", "used": used, "limit": limit}
             )
-        return Outcome(run.id, "gave_up", why, None, resumed, journal.incarnation)
+        return Outcome(run.id, RunStatus.GAVE_UP, why, None, resumed, journal.incarnation)
     except Exception as exc:
         # Agent code may have turned our stop into another error; the stop still wins.
         final = run._stopping or outcome_error(
             run.id,
-            "failed",
+            RunStatus.FAILED,
             redact(f"the agent raised outside any step: {type(exc).__name__}: {exc}"),
         )
         with interrupts.shielded():

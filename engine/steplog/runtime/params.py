@@ -34,7 +34,8 @@ def _coerce(agent_name: str, key: str, raw: Any, annotation: Any) -> Any:
             return number
     except ValueError:
         raise UsageError(
-            f"--param {key}={raw}: agent {agent_name} expects {'a finite float' if kind == 'float' else kind}"
+            f"--param {key}={raw}: agent {agent_name} expects "
+            f"{'a finite float' if kind == 'float' else kind}"
         ) from None
     if kind == "bool":
         if raw.lower() in _TRUE:

@@ -205,16 +205,20 @@ class StepContext:
         if prior is not None:
             if prior.request_hash != request_hash:
                 raise NonDeterminism(
-                    f"step {self.seq} '{self.name}': effect {key} was started with a different request "
-                    "than the agent now makes; effects must be a deterministic function of recorded results",
+                    f"step {self.seq} '{self.name}': effect {key} was started with a different "
+                    "request "
+                    "than the agent now makes; effects must be a deterministic function of "
+                    "recorded results",
                     run_id=run.id,
                 )
             if prior.status == "completed":
                 return key, (json.loads(prior.response or "null"),)
             if not prior.idempotent:
                 raise NeedsReconciliation(
-                    f"needs reconciliation: effect {key} ({kind} {target}) was started but never confirmed "
-                    "and its target cannot deduplicate; check the target by hand, then start a new run",
+                    f"needs reconciliation: effect {key} ({kind} {target}) was started but never "
+                    "confirmed "
+                    "and its target cannot deduplicate; check the target by hand, then start a "
+                    "new run",
                     run_id=run.id,
                 )
         run._journal.effect_started(
@@ -548,7 +552,8 @@ class Run:
             isinstance(timeout, (int, float)) and 0 <= timeout < float("inf")
         ):
             raise UsageError(
-                f"run.wait_for(timeout=...) must be a finite number of seconds >= 0 (got {timeout!r})"
+                "run.wait_for(timeout=...) must be a finite number of seconds >= 0 (got "
+                f"{timeout!r})"
             )
         step_name = f"wait {name}"
         seq, prior = self._enter(step_name, "wait")
@@ -690,7 +695,8 @@ class Run:
             raise self._stopping
         if self._parked is not None:
             raise self._parked
-        interrupts.check()  # a step boundary: a stop asked for (and swallowed by agent code) ends here
+        # a step boundary: a stop asked for (and swallowed by agent code) ends here
+        interrupts.check()
         cancel = self._journal.cancel_requested
         if cancel is not None:
             raise self._stop(Cancelled(cancel, run_id=self.id))
@@ -699,13 +705,15 @@ class Run:
         # leaves an earlier run's step behind in this thread, and a later run must not trip on it.
         if outer is not None and outer.run is self:
             raise UsageError(
-                f"step '{name}' was called inside another step; call run.* from the agent function only"
+                f"step '{name}' was called inside another step; call run.* from the agent function "
+                "only"
             )
         if threading.get_ident() != self._thread:
             # Steps are numbered in call order; calls racing from threads would number them
             # differently on every replay.
             raise UsageError(
-                f"step '{name}' was called from another thread; call run.* from the agent's own thread"
+                f"step '{name}' was called from another thread; call run.* from the agent's own "
+                "thread"
             )
         self._seq += 1
         seq = self._seq
@@ -717,8 +725,9 @@ class Run:
         ):
             raise self._stop(
                 NonDeterminism(
-                    f"non-determinism at step {seq}: the log has {prior.kind} '{prior.name}' but the agent "
-                    f"now reached {kind} '{name}'; replays must make the same steps in the same order",
+                    f"non-determinism at step {seq}: the log has {prior.kind} '{prior.name}' but "
+                    f"the agent now reached {kind} '{name}'; replays must make the same steps in "
+                    "the same order",
                     run_id=self.id,
                 )
             )
@@ -770,7 +779,8 @@ class Run:
         *,
         reserve: Estimate | None = None,
     ) -> Any:
-        """Drive one step's attempts (``_attempts``) with ``attempt_fn`` as the body, here and now."""
+        """Drive one step's attempts (``_attempts``) with ``attempt_fn`` as the body, here and
+        now."""
         attempts = self._attempts(seq, name, kind, prior, reserve)
         order = next(attempts)
         while True:
@@ -856,7 +866,8 @@ class Run:
                 storage = storage_problem(exc)
                 if storage is not None:  # the machine's fault, not the step's: stop resumably
                     raise StorageExhausted(
-                        f"step {seq} '{name}' could not write ({storage}); nothing is lost: free space or fix the "
+                        f"step {seq} '{name}' could not write ({storage}); nothing is lost: free "
+                        "space or fix the "
                         "disk, then run the same command again to resume from the last checkpoint"
                     ) from exc
                 failures = attempts - recoveries
@@ -902,8 +913,9 @@ class Run:
             except (TypeError, ValueError, RecursionError) as exc:
                 raise self._stop(
                     RunFailed(
-                        f"step {seq} '{name}' returned {type(value).__name__}, which cannot be recorded as JSON "
-                        f"({why_not_json(exc)}); return JSON-compatible data (dict, list, str, finite number, "
+                        f"step {seq} '{name}' returned {type(value).__name__}, which cannot be "
+                        f"recorded as JSON ({why_not_json(exc)}); return JSON-compatible data "
+                        "(dict, list, str, finite number, "
                         "bool, None)",
                         run_id=self.id,
                     )

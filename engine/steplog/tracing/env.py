@@ -1,11 +1,11 @@
 """Tracing settings from the environment, read and checked without importing OpenTelemetry.
 
-``tracing_wanted`` says whether to trace at all (``steplog.tracing.observe`` chooses the observer by it).
-``check_environment`` refuses, before an engine writes anything, the settings steplog's own
-exporter (``steplog.tracing.otel``, ``steplog.tracing.export``) would otherwise trip over at run time: a
-malformed ``OTEL_EXPORTER_OTLP_HEADERS`` (the exporter library echoes it on stderr, bearer token
-included), a bad ``STEPLOG_OTEL_FLUSH_SECONDS`` or ``OTEL_BSP_*`` number. Its messages name the
-variable, never a header's value.
+``tracing_wanted`` says whether to trace at all (``steplog.tracing.observe`` chooses the observer by
+it). ``check_environment`` refuses, before an engine writes anything, the settings steplog's own
+exporter (``steplog.tracing.otel``, ``steplog.tracing.export``) would otherwise trip over at run
+time: a malformed ``OTEL_EXPORTER_OTLP_HEADERS`` (the exporter library echoes it on stderr, bearer
+token included), a bad ``STEPLOG_OTEL_FLUSH_SECONDS`` or ``OTEL_BSP_*`` number. Its messages name
+the variable, never a header's value.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from urllib.parse import unquote
 from steplog.errors import UsageError
 
 FLUSH_SECONDS_ENV = "STEPLOG_OTEL_FLUSH_SECONDS"
-"""How long the end of an engine process waits for its spans to be sent (``steplog.tracing.export``)."""
+"""How long the end of an engine process waits for its spans to be sent
+(``steplog.tracing.export``)."""
 DEFAULT_FLUSH_SECONDS = 1.0
 MAX_FLUSH_SECONDS = 600.0
 HEADERS_ENVS = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")

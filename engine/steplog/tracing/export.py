@@ -1,10 +1,9 @@
 """How steplog's own tracer provider sends spans: a collector that is down never holds a run up.
 
 ``BoundedSpanProcessor`` takes the place of the SDK's ``BatchSpanProcessor`` for the exporters
-steplog builds (``steplog.tracing.otel``). The SDK's processor exports on the *caller's* thread when it
-is flushed, ignores the flush timeout, and its shutdown waits out the OTLP exporter's retry
-schedule (10 s by default): a finished 7-step run aimed at a closed port took 7-12 s to exit.
-Here:
+steplog builds (``steplog.tracing.otel``). The SDK's processor exports on the *caller's* thread when
+it is flushed, ignores the flush timeout, and its shutdown waits out the OTLP exporter's retry
+schedule (10 s by default): a finished 7-step run aimed at a closed port took 7-12 s to exit. Here:
 
 - a step only appends its span to a queue (``OTEL_BSP_MAX_QUEUE_SIZE``; when full the oldest
   span is dropped) and one thread of the processor's own sends batches

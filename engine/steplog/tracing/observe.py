@@ -1,10 +1,10 @@
 """The engine's one hook for watchers of a run (tracing): what happened, after it is committed.
 
-The ``Journal`` calls a ``RunObserver`` (``steplog.log.observer``) after each transaction it commits, so an observer only
-ever reports what the log holds; the engine knows nothing of what the observer does with it.
-The one observer steplog ships is ``steplog.tracing.otel.OtelObserver`` (OpenTelemetry traces), chosen
-by ``from_environment``. When tracing is off, nothing of OpenTelemetry is imported and the
-journal's only cost is one ``is None`` test per transaction.
+The ``Journal`` calls a ``RunObserver`` (``steplog.log.observer``) after each transaction it
+commits, so an observer only ever reports what the log holds; the engine knows nothing of what the
+observer does with it. The one observer steplog ships is ``steplog.tracing.otel.OtelObserver``
+(OpenTelemetry traces), chosen by ``from_environment``. When tracing is off, nothing of
+OpenTelemetry is imported and the journal's only cost is one ``is None`` test per transaction.
 
 When tracing is on (README "Tracing"):
 - ``OTEL_SDK_DISABLED=true`` turns it off, whatever else is set;

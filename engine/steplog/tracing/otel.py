@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from opentelemetry import context, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from steplog.log.runstatus import RunStatus
 from steplog.tracing.env import flush_seconds
 from steplog.tracing.export import BoundedSpanProcessor, destination, guard_logs
 
@@ -91,7 +92,8 @@ def _build_provider() -> trace.TracerProvider:
             )
             if protocol != "http/protobuf":
                 print(
-                    f"steplog: OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not supported; sending OTLP over "
+                    f"steplog: OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not supported; sending "
+                    "OTLP over "
                     "http/protobuf (the collector's port 4318)",
                     file=sys.stderr,
                 )
@@ -101,7 +103,8 @@ def _build_provider() -> trace.TracerProvider:
             exporters.append((OTLPSpanExporter(endpoint=endpoint), destination(endpoint)))
         elif name != "none":
             print(
-                f"steplog: OTEL_TRACES_EXPORTER={name} is not supported (use otlp or console); ignored",
+                f"steplog: OTEL_TRACES_EXPORTER={name} is not supported (use otlp or console); "
+                "ignored",
                 file=sys.stderr,
             )
     for exporter, where in exporters:
@@ -167,7 +170,8 @@ def _never_raises(method: _F) -> _F:
 class _Step:
     span: Span
     token: object | None
-    """Set while this step's span is the current one (one step at a time: see ``attempt_started``)."""
+    """Set while this step's span is the current one (one step at a time: see
+    ``attempt_started``)."""
     kind: str
     started_ns: int
     model_done: bool = False
@@ -218,13 +222,13 @@ class OtelObserver:
         if root is None:
             return
         self._end_steps("the engine stopped inside this step")
-        root.set_attribute("steplog.run.status", status or "running")
+        root.set_attribute("steplog.run.status", status or RunStatus.RUNNING)
         root.set_attribute("steplog.incarnation.end", "finished" if status else "released")
         if reason:
             root.set_attribute("steplog.run.reason", reason)
-        if status == "failed":
-            root.set_status(Status(StatusCode.ERROR, reason or "failed"))
-        elif status == "succeeded":
+        if status == RunStatus.FAILED:
+            root.set_status(Status(StatusCode.ERROR, reason or RunStatus.FAILED))
+        elif status == RunStatus.SUCCEEDED:
             root.set_status(Status(StatusCode.OK))
         self._detach(self._root_token)
         root.end()

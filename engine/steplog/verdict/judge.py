@@ -38,6 +38,7 @@ from steplog.log.events import EventKind
 from steplog.log.ledger import completed_post_keys, post_count
 from steplog.log.location import LogLocation
 from steplog.log.logread import Event, events_since
+from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL, run_status
 from steplog.log.steps import steps_in_order
 from steplog.outbox.ledger import Delivery, Ledger, canonical_json
@@ -276,13 +277,13 @@ class Verdict:
 
     def _state(self) -> str:
         """What a run that has not ended is doing."""
-        if self.status == "waiting":
+        if self.status == RunStatus.WAITING:
             return (
                 f"the run waits for signal {self.waiting_for!r}"
                 if self.waiting_for
                 else "the run waits"
             )
-        if self.status == "queued":
+        if self.status == RunStatus.QUEUED:
             return (
                 "the run is queued: no engine works on it yet; a worker or `steplog run` starts it"
             )

@@ -17,6 +17,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QHBoxLayout, QWidget
 
+from steplog.log.runstatus import RunStatus
 from steplog_gui import theme
 from steplog_gui.compare.monitor import CompareMonitor
 from steplog_gui.model.compare_state import spent
@@ -81,7 +82,10 @@ class CompareCharts(QWidget):
 
     def apply_palette(self, pal: theme.Palette) -> None:
         self._palette = pal
-        colours = {"naive": pal.status["failed"], "durable": pal.status["succeeded"]}
+        colours = {
+            "naive": pal.status[RunStatus.FAILED],
+            "durable": pal.status[RunStatus.SUCCEEDED],
+        }
         for (key, side), item in self.curves.items():
             item.setPen(pg.mkPen(colours[side], width=2.5))
         for plot in self.plots.values():

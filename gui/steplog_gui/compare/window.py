@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from steplog.log.runstatus import RunStatus
 from steplog_gui import resources, theme
 from steplog_gui.compare.charts import CompareCharts
 from steplog_gui.compare.figures import CompareFigures, figures
@@ -361,7 +362,10 @@ class CompareWindow(QMainWindow):
         for lane in self.lanes.values():
             lane.apply_palette(pal)
         self.charts.apply_palette(pal)
-        for side, colour in (("naive", pal.status["failed"]), ("durable", pal.status["succeeded"])):
+        for side, colour in (
+            ("naive", pal.status[RunStatus.FAILED]),
+            ("durable", pal.status[RunStatus.SUCCEEDED]),
+        ):
             p = self.titles[side].palette()
             p.setColor(QPalette.ColorRole.WindowText, QColor(colour))
             self.titles[side].setPalette(p)

@@ -24,6 +24,7 @@ import numpy.typing as npt
 from steplog.log.events import EventKind
 from steplog.log.logread import Event
 from steplog.log.reader import KIND_CODES, NULL_SEQ, LogRepository
+from steplog.log.runstatus import RunStatus
 from steplog_gui.model.run_state import (
     COMMITTED,
     COPIED,
@@ -126,7 +127,7 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
                 }
             )
             if d.get("reopened"):
-                run.status, run.reason, run.finished = "running", None, None
+                run.status, run.reason, run.finished = RunStatus.RUNNING, None, None
         elif ev.kind == EventKind.LEASE_ACQUIRED:
             previous = run.incarnation
             dead_end = last_before(previous, p, ts, default=ev.ts)
@@ -141,12 +142,12 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
                     dead_end = at
             lease_end[p] = dead_end
             run.incarnation = ev.incarnation
-            if run.status == "queued":
-                run.status = "running"
+            if run.status == RunStatus.QUEUED:
+                run.status = RunStatus.RUNNING
             run.pid = d.get("pid")
             run.host = d.get("host")
         elif ev.kind == EventKind.RUN_FINISHED:
-            run.status = str(d.get("status", "failed"))
+            run.status = str(d.get("status", RunStatus.FAILED))
             run.reason = d.get("reason")
             run.finished = ev.ts
             run.pid = None
@@ -163,9 +164,9 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
     has_seq = seq != NULL_SEQ
     commits = np.flatnonzero((code == COMMIT) & has_seq)
     if (
-        run.status == "waiting" and len(commits) and commits[-1] > waited_at
+        run.status == RunStatus.WAITING and len(commits) and commits[-1] > waited_at
     ):  # the wait was answered
-        run.status, run.waiting_for, run.waiting_since = "running", None, None
+        run.status, run.waiting_for, run.waiting_since = RunStatus.RUNNING, None, None
     for p, kill in kill_at:  # the first step a later incarnation committed after the takeover
         j = int(np.searchsorted(commits, p, side="right"))
         while j < len(commits) and inc[commits[j]] <= kill.killed_incarnation:
@@ -244,7 +245,9 @@ def _executions(
         closing_outcome[p], closing_end[p] = REDONE if p in kills else INTERRUPTED, dead_end
     for p, ev in finishes.items():
         closing_outcome[p] = (
-            GAVE_UP if ev.data.get("status", "failed") in ("gave_up", "cancelled") else FAILED
+            GAVE_UP
+            if ev.data.get("status", RunStatus.FAILED) in (RunStatus.GAVE_UP, RunStatus.CANCELLED)
+            else FAILED
         )
         closing_end[p] = ev.ts
     taken = np.flatnonzero((close == global_close) & (close < n))
@@ -275,7 +278,7 @@ def _executions(
     markers = [
         p
         for p, ev in finishes.items()
-        if ev.data.get("status") == "gave_up" and p not in closed_by_finish
+        if ev.data.get("status") == RunStatus.GAVE_UP and p not in closed_by_finish
     ]
     rows = np.zeros(m + len(markers) + len(copied), dtype=np.dtype(list(EXECUTION_FIELDS.items())))
     rows["start"][:m], rows["end"][:m], rows["lane"][:m] = ts[starts], end, inc[starts]

@@ -27,6 +27,7 @@ from steplog.log.events import EventKind
 from steplog.log.lease import process_alive
 from steplog.log.logread import Event
 from steplog.log.reader import USAGE_KEYS
+from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL
 
 ALIVE_CHECK_S = 0.5
@@ -146,7 +147,7 @@ class RunState:
     params: dict[str, Any] = field(default_factory=dict)
     model: str = "offline"
     limits: dict[str, float | None] = field(default_factory=dict)
-    status: str = "running"
+    status: str = RunStatus.RUNNING
     reason: str | None = None
     created: float = math.nan
     finished: float | None = None
@@ -278,7 +279,9 @@ class RunState:
             self.limits = dict(d.get("budget") or {})
             self.created = ev.ts
             if d.get("queued"):
-                self.status = "queued"  # submitted, or forked with --no-start: a worker starts it
+                self.status = (
+                    RunStatus.QUEUED
+                )  # submitted, or forked with --no-start: a worker starts it
             parent = d.get("forked_from")
             if isinstance(parent, dict):
                 self.forked_from = (str(parent.get("run_id")), int(parent.get("at_step") or 0))
@@ -293,7 +296,7 @@ class RunState:
                 }
             )
             if d.get("reopened"):
-                self.status, self.reason, self.finished = "running", None, None
+                self.status, self.reason, self.finished = RunStatus.RUNNING, None, None
         elif kind == EventKind.LEASE_ACQUIRED:
             self._new_incarnation(ev)
         elif kind == EventKind.STEP_STARTED and ev.seq is not None:
@@ -320,13 +323,15 @@ class RunState:
         elif kind == EventKind.WAITING:
             signal, since = str(d.get("signal")), d.get("since")
             again = (
-                self.status == "waiting" and self.waiting_for == signal and self._wait_seq == ev.seq
+                self.status == RunStatus.WAITING
+                and self.waiting_for == signal
+                and self._wait_seq == ev.seq
             )
             if isinstance(since, (int, float)):
                 self.waiting_since = float(since)
             elif not again or self.waiting_since is None:  # a log from before ``since``
                 self.waiting_since = ev.ts
-            self.status, self.waiting_for, self._wait_seq = "waiting", signal, ev.seq
+            self.status, self.waiting_for, self._wait_seq = RunStatus.WAITING, signal, ev.seq
             for k in self.kills:
                 if k.waiting_again is None and k.killed_incarnation < ev.incarnation:
                     k.waiting_again = ev.ts
@@ -334,7 +339,7 @@ class RunState:
             self.cancel_requested = str(d.get("reason") or "cancel requested")
         elif kind == EventKind.RETRIED:
             self.status, self.reason, self.finished = (
-                "queued" if d.get("queued") else "running",
+                RunStatus.QUEUED if d.get("queued") else RunStatus.RUNNING,
                 None,
                 None,
             )
@@ -344,8 +349,8 @@ class RunState:
                 self.worker = (str(w.get("host")), int(w.get("pid") or 0))
             self.worker_active = kind == EventKind.WORKER_CLAIMED
         elif kind == EventKind.STEP_COMMITTED and ev.seq is not None:
-            if self.status == "waiting":
-                self.status, self.waiting_for, self.waiting_since = "running", None, None
+            if self.status == RunStatus.WAITING:
+                self.status, self.waiting_for, self.waiting_since = RunStatus.RUNNING, None, None
             self._close(ev.seq, ev.ts, COMMITTED, phase=3)
             for k in self.kills:
                 if k.first_commit is None and k.killed_incarnation < ev.incarnation:
@@ -353,16 +358,16 @@ class RunState:
         elif kind == EventKind.STEP_ATTEMPT_FAILED and ev.seq is not None:
             self._close(ev.seq, ev.ts, FAILED)
         elif kind == EventKind.RUN_FINISHED:
-            self.status = str(d.get("status", "failed"))
+            self.status = str(d.get("status", RunStatus.FAILED))
             self.reason = d.get("reason")
             self.finished = ev.ts
             self.waiting_for = self.waiting_since = None
-            outcome = GAVE_UP if self.status in ("gave_up", "cancelled") else FAILED
+            outcome = GAVE_UP if self.status in (RunStatus.GAVE_UP, RunStatus.CANCELLED) else FAILED
             if self._open:
                 for seq in list(self._open):
                     self._close(seq, ev.ts, outcome)
             elif (
-                self.status == "gave_up"
+                self.status == RunStatus.GAVE_UP
             ):  # stopped before starting the next step: a short marker bar
                 self.executions.append(
                     start=ev.ts,
@@ -417,8 +422,8 @@ class RunState:
             ex["outcome"][i] = outcome
             del self._open[seq]
         self.incarnation = ev.incarnation
-        if self.status == "queued":
-            self.status = "running"
+        if self.status == RunStatus.QUEUED:
+            self.status = RunStatus.RUNNING
         self.pid = d.get("pid")
         self.host = d.get("host")
 

@@ -42,7 +42,7 @@ else:
         except Exception:
             out["steplog"] = "unknown"
         if len(sys.argv) > 1 and sys.argv[1]:
-            from steplog.agent import resolve
+            from steplog.runtime.agent import resolve
             try:
                 resolve(sys.argv[1])
             except BaseException as exc:

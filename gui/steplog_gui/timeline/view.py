@@ -20,6 +20,7 @@ from PySide6.QtCore import QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QToolTip, QVBoxLayout, QWidget
 
+from steplog.log.runstatus import RunStatus
 from steplog_gui import theme
 from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.model.run_state import (
@@ -313,7 +314,7 @@ class TimelineView(QWidget):
             "no step ran: the run ended before its first one"
             if run.terminal
             else "queued: no engine has started it yet"
-            if run.status == "queued"
+            if run.status == RunStatus.QUEUED
             else "no steps yet"
         )
         self._empty.setColor(self._palette.foreground)

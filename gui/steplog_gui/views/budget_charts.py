@@ -18,6 +18,7 @@ from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QGridLayout, QWidget
 
+from steplog.log.runstatus import RunStatus
 from steplog_gui import theme
 from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.model.run_state import RunState
@@ -162,7 +163,7 @@ class BudgetCharts(QWidget):
                 ax = chart.widget.getAxis(axis)
                 ax.setPen(pg.mkPen(pal.foreground))
                 ax.setTextPen(pg.mkPen(pal.foreground))
-            chart.used.setPen(pg.mkPen(pal.status["running"], width=2))
+            chart.used.setPen(pg.mkPen(pal.status[RunStatus.RUNNING], width=2))
             chart.limit.setPen(pg.mkPen(pal.limit, width=1.5))
             chart.projection.setPen(pg.mkPen(pal.projection, width=1.5, style=Qt.PenStyle.DotLine))
             if chart.estimated is not None:

@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from steplog.control.procs import child_env, python_argv, without_secrets
 from steplog.log.location import LogLocation
+from steplog.log.runstatus import RunStatus
 from steplog_gui import jobs
 from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.model.run_state import RunState
@@ -246,7 +247,9 @@ class WaitingBanner(QFrame):
         self.hide()
 
     def show_run(self, run: RunState | None) -> None:
-        waiting = run is not None and run.status == "waiting" and run.waiting_for is not None
+        waiting = (
+            run is not None and run.status == RunStatus.WAITING and run.waiting_for is not None
+        )
         self._run = run if waiting else None
         self.setVisible(waiting)
         if waiting:
@@ -351,7 +354,7 @@ class RunControl(QObject):
         active = run is not None and not run.terminal
         self.act_cancel.setEnabled(active)
         self.act_signal.setEnabled(active)
-        self.act_retry.setEnabled(run is not None and run.status == "failed")
+        self.act_retry.setEnabled(run is not None and run.status == RunStatus.FAILED)
         self.act_fork.setEnabled(
             run is not None and run.steps_committed + 1 >= 1 and run.agent != "?"
         )

@@ -8,6 +8,7 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, QTimer
 
+from steplog.log.runstatus import RunStatus
 from steplog_gui import theme
 from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.model.run_state import RunState
@@ -50,7 +51,7 @@ def family(run: RunState) -> str:
 
 def status_text(run: RunState) -> tuple[str, str | None]:
     """The status as shown, and why: a "running" run whose engine is gone reads "stopped"."""
-    if run.status == "waiting":
+    if run.status == RunStatus.WAITING:
         since = (
             time.strftime("%H:%M:%S", time.localtime(run.waiting_since))
             if run.waiting_since
@@ -61,15 +62,18 @@ def status_text(run: RunState) -> tuple[str, str | None]:
             if not run.engine_gone()
             else "no engine: a signal, then Resume run"
         )
-        return "waiting", f"waiting for the signal {run.waiting_for!r} since {since}; {engine}"
-    if run.status == "queued":
+        return (
+            RunStatus.WAITING,
+            f"waiting for the signal {run.waiting_for!r} since {since}; {engine}",
+        )
+    if run.status == RunStatus.QUEUED:
         if run.worker_active and run.worker is not None:
             return (
-                "queued",
+                RunStatus.QUEUED,
                 f"claimed by worker pid {run.worker[1]} on {run.worker[0]}; its engine starts next",
             )
-        return "queued", "waits for a worker (steplog worker) to start it, or Resume run"
-    if run.status != "running":
+        return RunStatus.QUEUED, "waits for a worker (steplog worker) to start it, or Resume run"
+    if run.status != RunStatus.RUNNING:
         return run.status.replace("_", " "), run.reason
     if run.cancel_requested:
         return (
@@ -88,7 +92,7 @@ def status_text(run: RunState) -> tuple[str, str | None]:
         if run.worker_active and run.worker
         else ""
     )
-    return "running", f"engine pid {run.pid} on {run.host}{by}"
+    return RunStatus.RUNNING, f"engine pid {run.pid} on {run.host}{by}"
 
 
 def host_text(run: RunState) -> tuple[str, str]:

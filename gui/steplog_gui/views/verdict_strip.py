@@ -14,6 +14,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QWidget
 
+from steplog.log.runstatus import RunStatus
 from steplog_gui import theme
 from steplog_gui.feeds.verdict_watcher import VerdictWatcher
 
@@ -26,7 +27,7 @@ def decision(verdict: Any) -> str:
     if verdict is None:
         return ""
     if verdict.label == "RUNNING":
-        if verdict.status in ("queued", "waiting"):
+        if verdict.status in (RunStatus.QUEUED, RunStatus.WAITING):
             return f"{verdict.status}…"
         if verdict.engine in ("none", "gone"):
             return "stopped"
@@ -37,9 +38,14 @@ def decision(verdict: Any) -> str:
 
 def outcome(verdict: Any) -> str:
     """The run's outcome, shown beside the verdict and never folded into it."""
-    if verdict.status not in ("succeeded", "failed", "gave_up", "cancelled"):
+    if verdict.status not in (
+        RunStatus.SUCCEEDED,
+        RunStatus.FAILED,
+        RunStatus.GAVE_UP,
+        RunStatus.CANCELLED,
+    ):
         return ""
-    words = {"gave_up": "gave up"}.get(verdict.status, verdict.status)
+    words = {RunStatus.GAVE_UP: "gave up"}.get(verdict.status, verdict.status)
     return f"Outcome: {words}"
 
 
@@ -166,8 +172,8 @@ class VerdictStrip(QFrame):
         self._colour(
             self.labels["verdict"],
             {
-                "PASS": pal.status["succeeded"],
-                "FAIL": pal.status["failed"],
+                "PASS": pal.status[RunStatus.SUCCEEDED],
+                "FAIL": pal.status[RunStatus.FAILED],
                 "UNTESTED": pal.status["stopped"],
             }.get(label),
         )
