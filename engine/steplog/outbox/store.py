@@ -68,6 +68,11 @@ SCHEMA_VERSION = len(MIGRATIONS)
 BUSY_TIMEOUT_MS = 10_000
 
 
+StoreError = sqlite3.Error
+"""What reading or writing an outbox store may raise besides ``LogError`` (its own SQLite file's
+errors: the outbox is a service apart from the log, with a database of its own)."""
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The answer to a request that did not get to deliver (it is already recorded)."""
