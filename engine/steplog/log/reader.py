@@ -17,6 +17,7 @@ notifications (``notifies_commits``; ``steplog.log.pglisten``). A server that go
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,10 @@ class LogNotReady(LogUnavailable):
     """The file exists but no engine has created the schema yet (a run is starting)."""
 
 
+class LogAbsent(LogNotReady):
+    """No log file there (none yet, or it was deleted), or an empty one."""
+
+
 @dataclass(frozen=True)
 class RunNow:
     """A run's row as committed at the moment of asking (``LogRepository.run_now``)."""
@@ -130,6 +135,10 @@ class LogRepository:
         """Validate the file (``steplog.log.db.inspect``) and connect read-only."""
         self.close()
         try:
+            if self._file is not None and _size(self._file) == 0:
+                raise LogAbsent(
+                    f"{self.path} does not exist: waiting for the first run to create it"
+                )
             waiting = self._backend.not_ready(self.path)  # a log no run has made yet
             if waiting is not None:
                 raise LogNotReady(waiting)
@@ -171,9 +180,12 @@ class LogRepository:
 
     # -- change detection -------------------------------------------------------------------
 
-    def data_version(self) -> int:
+    def data_version(self) -> int | None:
         """``PRAGMA data_version``: changes whenever another connection committed to the file.
-        SQLite only: on PostgreSQL the log notifies commits (``steplog.log.pglisten``)."""
+        ``None`` for a log that is no file: it announces its commits instead
+        (``steplog.log.follow.notifier``), and each announcement is read."""
+        if self._file is None:
+            return None
         return int(self._query("PRAGMA data_version")[0][0])
 
     # -- reads ------------------------------------------------------------------------------
@@ -352,6 +364,13 @@ class LogRepository:
         except sqlite3.DatabaseError as exc:
             raise self._unavailable(exc) from exc
         return StepDetail(**vars(record), effects=effects)
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def describe_problem(path: Path) -> str | None:
