@@ -123,8 +123,7 @@ CREATE TABLE run_v2 (
     model             TEXT,
     params            TEXT NOT NULL DEFAULT '{}',
     status            TEXT NOT NULL DEFAULT 'running'
-                      CHECK (status IN ('queued', 'running', 'waiting', 'succeeded', 'gave_up',
-                      'failed',
+                      CHECK (status IN ('queued', 'running', 'waiting', 'succeeded', 'gave_up', 'failed',
                                         'cancelled')),
     reason            TEXT,
     result            TEXT,
@@ -161,15 +160,15 @@ CREATE TABLE run_v2 (
     cancel_requested  TEXT
 );
 INSERT INTO run_v2 (id, agent, model, params, status, reason, result, workdir, outbox, limit_steps,
-    limit_tokens, limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, used_steps,
-    used_tokens, tokens_estimated, reserved_tokens, used_seconds, used_cost_usd, reserved_cost_usd,
-    used_retries, step_executions, incarnation, lease_pid, lease_host, lease_boot, lease_proc_start,
-    lease_expires, created_at, updated_at, finished_at)
+    limit_tokens, limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, used_steps, used_tokens,
+    tokens_estimated, reserved_tokens, used_seconds, used_cost_usd, reserved_cost_usd, used_retries,
+    step_executions, incarnation, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires,
+    created_at, updated_at, finished_at)
 SELECT id, agent, model, params, status, reason, result, workdir, outbox, limit_steps,
-    limit_tokens, limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, used_steps,
-    used_tokens, tokens_estimated, reserved_tokens, used_seconds, used_cost_usd, reserved_cost_usd,
-    used_retries, step_executions, incarnation, lease_pid, lease_host, lease_boot, lease_proc_start,
-    lease_expires, created_at, updated_at, finished_at
+    limit_tokens, limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, used_steps, used_tokens,
+    tokens_estimated, reserved_tokens, used_seconds, used_cost_usd, reserved_cost_usd, used_retries,
+    step_executions, incarnation, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires,
+    created_at, updated_at, finished_at
 FROM run;
 DROP TABLE run;
 ALTER TABLE run_v2 RENAME TO run;
@@ -212,8 +211,7 @@ CREATE INDEX pruned_by_run ON pruned (run_id, state);
 
 CREATE TRIGGER pruned_only_finished_runs BEFORE INSERT ON pruned
 WHEN NEW.state <> 'pruning'
-  OR coalesce((SELECT status FROM run WHERE id = NEW.run_id), '') NOT IN ('succeeded', 'gave_up',
-  'failed', 'cancelled')
+  OR coalesce((SELECT status FROM run WHERE id = NEW.run_id), '') NOT IN ('succeeded', 'gave_up', 'failed', 'cancelled')
 BEGIN SELECT RAISE(ABORT, 'only a finished run can be pruned'); END;
 CREATE TRIGGER pruned_is_a_record BEFORE UPDATE ON pruned
 WHEN NOT (OLD.state = 'pruning' AND NEW.state = 'done' AND NEW.run_id = OLD.run_id)
@@ -221,12 +219,13 @@ BEGIN SELECT RAISE(ABORT, 'a pruned record is never changed'); END;
 CREATE TRIGGER pruned_is_kept BEFORE DELETE ON pruned
 BEGIN SELECT RAISE(ABORT, 'a pruned record is never deleted'); END;
 
-DROP TRIGGER event_is_append_only_delete; CREATE TRIGGER event_is_append_only_delete BEFORE DELETE
-ON event WHEN NOT EXISTS (SELECT 1 FROM pruned WHERE run_id = OLD.run_id AND state = 'pruning')
-BEGIN SELECT RAISE(ABORT, 'the event table is append-only (only steplog prune removes a finished
-run''s events)'); END; CREATE TRIGGER run_leaves_only_by_prune BEFORE DELETE ON run WHEN NOT EXISTS
-(SELECT 1 FROM pruned WHERE run_id = OLD.id AND state = 'pruning') BEGIN SELECT RAISE(ABORT, 'a run
-is removed only by steplog prune'); END;
+DROP TRIGGER event_is_append_only_delete;
+CREATE TRIGGER event_is_append_only_delete BEFORE DELETE ON event
+WHEN NOT EXISTS (SELECT 1 FROM pruned WHERE run_id = OLD.run_id AND state = 'pruning')
+BEGIN SELECT RAISE(ABORT, 'the event table is append-only (only steplog prune removes a finished run''s events)'); END;
+CREATE TRIGGER run_leaves_only_by_prune BEFORE DELETE ON run
+WHEN NOT EXISTS (SELECT 1 FROM pruned WHERE run_id = OLD.id AND state = 'pruning')
+BEGIN SELECT RAISE(ABORT, 'a run is removed only by steplog prune'); END;
 """
 
 # The queue (``steplog submit`` / ``steplog worker``). ``launch``: the engine options a worker

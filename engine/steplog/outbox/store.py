@@ -55,8 +55,7 @@ CREATE TABLE attempt (
     body_hash TEXT,
     status    INTEGER NOT NULL,
     outcome   TEXT NOT NULL
-              CHECK (outcome IN ('delivered', 'replayed', 'conflict', 'in_flight', 'rejected',
-              'error')),
+              CHECK (outcome IN ('delivered', 'replayed', 'conflict', 'in_flight', 'rejected', 'error')),
     ts        REAL NOT NULL
 );
 """
