@@ -1,7 +1,7 @@
 """steplog side by side with DBOS and LangGraph on SQLite: one command, one table.
 
-    pip install -e ".[bench]"
-    python tests/benchmarks/compare.py [--rounds 5] [--json results.json] [--figures steps,resume,length,monitor]
+    pip install -e ".[bench]" python tests/benchmarks/compare.py [--rounds 5] [--json results.json]
+    [--figures steps,resume,length,monitor]
 
 Every measurement runs in a fresh process (``peers.py`` for the peers and floors, the real
 ``steplog`` CLI for steplog's resumes), and peers take turns: A B C A B C ... for ``--rounds``
@@ -77,7 +77,10 @@ def fmt(s: dict[str, float] | None, scale: float = 1.0, digits: int = 0) -> str:
     if not s:
         return "-"
     f = f"{{:,.{digits}f}}"
-    return f"{f.format(s['median'] * scale)} ({f.format(s['min'] * scale)}-{f.format(s['max'] * scale)})"
+    return (
+        f"{f.format(s['median'] * scale)} "
+        f"({f.format(s['min'] * scale)}-{f.format(s['max'] * scale)})"
+    )
 
 
 # -- figure 1: steps/s, pragmas, fsyncs, bytes and rows --------------------------------------
@@ -270,7 +273,8 @@ def one_resume(peer: str, tmp: Path) -> dict[str, Any]:
     while len(lines(bodylog)) < RESUME_KILL_AFTER:
         if first.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(
-                f"{peer}: the first process ended or stalled before the kill: {first.stderr.read()!r}"
+                f"{peer}: the first process ended or stalled before the kill: "
+                f"{first.stderr.read()!r}"
             )  # type: ignore[union-attr]
         time.sleep(0.002)
     os.killpg(first.pid, signal.SIGKILL)
@@ -380,7 +384,8 @@ def figure_length(
             prepared[(peer, length)] = prepare(peer, length, prep_dir)
             prep_seconds[f"{peer}@{length}"] = time.perf_counter() - t
             log(
-                f"length: prepared {peer} at {length} steps in {prep_seconds[f'{peer}@{length}']:.1f} s"
+                f"length: prepared {peer} at {length} steps in "
+                f"{prep_seconds[f'{peer}@{length}']:.1f} s"
             )
     raw: dict[str, dict[str, list[Any]]] = {str(L): {p: [] for p in resumable} for L in lengths}
     for r in range(rounds):
@@ -464,9 +469,9 @@ def print_tables(res: dict[str, Any], out: Callable[[str], None]) -> None:
             " ratio = steplog / peer at the same setting"
         )
         out(
-            f"{'peer':<16} {'FULL steps/s':>22} {'ratio':>7} {'NORMAL steps/s':>24} {'ratio':>7}"
-            f" {'CPU us/step F/N':>16} {'ran with (FULL run)':>20} {'fsync/step F/N':>15} {'bytes/step':>11}"
-            f" {'rows/step':>9}"
+            f"{'peer':<16} {'FULL steps/s':>22} {'ratio':>7} {'NORMAL steps/s':>24} {'ratio':>7} "
+            f"{'CPU us/step F/N':>16} {'ran with (FULL run)':>20} {'fsync/step F/N':>15} "
+            f"{'bytes/step':>11} {'rows/step':>9}"
         )
         me = ps.get("steplog")
         for peer, p in ps.items():
@@ -474,42 +479,50 @@ def print_tables(res: dict[str, Any], out: Callable[[str], None]) -> None:
             f_full, f_norm = fs["FULL"].get(peer), fs["NORMAL"].get(peer)
             fsync = "-" if f_full is None else f"{f_full:.2f}/{f_norm:.2f}"
             out(
-                f"{peer:<16} {fmt(p['steps_per_s_FULL']):>22} {ratio(me and me['steps_per_s_FULL'], p['steps_per_s_FULL']):>7}"
-                f" {fmt(p['steps_per_s_NORMAL']):>24} {ratio(me and me['steps_per_s_NORMAL'], p['steps_per_s_NORMAL']):>7}"
-                f" {cpu(p):>16} {','.join(p['ran_with_FULL']):>20} {fsync:>15} {p['bytes_per_step']['median']:>11,.0f}"
-                f" {p['rows_per_step']['median']:>9.2f}"
+                f"{peer:<16} {fmt(p['steps_per_s_FULL']):>22} "
+                f"{ratio(me and me['steps_per_s_FULL'], p['steps_per_s_FULL']):>7} "
+                f"{fmt(p['steps_per_s_NORMAL']):>24} "
+                f"{ratio(me and me['steps_per_s_NORMAL'], p['steps_per_s_NORMAL']):>7} "
+                f"{cpu(p):>16} {','.join(p['ran_with_FULL']):>20} {fsync:>15} "
+                f"{p['bytes_per_step']['median']:>11,.0f} {p['rows_per_step']['median']:>9.2f}"
             )
     if "resume" in res:
         ps = res["resume"]["peers"]
         out(
-            f"\n2. Resume: {RESUME_STEPS} steps of {RESUME_PAUSE * 1000:.0f} ms, SIGKILL after ~1 s, started again at once;"
+            "\n"
+            f"2. Resume: {RESUME_STEPS} steps of {RESUME_PAUSE * 1000:.0f} ms, SIGKILL after ~1 s, "
+            "started again at once;"
             " ms, median (min-max); the first new step includes its 10 ms body"
         )
         out(
-            f"{'':<28} {'interp.+imports':>18} {'setup':>14} {'recovery+1st step':>20} {'kill->1st new step':>20}"
-            f" {'redone':>7} {'result':>7}"
+            f"{'':<28} {'interp.+imports':>18} {'setup':>14} {'recovery+1st step':>20} "
+            f"{'kill->1st new step':>20} {'redone':>7} {'result':>7}"
         )
         for name, p in ps.items():
             if "imports" not in p:
                 out(f"{name:<28} {'':>18} {'':>14} {'':>20} {fmt(p['total'], 1000):>20}")
                 continue
             out(
-                f"{name:<28} {fmt(p['imports'], 1000):>18} {fmt(p['setup'], 1000):>14} {fmt(p['recovery'], 1000):>20}"
-                f" {fmt(p['total'], 1000):>20} {p['redone']['median']:>7.0f} {'ok' if p['correct'] else 'WRONG':>7}"
+                f"{name:<28} {fmt(p['imports'], 1000):>18} {fmt(p['setup'], 1000):>14} "
+                f"{fmt(p['recovery'], 1000):>20} {fmt(p['total'], 1000):>20} "
+                f"{p['redone']['median']:>7.0f} {'ok' if p['correct'] else 'WRONG':>7}"
             )
     if "length" in res:
         t = res["length"]["table"]
         peers = list(next(iter(t.values())).keys())
         out(
-            "\n3. Resume against log length: imports done -> first new step committed (open, load, replay,"
-            " one no-op step), ms; [whole start -> first new step]"
+            "\n"
+            "3. Resume against log length: imports done -> first new step committed (open, load, "
+            "replay, one no-op step), ms; [whole start -> first new step]"
         )
         out(f"{'steps in log':>12} " + " ".join(f"{p:>30}" for p in peers))
         for length, row in t.items():
             out(
                 f"{int(length):>12,} "
                 + " ".join(
-                    f"{fmt(row[p]['resume'], 1000) + ' [' + format(row[p]['total']['median'] * 1000, ',.0f') + ']':>30}"
+                    "{:>30}".format(
+                        f"{fmt(row[p]['resume'], 1000)} [{row[p]['total']['median'] * 1000:,.0f}]"
+                    )
                     for p in peers
                 )
             )
@@ -582,8 +595,9 @@ def main(argv: list[str] | None = None) -> int:
     known = {"steps", "resume", "length", "monitor"}
     if unknown or not figures <= known or a.rounds < 1:
         print(
-            f"compare.py: unknown peer(s) {sorted(unknown)} or figure(s) {sorted(figures - known)}, or --rounds < 1;"
-            f" peers are {','.join(PEERS)}, figures {','.join(sorted(known))}",
+            f"compare.py: unknown peer(s) {sorted(unknown)} or figure(s) "
+            f"{sorted(figures - known)}, or --rounds < 1; peers are {','.join(PEERS)}, figures "
+            f"{','.join(sorted(known))}",
             file=sys.stderr,
         )
         return 2
@@ -619,8 +633,9 @@ def print_results(res: dict[str, Any]) -> int:
         res["steps"]["peers"] = summarise_steps(res["steps"]["raw"], res["steps"]["n"])
     m = res["machine"]
     print(
-        f"\nsteplog vs peers — Python {m['python']}, SQLite {m['sqlite']}, {m['cpus']} CPUs, {m['platform']},"
-        f" {m['when']}; {', '.join(f'{k} {v}' for k, v in m['versions'].items())}"
+        "\n"
+        f"steplog vs peers — Python {m['python']}, SQLite {m['sqlite']}, {m['cpus']} CPUs, "
+        f"{m['platform']}, {m['when']}; {', '.join(f'{k} {v}' for k, v in m['versions'].items())}"
     )
     print_tables(res, print)
     print_monitor(res, print)

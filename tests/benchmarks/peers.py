@@ -168,7 +168,8 @@ def _dbos_pragmas(DBOS: Any) -> dict[str, Any]:
 
 
 def dbos_noop_workflow(DBOS: Any) -> Any:
-    """The workflow every DBOS measurement runs: ``n`` no-op durable steps (SQLite or PostgreSQL)."""
+    """The workflow every DBOS measurement runs: ``n`` no-op durable steps (SQLite or
+    PostgreSQL)."""
 
     @DBOS.step()
     def step(i: int) -> int:
@@ -403,7 +404,8 @@ def steps(peer: str, db: Path, n: int, sync: str, markers: bool) -> dict[str, An
 
 
 def main(argv: list[str]) -> None:
-    import argparse  # here: steplog's agent module imports this file, and its import time is measured
+    # Imported here: steplog's agent module imports this file, and its import time is measured.
+    import argparse
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("mode", choices=("steps", "run"))
@@ -428,7 +430,8 @@ def main(argv: list[str]) -> None:
         result = langgraph_run(a.db, a.n, body, m, a.sync, a.peer.removeprefix("langgraph-"))
     else:
         raise SystemExit(
-            f"run {a.peer} through its own entry point (steplog: python -m steplog run peers.py:resumable)"
+            f"run {a.peer} through its own entry point (steplog: python -m steplog run "
+            "peers.py:resumable)"
         )
     m.write(done=time.time(), result=result, ran=body.ran)
 

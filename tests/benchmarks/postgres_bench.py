@@ -3,15 +3,16 @@ resume after a worker's kill; a fleet of engines writing one database.
 
     pip install -e ".[test,bench]"
     python tests/benchmarks/postgres_bench.py [--rounds 3] [--n 2000] [--json results.json]
-                                              [--figures steps,resume,fleet] [--fleet 1,2,4] [--fleet-n 500]
+                                              [--figures steps,resume,fleet] [--fleet 1,2,4]
+                                              [--fleet-n 500]
 
-The server is ``$STEPLOG_TEST_POSTGRES`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``);
-each measurement gets a fresh database there (dropped afterwards) and runs in a fresh process.
-Peers take turns (A B C A B C ...) for ``--rounds`` rounds; each figure is the median and the
-min-max. At "FULL" every checkpoint is durable when its commit returns (``synchronous_commit =
-on``; steplog's step-start markers are committed with it off, as on SQLite they skip the fsync);
-at "NORMAL" none waits for the WAL flush (``off``: a server crash may lose the last commits, a
-process kill never does).
+The server is ``$STEPLOG_TEST_POSTGRES`` (default
+``postgresql://postgres@127.0.0.1:5432/postgres``); each measurement gets a fresh database there
+(dropped afterwards) and runs in a fresh process. Peers take turns (A B C A B C ...) for
+``--rounds`` rounds; each figure is the median and the min-max. At "FULL" every checkpoint is
+durable when its commit returns (``synchronous_commit = on``; steplog's step-start markers are
+committed with it off, as on SQLite they skip the fsync); at "NORMAL" none waits for the WAL flush
+(``off``: a server crash may lose the last commits, a process kill never does).
 
 - ``steplog-pg``: ``run.step`` per step, ``--db postgresql://…``;
 - ``steplog-sqlite``: the same on a SQLite file on this machine's disk (the default log);
@@ -380,7 +381,8 @@ def one_fleet(backend: str, k: int, n: int, sync: str, tmp: Path) -> dict[str, A
 
 
 def figure_fleet(ks: list[int], n: int, rounds: int, tmp: Path) -> dict[str, Any]:
-    """Each K on PostgreSQL, then the same on one SQLite file (its one writer at a time), in turns."""
+    """Each K on PostgreSQL, then the same on one SQLite file (its one writer at a time), in
+    turns."""
     cases = [(b, str(k)) for b in ("postgres", "sqlite") for k in ks]
     raw: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {
         s: {c: [] for c in cases} for s in ("FULL", "NORMAL")
@@ -478,52 +480,63 @@ def print_table(res: dict[str, Any]) -> None:
     if "steps" in res:
         steps = res["steps"]
         print(
-            f"durable no-op steps/s, {steps['n']} steps, {steps['rounds']} round(s), PostgreSQL at {steps['server']}"
+            f"durable no-op steps/s, {steps['n']} steps, {steps['rounds']} round(s), PostgreSQL at "
+            f"{steps['server']}"
             " (median (min-max))"
         )
         print(f"{'peer':<16} {'steps/s FULL':<24} {'steps/s NORMAL':<24} {'CPU µs/step FULL':<20}")
         for peer, by in steps["peers"].items():
             print(
-                f"{peer:<16} {fmt(by['FULL']['steps_per_s']):<24} {fmt(by['NORMAL']['steps_per_s']):<24} "
-                f"{fmt(by['FULL']['cpu_us_per_step']):<20}"
+                f"{peer:<16} {fmt(by['FULL']['steps_per_s']):<24} "
+                f"{fmt(by['NORMAL']['steps_per_s']):<24} {fmt(by['FULL']['cpu_us_per_step']):<20}"
             )
     if "resume" in res:
         rs = res["resume"]
         print(
-            f"\nresume after a worker's SIGKILL: {rs['steps']} steps of {rs['pause'] * 1000:.0f} ms, the worker's group "
-            f"killed after {rs['kill_after']} bodies, a new worker started at once; ms, median (min-max) of "
-            f"{rs['rounds']} round(s); PostgreSQL / SQLite = {rs['ratio_pg_sqlite']:.2f}x"
+            "\n"
+            f"resume after a worker's SIGKILL: {rs['steps']} steps of {rs['pause'] * 1000:.0f} ms, "
+            f"the worker's group killed after {rs['kill_after']} bodies, a new worker started at "
+            f"once; ms, median (min-max) of {rs['rounds']} round(s); PostgreSQL / SQLite = "
+            f"{rs['ratio_pg_sqlite']:.2f}x"
         )
         print(
-            f"{'log':<10} {'kill->claim':<20} {'claim->engine imports':<24} {'kill->1st new step':<22} {'redone':<8} result"
+            f"{'log':<10} {'kill->claim':<20} {'claim->engine imports':<24} "
+            f"{'kill->1st new step':<22} {'redone':<8} result"
         )
         for backend, by in rs["backends"].items():
             print(
-                f"{backend:<10} {fmt_s(by['claim'], 1000):<20} {fmt_s(by['engine_start'], 1000):<24} "
-                f"{fmt_s(by['total'], 1000):<22} {fmt_s(by['redone']):<8} {'ok' if by['correct'] else 'WRONG'}"
+                f"{backend:<10} {fmt_s(by['claim'], 1000):<20} "
+                f"{fmt_s(by['engine_start'], 1000):<24} {fmt_s(by['total'], 1000):<22} "
+                f"{fmt_s(by['redone']):<8} {'ok' if by['correct'] else 'WRONG'}"
             )
     if "fleet" in res:
         fl = res["fleet"]
         print(
-            f"\nfleet: K engines, each its own run of {fl['n']} no-op steps, started together on one log; aggregate "
-            f"steps/s = K x N / (last done - first started), median (min-max) of {fl['rounds']} round(s)"
+            "\n"
+            f"fleet: K engines, each its own run of {fl['n']} no-op steps, started together on one "
+            "log; aggregate steps/s = K x N / (last done - first started), median (min-max) of "
+            f"{fl['rounds']} round(s)"
         )
         print(
-            f"{'log':<9} {'K':<3} {'steps/s FULL':<22} {'per engine FULL':<20} {'steps/s NORMAL':<22} "
-            f"{'per engine NORMAL':<20} {'CPU µs/step F/N':<16}"
+            f"{'log':<9} {'K':<3} {'steps/s FULL':<22} {'per engine FULL':<20} "
+            f"{'steps/s NORMAL':<22} {'per engine NORMAL':<20} {'CPU µs/step F/N':<16}"
         )
         for backend, ks in fl["table"].items():
             for k, by in ks.items():
+                full, normal = by["FULL"], by["NORMAL"]
                 print(
-                    f"{backend:<9} {k:<3} {fmt_s(by['FULL']['steps_per_s']):<22} {fmt_s(by['FULL']['per_engine']):<20} "
-                    f"{fmt_s(by['NORMAL']['steps_per_s']):<22} {fmt_s(by['NORMAL']['per_engine']):<20} "
-                    f"{by['FULL']['cpu_us_per_step']['median']:,.0f}/{by['NORMAL']['cpu_us_per_step']['median']:,.0f}"
+                    f"{backend:<9} {k:<3} {fmt_s(full['steps_per_s']):<22} "
+                    f"{fmt_s(full['per_engine']):<20} "
+                    f"{fmt_s(normal['steps_per_s']):<22} {fmt_s(normal['per_engine']):<20} "
+                    f"{full['cpu_us_per_step']['median']:,.0f}"
+                    f"/{normal['cpu_us_per_step']['median']:,.0f}"
                 )
         late = max(
             by[s]["late_start"] for ks in fl["table"].values() for by in ks.values() for s in by
         )
         print(
-            f"(the last engine to start began {late * 1000:,.0f} ms after the common start at worst)"
+            f"(the last engine to start began {late * 1000:,.0f} ms after the common start at "
+            "worst)"
         )
 
 

@@ -122,7 +122,7 @@ def run_engine(tmp: Path, kind: str, n: int, first: int, extra: list[str]) -> di
 
 def test_effect_benchmarks(tmp_path: Path) -> None:
     # Imported here, not at the top: the engine processes import this file for its agent.
-    from fakes.openai_server import FakeOpenAI
+    from helpers.openai_server import FakeOpenAI
     from steplog.outbox import start_outbox
 
     totals = {kind: Measured() for kind in KINDS}
@@ -143,27 +143,32 @@ def test_effect_benchmarks(tmp_path: Path) -> None:
     base = totals["write_file"]
     print()
     print(
-        f"{CALLS} calls of each kind through `steplog run` (--sync full), {ROUNDS} interleaved rounds of "
-        f"{per_round}; per call: each engine's first call apart"
+        f"{CALLS} calls of each kind through `steplog run` (--sync full), {ROUNDS} interleaved "
+        f"rounds of {per_round}; per call: each engine's first call apart"
     )
     print(
-        f"{'kind':<11} {'calls/s':>9} {'ms/call':>9} {'CPU ms/call':>12} {'time vs write_file':>19} {'1st call ms':>12}"
+        f"{'kind':<11} {'calls/s':>9} {'ms/call':>9} {'CPU ms/call':>12} "
+        f"{'time vs write_file':>19} {'1st call ms':>12}"
     )
     for kind, m in totals.items():
         print(
             f"{kind:<11} {m.calls / m.wall:>9,.0f} {m.wall / m.calls * 1000:>9.2f} "
-            f"{m.cpu / m.calls * 1000:>12.2f} {m.wall / base.wall:>18.2f}x {m.first / ROUNDS * 1000:>12.1f}"
+            f"{m.cpu / m.calls * 1000:>12.2f} {m.wall / base.wall:>18.2f}x "
+            f"{m.first / ROUNDS * 1000:>12.1f}"
         )
     post, effect = totals["http_post"], totals["effect"]
     ratio, post_cpu = post.wall / base.wall, post.cpu / post.calls
     request_cpu = post_cpu - effect.cpu / effect.calls
     print(
-        f"target: http_post within 4x write_file's time: {ratio:.2f}x, {'met' if ratio <= 4 else 'NOT MET'}"
+        f"target: http_post within 4x write_file's time: {ratio:.2f}x, "
+        f"{'met' if ratio <= 4 else 'NOT MET'}"
     )
     print(
-        f"target: <= 2 ms engine CPU per post: {post_cpu * 1000:.2f} ms, {'met' if post_cpu <= 0.002 else 'NOT MET'} "
-        f"(the request itself: {request_cpu * 1000:.2f} ms over a ledgered effect that does nothing)"
+        f"target: <= 2 ms engine CPU per post: {post_cpu * 1000:.2f} ms, "
+        f"{'met' if post_cpu <= 0.002 else 'NOT MET'} (the request itself: "
+        f"{request_cpu * 1000:.2f} ms over a ledgered effect that does nothing)"
     )
     assert ratio <= 4, (
-        f"http_post {post.wall / post.calls * 1000:.1f} ms/call vs write_file {base.wall / base.calls * 1000:.1f}"
+        f"http_post {post.wall / post.calls * 1000:.1f} ms/call vs write_file "
+        f"{base.wall / base.calls * 1000:.1f}"
     )

@@ -142,12 +142,14 @@ def test_engine_benchmarks(tmp_path: Path) -> None:
     lat = resume_latencies(tmp_path, KILLS)
     print()
     print(
-        f"{'synchronous':<12} {'raw sqlite3 commits/s':>22} {'steplog no-op steps/s':>22} {'ratio':>7}"
+        f"{'synchronous':<12} {'raw sqlite3 commits/s':>22} {'steplog no-op steps/s':>22} "
+        f"{'ratio':>7}"
     )
     for sync, raw, ours in rows:
         print(f"{sync:<12} {raw:>22,.0f} {ours:>22,.0f} {ours / raw:>7.2f}")
     q = statistics.quantiles(lat, n=20)
     print(
-        f"kill -> first step committed by the next engine, {len(lat)} kills: "
-        f"median {statistics.median(lat) * 1000:.0f} ms, p95 {q[-1] * 1000:.0f} ms, max {max(lat) * 1000:.0f} ms"
+        f"kill -> first step committed by the next engine, {len(lat)} kills: median "
+        f"{statistics.median(lat) * 1000:.0f} ms, p95 {q[-1] * 1000:.0f} ms, max "
+        f"{max(lat) * 1000:.0f} ms"
     )

@@ -5,16 +5,14 @@ python -m pytest tests/benchmarks -s -p no:cacheprovider
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "gui"))
-
-from gui_helpers import synthetic_events  # noqa: E402
-
+from helpers.logs import synthetic_events
+from helpers.paths import AGENTS
 from steplog.log.db import open_log  # noqa: E402
 from steplog_gui.feeds.monitor import Monitor  # noqa: E402
 from steplog_gui.timeline.view import TimelineView  # noqa: E402
@@ -53,7 +51,8 @@ def test_commit_to_model_latency(qtbot, tmp_path: Path) -> None:  # type: ignore
             conn = sqlite3.connect(db, isolation_level=None)
             t = time.time()
             conn.execute(
-                "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, 0, 'run_created', '{}')",
+                "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, 0, "
+                "'run_created', '{}')",
                 (f"probe{i}", t),
             )
             conn.close()
@@ -68,6 +67,44 @@ def test_commit_to_model_latency(qtbot, tmp_path: Path) -> None:  # type: ignore
         monitor.stop()
 
 
+def test_commit_to_model_latency_on_postgresql(qtbot, postgres_db: object) -> None:  # type: ignore[no-untyped-def]
+    """From COMMIT in another connection to the event folded into the monitor's state, through
+    LISTEN/NOTIFY (moved here from tests/gui/test_postgres_monitor.py: a figure, not a bound)."""
+    import json
+
+    db = postgres_db
+    open_log(db).close()  # type: ignore[arg-type]
+    monitor = Monitor(db)  # type: ignore[arg-type]
+    arrived: dict[int, float] = {}
+    monitor.events_applied.connect(
+        lambda evs: arrived.update({e.id: time.perf_counter() for e in evs})
+    )
+    monitor.start()
+    conn = open_log(db)  # type: ignore[arg-type]
+    try:
+        latencies = []
+        for i in range(30):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                "INSERT INTO event (run_id, ts, incarnation, kind, seq, data)"
+                " VALUES (?, ?, 0, ?, NULL, ?)",
+                ("lat", time.time(), "run_created" if i == 0 else "budget_changed", json.dumps({})),
+            )
+            newest = int(conn.execute("SELECT max(id) FROM event").fetchone()[0])
+            conn.execute("COMMIT")
+            committed = time.perf_counter()
+            qtbot.waitUntil(lambda newest=newest: newest in arrived, timeout=5_000)
+            latencies.append(arrived[newest] - committed)
+        q = statistics.quantiles(latencies, n=20)
+        print(
+            f"\ncommit -> notification -> model (PostgreSQL), 30 commits: median"
+            f" {statistics.median(latencies) * 1000:.1f} ms, p95 {q[-1] * 1000:.1f} ms"
+        )
+    finally:
+        conn.close()
+        monitor.stop()
+
+
 def noop_log_with_kills(db: Path, run_id: str, steps: int, kills: int) -> None:
     """A real log: the engine commits ``steps`` no-op steps, SIGKILLed ``kills`` times on the way
     (evenly spread) and relaunched with the kill's time, as Kill now does."""
@@ -76,11 +113,10 @@ def noop_log_with_kills(db: Path, run_id: str, steps: int, kills: int) -> None:
     from steplog.control.procs import child_env, python_argv
     from steplog.killtest.procs import kill_group
 
-    agents = Path(__file__).parents[1] / "engine" / "agents_for_tests.py"
     args = python_argv(
         "steplog",
         "run",
-        f"{agents}:noop",
+        f"{AGENTS}:noop",
         "--run-id",
         run_id,
         "--db",
@@ -202,17 +238,19 @@ def test_open_runs_of_1k_10k_100k_steps_to_a_painted_timeline(qtbot, tmp_path: P
             heartbeat.stop()
             # From the window built on (its first paint included; building it is not the load).
             ticks.insert(1, built)
-            stalls.append(max(b - a for a, b in zip(ticks[1:], ticks[2:])))
+            stalls.append(max(b - a for a, b in itertools.pairwise(ticks[1:])))
             assert not window.grab().isNull()
             rss.append(psutil.Process().memory_info().rss - before)
             run = monitor.run("big")
             assert run is not None and len(run.kills) == 2 and len(run.executions) >= steps
             window.close()  # stops its tailer and waits for its background jobs (the verdict)
         print(
-            f"\nopen {steps:>7,}-step run ({db.stat().st_size / 1e6:.1f} MB log): timeline painted "
+            "\n"
+            f"open {steps:>7,}-step run ({db.stat().st_size / 1e6:.1f} MB log): timeline painted "
             f"{statistics.median(painted):.2f} s (min {min(painted):.2f}, max {max(painted):.2f}); "
-            f"details and charts in {statistics.median(complete):.2f} s; longest GUI-thread stall while loading "
-            f"{statistics.median(stalls) * 1000:.0f} ms; RSS +{statistics.median(rss) / 1e6:.0f} MB"
+            f"details and charts in {statistics.median(complete):.2f} s; longest GUI-thread stall "
+            f"while loading {statistics.median(stalls) * 1000:.0f} ms; RSS "
+            f"+{statistics.median(rss) / 1e6:.0f} MB"
         )
 
 
@@ -288,13 +326,12 @@ def test_commit_to_pixel_and_idle_cpu(qtbot, tmp_path: Path) -> None:  # type: i
     )
     watch = PaintWatch()
     view.plot.viewport().installEventFilter(watch)
-    agents = Path(__file__).parents[1] / "engine" / "agents_for_tests.py"
     commits = 300
     proc = subprocess.Popen(
         python_argv(
             "steplog",
             "run",
-            f"{agents}:witness",
+            f"{AGENTS}:witness",
             "--run-id",
             "live",
             "--db",
@@ -336,8 +373,10 @@ def test_commit_to_pixel_and_idle_cpu(qtbot, tmp_path: Path) -> None:  # type: i
                 latencies.append(min(shown) - ts)
         q = statistics.quantiles(latencies, n=20)
         print(
-            f"\ncommit -> {what}, {len(latencies)} of {len(commit_ts)} commits: p50 "
-            f"{statistics.median(latencies) * 1000:.0f} ms, p95 {q[-1] * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms"
+            "\n"
+            f"commit -> {what}, {len(latencies)} of {len(commit_ts)} commits: p50 "
+            f"{statistics.median(latencies) * 1000:.0f} ms, p95 {q[-1] * 1000:.0f} ms, max "
+            f"{max(latencies) * 1000:.0f} ms"
         )
     window.close()
 
@@ -357,7 +396,9 @@ def test_commit_to_pixel_and_idle_cpu(qtbot, tmp_path: Path) -> None:  # type: i
     cpu1, t1 = me.cpu_times(), time.monotonic()
     busy = (cpu1.user - cpu0.user + cpu1.system - cpu0.system) / (t1 - t0)
     print(
-        f"\nidle, a finished 100k-step run open: CPU {busy * 100:.2f} % of one core over {t1 - t0:.0f} s;"
-        f" RSS +{(me.memory_info().rss - before) / 1e6:.0f} MB for the window with the run and its verdict"
+        "\n"
+        f"idle, a finished 100k-step run open: CPU {busy * 100:.2f} % of one core over "
+        f"{t1 - t0:.0f} s; RSS +{(me.memory_info().rss - before) / 1e6:.0f} MB for the window with "
+        "the run and its verdict"
     )
     window.close()

@@ -119,5 +119,6 @@ def test_parallel_steps_side_by_side(tmp_path: Path) -> None:
             else statistics.median(times["8 model calls of 100 ms, sequential"])
         )
         print(
-            f"{mode:<40} {med:>9.3f} {min(ts):>7.3f}-{max(ts):<7.3f} {n / med:>9.0f} {ref / med:>13.2f}x"
+            f"{mode:<40} {med:>9.3f} {min(ts):>7.3f}-{max(ts):<7.3f} {n / med:>9.0f} "
+            f"{ref / med:>13.2f}x"
         )

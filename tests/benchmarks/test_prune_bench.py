@@ -13,6 +13,7 @@ wait of the tailing reader and of the live engine's steps during the prune.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sqlite3
@@ -24,11 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers.paths import AGENTS
 from steplog.log.db import open_log
 from steplog.log.prune import Selection, log_bytes, prune
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "gui"))
-AGENTS = Path(__file__).parents[1] / "engine" / "agents_for_tests.py"
 
 RUNS_PRUNED = 10_000
 RUNS_KEPT = 1_000
@@ -82,16 +81,19 @@ def build_log(path: Path, *, old_style: bool = False) -> None:
     conn.executemany("INSERT INTO nums VALUES (?)", [(n,) for n in range(total)])
     base = time.time() - 30 * 86_400
     conn.execute(
-        f"INSERT INTO run (id, created_at, finished_at, {', '.join(run_cols)}) "
-        f"SELECT printf('r%05d', n), ? + n * 60, ? + n * 60 + 5, {', '.join(run_cols)} FROM run, nums WHERE id = 'tpl'",
+        f"INSERT INTO run (id, created_at, finished_at, {', '.join(run_cols)}) SELECT "
+        f"printf('r%05d', n), ? + n * 60, ? + n * 60 + 5, {', '.join(run_cols)} FROM run, nums "
+        "WHERE id = 'tpl'",
         (base, base),
     )
     conn.execute(
-        f"INSERT INTO step (run_id, {', '.join(step_cols)}) SELECT printf('r%05d', n), {', '.join(step_cols)}"
+        f"INSERT INTO step (run_id, {', '.join(step_cols)}) SELECT printf('r%05d', n), "
+        f"{', '.join(step_cols)}"
         " FROM step, nums WHERE run_id = 'tpl' ORDER BY n, seq"
     )
     conn.execute(
-        f"INSERT INTO event (run_id, {', '.join(ev_cols)}) SELECT printf('r%05d', n), {', '.join(ev_cols)}"
+        f"INSERT INTO event (run_id, {', '.join(ev_cols)}) SELECT printf('r%05d', n), "
+        f"{', '.join(ev_cols)}"
         " FROM event, nums WHERE run_id = 'tpl' ORDER BY n, event.id"
     )
     conn.execute("COMMIT")
@@ -205,8 +207,8 @@ def test_prune_ten_thousand_runs_and_a_million_steps(tmp_path: Path) -> None:
             (started, ended),
         )
     ]
-    gaps = sorted(b - a for a, b in zip(ts, ts[1:]))
-    worst = max(zip(ts, ts[1:]), key=lambda p: p[1] - p[0])
+    gaps = sorted(b - a for a, b in itertools.pairwise(ts))
+    worst = max(itertools.pairwise(ts), key=lambda p: p[1] - p[0])
     bounds, acc = [], 0.0
     for name, secs in report.phases.items():
         acc += secs
@@ -217,22 +219,25 @@ def test_prune_ten_thousand_runs_and_a_million_steps(tmp_path: Path) -> None:
     out = report.as_json()
     print()
     print(
-        f"log built in {built:.1f} s: {RUNS_PRUNED + RUNS_KEPT + 1:,} runs, {steps:,} steps, {size_before / 1e6:,.0f} MB"
+        f"log built in {built:.1f} s: {RUNS_PRUNED + RUNS_KEPT + 1:,} runs, {steps:,} steps, "
+        f"{size_before / 1e6:,.0f} MB"
     )
     print(
-        f"prune of {len(report.pruned):,} runs / {report.rows:,} rows: {pruned_in:.1f} s "
-        f"(report: {out['seconds']} s); the log {out['file_bytes_before'] / 1e6:,.0f} MB -> "
-        f"{out['file_bytes_after'] / 1e6:,.0f} MB, reclaimed {out['reclaimed_bytes'] / 1e6:,.0f} MB "
-        f"(the dry run, {dry_in:.1f} s, estimated {dry.estimated_bytes / 1e6:,.0f} MB), freed pages {report.freed_pages:,}"
+        f"prune of {len(report.pruned):,} runs / {report.rows:,} rows: {pruned_in:.1f} s (report: "
+        f"{out['seconds']} s); the log {out['file_bytes_before'] / 1e6:,.0f} MB -> "
+        f"{out['file_bytes_after'] / 1e6:,.0f} MB, reclaimed {out['reclaimed_bytes'] / 1e6:,.0f} "
+        f"MB (the dry run, {dry_in:.1f} s, estimated {dry.estimated_bytes / 1e6:,.0f} MB), freed "
+        f"pages {report.freed_pages:,}"
     )
     print(
-        f"tailing reader: {tail.events:,} events read during the prune, {tail.pruned_events} runs_pruned events, "
-        f"longest poll {tail.longest * 1000:.0f} ms, errors {len(tail.errors)}"
+        f"tailing reader: {tail.events:,} events read during the prune, {tail.pruned_events} "
+        f"runs_pruned events, longest poll {tail.longest * 1000:.0f} ms, errors {len(tail.errors)}"
     )
     print(
-        f"live engine on the same log during the prune: {len(ts):,} events written; gaps between them median "
-        f"{gaps[len(gaps) // 2] * 1000:.1f} ms, p99 {gaps[int(len(gaps) * 0.99)] * 1000:.0f} ms, "
-        f"max {gaps[-1] * 1000:.0f} ms ({worst[0] - started:.1f} s into the prune, while {worst_phase})"
+        f"live engine on the same log during the prune: {len(ts):,} events written; gaps between "
+        f"them median {gaps[len(gaps) // 2] * 1000:.1f} ms, p99 "
+        f"{gaps[int(len(gaps) * 0.99)] * 1000:.0f} ms, max {gaps[-1] * 1000:.0f} ms "
+        f"({worst[0] - started:.1f} s into the prune, while {worst_phase})"
     )
     print(f"phases: {out['phases']}")
     print(json.dumps(out | {"runs": len(out["runs"])}))  # type: ignore[operator]
@@ -252,8 +257,9 @@ def test_prune_then_vacuum_an_older_log_with_no_engine_running(tmp_path: Path) -
     vacuumed = prune(path, Selection(statuses=frozenset()), reclaim="vacuum")
     print()
     print(
-        f"older log: prune of {len(pruned.pruned):,} runs {pruned.seconds:.1f} s {pruned.phases}, the file "
-        f"{pruned.file_bytes_before / 1e6:,.0f} MB -> {pruned.file_bytes_after / 1e6:,.0f} MB; then --reclaim vacuum "
+        f"older log: prune of {len(pruned.pruned):,} runs {pruned.seconds:.1f} s {pruned.phases}, "
+        f"the file {pruned.file_bytes_before / 1e6:,.0f} MB -> "
+        f"{pruned.file_bytes_after / 1e6:,.0f} MB; then --reclaim vacuum "
         f"{time.perf_counter() - t:.1f} s: {vacuumed.file_bytes_before / 1e6:,.0f} MB -> "
         f"{vacuumed.file_bytes_after / 1e6:,.0f} MB"
     )

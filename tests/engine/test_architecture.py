@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from helpers.paths import ROOT
 
 
 def test_the_engine_never_imports_qt_or_the_gui() -> None:
-    """import-linter contract in pyproject.toml: steplog may not import steplog_gui, PySide6, pyqtgraph."""
+    """import-linter contract in pyproject.toml: steplog may not import steplog_gui, PySide6,
+    pyqtgraph."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "engine"), str(ROOT / "gui")])}
     lint = Path(sys.executable).with_name("lint-imports")
     done = subprocess.run(
@@ -30,7 +31,10 @@ def test_the_engine_never_imports_qt_or_the_gui() -> None:
 
 
 def test_importing_steplog_loads_no_qt() -> None:
-    code = "import sys, steplog, steplog.cli, steplog.runtime.engine; print(sorted(m for m in sys.modules if m.split('.')[0] in ('PySide6', 'pyqtgraph', 'steplog_gui', 'shiboken6')))"
+    code = (
+        "import sys, steplog, steplog.cli, steplog.runtime.engine; print(sorted(m for m in "
+        "sys.modules if m.split('.')[0] in ('PySide6', 'pyqtgraph', 'steplog_gui', 'shiboken6')))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stderr
 

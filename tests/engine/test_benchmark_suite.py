@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-COMPARE = Path(__file__).resolve().parents[1] / "benchmarks" / "compare.py"
+from helpers.paths import TESTS
+
+COMPARE = TESTS / "benchmarks" / "compare.py"
 
 
 def test_the_benchmark_suite_prints_its_table_and_writes_the_raw_numbers(tmp_path: Path) -> None:

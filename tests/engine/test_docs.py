@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import steplog
-from conftest import Engine
 from helpers.docs_pages import (
     DOCS,
     README,
@@ -27,6 +26,7 @@ from helpers.docs_pages import (
     pages,
     printed,
 )
+from helpers.engine import Engine
 
 ILLUSTRATIVE: dict[tuple[str, str], str] = {
     (

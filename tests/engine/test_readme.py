@@ -6,8 +6,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from conftest import Engine
 from helpers.docs_pages import README, Reader, block_containing
+from helpers.engine import Engine
 from steplog.outbox import start_outbox
 
 

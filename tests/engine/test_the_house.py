@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 import tomllib
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from helpers.paths import ROOT
+
 PACKAGES = {"steplog": ROOT / "engine" / "steplog", "steplog_gui": ROOT / "gui" / "steplog_gui"}
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 

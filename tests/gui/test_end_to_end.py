@@ -1,4 +1,5 @@
-"""End to end: the demo started from the GUI, Kill now clicked twice, the verdict strip says PASS."""
+"""End to end: the demo started from the GUI, Kill now clicked twice, the verdict strip says
+PASS."""
 
 from __future__ import annotations
 
@@ -6,10 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gui_helpers import gui_env, settings  # noqa: F401 (fixtures)
 from PySide6.QtCore import Qt
 
-from conftest import Engine
+from helpers.engine import Engine
 from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.main_window import MainWindow
 from steplog_gui.processes.demo import DemoConfig
@@ -49,7 +49,7 @@ def test_demo_kill_now_twice_then_pass_with_two_kills_and_no_duplicates(
         )
 
     for kill in (1, 2):
-        qtbot.waitUntil(lambda: resumed_after(kill - 1), timeout=20_000)
+        qtbot.waitUntil(lambda kill=kill: resumed_after(kill - 1), timeout=20_000)
         assert not window.monitor.run(run_id).terminal, (
             "the run finished before the kills; slow the demo down"
         )  # type: ignore[union-attr]
@@ -67,7 +67,8 @@ def test_demo_kill_now_twice_then_pass_with_two_kills_and_no_duplicates(
     assert all(k.exact and k.latency is not None for k in run.kills)
     assert "ms" in strip["latency"].text()
     print(
-        f"\nresume latencies: {[round(k.latency * 1000) for k in run.kills]} ms; redone {run.redone}"
+        "\n"
+        f"resume latencies: {[round(k.latency * 1000) for k in run.kills]} ms; redone {run.redone}"
     )
     window.grab().save(str(Path(window.monitor.path).parent / "after.png"))
 

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from helpers.paths import ROOT
+
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 FENCE = re.compile(r"^```(.*)$")
@@ -218,7 +219,7 @@ def printed(block: Block) -> list[str]:
 
 
 def missing_keys(documented: Any, real: Any, path: str = "$") -> list[str]:
-    """The keys of ``documented`` (JSON) that ``real`` lacks, as paths; lists by their first item."""
+    """The keys of ``documented`` (JSON) that ``real`` lacks, as paths; a list by its first item."""
     if isinstance(documented, dict):
         if not isinstance(real, dict):
             return [f"{path} is {type(real).__name__}, not an object"]

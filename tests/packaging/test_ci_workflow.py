@@ -1,5 +1,5 @@
-"""The forge workflow (.github/workflows/ci.yml) says the same as .ci/run: valid YAML, the
-README's test command on Linux, macOS and Windows, then the desktop bundle built and smoke-tested."""
+"""The forge workflow (.github/workflows/ci.yml) says the same as .ci/run: valid YAML, the README's
+test command on Linux, macOS and Windows, then the desktop bundle built and smoke-tested."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The frozen app's way of starting its children, checked without building a bundle: the entry
-script and ``steplog.control.procs`` run for real in a plain interpreter, and the icon files are parsed."""
+script and ``steplog.control.procs`` run for real in a plain interpreter, and the icon files are
+parsed."""
 
 from __future__ import annotations
 
