@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from steplog.log.events import EventKind
-from steplog.log.lease import me, vacancy
+from steplog.log.lease import holder_seen, me
 from steplog.log.logread import Event
 from steplog.log.reader import USAGE_KEYS
 from steplog.log.runstatus import RunStatus
@@ -230,11 +230,10 @@ class RunState:
         return host if host and host != me().host else None
 
     def engine_gone(self) -> bool:
-        """No engine works on this run now: it released the lease, or the lease finds its holder
-        gone (``steplog.log.lease.vacancy``, the rule a takeover uses): a process on this host
-        that is dead, killed from outside and not relaunched. The events name the holder's pid
-        and host, not its boot or its lease's expiry: it is taken to be of this boot, and a
-        holder on another host counts as alive (only its expiry could say otherwise).
+        """No engine works on this run now: it released the lease, or its holder is "gone" as
+        ``steplog.log.lease.holder_seen`` (the answer ``steplog status`` gives) sees the pid
+        and host the events name: a process on this host that is dead, killed from outside and
+        not relaunched. A holder on another host counts as alive (only its lease speaks for it).
 
         The process check reads /proc: the runs list asks several times per row per repaint, so
         the answer is kept for ``ALIVE_CHECK_S`` per pid."""
@@ -243,17 +242,7 @@ class RunState:
         now = time.monotonic()
         pid, checked, alive = self._alive
         if pid != self.pid or now - checked > ALIVE_CHECK_S:
-            alive = (
-                vacancy(
-                    pid=self.pid,
-                    host=self.host,
-                    boot=me().boot,
-                    proc_start=None,
-                    expires=None,
-                    now=time.time(),
-                )
-                is None
-            )
+            alive = holder_seen(self.pid, self.host) != "gone"
             self._alive = (self.pid, now, alive)
         return not alive
 
