@@ -7,6 +7,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from steplog.log.follow import WHERE
 from steplog_gui.processes.demo import DemoConfig
 
 
@@ -15,7 +16,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--db",
         default=None,
-        help="the log to monitor: a file or a postgresql:// URL (default: $STEPLOG_DB, else steplog's default log)",
+        help=f"the log to monitor: {WHERE} (default: $STEPLOG_DB, else steplog's default log)",
     )
     parser.add_argument(
         "--demo",
@@ -46,17 +47,13 @@ def _stop_and_close(window: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from steplog.errors import SteplogError
-    from steplog.log.db import inspect, location
-    from steplog.log.location import LogLocation, PgUrl
+    from steplog.log.follow import locate
 
     try:
-        where = location(args.db)
-        if isinstance(where, PgUrl):
-            inspect(where)  # a server that cannot be reached or a foreign database: one line, now
+        db = locate(args.db)  # a server that cannot be reached or a foreign database: one line, now
     except SteplogError as exc:
         print(f"steplog: {exc}", file=sys.stderr)
         return 2
-    db: LogLocation = where if isinstance(where, PgUrl) else where.resolve()
 
     import pyqtgraph as pg
     from PySide6.QtCore import QTimer

@@ -1,4 +1,5 @@
-"""The monitor's main window: runs list, timeline, budget charts, step detail, outbox, kill panel."""
+"""The monitor's main window: runs list, timeline, budget charts, step detail, outbox, kill
+panel."""
 
 from __future__ import annotations
 
@@ -9,12 +10,9 @@ from typing import Any
 from PySide6.QtCore import QItemSelection, Qt, QTimer
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
-    QCheckBox,
     QDockWidget,
-    QDoubleSpinBox,
     QFileDialog,
     QHeaderView,
-    QLabel,
     QMainWindow,
     QMessageBox,
     QSplitter,
@@ -25,9 +23,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from steplog.log.location import LogLocation, PgUrl
+from steplog.log.follow import FILE_FILTER, KINDS, notifier
+from steplog.log.location import LogLocation
 from steplog.log.location import parse as parse_location
-from steplog.log.pgschema import NOTIFY_CHANNEL
 from steplog.log.reader import LogRepository
 from steplog.log.runstatus import RunStatus
 from steplog_gui import jobs, resources, theme
@@ -37,11 +35,14 @@ from steplog_gui.feeds.outbox_watcher import OutboxWatcher
 from steplog_gui.feeds.verdict_watcher import VerdictWatcher
 from steplog_gui.processes.demo import DEMO_AGENTS, DEMO_PACE, DemoConfig, DemoLauncher
 from steplog_gui.processes.engine_process import EngineProcess, LaunchSpec
+from steplog_gui.processes.kill_switch import KillSwitch
 from steplog_gui.settings import Settings
 from steplog_gui.timeline.view import TimelineView
 from steplog_gui.views.budget_charts import BudgetCharts
+from steplog_gui.views.kill_controls import auto_kill_controls, kill_now_button
 from steplog_gui.views.new_run_dialog import NewRunDialog
 from steplog_gui.views.outbox_panel import OutboxPanel
+from steplog_gui.views.problem_banner import ProblemBanner
 from steplog_gui.views.prune_action import Pruner, ask_and_prune
 from steplog_gui.views.run_control import RunControl
 from steplog_gui.views.runs_model import RUN_ID_ROLE, RunsModel
@@ -58,17 +59,18 @@ def _read_run_row(path: LogLocation, run_id: str) -> dict[str, Any] | None:
 
 
 def _ready_text(path: LogLocation) -> str:
-    """The status bar's first words: how this log is followed (a URL is shown without its password)."""
-    if isinstance(path, PgUrl):
-        return f"ready: following {path} live (LISTEN {NOTIFY_CHANNEL})"
-    return "ready"
+    """The status bar's first words: how this log is followed, when there is something to say
+    (the log says it: ``steplog.log.follow``; a URL is shown without its password)."""
+    live = notifier(path).live
+    return f"ready: {live}" if live else "ready"
 
 
 def _remote_why(run_id: str, host: str) -> str:
     """Why Kill now cannot act on a run whose engine is on another machine, and what can."""
     return (
-        f"the engine of {run_id} runs on {host}, not on this machine: Kill now reaches only engines this "
-        "monitor started here. Use Run ▸ Cancel run… instead (it ends at its next step)"
+        f"the engine of {run_id} runs on {host}, not on this machine: Kill now reaches only "
+        "engines this monitor started here. Use Run ▸ Cancel run… instead (it ends at its next "
+        "step)"
     )
 
 
@@ -79,7 +81,7 @@ SAMPLE_RUN_ID = "demo-20261201-120000"
 def about_text(version: str, path: LogLocation) -> str:
     """Help → About: what steplog is, and what this window does to runs (it is no mere viewer)."""
     return (
-        f"steplog {version}\n\nCrash-safe AI agents on SQLite or PostgreSQL: checkpointed "
+        f"steplog {version}\n\nCrash-safe AI agents on {KINDS}: checkpointed "
         "steps, idempotent effects, budgets, leases, and the kill test that proves it.\n\n"
         f"This monitor follows the log {path} live. It also acts on runs: it starts engines "
         "(New run, Resume run, the demo), kills them (Kill now and auto-kill: SIGKILL to the "
@@ -101,7 +103,8 @@ class MainWindow(QMainWindow):
         """'stop' or 'leave' answers the close question without asking (tests, scripts)."""
         self.setWindowTitle(f"steplog monitor — {monitor.path}")
         self.setWindowIcon(resources.app_icon())
-        self.engine = EngineProcess(monitor, self, env=engine_env)
+        self.engine = EngineProcess(self, env=engine_env)
+        self.kill_switch = KillSwitch(monitor, (self.engine,), self)
         self.watcher = OutboxWatcher(self, log=lambda: self.monitor.path)  # a stopped one: its file
         self.demo: DemoLauncher | None = None
         self.compare: CompareWindow | None = None
@@ -109,13 +112,7 @@ class MainWindow(QMainWindow):
         self._run_id: str | None = None
         self._run_outbox: dict[str, str | None] = {}
 
-        self.banner = QLabel("")
-        self.banner.setTextFormat(Qt.TextFormat.PlainText)
-        self.banner.setWordWrap(True)
-        self.banner.setStyleSheet(
-            "background: #b00020; color: white; padding: 6px; font-weight: bold"
-        )
-        self.banner.hide()
+        self.banner = ProblemBanner()
         self.judge = VerdictWatcher(monitor, self.watcher, self)
         self.verdict = VerdictStrip(self.judge)
         self.timeline = TimelineView(monitor)
@@ -198,6 +195,7 @@ class MainWindow(QMainWindow):
         )
         self.engine.state_changed.connect(self._update_actions)
         self.engine.state_changed.connect(self.watcher.poke)
+        self.kill_switch.state_changed.connect(self._update_actions)
         theme_relay = theme.Theme(self)
         theme_relay.changed.connect(self._apply_palette)
         if settings.geometry is not None:
@@ -208,7 +206,7 @@ class MainWindow(QMainWindow):
         self._first_launch = settings.window_state is None
         if settings.window_state is not None:
             self.restoreState(settings.window_state)
-        settings.add_recent(f"{monitor.path}")  # a URL without its password (PgUrl.__format__)
+        settings.add_recent(f"{monitor.path}")  # formatted: a URL without its password
         self._rebuild_recent()
         self._update_actions()
 
@@ -286,15 +284,9 @@ class MainWindow(QMainWindow):
         )
         self.act_open = self._action("&Open log…", self.open_log, QKeySequence.StandardKey.Open)
         self.act_quit = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
-        self.act_kill = self._action(
-            "&Kill now",
-            self.kill_now,
-            "Ctrl+K",
-            "SIGKILL the engine's process group, then relaunch it with the same run id",
-        )
         self.act_kill_window = self._action(
             "Kill at next act→record &window",
-            self.engine.arm_window_kill,
+            self.kill_switch.arm_window,
             "Ctrl+Shift+K",
             "kill the moment the next effect starts",
         )
@@ -312,7 +304,8 @@ class MainWindow(QMainWindow):
             "&Prune selected runs…",
             self.prune_selected,
             None,
-            "remove the selected finished runs from the log (steplog prune), archived first if you like",
+            "remove the selected finished runs from the log (steplog prune), archived first if "
+            "you like",
         )
         self.act_compare = self._action(
             "&Compare naive vs durable",
@@ -321,30 +314,28 @@ class MainWindow(QMainWindow):
             "the naive agent and the durable demo side by side, one Kill now for both",
         )
         self.act_compare.setCheckable(True)
-        self.auto_kill = QCheckBox("Auto-kill every")
-        self.auto_kill.toggled.connect(self._auto_kill_toggled)
-        self.auto_seconds = QDoubleSpinBox()
-        self.auto_seconds.setRange(0.2, 600)
-        self.auto_seconds.setSuffix(" s")
-        self.auto_seconds.setValue(self.settings.auto_kill_seconds)
-        self.auto_seconds.valueChanged.connect(self._auto_kill_toggled)
 
         bar = QToolBar("Engine")
         bar.setObjectName("toolbar_engine")
+        self.addToolBar(bar)
         for a in (self.act_demo, self.act_new, self.act_resume, self.act_stop):
             bar.addAction(a)
         bar.addAction(self.act_compare)
         bar.addSeparator()
-        bar.addAction(self.act_kill)
+        self.act_kill = kill_now_button(
+            bar,
+            "&Kill now",
+            "SIGKILL the engine's process group, then relaunch it with the same run id",
+            self.kill_now,
+            name="kill_now",
+        )
         bar.addAction(self.act_kill_window)
-        bar.addWidget(self.auto_kill)
-        bar.addWidget(self.auto_seconds)
-        self.addToolBar(bar)
-        kill_button = bar.widgetForAction(self.act_kill)
-        kill_button.setObjectName("kill_now")
-        kill_button.setStyleSheet(
-            "QToolButton { color: white; background: #c62828; font-weight: bold; padding: 4px 10px }"
-            " QToolButton:disabled { background: #888 }"
+        self.auto_kill, self.auto_seconds = auto_kill_controls(
+            bar,
+            "Auto-kill every",
+            minimum=0.2,
+            seconds=self.settings.auto_kill_seconds,
+            changed=self._auto_kill_toggled,
         )
 
         menu = self.menuBar()
@@ -490,7 +481,8 @@ class MainWindow(QMainWindow):
             self.start_spec(dialog.spec(self.monitor.path))
 
     def start_spec(self, spec: LaunchSpec) -> None:
-        """Start a run; a demo agent without an outbox URL gets the demo outbox (started if need be)."""
+        """Start a run; a demo agent without an outbox URL gets the demo outbox (started if need
+        be)."""
         if spec.agent in DEMO_AGENTS and not spec.outbox:
             if self._engine_busy():
                 return
@@ -521,7 +513,8 @@ class MainWindow(QMainWindow):
             python=self.settings.interpreter_for(agent),
         )  # the one its agent was started with
         if agent in DEMO_AGENTS:
-            # The demo's own helper: bring its outbox back rather than let the run fail on a dead URL.
+            # The demo's own helper: bring its outbox back rather than let the run fail on a dead
+            # URL.
             self.statusBar().showMessage(
                 f"resuming {run_id}: starting the demo outbox if it is not running…"
             )
@@ -533,7 +526,8 @@ class MainWindow(QMainWindow):
             self.start_run(spec)
 
     def _resume_when_reachable(self, spec: LaunchSpec, url: str) -> None:
-        """Relaunch only if the run's outbox answers: a run must not fail because a helper is down."""
+        """Relaunch only if the run's outbox answers: a run must not fail because a helper is
+        down."""
 
         def probe() -> None:
             from steplog.outbox import fetch_ledger
@@ -580,19 +574,20 @@ class MainWindow(QMainWindow):
         self.act_compare.setChecked(False)
 
     def kill_now(self) -> None:
-        if not self.engine.kill_now():
+        if not self.kill_switch.kill_now():
             self.statusBar().showMessage("no engine is running")
 
-    def _auto_kill_toggled(self, *_args: Any) -> None:
+    def _auto_kill_toggled(self) -> None:
         self.settings.auto_kill_seconds = self.auto_seconds.value()
-        self.engine.set_auto_kill(self.auto_seconds.value() if self.auto_kill.isChecked() else 0.0)
+        on = self.auto_kill.isChecked()
+        self.kill_switch.set_auto_kill(self.auto_seconds.value() if on else 0.0)
 
     def open_log(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
             self,
             "Open a steplog log",
             str(self.monitor.path.parent),
-            "SQLite logs (*.db *.sqlite *.sqlite3);;All files (*)",
+            FILE_FILTER,
         )
         if path:
             self.switch_log(Path(path))
@@ -638,11 +633,10 @@ class MainWindow(QMainWindow):
             if run is not None and elsewhere
             else "kill the engine this monitor started every N seconds (it relaunches each time)"
         )
-        self.act_kill_window.setEnabled(running and not self.engine.window_armed)
+        armed = self.kill_switch.window_armed
+        self.act_kill_window.setEnabled(running and not armed)
         self.act_kill_window.setText(
-            "Armed: kills at the next effect"
-            if self.engine.window_armed
-            else "Kill at next act→record window"
+            "Armed: kills at the next effect" if armed else "Kill at next act→record window"
         )
         self.act_stop.setEnabled(running)
         self.act_resume.setEnabled(
@@ -652,8 +646,8 @@ class MainWindow(QMainWindow):
             in (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.GAVE_UP)
         )
         self.act_demo.setEnabled(not running)
-        if not running and self.auto_kill.isChecked():
-            self.auto_kill.setChecked(False)
+        if self.auto_kill.isChecked() and not self.kill_switch.auto_kill_seconds:
+            self.auto_kill.setChecked(False)  # the switch stopped it: the engine or its run ended
 
     def set_theme(self, name: str) -> None:
         """View → Theme: System / Light / Dark, remembered."""
@@ -663,8 +657,7 @@ class MainWindow(QMainWindow):
         self._apply_palette(theme.current())
 
     def _show_problem(self, text: str) -> None:
-        self.banner.setText(text)
-        self.banner.setVisible(bool(text))
+        self.banner.show_problem(text)
 
     def _apply_palette(self, pal: theme.Palette) -> None:
         if self.compare is not None:
@@ -700,13 +693,15 @@ class MainWindow(QMainWindow):
         event.accept()
 
     def shutdown(self, *, stop_engine: bool = True) -> None:
-        """Save settings and let go of everything: the engine (stopped or left running), outbox, tail."""
+        """Save settings and let go of everything: the engine (stopped or left running), outbox,
+        tail."""
         self.settings.geometry = self.saveGeometry()
         self.settings.window_state = self.saveState()
         self.settings.sync()
         if self.compare is not None:  # its engines are demo engines: stopped whatever the policy
             self.compare.shutdown()
             self.compare.hide()
+        self.kill_switch.stop()
         if stop_engine:
             self.engine.terminate_now()
             if self.demo is not None:

@@ -61,6 +61,10 @@ ILLUSTRATIVE: dict[tuple[str, str], str] = {
     ): "builds the desktop app (61-95 s, 238 MiB): STEPLOG_BUILD_BUNDLE=1 python -m pytest "
     "tests/packaging builds and smoke-tests it",
     (
+        "docs/architecture.md",
+        "steplog (the engine, no Qt)",
+    ): "a picture of the layers; tests/engine/test_the_house.py holds it to the contracts",
+    (
         "docs/benchmarks.md",
         "python tests/benchmarks/compare.py",
     ): "benchmarks take minutes and install the peers; never part of the test run, by design",

@@ -80,7 +80,7 @@ SCALARS = (
     "kills",
     "step_names",
     "_open",
-    "_last_ts_by_inc",
+    "_deaths",
     "forked_from",
     "waiting_for",
     "waiting_since",

@@ -33,9 +33,11 @@ def _log_path(kwargs: dict[str, Any]) -> LogLocation:
 
 
 def _guard(fn: F) -> F:
-    """Turn steplog errors into one line on stderr and their documented exit code."""
+    """Turn steplog errors into one line on stderr and their documented exit code; a failure of
+    the log's database too (``steplog.log.failures.explain`` words it)."""
     import functools
-    import sqlite3
+
+    from steplog.log.connection import LogFailure
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -43,51 +45,15 @@ def _guard(fn: F) -> F:
             return fn(*args, **kwargs)
         except SteplogError as exc:
             _fail(str(exc), exc.exit_code)
-        except sqlite3.OperationalError as exc:
-            from steplog.log.db import is_read_only, read_only_log
+        except LogFailure as exc:
+            from steplog.log.failures import explain
 
-            if is_read_only(exc):  # made read-only after the up-front check
-                _fail(str(read_only_log(_log_path(kwargs), str(exc))), EXIT_USAGE)
-            if "database is locked" in str(exc):
-                from steplog.errors import EXIT_LEASE_HELD
-
-                _fail(
-                    f"{_log_path(kwargs)} stayed locked by another process for 10 s (a stopped or "
-                    "very busy engine?); nothing was written: try again, or look for a stopped "
-                    "steplog process",
-                    EXIT_LEASE_HELD,
-                )
-            if "disk is full" in str(exc) or "disk I/O" in str(exc):
-                _fail(
-                    f"the log could not be written ({exc}); free disk space and run the same "
-                    "command again: the run resumes from its last checkpoint",
-                    1,
-                )
-            _fail_on_postgres(exc, kwargs)  # a lost connection, a server restarting: one line too
-            raise
-        except sqlite3.DatabaseError as exc:
-            from steplog.log.db import is_damage
-            from steplog.log.integrity import damaged
-
-            _fail_on_postgres(exc, kwargs)
-
-            if not is_damage(exc):
+            explained = explain(exc, _log_path(kwargs))
+            if explained is None:
                 raise
-            # A read that met damage outside the pages checked up front.
-            _fail(str(damaged(_log_path(kwargs), str(exc))), EXIT_USAGE)
+            _fail(*explained)
 
     return wrapper  # type: ignore[return-value]
-
-
-def _fail_on_postgres(exc: BaseException, kwargs: dict[str, Any]) -> None:
-    """Exit 1 with one line if ``exc`` is a PostgreSQL log's error (``steplog.log.pg.PgError``)."""
-    if getattr(exc, "sqlstate", False) is not False:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        _fail(
-            f"the log at {_log_path(kwargs)} failed ({first}); nothing was half-written: "
-            "check the server, then run the same command again",
-            1,
-        )
 
 
 class _LogParam(click.ParamType):  # type: ignore[type-arg]
@@ -167,17 +133,16 @@ def _exec_gui(
     import os
 
     from steplog.control.procs import child_env, python_argv
-    from steplog.log.location import is_postgres
+    from steplog.log.db import hand_over
 
     env = child_env()
-    if is_postgres(
-        db
-    ):  # handed over in the environment: a URL's password stays off the command line
-        env["STEPLOG_DB"] = str(db)
-        db = None
+    where: list[str] = []
+    if db:  # a URL is handed over in the environment: its password stays off the command line
+        where, extra = hand_over(db)
+        env.update(extra)
     argv = python_argv(
         "steplog_gui",
-        *(["--db", str(db)] if db else []),
+        *where,
         *(["--demo"] if demo else []),
         *(["--compare"] if compare else []),
         *(["--demo-approve"] if approve else []),
@@ -266,9 +231,8 @@ _ENGINE_OPTIONS = (
     click.option(
         "--exit-when-waiting",
         is_flag=True,
-        help=(
-            "When the run waits for a signal, let it go and exit 6 instead of waiting (batch use)."
-        ),
+        help="When the run waits for a signal, let it go and exit 6 instead of waiting "
+        "(batch use).",
     ),
 )
 
@@ -412,8 +376,8 @@ def run(
 )
 @_guard
 def cancel(run_id: str, db: LogLocation | None, reason: str | None, wait_seconds: float) -> None:
-    """End RUN_ID as `cancelled`: it never runs again; a live engine stops at its next step
-    boundary (exit 5)."""
+    """End RUN_ID as `cancelled`: it never runs again; a live engine stops at its next step boundary
+    (exit 5)."""
     from steplog.control.commands import cancel as cancel_run
     from steplog.control.commands import wait_until_finished
 
@@ -465,8 +429,8 @@ def signal(run_id: str, name: str, db: LogLocation | None, data_json: str, key: 
         data = json.loads(data_json)
     except json.JSONDecodeError as exc:
         raise UsageError(
-            f"--data is not JSON ({exc.msg} at character {exc.pos}); e.g. --data "
-            "'{\"approved\": true}'"
+            f'--data is not JSON ({exc.msg} at character {exc.pos}); e.g. --data \'{{"approved": '
+            f"true}}'"
         ) from None
     sent = send(run_id, name, data, db=db, key=key)
     what = "already sent with this key" if sent.duplicate else "sent"
@@ -474,8 +438,8 @@ def signal(run_id: str, name: str, db: LogLocation | None, data_json: str, key: 
     if sent.status == RunStatus.WAITING and sent.waiting_for == name and not sent.engine_live:
         where = f" --db {db}" if db else ""
         click.echo(
-            f"run {run_id} waits for it with no engine; carry it on: "
-            f"steplog run {sent.agent} --run-id {run_id}{where}",
+            f"run {run_id} waits for it with no engine; carry it on: steplog run {sent.agent} "
+            f"--run-id {run_id}{where}",
             err=True,
         )
     elif sent.status == RunStatus.WAITING and sent.waiting_for == name:
@@ -514,8 +478,8 @@ def retry(run_id: str, db: LogLocation | None, force: bool, no_start: bool, **en
         click.echo(f"steplog: {warning}", err=True)
     if no_start:
         click.echo(
-            f"run {run_id} is set to run again from its failed step; run it: "
-            f"steplog run {prepared.agent} --run-id {run_id} (or leave it to `steplog worker`)"
+            f"run {run_id} is set to run again from its failed step; run it: steplog run "
+            f"{prepared.agent} --run-id {run_id} (or leave it to `steplog worker`)"
         )
         return
     _execute_with(resolve(prepared.agent), engine, run_id=run_id, db=db)
@@ -537,9 +501,8 @@ def retry(run_id: str, db: LogLocation | None, force: bool, no_start: bool, **en
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help=(
-        "The fork's workdir, a new folder (default: runs/NEW_ID beside the log); starts as a copy."
-    ),
+    help="The fork's workdir, a new folder (default: runs/NEW_ID beside the log); "
+    "starts as a copy.",
 )
 @click.option(
     "--outbox", default=None, help="Base URL of the messages service (default: the parent's)."
@@ -589,8 +552,9 @@ def fork(
     )
     click.echo(prepared.run_id)
     click.echo(
-        f"steplog: run {prepared.run_id} forked from {run_id} at step {at_step} "
-        f"({prepared.copied} step(s) copied, workdir {prepared.workdir})",
+        f"steplog: run {prepared.run_id} forked from {run_id} at step {at_step} ({prepared.copied} "
+        "step(s) "
+        f"copied, workdir {prepared.workdir})",
         err=True,
     )
     if no_start:
@@ -683,9 +647,8 @@ def submit(
     "--run-prefix",
     default="",
     metavar="PREFIX",
-    help=(
-        "Claim only runs whose id starts with PREFIX (the worker storm's own runs in a shared log)."
-    ),
+    help="Claim only runs whose id starts with PREFIX (the worker storm's own runs in a "
+    "shared log).",
 )
 @click.option(
     "--drain", is_flag=True, help="Exit 0 once no run is left to claim and its engines are done."
@@ -782,8 +745,8 @@ def _report(outcome: Any, db: LogLocation | None) -> None:
     if outcome.status == RunStatus.WAITING:
         where = f" --db {db}" if db else ""
         click.echo(
-            f"run {rid} is waiting for signal {outcome.reason!r}; send it with "
-            f"`steplog signal {rid} {outcome.reason} --data JSON{where}`, then run the same command"
+            f"run {rid} is waiting for signal {outcome.reason!r}; send it with `steplog signal "
+            f"{rid} {outcome.reason} --data JSON{where}`, then run the same command"
         )
         sys.exit(EXIT_WAITING)
     verb = {RunStatus.GAVE_UP: "gave up", RunStatus.CANCELLED: "was cancelled"}.get(
@@ -812,9 +775,9 @@ def _open_for_reading(db: LogLocation | None) -> Any:
     "as_json",
     is_flag=True,
     help="One JSON object: run_id, agent, status, reason, result, "
-    "steps_committed, step_executions (beyond steps_committed: work redone), "
-    "incarnations, budget (used and limit of each), workdir, outbox; "
-    "forked_from, waiting_for and blocked when they apply.",
+    "steps_committed, step_executions (beyond steps_committed: work redone), incarnations, budget "
+    "(used and limit of each), workdir, outbox; forked_from, waiting_for and blocked when they "
+    "apply.",
 )
 @_guard
 def status(run_id: str, db: LogLocation | None, as_json: bool) -> None:
@@ -904,8 +867,8 @@ def runs(db: LogLocation | None, as_json: bool) -> None:
         )
         worker = f"  worker {s['worker']['host']}:{s['worker']['pid']}" if s.get("worker") else ""
         click.echo(
-            f"{s['run_id']:<28} {s['agent']:<20} {state:<10} steps {s['steps_committed']:>5}"
-            f"  incarnations {s['incarnations']}{worker}"
+            f"{s['run_id']:<28} {s['agent']:<20} {state:<10} steps {s['steps_committed']:>5}  "
+            f"incarnations {s['incarnations']}{worker}"
         )
 
 
@@ -926,8 +889,8 @@ def runs(db: LogLocation | None, as_json: bool) -> None:
     "as_json",
     is_flag=True,
     help="One JSON object: verdict (PASS, FAIL, UNTESTED or RUNNING), explanation, "
-    "kills, redone, duplicates, missing, deliveries, checks (name, passed, "
-    "evidence, source), resume_latency.",
+    "kills, redone, duplicates, missing, deliveries, checks (name, passed, evidence, source), "
+    "resume_latency.",
 )
 @_guard
 def verdict(run_id: str, db: LogLocation | None, outbox: str | None, as_json: bool) -> None:
@@ -1010,8 +973,8 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
 
     def ready(bound: int) -> None:
         click.echo(
-            f"steplog outbox listening on http://{url_host}:{bound} (ledger in {where}); "
-            f"run agents with --outbox http://{url_host}:{bound}; Ctrl-C stops it"
+            f"steplog outbox listening on http://{url_host}:{bound} (ledger in {where}); run "
+            f"agents with --outbox http://{url_host}:{bound}; Ctrl-C stops it"
         )
 
     serve(host=host, port=port, db=where, port_file=port_file, delay=delay, ready=ready)
@@ -1060,9 +1023,8 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
     "--keep",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help=(
-        "Keep every run's log, workdir and outbox in this folder (default: a temp folder, removed)."
-    ),
+    help="Keep every run's log, workdir and outbox in this folder (default: a temp folder, "
+    "removed).",
 )
 @click.option(
     "--workers",
@@ -1082,13 +1044,11 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
     "--db",
     type=_LogParam(),
     default=None,
-    help=(
-        "Run the kill test's runs in this PostgreSQL log (postgresql://USER@HOST:PORT/DBNAME), "
-        "each under its own run id (default: a SQLite file per run, in the kill test's folder). "
-        "With --workers: new runs with ids storm-DATE-TIME-HEX-NNN that only the storm's workers "
-        "claim and only its verdict counts; they stay in the database. Outbox and workdirs stay in "
-        "the kill test's folder."
-    ),
+    help="Run the kill test's runs in this PostgreSQL log (postgresql://USER@HOST:PORT/DBNAME), "
+    "each under its own run id (default: a SQLite file per run, in the kill test's folder). With "
+    "--workers: new runs with ids storm-DATE-TIME-HEX-NNN that only the storm's workers claim and "
+    "only its verdict counts; they stay in the database. Outbox and workdirs stay in the kill "
+    "test's folder.",
 )
 @_guard
 def killtest(
@@ -1113,9 +1073,9 @@ def killtest(
     usage.
     """
     from steplog.killtest.command import run_command, run_worker_storm_command
-    from steplog.log.location import PgUrl
+    from steplog.log.db import is_server
 
-    if db is not None and not isinstance(db, PgUrl):
+    if db is not None and not is_server(db):
         raise UsageError(
             "killtest --db takes a postgresql:// URL; with SQLite each run of the kill test gets a "
             "file of its own (see --keep)"
@@ -1202,8 +1162,8 @@ def _status_list(value: str | None) -> frozenset[str] | None:
     default="auto",
     show_default=True,
     help="How the space is given back: vacuum rewrites the log (fast; holds the write "
-    "lock), incremental frees it in short transactions, none leaves it for new rows; auto rewrites "
-    "logs keeping up to 128 MiB, else incremental.",
+    "lock), incremental frees it in short transactions, none leaves it for new rows; auto "
+    "rewrites logs keeping up to 128 MiB, else incremental.",
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="One JSON object: runs, rows, bytes before/after."
@@ -1224,7 +1184,7 @@ def prune(
 
     Select runs by RUN_ID and/or the options (all given criteria must hold); at least one is needed.
     """
-    from steplog.log.db import default_db_path
+    from steplog.log.db import default_db_path, log_file
     from steplog.log.prune import FINISHED, Selection, describe
     from steplog.log.prune import prune as prune_log
 
@@ -1253,8 +1213,8 @@ def prune(
         selection = Selection(
             statuses=frozenset()
         )  # --reclaim alone: give space back, prune nothing
-    log = db or default_db_path()
-    if not isinstance(log, Path):
+    log = log_file(db or default_db_path())
+    if log is None:
         raise UsageError(
             "steplog prune works on a SQLite log only, for now; on PostgreSQL, export the runs you "
             "keep (steplog export) and delete old ones with the database's own tools"
@@ -1329,8 +1289,8 @@ def _print_whole(first: str, rest: Any) -> None:
             spool.seek(0)
         except OSError as exc:
             raise OutputError(
-                f"the export could not be held in {tempfile.gettempdir()} before "
-                f"printing ({exc.strerror or exc}); free some space there or use "
+                f"the export could not be held in {tempfile.gettempdir()} before printing "
+                f"({exc.strerror or exc}); free some space there or use "
                 "-o FILE"
             ) from None
         shutil.copyfileobj(spool, sys.stdout)
@@ -1347,10 +1307,10 @@ def import_file(file: str, db: LogLocation | None) -> None:
     A run id the log already has is refused, and then nothing is imported.
     """
     from steplog.log.archive import import_runs
-    from steplog.log.db import default_db_path
+    from steplog.log.db import default_db_path, log_file
 
-    path = db or default_db_path()
-    if not isinstance(path, Path):
+    path = log_file(db or default_db_path())
+    if path is None:
         raise UsageError(
             "steplog import loads into a SQLite log only, for now; import into a file and run from "
             "there"

@@ -15,8 +15,11 @@ runs like any other (``steplog retry``/``fork`` do that right after).
 - **fork**: a new run whose steps ``1..N-1`` are copies of the parent's committed steps (results
   and decisions, never effects: those keep the parent's keys and are not sent again); from step
   N on it has its own keys, so its effects are new effects, except in a step the parent left
-  unfinished: that one's effect is carried on under the parent's key (``journal.carried_effect``),
+  unfinished: that one's effect is carried on under the parent's key (``ledger.carried_effect``),
   as it may have reached its target already. Its workdir starts as a copy.
+
+The rows are written by the log (``steplog.log.runs``, ``steplog.log.ledger``); this module holds
+the rules: what may be done to a run in its state, and what to say when it may not.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sqlite3
 import tempfile
 import time
 from collections.abc import Iterator
@@ -33,18 +35,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from steplog.control.queue import enqueue
 from steplog.errors import ControlRefused, UnknownRun, UsageError
-from steplog.log.claim import budget_of, finish_cancelled
-from steplog.log.db import LogConnection, for_update, immediate, location, open_log, private_dir
-from steplog.log.events import EventKind
+from steplog.log import ledger, runs
+from steplog.log.claim import budget_of
+from steplog.log.db import LogConnection, LogRow, immediate, location, open_log, private_dir
 from steplog.log.integrity import probe
-from steplog.log.journal import carried_effect, dumps
+from steplog.log.journal import dumps
 from steplog.log.launch import Launch
 from steplog.log.lease import row_vacancy
 from steplog.log.location import LogLocation
 from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL
+from steplog.log.steps import contiguous_committed, unfinished_steps
 
 if TYPE_CHECKING:
     from steplog.runtime.agent import Agent
@@ -59,38 +61,21 @@ def _log(db: LogLocation | None) -> Iterator[tuple[LogLocation, LogConnection]]:
     if not path.exists():
         raise UsageError(f"no log at {path}; pass --db with the log the run is in")
     conn = open_log(path)
-    conn.row_factory = sqlite3.Row
     try:
         yield path, conn
     finally:
         conn.close()
 
 
-def _run_row(conn: LogConnection, path: LogLocation, run_id: str) -> sqlite3.Row:
+def _run_row(conn: LogConnection, path: LogLocation, run_id: str) -> LogRow:
     probe(conn, path, run_id)
-    row: sqlite3.Row | None = conn.execute(
-        "SELECT * FROM run WHERE id = ?" + for_update(conn), (run_id,)
-    ).fetchone()
+    row = runs.run_to_change(conn, run_id)
     if row is None:
         raise UnknownRun(f"no run {run_id!r} in {path}; `steplog runs` lists the runs there")
     return row
 
 
-def _event(
-    conn: LogConnection,
-    row: sqlite3.Row,
-    now: float,
-    kind: str,
-    data: dict[str, Any],
-    seq: int | None = None,
-) -> None:
-    conn.execute(
-        "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?)",
-        (row["id"], now, row["incarnation"], kind, seq, dumps(data)),
-    )
-
-
-def _held_live(row: sqlite3.Row, now: float) -> bool:
+def _held_live(row: LogRow, now: float) -> bool:
     """Does a live engine hold the run (so it must be asked, not overruled)?"""
     return row_vacancy(row, now) is None
 
@@ -120,20 +105,9 @@ def cancel(
                 "can be cancelled"
             )
         if _held_live(row, now):
-            conn.execute(
-                "UPDATE run SET cancel_requested = ?, updated_at = ? WHERE id = ?",
-                (why, now, run_id),
-            )
-            _event(
-                conn,
-                row,
-                now,
-                EventKind.CANCEL_REQUESTED,
-                {"reason": why, "engine_pid": row["lease_pid"]},
-            )
+            runs.request_cancel(conn, row, why, now)
             return CancelResult(run_id, False, why)
-        conn.execute("UPDATE run SET cancel_requested = ? WHERE id = ?", (why, run_id))
-        finish_cancelled(conn, row, why, now)
+        runs.cancel_now(conn, row, why, now)
         return CancelResult(run_id, True, why)
 
 
@@ -148,9 +122,7 @@ def wait_until_finished(
     while True:
         conn = open_readonly(path, one_shot=True)
         try:
-            status = str(
-                conn.execute("SELECT status FROM run WHERE id = ?", (run_id,)).fetchone()[0]
-            )
+            status = runs.status_of(conn, run_id)
         finally:
             conn.close()
         if status in TERMINAL or time.monotonic() >= deadline:
@@ -182,7 +154,8 @@ def signal(
     db: LogLocation | None = None,
     key: str | None = None,
 ) -> SignalSent:
-    """Deliver the named signal to a run: consumed by the run's next (or current) ``wait_for(name)``.
+    """Deliver the named signal to a run: consumed by the run's next (or current)
+    ``wait_for(name)``.
 
     With ``key``, sending again (a retried script, a double click) is the same signal, once.
     """
@@ -194,7 +167,8 @@ def signal(
         raise UsageError(f"signal data must be JSON ({exc})") from None
     if len(data_json.encode()) > MAX_SIGNAL_BYTES:
         raise UsageError(
-            f"signal data is {len(data_json.encode())} bytes; at most {MAX_SIGNAL_BYTES} are accepted"
+            f"signal data is {len(data_json.encode())} bytes; at most {MAX_SIGNAL_BYTES} are "
+            "accepted"
         )
     now = time.time()
     with _log(db) as (path, conn), immediate(conn):
@@ -204,36 +178,11 @@ def signal(
                 f"run {run_id} already ended {row['status']}; signals reach only runs that have "
                 "not finished"
             )
-        duplicate = False
-        prior = (
-            conn.execute(
-                "SELECT id FROM signal WHERE run_id = ? AND key = ?", (run_id, key)
-            ).fetchone()
-            if key is not None
-            else None
+        prior = runs.signal_with_key(conn, run_id, key) if key is not None else None
+        duplicate = prior is not None
+        signal_id = (
+            prior if prior is not None else runs.store_signal(conn, row, name, data_json, key, now)
         )
-        if prior is not None:
-            signal_id, duplicate = int(prior[0]), True
-        else:
-            signal_id = int(
-                conn.execute(
-                    "INSERT INTO signal (run_id, name, data, key, sent_at) VALUES (?, ?, ?, ?, ?)"
-                    " RETURNING id",
-                    (run_id, name, data_json, key, now),
-                ).fetchone()[0]
-            )
-            _event(
-                conn,
-                row,
-                now,
-                EventKind.SIGNAL_SENT,
-                {
-                    "signal": name,
-                    "signal_id": signal_id,
-                    "bytes": len(data_json.encode()),
-                    **({"key": key} if key is not None else {}),
-                },
-            )
         return SignalSent(
             run_id,
             name,
@@ -259,12 +208,8 @@ class RetryPrepared:
 
 def _failure_kind(conn: LogConnection, run_id: str, reason: str) -> str:
     """How the run failed, as recorded with its end (older logs: read from the reason's words)."""
-    row = conn.execute(
-        "SELECT data FROM event WHERE run_id = ? AND kind = ? ORDER BY id DESC LIMIT 1",
-        (run_id, EventKind.RUN_FINISHED),
-    ).fetchone()
-    recorded = json.loads(row[0]).get("failure") if row else None
-    if isinstance(recorded, str):
+    recorded = runs.recorded_failure(conn, run_id)
+    if recorded is not None:
         return recorded
     if reason.startswith("non-determinism"):
         return "non_determinism"
@@ -294,90 +239,67 @@ def prepare_retry(
         if kind == "non_determinism":
             if not force:
                 raise ControlRefused(
-                    f"run {run_id} failed on non-determinism ({reason}); a retry replays the same log against the "
-                    f"same code and fails again. Fork it before the step that changed (steplog fork {run_id} "
+                    f"run {run_id} failed on non-determinism ({reason}); a retry replays the same "
+                    "log against the same code and fails again. Fork it before the step that "
+                    "changed (steplog "
+                    f"fork {run_id} "
                     "--at-step N), or pass --force once the agent makes its recorded steps again"
                 )
             warnings.append(
-                "--force: replaying a run that failed on non-determinism; it fails again unless the "
-                "agent now makes the steps its log recorded"
+                "--force: replaying a run that failed on non-determinism; it fails again unless "
+                "the agent now makes the steps its log recorded"
             )
         if kind == "needs_reconciliation":
-            unconfirmed = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT key FROM effect WHERE run_id = ? AND status = 'started' AND idempotent = 0",
-                    (run_id,),
-                )
-            ]
+            unconfirmed = ledger.unconfirmed(conn, run_id)
             unconfirmed += _carried_unconfirmed(conn, row)  # a fork's, left by its parent
             if not force:
                 raise ControlRefused(
-                    f"run {run_id} stopped because effect(s) {', '.join(unconfirmed) or '?'} may or may not have "
-                    "happened and their target cannot deduplicate; check the target by hand, then pass --force to "
-                    "send them again"
+                    f"run {run_id} stopped because effect(s) {', '.join(unconfirmed) or '?'} may "
+                    "or may not have happened and their target cannot deduplicate; check the "
+                    "target by hand, then pass --force to send them again"
                 )
-            conn.execute(
-                "DELETE FROM effect WHERE run_id = ? AND status = 'started' AND idempotent = 0",
-                (run_id,),
-            )
+            ledger.forget_unconfirmed(conn, run_id)
             resent = unconfirmed
             warnings.append(
-                f"--force: effect(s) {', '.join(unconfirmed)} will be sent again; their target cannot "
-                "deduplicate, so do this only after checking it did not receive them"
+                f"--force: effect(s) {', '.join(unconfirmed)} will be sent again; their target "
+                "cannot deduplicate, so do this only after checking it did not receive them"
             )
-        failed = [
-            r[0]
-            for r in conn.execute(
-                "SELECT seq FROM step WHERE run_id = ? AND status = 'failed'", (run_id,)
-            )
-        ]
-        # The failed step starts afresh (attempts and recoveries from zero); its history stays in the events.
-        conn.execute("DELETE FROM step WHERE run_id = ? AND status = 'failed'", (run_id,))
-        conn.execute(
-            "UPDATE run SET reason = NULL, result = NULL, finished_at = NULL, used_retries = 0,"
-            " cancel_requested = NULL, updated_at = ? WHERE id = ?",
-            (now, run_id),
-        )
-        enqueue(conn, run_id, launch)
-        _event(
+        # The failed step starts afresh (attempts and recoveries from zero); its history stays in
+        # the events.
+        runs.set_going_again(
             conn,
             row,
             now,
-            EventKind.RETRIED,
-            {
+            launch=launch,
+            details={
                 "previous_reason": reason,
                 "failure": kind,
                 "forced": force,
-                "steps": failed,
                 "resent": resent,
-                "queued": True,
             },
         )
         return RetryPrepared(run_id, row["agent"], kind, tuple(warnings))
 
 
-def _carried_unconfirmed(conn: LogConnection, row: sqlite3.Row) -> list[str]:
+def _carried_unconfirmed(conn: LogConnection, row: LogRow) -> list[str]:
     """Keys of the non-idempotent effects a fork's unfinished steps carry on from its parent,
-    unconfirmed (``journal.carried_effect``). ``--force`` does not delete them (they are the
+    unconfirmed (``ledger.carried_effect``). ``--force`` does not delete them (they are the
     parent's record): the ``retried`` event lists them as ``resent``, and the fork then sends
-    them again under keys of its own (``journal.released_effects``)."""
+    them again under keys of its own (``ledger.released_effects``)."""
     if row["parent_run_id"] is None:
         return []
     forked_from = (str(row["parent_run_id"]), int(row["parent_step"]))
     keys: list[str] = []
-    for (seq,) in conn.execute(
-        "SELECT seq FROM step WHERE run_id = ? AND status <> 'committed'", (row["id"],)
-    ).fetchall():
+    for seq in unfinished_steps(conn, row["id"]):
         idx = 0
-        while (found := carried_effect(conn, forked_from, int(seq), idx)) is not None:
+        while (found := ledger.carried_effect(conn, forked_from, seq, idx)) is not None:
             if found.status == "started" and not found.idempotent:
                 keys.append(found.key)
             idx += 1
     return keys
 
 
-def _why_not_retry(row: sqlite3.Row) -> str:
+def _why_not_retry(row: LogRow) -> str:
     rid, status = row["id"], row["status"]
     if status == RunStatus.SUCCEEDED:
         return f"run {rid} succeeded; there is nothing to retry (fork it to run part of it again)"
@@ -387,8 +309,14 @@ def _why_not_retry(row: sqlite3.Row) -> str:
             f"steplog run {row['agent']} --run-id {rid} --max-..."
         )
     if status == RunStatus.CANCELLED:
-        return f"run {rid} was cancelled and never runs again; fork it to carry on: steplog fork {rid} --at-step N"
-    return f"run {rid} has not failed (status {status}); resume it with: steplog run {row['agent']} --run-id {rid}"
+        return (
+            f"run {rid} was cancelled and never runs again; fork it to carry on: steplog fork "
+            f"{rid} --at-step N"
+        )
+    return (
+        f"run {rid} has not failed (status {status}); resume it with: steplog run {row['agent']} "
+        f"--run-id {rid}"
+    )
 
 
 # -- fork ------------------------------------------------------------------------------------
@@ -401,24 +329,6 @@ class ForkPrepared:
     at_step: int
     copied: int
     workdir: Path
-
-
-_MAX_SEQ = 2**63 - 1
-"""The largest integer the log stores (SQLite, PostgreSQL ``bigint``): no step number is above."""
-
-
-def _contiguous_committed(conn: LogConnection, run_id: str, before: int) -> int:
-    """How many of steps ``1, 2, ...`` (below ``before``) are committed without a gap. A
-    ``before`` past any step number the log can hold reads as that limit (it would not bind)."""
-    n = 0
-    for (seq,) in conn.execute(
-        "SELECT seq FROM step WHERE run_id = ? AND seq < ? AND status = 'committed' ORDER BY seq",
-        (run_id, min(before, _MAX_SEQ)),
-    ):
-        if seq != n + 1:
-            break
-        n = seq
-    return n
 
 
 def fork(
@@ -518,19 +428,21 @@ def prepare_fork(
         staged = _stage_workdir(Path(parent["workdir"]) if parent["workdir"] else None, target)
         try:
             with immediate(conn):
-                copied = _insert_fork(
+                _refuse_taken(conn, new_run_id)  # again, under the write lock
+                _refuse_beyond(conn, parent_id, at_step)
+                copied = runs.create_fork(
                     conn,
                     parent,
                     at_step,
                     new_run_id,
-                    bound,
-                    budget,
-                    target,
-                    outbox or parent["outbox"],
-                    model or parent["model"],
-                    now,
+                    params=bound,
+                    budget=budget,
+                    workdir=target,
+                    outbox=outbox or parent["outbox"],
+                    model=model or parent["model"],
+                    now=now,
                 )
-                enqueue(conn, new_run_id, launch or Launch.from_json(parent["launch"]))
+                runs.enqueue(conn, new_run_id, launch or Launch.from_json(parent["launch"]))
             _move_into(staged, target)
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)
@@ -573,10 +485,11 @@ def _copy_if_there(src: str, dst: str) -> None:
 
 
 def _refuse_beyond(conn: LogConnection, parent_id: str, at_step: int) -> None:
-    have = _contiguous_committed(conn, parent_id, at_step)
+    have = contiguous_committed(conn, parent_id, at_step)
     if have < at_step - 1:
         raise ControlRefused(
-            f"run {parent_id} has committed steps 1..{have} only; fork it at a step from 1 to {have + 1}"
+            f"run {parent_id} has committed steps 1..{have} only; fork it at a step from 1 to "
+            f"{have + 1}"
         )
 
 
@@ -590,113 +503,8 @@ def _move_into(staged: Path, target: Path) -> None:
 
 
 def _refuse_taken(conn: LogConnection, run_id: str) -> None:
-    if conn.execute("SELECT 1 FROM run WHERE id = ?", (run_id,)).fetchone():
+    if runs.run_exists(conn, run_id):
         raise UsageError(f"run {run_id} exists already; pick another --run-id for the fork")
-
-
-def _insert_fork(
-    conn: LogConnection,
-    parent: sqlite3.Row,
-    at_step: int,
-    new_id: str,
-    params: dict[str, Any],
-    budget: Any,
-    workdir: Path,
-    outbox: str | None,
-    model: str | None,
-    now: float,
-) -> int:
-    pid = parent["id"]
-    _refuse_taken(conn, new_id)  # again, under the write lock
-    _refuse_beyond(conn, pid, at_step)
-    sums = conn.execute(
-        "SELECT COUNT(*), COALESCE(SUM(tokens_in + tokens_out), 0), COALESCE(SUM(tokens_estimated *"
-        " (tokens_in + tokens_out)), 0), COALESCE(SUM(cost_usd), 0) FROM step WHERE run_id = ? AND seq < ?",
-        (pid, at_step),
-    ).fetchone()
-    copied, tokens, estimated, cost = int(sums[0]), int(sums[1]), int(sums[2]), float(sums[3])
-    conn.execute(
-        "INSERT INTO run (id, agent, model, params, workdir, outbox, limit_steps, limit_tokens, limit_seconds,"
-        " limit_cost_usd, limit_retries, limit_recoveries, used_steps, used_tokens, tokens_estimated, used_cost_usd,"
-        " step_executions, created_at, updated_at, parent_run_id, parent_step)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            new_id,
-            parent["agent"],
-            model,
-            dumps(params),
-            str(workdir),
-            outbox,
-            budget.max_steps,
-            budget.max_tokens,
-            budget.max_seconds,
-            budget.max_cost_usd,
-            budget.max_retries,
-            budget.max_recoveries,
-            copied,
-            tokens,
-            estimated,
-            cost,
-            copied,
-            now,
-            now,
-            pid,
-            at_step,
-        ),
-    )
-    conn.execute(
-        "INSERT INTO step (run_id, seq, name, kind, status, phase, decision, result, error, attempts, recoveries,"
-        " tokens_in, tokens_out, tokens_cached, tokens_estimated, cost_usd, started_at, finished_at, incarnation)"
-        " SELECT ?, seq, name, kind, 'committed', 'recorded', decision, result, NULL, attempts, recoveries,"
-        " tokens_in, tokens_out, tokens_cached, tokens_estimated, cost_usd, started_at, finished_at, 0"
-        " FROM step WHERE run_id = ? AND seq < ? ORDER BY seq",
-        (new_id, pid, at_step),
-    )
-    row = conn.execute("SELECT * FROM run WHERE id = ?", (new_id,)).fetchone()
-    first, last = conn.execute(
-        "SELECT MIN(started_at), MAX(COALESCE(finished_at, started_at)) FROM step WHERE run_id = ?",
-        (new_id,),
-    ).fetchone()
-    _event(
-        conn,
-        row,
-        now,
-        EventKind.RUN_CREATED,
-        {
-            "copied_span": [first, last] if copied else None,
-            "agent": parent["agent"],
-            "params": params,
-            "model": model or "offline",
-            "budget": {
-                "steps": budget.max_steps,
-                "tokens": budget.max_tokens,
-                "seconds": budget.max_seconds,
-                "cost_usd": budget.max_cost_usd,
-                "retries": budget.max_retries,
-                "recoveries": budget.max_recoveries,
-            },
-            "forked_from": {"run_id": pid, "at_step": at_step},
-        },
-    )
-    for seq, name, kind, started, finished in conn.execute(
-        "SELECT seq, name, kind, started_at, finished_at FROM step WHERE run_id = ? ORDER BY seq",
-        (new_id,),
-    ):
-        _event(
-            conn,
-            row,
-            now,
-            EventKind.STEP_COPIED,
-            {
-                "name": name,
-                "kind": kind,
-                "from_run": pid,
-                "started_at": started,
-                "finished_at": finished,
-            },
-            seq=seq,
-        )
-    return copied
 
 
 __all__ = [

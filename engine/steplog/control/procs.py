@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from steplog.log.launch import DIE_WITH_PARENT_ENV
+from steplog.log.location import without_secrets as without_secrets
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 """The folder holding this ``steplog/`` package."""
@@ -111,33 +112,8 @@ def outside_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 _JOBS: dict[int, Any] = {}
-"""Windows: the Job Object of each process ``spawn`` started, by pid (``hard_kill`` ends the job)."""
-
-
-def without_secrets(
-    argv: Sequence[str], env: Mapping[str, str] | None = None
-) -> tuple[list[str], dict[str, str] | None]:
-    """``argv`` and ``env`` with a PostgreSQL URL's password moved from the one to the other.
-
-    A command line is readable by every user of the machine (``ps``, ``/proc/PID/cmdline``); an
-    environment only by its own user. So ``postgresql://me:pw@host/db`` becomes
-    ``postgresql://me@host/db`` on the command line and ``PGPASSWORD=pw``, which libpq reads when
-    the URL has none. Left as it is when two URLs carry different passwords (one variable cannot
-    hold both)."""
-    from urllib.parse import unquote, urlsplit
-
-    from steplog.log.location import is_url, redact_url
-
-    out, password = [], None
-    for arg in argv:
-        if is_url(arg) and (secret := urlsplit(arg).password) is not None:
-            if password is not None and unquote(secret) != password:
-                return list(argv), None if env is None else dict(env)
-            password, arg = unquote(secret), redact_url(arg)
-        out.append(arg)
-    if password is None:
-        return out, None if env is None else dict(env)
-    return out, {**(os.environ if env is None else env), "PGPASSWORD": password}
+"""Windows: the Job Object of each process ``spawn`` started, by pid (``hard_kill`` ends the
+job)."""
 
 
 def spawn(

@@ -29,7 +29,8 @@ worker killed with SIGKILL takes its engines with it (``procs.die_with_parent``)
 the same host takes their runs over at once and one elsewhere when the leases expire.
 
 Not spun on: a run whose engine exited waiting (exit 6) is claimable again only once its signal
-is in or its wait timed out; one that ended (exit 0, 3, 4, 5) is finished; one whose engine keeps exiting abnormally
+is in or its wait timed out; one that ended (exit 0, 3, 4, 5) is finished; one whose engine keeps
+exiting abnormally
 (a crash, exit 1 or 2: an agent that no longer imports, a full disk) is tried again after 1, 2,
 4... s and left alone by this worker after ``MAX_ABNORMAL`` exits in a row.
 """
@@ -39,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -60,7 +60,7 @@ from steplog.errors import (
     SteplogError,
     first_line,
 )
-from steplog.log.db import LogConnection, is_transient, open_log
+from steplog.log.db import LogConnection, LogFailure, is_transient, open_log
 from steplog.log.interrupts import STOP_SIGNALS
 from steplog.log.launch import DIE_WITH_PARENT_ENV
 from steplog.log.lease import DEFAULT_LEASE_SECONDS, me
@@ -163,7 +163,7 @@ class Worker:
                 try:
                     self._hand_back_exited(conn)
                     claimed = self._fill(conn)
-                except sqlite3.Error as exc:  # PgError is one too
+                except LogFailure as exc:
                     if not is_transient(exc):
                         raise
                     self._lost(exc)
@@ -234,7 +234,8 @@ class Worker:
         self._engines[job.run_id] = _Engine(job, proc, time.monotonic())
         how = f"{job.status}" + (f"; {job.takeover}" if job.takeover else "")
         self._say(
-            f"steplog worker {self.name}: run {job.run_id} ({job.agent}, {how}) -> engine pid {proc.pid}"
+            f"steplog worker {self.name}: run {job.run_id} ({job.agent}, {how}) -> engine pid "
+            f"{proc.pid}"
         )
 
     def _reap(self) -> None:
@@ -256,7 +257,7 @@ class Worker:
             try:
                 status = hand_back(conn, rid, exit_code=code)
                 self._answered()
-            except sqlite3.Error as exc:
+            except LogFailure as exc:
                 if is_transient(exc):
                     raise
                 status = None
@@ -288,8 +289,8 @@ class Worker:
         self.stats.finished[what] = self.stats.finished.get(what, 0) + 1
         seconds = time.monotonic() - engine.started
         self._say(
-            f"steplog worker {self.name}: run {rid} {what}{more} (exit {code}, status {status or '?'}, "
-            f"{seconds:.1f} s)"
+            f"steplog worker {self.name}: run {rid} {what}{more} (exit {code}, status "
+            f"{status or '?'}, {seconds:.1f} s)"
         )
 
     def _backing_off(self) -> bool:
@@ -322,7 +323,7 @@ class Worker:
             return None
         try:
             self._hand_back_exited(conn)
-        except sqlite3.Error:  # away (anything else was dealt with run by run)
+        except LogFailure:  # away (anything else was dealt with run by run)
             return None
         return conn
 
@@ -349,7 +350,7 @@ class Worker:
             return None
         try:
             return open_log(self.db)
-        except (SteplogError, sqlite3.Error) as exc:
+        except (SteplogError, LogFailure) as exc:
             if is_transient(exc):
                 return None
             raise  # what is there now is not a log this worker may use (foreign, damaged, newer)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from steplog.killtest.harness import Options, killtest
 from steplog.killtest.junit import write_junit
-from steplog.log.location import PgUrl
+from steplog.log.location import LogLocation
 
 if TYPE_CHECKING:
     from steplog.killtest.workers import WorkerStormResult
@@ -63,7 +63,7 @@ def run_command(
     jobs: int,
     time_limit: float,
     keep: Path | None,
-    db: PgUrl | None = None,
+    db: LogLocation | None = None,
 ) -> int:
     opts = Options(
         agent=agent,
@@ -105,7 +105,7 @@ def run_worker_storm_command(
     params: dict[str, str],
     time_limit: float,
     keep: Path | None,
-    db: PgUrl | None = None,
+    db: LogLocation | None = None,
 ) -> int:
     """``steplog killtest AGENT --workers N``: the worker storm (``killtest.workers``)."""
     from dataclasses import asdict

@@ -26,7 +26,7 @@ from steplog.errors import EXIT_LEASE_HELD, SteplogError, UsageError
 from steplog.killtest.procs import POLL_SECONDS, LogWatch, Sandbox, kill_group
 from steplog.killtest.report import Report, StormResult, SweepCase, SweepResult
 from steplog.log.events import EventKind
-from steplog.log.location import PgUrl
+from steplog.log.location import LogLocation
 from steplog.outbox import start_outbox
 from steplog.runtime import crashpoints
 from steplog.runtime.agent import resolve
@@ -74,11 +74,12 @@ class Options:
     """Engine launches allowed in the storm (default: 3 per kill + 20)."""
     sweep_points: tuple[str, ...] | None = None
     """Only these crash points in the sweep (default: all of ``crashpoints.POINTS``)."""
-    db: PgUrl | None = None
-    """Run everything in this PostgreSQL log (default: a SQLite file per run, in its sandbox)."""
+    db: LogLocation | None = None
+    """Run everything in this shared log, a database server's (``steplog killtest --db URL``;
+    default: a SQLite file per run, in its sandbox)."""
     run_prefix: str = "killtest"
     """Run ids are ``PREFIX-reference``, ``PREFIX-storm``, ``PREFIX-sweep-N``; ``killtest`` makes a
-    unique one for a shared PostgreSQL log, where an earlier kill test's runs are still there."""
+    unique one for a shared log, where an earlier kill test's runs are still there."""
 
 
 @dataclass(frozen=True)

@@ -7,15 +7,13 @@ takes the engine and anything it started, and nothing else).
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from steplog.control.procs import child_env, kill_group, python_argv, spawn
-from steplog.errors import LogError
-from steplog.log.db import LogConnection, open_readonly
-from steplog.log.location import LogLocation, PgUrl
+from steplog.log.db import LogConnection, LogFailure, open_follower
+from steplog.log.location import LogLocation
 from steplog.log.logread import Event, EventTail
 from steplog.runtime import crashpoints
 
@@ -41,9 +39,9 @@ class Sandbox:
     params: dict[str, str]
     outbox_url: str = ""
     launches: int = field(default=0)
-    log: PgUrl | None = None
-    """A PostgreSQL log shared by every run of the kill test (each under its own run id);
-    ``None``: a SQLite file of this sandbox's own."""
+    log: LogLocation | None = None
+    """A log shared by every run of the kill test (each under its own run id: a database server
+    the command line was given); ``None``: a SQLite file of this sandbox's own."""
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -127,28 +125,13 @@ class LogWatch:
         self._conn: LogConnection | None = None
 
     def poll(self) -> list[Event]:
-        if self._conn is None and isinstance(self.db, PgUrl):
-            try:
-                self._conn = open_readonly(self.db)
-            except (LogError, sqlite3.Error):  # no schema yet: the first engine is still starting
-                return []
-        if self._conn is None and isinstance(self.db, Path):
-            if not self.db.exists():
-                return []
-            try:
-                self._conn = sqlite3.connect(
-                    f"{self.db.resolve().as_uri()}?mode=ro",
-                    uri=True,
-                    isolation_level=None,
-                    timeout=5,
-                )
-            except sqlite3.Error:
-                return []
+        if self._conn is None:
+            self._conn = open_follower(self.db)  # None: the first engine is still starting
         if self._conn is None:
             return []
         try:
             events = self._tail.read(self._conn)  # steplog.log.logread: the one reader of the log
-        except sqlite3.Error:  # not initialised yet: look again next time, with a fresh connection
+        except LogFailure:  # not initialised yet: look again next time, with a fresh connection
             self.close()
             return []
         self.max_seq = max([self.max_seq, *(e.seq for e in events if e.seq is not None)])

@@ -7,7 +7,7 @@ holder is seen dead), every run ends ``succeeded``, and the outbox's own ledger 
 message exactly once: every key a run's log says it completed delivered once, no delivery
 without one, and no body delivered under two keys.
 
-The log is a SQLite file in the storm's folder, or a PostgreSQL database that others may use too
+The log is a SQLite file in the storm's folder, or a shared database server's that others use too
 (``db``): there the storm's runs get ids of their own (``storm-DATE-TIME-HEX-NNN``), its workers
 claim only those (``steplog worker --run-prefix``), and it judges only those; the runs stay in the
 database when it is done. The outbox and the runs' workdirs are files in the storm's folder on both.
@@ -15,10 +15,8 @@ database when it is done. The outbox and the runs' workdirs are files in the sto
 
 from __future__ import annotations
 
-import json
 import random
 import secrets
-import sqlite3
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -28,15 +26,17 @@ from typing import Any
 from steplog.control.procs import child_env, kill_group, python_argv, spawn, stop_group
 from steplog.control.queue import submit
 from steplog.errors import SteplogError
-from steplog.log.db import LogConnection, open_readonly
+from steplog.log.db import LogConnection, LogOperationFailed, open_readonly
+from steplog.log.events import EventKind
 from steplog.log.launch import Launch
 from steplog.log.lease import process_alive
-from steplog.log.location import LogLocation, PgUrl
+from steplog.log.ledger import completed_post_keys
+from steplog.log.location import LogLocation
+from steplog.log.logread import events_of_kind
+from steplog.log.runs import count_ended, status_counts
 from steplog.log.runstatus import RunStatus
-from steplog.log.status import TERMINAL
 from steplog.outbox import start_outbox
 from steplog.runtime.agent import resolve
-from steplog.verdict.evidence import completed_post_keys
 
 
 @dataclass
@@ -66,7 +66,8 @@ class WorkerStormResult:
     next engine's ``lease_acquired`` on that run (another worker's, or the restarted one's)."""
     deliveries: int
     duplicate_keys: list[str]
-    """Keys a log says were completed but the outbox delivered a different number of times than once."""
+    """Keys a log says were completed but the outbox delivered a different number of times than
+    once."""
     stray_deliveries: list[str]
     """Deliveries whose key no run's log completed."""
     duplicate_bodies: int
@@ -82,7 +83,10 @@ class WorkerStormResult:
         if not self.takeover_seconds:
             return ""
         ordered = sorted(self.takeover_seconds)
-        return f" (kill -> next engine on the run: median {ordered[len(ordered) // 2]:.2f} s, max {ordered[-1]:.2f} s)"
+        return (
+            f" (kill -> next engine on the run: median {ordered[len(ordered) // 2]:.2f} s, max "
+            f"{ordered[-1]:.2f} s)"
+        )
 
     @property
     def passed(self) -> bool:
@@ -97,11 +101,13 @@ class WorkerStormResult:
 
     def summary(self) -> str:
         return (
-            f"{'PASS' if self.passed else 'FAIL'}: {self.runs} runs {self.statuses}, {self.worker_kills} worker "
-            f"kills (of {self.kills_asked} asked; {self.kills_landed} landed, {self.engines_killed} engines with them, "
-            f"{len(self.orphans)} orphans), {self.takeovers} takeovers{self._latency()}, {self.deliveries} deliveries, "
+            f"{'PASS' if self.passed else 'FAIL'}: {self.runs} runs {self.statuses}, "
+            f"{self.worker_kills} worker kills (of {self.kills_asked} asked; {self.kills_landed} "
+            f"landed, {self.engines_killed} engines with them, {len(self.orphans)} orphans), "
+            f"{self.takeovers} takeovers{self._latency()}, {self.deliveries} deliveries, "
             f"{len(self.duplicate_keys)} duplicate keys, {len(self.stray_deliveries)} stray, "
-            f"{self.duplicate_bodies} duplicate bodies, {self.clean_exits}/{self.workers_stopped} clean "
+            f"{self.duplicate_bodies} duplicate bodies, {self.clean_exits}/{self.workers_stopped} "
+            "clean "
             f"stops, {self.seconds:.1f} s"
         )
 
@@ -119,10 +125,10 @@ def worker_storm(
     pace: float = 0.0,
     gap: tuple[float, float] = (0.3, 1.2),
     time_limit: float = 120.0,
-    db: PgUrl | None = None,
+    db: LogLocation | None = None,
 ) -> WorkerStormResult:
     """Queue ``runs`` runs of ``agent`` in a fresh log under ``root`` (or as new runs in the
-    PostgreSQL log ``db``), work them with ``workers`` workers, SIGKILL a random worker ``kills``
+    shared server log ``db``), work them with ``workers`` workers, SIGKILL a random worker ``kills``
     times (``gap`` seconds apart, drawn from ``random.Random(seed)``) and start a new one each
     time; then stop the workers with SIGTERM and judge from the log and the outbox's ledger."""
     root.mkdir(parents=True, exist_ok=True)
@@ -189,8 +195,8 @@ def worker_storm(
             while not _all_ended(reader, ids):
                 if time.monotonic() > deadline:
                     raise SteplogError(
-                        f"the worker storm did not finish within {time_limit:.0f} s; "
-                        f"its logs are in {root}"
+                        f"the worker storm did not finish within {time_limit:.0f} s; its logs are "
+                        f"in {root}"
                     )
                 if worker_kills < kills and time.monotonic() >= next_kill:
                     victim = procs.pop(rng.randrange(len(procs)))
@@ -246,25 +252,10 @@ def _judge(
     """The verdict on the storm's runs ``ids`` (only those: a shared log holds others)."""
     conn = open_readonly(log, one_shot=True)
     try:
-        mine = _in(ids)
-        statuses: dict[str, int] = {}
-        for (status,) in conn.execute(f"SELECT status FROM run WHERE id IN {mine}", ids):
-            statuses[status] = statuses.get(status, 0) + 1
+        statuses = status_counts(conn, ids)
         completed = {key for rid in ids for key in completed_post_keys(conn, rid)}
-        # Payloads are read here, not with json_extract: the same SQL on SQLite and PostgreSQL.
-        claimed = [
-            json.loads(data)
-            for (data,) in conn.execute(
-                f"SELECT data FROM event WHERE kind = 'worker_claimed' AND run_id IN {mine}", ids
-            )
-        ]
-        acquired = [
-            (ts, json.loads(data))
-            for ts, data in conn.execute(
-                f"SELECT ts, data FROM event WHERE kind = 'lease_acquired' AND run_id IN {mine}",
-                ids,
-            )
-        ]
+        claimed = [e.data for e in events_of_kind(conn, EventKind.WORKER_CLAIMED, ids)]
+        acquired = [(e.ts, e.data) for e in events_of_kind(conn, EventKind.LEASE_ACQUIRED, ids)]
     finally:
         conn.close()
     takeovers = sum(1 for data in claimed if data.get("takeover") is not None)
@@ -296,20 +287,12 @@ def _judge(
     )
 
 
-def _in(ids: list[str]) -> str:
-    return f"({', '.join('?' for _ in ids)})"
-
-
 def _all_ended(conn: LogConnection, ids: list[str]) -> bool:
-    marks = ", ".join("?" for _ in TERMINAL)
     try:
-        done = conn.execute(
-            f"SELECT count(*) FROM run WHERE id IN {_in(ids)} AND status IN ({marks})",
-            (*ids, *TERMINAL),
-        ).fetchone()[0]
-    except sqlite3.OperationalError:  # a file log busy for a moment (PgOperationalError is one too)
+        done = count_ended(conn, ids)
+    except LogOperationFailed:  # a log busy for a moment
         return False
-    return int(done) >= len(ids)
+    return done >= len(ids)
 
 
 def _engine_pids(log: Path) -> list[int]:

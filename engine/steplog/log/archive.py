@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from steplog.errors import ArchiveError, OutputError, RunNotFinished, UsageError
+from steplog.log.backend import backend_of
 from steplog.log.schema import RUN_TABLES, SCHEMA_VERSION
 from steplog.log.status import TERMINAL
 
@@ -64,12 +65,8 @@ class ArchivedRun:
 def _order_by(conn: sqlite3.Connection, table: str) -> str:
     """The table's primary key columns, in key order: rows come out in a stable order whatever
     the table's storage (rowid or not)."""
-    if getattr(conn, "dialect", "sqlite") == "postgresql":
-        from steplog.log.pg import primary_key
-
-        return ", ".join(f'"{name}"' for name in primary_key(conn, table)) or "1"  # type: ignore[arg-type]
-    pk = sorted((r[5], r[1]) for r in conn.execute(f"PRAGMA table_info({table})") if r[5])
-    return ", ".join(f'"{name}"' for _, name in pk) or "rowid"
+    # Every table of a run has one (``schema.RUN_TABLES``); "1" only keeps the SQL valid.
+    return ", ".join(f'"{name}"' for name in backend_of(conn).primary_key(conn, table)) or "1"
 
 
 def run_lines(conn: sqlite3.Connection, run_id: str) -> Generator[str, None, None]:
@@ -113,7 +110,7 @@ def run_lines(conn: sqlite3.Connection, run_id: str) -> Generator[str, None, Non
             n = 0
             for values in cur:
                 n += 1
-                yield _dumps({"table": table, "row": dict(zip(names, values))})
+                yield _dumps({"table": table, "row": dict(zip(names, values, strict=True))})
             counts[table] = n
         yield _dumps({"end": run_id, "rows": counts})
     finally:
@@ -169,8 +166,7 @@ def durable_output(path: Path, *, compress: bool, overwrite: bool = False) -> It
         tmp.unlink(missing_ok=True)
         raise OutputError(
             f"cannot write {path} ({exc.strerror or exc}); nothing of it was left "
-            "and the log is unchanged: free some space or choose another "
-            "file"
+            "and the log is unchanged: free some space or choose another file"
         ) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -272,9 +268,8 @@ def _valid_run_id(value: Any, where: str) -> str:
     except UsageError:
         raise ArchiveError(
             f"{where}: {value!r} is not a run id (letters, digits, '-', '_' "
-            "and '.', at most 100, starting with a letter or digit); nothing was "
-            "imported: this file was not written by `steplog export` as it "
-            "is"
+            "and '.', at most 100, starting with a letter or digit); nothing was imported: this "
+            "file was not written by `steplog export` as it is"
         ) from None
     return value
 
@@ -320,7 +315,8 @@ def _take(
         )
     if row.get(known[table]) != current.run_id:
         raise ArchiveError(
-            f"{where}: a {table} row of another run inside run {current.run_id!r}: the file is damaged"
+            f"{where}: a {table} row of another run inside run {current.run_id!r}: the file is "
+            "damaged"
         )
     current.rows.setdefault(table, []).append(row)
     return current
@@ -374,7 +370,8 @@ def insert_run(conn: sqlite3.Connection, run: ArchivedRun, targets: dict[str, _T
         for row in run.rows.get(table, []):
             values = {k: v for k, v in row.items() if k != target.new_ids}
             if table == "run" and values.get("lease_pid") is not None:
-                # No engine of this log holds an imported run (an unfinished one's lease came with it).
+                # No engine of this log holds an imported run (an unfinished one's lease came with
+                # it).
                 values.update({k: v for k, v in _NO_LEASE.items() if k in values})
             unknown = set(values) - target.columns
             if unknown:
@@ -449,8 +446,8 @@ def import_runs(source: str | Path, db: Path) -> list[ArchivedRun]:
                         insert_run(conn, r, targets)
             except sqlite3.IntegrityError as exc:
                 raise ArchiveError(
-                    f"a run of {source} clashes with rows already in {db} ({exc}); runs before "
-                    f"it were imported: {', '.join(r.run_id for r in loaded) or 'none'}"
+                    f"a run of {source} clashes with rows already in {db} ({exc}); runs before it "
+                    f"were imported: {', '.join(r.run_id for r in loaded) or 'none'}"
                 ) from None
             loaded.extend(ArchivedRun(r.run_id, r.schema, unfinished=r.unfinished) for r in pending)
             pending.clear()

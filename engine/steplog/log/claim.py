@@ -8,17 +8,16 @@ is written.
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from steplog.errors import LeaseHeld, UsageError
-from steplog.log.db import LogConnection, for_update, immediate
+from steplog.log.db import LogConnection, LogRow, for_update, immediate
 from steplog.log.events import EventKind
 from steplog.log.integrity import probe
-from steplog.log.journal import dumps
+from steplog.log.journal import append_event, dumps
 from steplog.log.launch import Launch
 from steplog.log.lease import boot_clock, me, row_vacancy
 from steplog.log.location import LogLocation
@@ -37,11 +36,12 @@ class Claimant(Protocol):
 
 
 RUN_COLUMNS = (
-    "id, agent, model, params, status, reason, result, workdir, outbox, limit_steps, limit_tokens,"
-    " limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, used_steps, used_tokens,"
-    " tokens_estimated, reserved_tokens, used_seconds, used_cost_usd, reserved_cost_usd, used_retries,"
-    " step_executions, incarnation, lease_pid, lease_host, lease_boot, lease_proc_start, lease_expires,"
-    " lease_expires_boot, cancel_requested, waiting_for, parent_run_id, parent_step, created_at, finished_at"
+    "id, agent, model, params, status, reason, result, workdir, outbox, limit_steps, limit_tokens, "
+    "limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, used_steps, used_tokens, "
+    "tokens_estimated, reserved_tokens, used_seconds, used_cost_usd, reserved_cost_usd, "
+    "used_retries, step_executions, incarnation, lease_pid, lease_host, lease_boot, "
+    "lease_proc_start, lease_expires, lease_expires_boot, cancel_requested, waiting_for, "
+    "parent_run_id, parent_step, created_at, finished_at"
 )
 
 
@@ -65,7 +65,7 @@ class Request:
 
 @dataclass(frozen=True)
 class Claimed:
-    row: sqlite3.Row
+    row: LogRow
     incarnation: int
     resumed: bool
 
@@ -74,10 +74,10 @@ class Claimed:
 class Finished:
     """The run was already terminal (and not reopened): report it, change nothing."""
 
-    row: sqlite3.Row
+    row: LogRow
 
 
-def budget_of(row: sqlite3.Row) -> Budget:
+def budget_of(row: LogRow) -> Budget:
     return Budget(
         max_steps=row["limit_steps"],
         max_tokens=row["limit_tokens"],
@@ -99,7 +99,7 @@ def _limits_json(b: Budget) -> dict[str, Any]:
     }
 
 
-def _exhausted(budget: Budget, row: sqlite3.Row) -> bool:
+def _exhausted(budget: Budget, row: LogRow) -> bool:
     """Would this budget still stop the run where it gave up?"""
     checks = (
         (budget.max_steps, row["used_steps"]),
@@ -114,16 +114,13 @@ def _exhausted(budget: Budget, row: sqlite3.Row) -> bool:
 def _event(
     conn: LogConnection, run_id: str, now: float, incarnation: int, kind: str, data: dict[str, Any]
 ) -> None:
-    conn.execute(
-        "INSERT INTO event (run_id, ts, incarnation, kind, data) VALUES (?, ?, ?, ?, ?)",
-        (run_id, now, incarnation, kind, dumps(data)),
-    )
+    append_event(conn, run_id, incarnation, kind, data, ts=now)
 
 
-def _select(conn: LogConnection, run_id: str, *, lock: bool = False) -> sqlite3.Row | None:
+def _select(conn: LogConnection, run_id: str, *, lock: bool = False) -> LogRow | None:
     """The run's row; ``lock``: locked for this transaction first (``db.for_update``), where the
     claim decides on it while the run's engine may be writing it."""
-    row: sqlite3.Row | None = conn.execute(
+    row: LogRow | None = conn.execute(
         f"SELECT {RUN_COLUMNS} FROM run WHERE id = ?" + (for_update(conn) if lock else ""),
         (run_id,),
     ).fetchone()
@@ -132,16 +129,17 @@ def _select(conn: LogConnection, run_id: str, *, lock: bool = False) -> sqlite3.
 
 def create_run(
     conn: LogConnection, req: Request, now: float, *, launch: Launch | None = None
-) -> sqlite3.Row:
+) -> LogRow:
     """Insert the run row and its ``run_created`` event (inside the caller's transaction).
-    With ``launch`` the run is ``queued`` (``steplog submit``): a worker starts it later that way."""
+    With ``launch`` the run is ``queued`` (``steplog submit``): a worker starts it later that
+    way."""
     req.agent.require_outbox(req.outbox)
     b = req.agent.budget.merged(**req.limits)
     workdir = (req.workdir or req.db_path.parent / "runs" / req.run_id).expanduser().resolve()
     conn.execute(
-        "INSERT INTO run (id, agent, model, params, workdir, outbox, limit_steps, limit_tokens, limit_seconds,"
-        " limit_cost_usd, limit_retries, limit_recoveries, created_at, updated_at, status, launch)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO run (id, agent, model, params, workdir, outbox, limit_steps, limit_tokens, "
+        "limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, created_at, updated_at, "
+        "status, launch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             req.run_id,
             req.spec,
@@ -184,12 +182,13 @@ def create_run(
     return created
 
 
-def _check_resume(row: sqlite3.Row, req: Request) -> None:
+def _check_resume(row: LogRow, req: Request) -> None:
     """A resume must be the same run: same agent, same params, same workdir."""
     rid = req.run_id
     if row["agent"] != req.spec:
         raise UsageError(
-            f"run {rid} belongs to agent {row['agent']}, not {req.spec}; pass the same agent to resume it"
+            f"run {rid} belongs to agent {row['agent']}, not {req.spec}; pass the same agent to "
+            "resume it"
         )
     if req.params and req.params != json.loads(row["params"]):
         raise UsageError(
@@ -200,14 +199,14 @@ def _check_resume(row: sqlite3.Row, req: Request) -> None:
 
 
 def _update_run(
-    conn: LogConnection, row: sqlite3.Row, req: Request, raised: Budget | None, now: float
+    conn: LogConnection, row: LogRow, req: Request, raised: Budget | None, now: float
 ) -> None:
     """Apply raised limits (reopening a run that gave up) and a new outbox URL or model."""
     if raised is not None and raised != budget_of(row):
         conn.execute(
-            "UPDATE run SET limit_steps = ?, limit_tokens = ?, limit_seconds = ?, limit_cost_usd = ?,"
-            " limit_retries = ?, limit_recoveries = ?, status = 'running', reason = NULL, finished_at = NULL"
-            " WHERE id = ?",
+            "UPDATE run SET limit_steps = ?, limit_tokens = ?, limit_seconds = ?, limit_cost_usd "
+            "= ?, limit_retries = ?, limit_recoveries = ?, status = 'running', reason = NULL, "
+            "finished_at = NULL WHERE id = ?",
             (
                 raised.max_steps,
                 raised.max_tokens,
@@ -232,9 +231,7 @@ def _update_run(
         conn.execute("UPDATE run SET model = ? WHERE id = ?", (req.model, req.run_id))
 
 
-def _take_lease(
-    conn: LogConnection, row: sqlite3.Row, req: Request, now: float, resumed: bool
-) -> int:
+def _take_lease(conn: LogConnection, row: LogRow, req: Request, now: float, resumed: bool) -> int:
     why = row_vacancy(row, now)
     if why is None:
         until = time.strftime("%H:%M:%S", time.localtime(row["lease_expires"]))
@@ -245,16 +242,16 @@ def _take_lease(
     holder = me()
     incarnation = int(row["incarnation"]) + 1
     conn.execute(
-        "UPDATE run SET incarnation = ?, lease_pid = ?, lease_host = ?, lease_boot = ?, lease_proc_start = ?,"
-        " lease_expires = ?, lease_expires_boot = ?, updated_at = ?,"
-        # A queued run (submitted, or retried or forked with --no-start) is running once an engine has it.
+        "UPDATE run SET incarnation = ?, lease_pid = ?, lease_host = ?, lease_boot = ?, "
+        "lease_proc_start = ?, lease_expires = ?, lease_expires_boot = ?, updated_at = ?,"
+        # A queued run (submitted, or retried or forked with --no-start) is running once an engine
+        # has it.
         " status = CASE WHEN status = 'queued' THEN 'running' ELSE status END,"
         # Reservations of a dead engine stay charged: its model call may have been billed. The
         # amount is an upper bound, not a reported usage, so it counts as estimated.
-        " used_tokens = used_tokens + reserved_tokens, tokens_estimated = tokens_estimated + reserved_tokens,"
-        " reserved_tokens = 0,"
-        " used_cost_usd = used_cost_usd + reserved_cost_usd, reserved_cost_usd = 0"
-        " WHERE id = ?",
+        " used_tokens = used_tokens + reserved_tokens, tokens_estimated = tokens_estimated + "
+        "reserved_tokens, reserved_tokens = 0, used_cost_usd = used_cost_usd + reserved_cost_usd, "
+        "reserved_cost_usd = 0 WHERE id = ?",
         (
             incarnation,
             holder.pid,
@@ -290,14 +287,16 @@ def _take_lease(
     return incarnation
 
 
-def finish_cancelled(conn: LogConnection, row: sqlite3.Row, reason: str, now: float) -> None:
+def finish_cancelled(conn: LogConnection, row: LogRow, reason: str, now: float) -> None:
     """End a run ``cancelled`` from outside its engine (none holds it): the terminal record.
-    Reservations of a dead engine stay charged, as at a takeover. Inside the caller's transaction."""
+    Reservations of a dead engine stay charged, as at a takeover. Inside the caller's
+    transaction."""
     conn.execute(
-        "UPDATE run SET status = 'cancelled', reason = ?, finished_at = ?, updated_at = ?, lease_pid = NULL,"
-        " lease_expires = NULL, lease_expires_boot = NULL, waiting_for = NULL, waiting_since = NULL, reserved_tokens = 0,"
-        " used_tokens = used_tokens + reserved_tokens, tokens_estimated = tokens_estimated + reserved_tokens,"
-        " used_cost_usd = used_cost_usd + reserved_cost_usd, reserved_cost_usd = 0 WHERE id = ?",
+        "UPDATE run SET status = 'cancelled', reason = ?, finished_at = ?, updated_at = ?, "
+        "lease_pid = NULL, lease_expires = NULL, lease_expires_boot = NULL, waiting_for = NULL, "
+        "waiting_since = NULL, reserved_tokens = 0, used_tokens = used_tokens + reserved_tokens, "
+        "tokens_estimated = tokens_estimated + reserved_tokens, used_cost_usd = used_cost_usd + "
+        "reserved_cost_usd, reserved_cost_usd = 0 WHERE id = ?",
         (reason, now, now, row["id"]),
     )
     _event(

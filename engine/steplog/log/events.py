@@ -56,7 +56,8 @@ class EventKind(StrEnum):
     """``steplog prune`` removed these finished runs (``runs``; ``archive`` if they were archived
     first). Its ``run_id`` is ``""``: it belongs to no run, and it stays when they are gone."""
     WORKER_CLAIMED = "worker_claimed"
-    """A worker (``steplog worker``: host, pid) took the run off the queue; its engine starts next."""
+    """A worker (``steplog worker``: host, pid) took the run off the queue; its engine starts
+    next."""
     WORKER_RELEASED = "worker_released"
     """That worker handed the run back (its engine stopped, exit code said) or saw it end."""
 
@@ -236,7 +237,8 @@ PAYLOADS: dict[EventKind, type] = {
 
 
 def payload_problem(kind: str, data: dict[str, Any]) -> str | None:
-    """What is wrong with ``data`` as the payload of ``kind`` (its keys against the type), or ``None``."""
+    """What is wrong with ``data`` as the payload of ``kind`` (its keys against the type), or
+    ``None``."""
     shape = PAYLOADS.get(EventKind(kind)) if kind in EventKind._value2member_map_ else None
     if shape is None:
         return f"no payload type for event kind {kind!r}"

@@ -18,15 +18,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from steplog.errors import CorruptDatabase
-from steplog.log.db import LogConnection, is_damage, is_postgres, open_readonly
+from steplog.log.backend import backend_of
+from steplog.log.db import LogConnection, is_damage, open_readonly
 from steplog.log.location import LogLocation
 
 
 def damaged(path: LogLocation, what: str) -> CorruptDatabase:
     """The one-line refusal of a damaged log."""
     return CorruptDatabase(
-        f"{path} is damaged ({what}); it was left untouched: `steplog check --db {path}` says what is "
-        "wrong; restore it from a backup or point --db at a new path"
+        f"{path} is damaged ({what}); it was left untouched: `steplog check --db {path}` says what "
+        "is wrong; restore it from a backup or point --db at a new path"
     )
 
 
@@ -41,31 +42,6 @@ def refusing_damage(path: LogLocation) -> Iterator[None]:
         raise
 
 
-_PROBES = (
-    # the run row, and where a new run row and its primary-key entry go
-    ("SELECT * FROM run WHERE id = ?", True),
-    ("SELECT * FROM run WHERE rowid = (SELECT max(rowid) FROM run)", False),
-    # the run's steps read in full (replay reads them all), and where new step rows go
-    (
-        "SELECT max(length(name) + coalesce(length(decision), 0) + coalesce(length(result), 0)"
-        " + coalesce(length(error), 0)) FROM step WHERE run_id = ?",
-        True,
-    ),
-    ("SELECT * FROM step WHERE rowid = (SELECT max(rowid) FROM step)", False),
-    # the run's effects in full, and where new ledger rows and their keys go
-    (
-        "SELECT max(length(key) + length(target) + coalesce(length(response), 0)) FROM effect WHERE run_id = ?",
-        True,
-    ),
-    ("SELECT key FROM effect WHERE key >= ? ORDER BY key LIMIT 1", True),
-    ("SELECT * FROM effect WHERE rowid = (SELECT max(rowid) FROM effect)", False),
-    # where the run's next event row and its index entry go
-    ("SELECT id FROM event WHERE run_id = ? ORDER BY id DESC LIMIT 1", True),
-    ("SELECT * FROM event WHERE id = (SELECT max(id) FROM event)", False),
-    ("SELECT * FROM sqlite_sequence", False),
-)
-
-
 def probe(conn: LogConnection, path: LogLocation, run_id: str | None) -> None:
     """Read every page the engine is about to touch for ``run_id``; ``CorruptDatabase`` if one is
     damaged. Call it before the first write (inside the claim's transaction, before any change).
@@ -76,13 +52,8 @@ def probe(conn: LogConnection, path: LogLocation, run_id: str | None) -> None:
     pages for its answer, but the tails are where every engine's next write lands: a command
     that read "ok" off a log whose tail is damaged would tell the person nothing is wrong until
     an engine fails on it. Cheap on any log (a few milliseconds; a run of 100,000 steps ~35 ms)."""
-    if is_postgres(conn):
-        return
     with refusing_damage(path):
-        for sql, takes_run in _PROBES:
-            if takes_run and run_id is None:
-                continue
-            conn.execute(sql, (run_id,) if takes_run else ()).fetchall()
+        backend_of(conn).probe(conn, run_id)
 
 
 @dataclass
@@ -108,96 +79,24 @@ class Report:
             if len(self.problems) > 2
             else ""
         )
-        return f"{self.path} is damaged: {first}{more}; restore it from a backup or point --db at a new path"
+        return (
+            f"{self.path} is damaged: {first}{more}; restore it from a backup or point --db at a "
+            "new path"
+        )
 
 
 def check(path: LogLocation) -> Report:
-    """``PRAGMA integrity_check`` on a read-only connection (immutable when no -wal exists).
+    """The whole log checked on a read-only connection (a file: ``PRAGMA integrity_check``; a
+    server database: steplog's own triggers and rows, ``pgschema.check``).
 
     A non-log file, or one damaged where SQLite keeps its schema, raises ``LogError`` like any
-    other command would. SQLite aborts a whole ``integrity_check`` at the first page it cannot
-    read at all, so then each table is checked on its own, to say which ones are damaged.
+    other command would.
     """
-    conn = open_readonly(
-        path, one_shot=True
-    )  # missing, foreign, newer, empty: refused like every reader does
-    if is_postgres(conn):
-        return _check_postgres(conn, path)
+    # Missing, foreign, newer, empty: refused like every reader does.
+    conn = open_readonly(path, one_shot=True)
     try:
-        report = Report(path=path, version=int(conn.execute("PRAGMA user_version").fetchone()[0]))
-        try:
-            rows = [r[0] for r in conn.execute("PRAGMA integrity_check")]
-            report.problems = (
-                []
-                if rows == ["ok"]
-                else [r.removeprefix("*** in database main ***\n") for r in rows]
-            )
-        except sqlite3.DatabaseError as exc:
-            if not is_damage(exc):
-                raise
-            report.problems = list(_table_by_table(conn)) or [f"the file as a whole: {exc}"]
-        if report.ok:
-            _count(conn, report)
-    finally:
-        conn.close()
-    return report
-
-
-def _table_by_table(conn: LogConnection) -> Iterator[str]:
-    tables = [
-        r[0]
-        for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-    ]
-    for table in tables:
-        try:
-            rows = [r[0] for r in conn.execute(f'PRAGMA integrity_check("{table}")')]
-        except sqlite3.DatabaseError as exc:
-            if not is_damage(exc):
-                raise
-            yield f"table {table}: its pages cannot be read ({exc})"
-            continue
-        if rows != ["ok"]:
-            yield from (
-                f"table {table}: {r.removeprefix('*** in database main ***' + chr(10))}"
-                for r in rows
-            )
-
-
-def _check_postgres(conn: LogConnection, path: LogLocation) -> Report:
-    """A PostgreSQL log: the server guards its pages (``integrity_check`` is SQLite's); what is
-    checked here is steplog's part: the schema version (by ``open_readonly``), the append-only
-    triggers on ``event``, and that every step and effect belongs to a run."""
-    from steplog.log.pgschema import META_TABLE
-
-    try:
-        version = int(
-            conn.execute(f"SELECT value FROM {META_TABLE} WHERE key = 'schema_version'").fetchone()[
-                0
-            ]
-        )
-        report = Report(path=path, version=version)
-        triggers = {
-            r[0]
-            for r in conn.execute(
-                "SELECT tgname FROM pg_trigger WHERE tgrelid = 'event'::regclass AND NOT tgisinternal"
-            )
-        }
-        for name in ("event_is_append_only_update", "event_is_append_only_delete"):
-            if name not in triggers:
-                report.problems.append(
-                    f"the event table lost its trigger {name} (it is no longer append-only)"
-                )
-        for table in ("step", "effect"):
-            orphans = int(
-                conn.execute(
-                    f"SELECT count(*) FROM {table} t WHERE NOT EXISTS"
-                    " (SELECT 1 FROM run r WHERE r.id = t.run_id)"
-                ).fetchone()[0]
-            )
-            if orphans:
-                report.problems.append(
-                    f"table {table}: {orphans} row(s) of runs that are not in the run table"
-                )
+        version, problems = backend_of(conn).check(conn)
+        report = Report(path=path, version=version, problems=problems)
         if report.ok:
             _count(conn, report)
     finally:

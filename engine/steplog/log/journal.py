@@ -1,6 +1,7 @@
 """The engine's write side of the log: every state change of one run, fenced and evented.
 
-Each public method is one write transaction (``db.RUN_WRITE``) that (1) proves this engine still holds
+Each public method is one write transaction (``db.RUN_WRITE``) that (1) proves this engine still
+holds
 the run (``UPDATE run ... WHERE incarnation = mine``; zero rows means a newer incarnation took
 over, and the transaction is rolled back and ``Fenced`` raised), (2) changes the checkpoint rows,
 and (3) appends the matching ``event`` row. A reader tailing ``event`` therefore sees every change.
@@ -10,7 +11,6 @@ Raw ``sqlite3`` on purpose: this is the hot path (two commits per no-op step).
 
 from __future__ import annotations
 
-import functools
 import json
 import sqlite3
 import threading
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from steplog.errors import Fenced, LogWriteError, first_line
 from steplog.log import interrupts
@@ -32,12 +32,13 @@ if TYPE_CHECKING:
 Clock = Callable[[], float]
 
 # Every write transaction's first statement: the fence (zero rows: a newer engine has the run),
-# the budget use so far, and whether a cancel was asked for. One constant string: the statement cache then parses it once.
+# the budget use so far, and whether a cancel was asked for. One constant string: the statement
+# cache then parses it once.
 _FENCE_SQL = (
-    "UPDATE run SET updated_at = ?, lease_expires = ?, lease_expires_boot = ?, used_seconds = ?, used_steps = ?,"
-    " used_tokens = ?, tokens_estimated = ?, reserved_tokens = ?, used_cost_usd = ?,"
-    " reserved_cost_usd = ?, used_retries = ?, step_executions = ? WHERE id = ? AND incarnation = ?"
-    " RETURNING cancel_requested"
+    "UPDATE run SET updated_at = ?, lease_expires = ?, lease_expires_boot = ?, used_seconds = ?, "
+    "used_steps = ?, used_tokens = ?, tokens_estimated = ?, reserved_tokens = ?, used_cost_usd = "
+    "?, reserved_cost_usd = ?, used_retries = ?, step_executions = ? WHERE id = ? AND incarnation "
+    "= ? RETURNING cancel_requested"
 )
 
 
@@ -51,7 +52,8 @@ def dumps(value: Any) -> str:
 
 
 def why_not_json(exc: Exception) -> str:
-    """Why ``dumps`` refused a value (``TypeError``, ``ValueError`` or ``RecursionError``), for a message."""
+    """Why ``dumps`` refused a value (``TypeError``, ``ValueError`` or ``RecursionError``), for a
+    message."""
     if isinstance(exc, RecursionError):
         return "it is nested too deeply"
     if isinstance(exc, ValueError):
@@ -59,44 +61,27 @@ def why_not_json(exc: Exception) -> str:
     return f"{exc}"
 
 
-@dataclass
-class StepRecord:
-    """What the log knows of one step when the engine (re)starts."""
-
-    seq: int
-    name: str
-    kind: str
-    status: str
-    phase: str
-    decision: str | None
-    result: str | None
-    error: str | None
-    attempts: int
-    recoveries: int
-    incarnation: int
+_EVENT_SQL = (
+    "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?)"
+)
 
 
-class Committed(NamedTuple):
-    """A step the log has committed: on resume its recorded result is returned, nothing runs.
-
-    Kept to the four columns replay needs and built as a plain tuple: a resume loads every step
-    of the run, and at 100,000 steps the full record of each was most of the time to resume."""
-
-    seq: int
-    name: str
-    kind: str
-    result: str | None
-
-
-@dataclass
-class EffectRecord:
-    key: str
-    status: str
-    request_hash: str
-    response: str | None
-    idempotent: bool
-    kind: str = ""
-    target: str = ""
+def append_event(
+    conn: LogConnection,
+    run_id: str,
+    incarnation: int,
+    kind: str,
+    data: Mapping[str, Any],
+    *,
+    seq: int | None = None,
+    ts: float,
+) -> None:
+    """Append one event to the log, inside the caller's write transaction: the one place an
+    ``event`` row is written. Every state change writes its event in the same transaction (the
+    engine's ``Journal``, a claim, run control, the queue, prune), so a reader tailing ``event``
+    sees every change. ``data`` is the kind's payload (``events.PAYLOADS``); ``seq`` the step it
+    concerns (``None``: the run's); ``run_id`` ``""`` for an event of no run (``runs_pruned``)."""
+    conn.execute(_EVENT_SQL, (run_id, ts, incarnation, kind, seq, dumps(data)))
 
 
 @dataclass
@@ -200,7 +185,8 @@ class Journal:
         One generator, not three nested context managers: this runs twice per step."""
         if self.fenced.is_set():
             raise Fenced(
-                f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops"
+                f"run {self.run_id}: a newer engine took it over; this one (incarnation "
+                f"{self.incarnation}) stops"
             )
         conn = self.conn
         # A stop signal waits for the end of the transaction (see ``interrupts``).
@@ -246,7 +232,8 @@ class Journal:
                 if mine is None:
                     self.fenced.set()
                     raise Fenced(
-                        f"run {self.run_id}: a newer engine took it over; this one (incarnation {self.incarnation}) stops"
+                        f"run {self.run_id}: a newer engine took it over; this one (incarnation "
+                        f"{self.incarnation}) stops"
                     )
                 yield conn
                 conn.execute("COMMIT")
@@ -266,10 +253,10 @@ class Journal:
                 raise
 
     def _event(self, kind: str, seq: int | None, data: Mapping[str, Any]) -> None:
-        """One event in the open transaction; ``data`` is its kind's payload (``events.PAYLOADS``)."""
-        self.conn.execute(
-            "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?)",
-            (self.run_id, self._clock(), self.incarnation, kind, seq, dumps(data)),
+        """One event in the open transaction; ``data`` is its kind's payload
+        (``events.PAYLOADS``)."""
+        append_event(
+            self.conn, self.run_id, self.incarnation, kind, data, seq=seq, ts=self._clock()
         )
 
     # -- steps ------------------------------------------------------------------------------
@@ -298,14 +285,15 @@ class Journal:
         with self._tx(durable=durable):
             if fresh:
                 self.conn.execute(
-                    "INSERT INTO step (run_id, seq, name, kind, status, phase, attempts, recoveries,"
-                    " started_at, incarnation) VALUES (?, ?, ?, ?, 'running', 'started', ?, ?, ?, ?)",
+                    "INSERT INTO step (run_id, seq, name, kind, status, phase, attempts, "
+                    "recoveries, started_at, incarnation) VALUES (?, ?, ?, ?, 'running', "
+                    "'started', ?, ?, ?, ?)",
                     (self.run_id, seq, name, kind, attempt, recoveries, now, self.incarnation),
                 )
             else:
                 self.conn.execute(
-                    "UPDATE step SET status = 'running', attempts = ?, recoveries = ?, started_at = ?,"
-                    " incarnation = ?, error = NULL WHERE run_id = ? AND seq = ?",
+                    "UPDATE step SET status = 'running', attempts = ?, recoveries = ?, started_at "
+                    "= ?, incarnation = ?, error = NULL WHERE run_id = ? AND seq = ?",
                     (attempt, recoveries, now, self.incarnation, self.run_id, seq),
                 )
             # Attempt 1, no recoveries and no reservation are the common case and left out.
@@ -350,8 +338,9 @@ class Journal:
         u.cost_usd += cost
         with self._tx():
             self.conn.execute(
-                "UPDATE step SET phase = 'decided', decision = ?, tokens_in = ?, tokens_out = ?,"
-                " tokens_cached = ?, tokens_estimated = ?, cost_usd = ? WHERE run_id = ? AND seq = ?",
+                "UPDATE step SET phase = 'decided', decision = ?, tokens_in = ?, tokens_out = ?, "
+                "tokens_cached = ?, tokens_estimated = ?, cost_usd = ? WHERE run_id = ? AND seq = "
+                "?",
                 (
                     dumps(decision),
                     tokens_in,
@@ -400,7 +389,8 @@ class Journal:
         u.reserved_cost_usd -= release_cost
         with self._tx():
             self.conn.execute(
-                "UPDATE step SET status = ?, error = ?, finished_at = ? WHERE run_id = ? AND seq = ?",
+                "UPDATE step SET status = ?, error = ?, finished_at = ? WHERE run_id = ? AND seq "
+                "= ?",
                 ("running" if will_retry else "failed", error, self._clock(), self.run_id, seq),
             )
             self._event(
@@ -423,8 +413,8 @@ class Journal:
         u.steps += 1
         with self._tx():
             self.conn.execute(
-                "UPDATE step SET status = 'committed', phase = 'recorded', result = ?, finished_at = ?"
-                " WHERE run_id = ? AND seq = ?",
+                "UPDATE step SET status = 'committed', phase = 'recorded', result = ?, "
+                "finished_at = ? WHERE run_id = ? AND seq = ?",
                 (result_json, self._clock(), self.run_id, seq),
             )
             # The name and kind are in this attempt's ``step_started`` (and the step row).
@@ -508,14 +498,15 @@ class Journal:
         with self._tx(run_sets="status = 'running', waiting_for = NULL, waiting_since = NULL"):
             if signal_id is not None:
                 cur = self.conn.execute(
-                    "UPDATE signal SET consumed_seq = ?, consumed_at = ? WHERE id = ? AND consumed_seq IS NULL",
+                    "UPDATE signal SET consumed_seq = ?, consumed_at = ? WHERE id = ? AND "
+                    "consumed_seq IS NULL",
                     (seq, now, signal_id),
                 )
                 if cur.rowcount != 1:
                     raise _SignalTaken()
             self.conn.execute(
-                "UPDATE step SET status = 'committed', phase = 'recorded', result = ?, finished_at = ?"
-                " WHERE run_id = ? AND seq = ?",
+                "UPDATE step SET status = 'committed', phase = 'recorded', result = ?, "
+                "finished_at = ? WHERE run_id = ? AND seq = ?",
                 (result_json, now, self.run_id, seq),
             )
             self._event(
@@ -550,8 +541,8 @@ class Journal:
                 self.conn.execute("UPDATE effect SET attempts = attempts + 1 WHERE key = ?", (key,))
             else:
                 self.conn.execute(
-                    "INSERT INTO effect (key, run_id, seq, idx, kind, target, idempotent, status,"
-                    " request_hash, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'started', ?, ?)",
+                    "INSERT INTO effect (key, run_id, seq, idx, kind, target, idempotent, status, "
+                    "request_hash, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'started', ?, ?)",
                     (key, self.run_id, seq, idx, kind, target, int(idempotent), request_hash, now),
                 )
             self.conn.execute(
@@ -568,7 +559,8 @@ class Journal:
     def effect_completed(self, key: str, seq: int, response_json: str) -> None:
         with self._tx():
             self.conn.execute(
-                "UPDATE effect SET status = 'completed', response = ?, completed_at = ? WHERE key = ?",
+                "UPDATE effect SET status = 'completed', response = ?, completed_at = ? WHERE key "
+                "= ?",
                 (response_json, self._clock(), key),
             )
             self._event(EventKind.EFFECT_COMPLETED, seq, {"key": key})
@@ -621,6 +613,27 @@ class Journal:
             pass  # the next engine takes a dead holder's lease over anyway
 
 
+def renew_lease(
+    conn: LogConnection, run_id: str, incarnation: int, *, seconds_used: float, lease_seconds: float
+) -> tuple[bool, str | None]:
+    """The heartbeat's write, on a connection of its own: the lease runs ``lease_seconds`` from
+    now, and the active seconds so far are recorded (a kill then loses at most one period of
+    them). ``(False, None)``: the run is no longer this incarnation's, or no longer running;
+    else ``(True, the cancel request or None)``."""
+    rows = conn.execute(
+        "UPDATE run SET lease_expires = ?, lease_expires_boot = ?, used_seconds = ? WHERE id = ? "
+        "AND incarnation = ? AND status IN ('running', 'waiting') RETURNING cancel_requested",
+        (
+            time.time() + lease_seconds,
+            boot_clock() + lease_seconds,
+            seconds_used,
+            run_id,
+            incarnation,
+        ),
+    ).fetchall()
+    return (True, rows[0][0]) if rows else (False, None)
+
+
 class _SignalTaken(Exception):
     """Rolls ``commit_wait`` back: the signal was consumed in between (by a newer engine)."""
 
@@ -633,7 +646,8 @@ def deaths_inside(conn: LogConnection, run_id: str, seq: int, *, current: int) -
     started = {
         i
         for (i,) in conn.execute(
-            "SELECT DISTINCT incarnation FROM event WHERE run_id = ? AND seq = ? AND kind = ? AND incarnation < ?",
+            "SELECT DISTINCT incarnation FROM event WHERE run_id = ? AND seq = ? AND kind = ? AND "
+            "incarnation < ?",
             (run_id, seq, EventKind.STEP_STARTED, current),
         )
     }
@@ -642,7 +656,8 @@ def deaths_inside(conn: LogConnection, run_id: str, seq: int, *, current: int) -
     clean = {
         i
         for (i,) in conn.execute(
-            "SELECT DISTINCT incarnation FROM event WHERE run_id = ? AND kind IN (?, ?) AND incarnation < ?",
+            "SELECT DISTINCT incarnation FROM event WHERE run_id = ? AND kind IN (?, ?) AND "
+            "incarnation < ?",
             (run_id, EventKind.LEASE_RELEASED, EventKind.RUN_FINISHED, current),
         )
     }
@@ -652,7 +667,8 @@ def deaths_inside(conn: LogConnection, run_id: str, seq: int, *, current: int) -
 def pending_signal(conn: LogConnection, run_id: str, name: str) -> tuple[int, str] | None:
     """The oldest unconsumed signal ``name`` for the run: ``(id, data JSON)``."""
     row = conn.execute(
-        "SELECT id, data FROM signal WHERE run_id = ? AND name = ? AND consumed_seq IS NULL ORDER BY id LIMIT 1",
+        "SELECT id, data FROM signal WHERE run_id = ? AND name = ? AND consumed_seq IS NULL ORDER "
+        "BY id LIMIT 1",
         (run_id, name),
     ).fetchone()
     return (int(row[0]), str(row[1])) if row else None
@@ -661,84 +677,3 @@ def pending_signal(conn: LogConnection, run_id: str, name: str) -> tuple[int, st
 def cancel_request(conn: LogConnection, run_id: str) -> str | None:
     row = conn.execute("SELECT cancel_requested FROM run WHERE id = ?", (run_id,)).fetchone()
     return row[0] if row else None
-
-
-def load_steps(conn: LogConnection, run_id: str) -> dict[int, Committed | StepRecord]:
-    """Every step of the run in two queries (never one per step): the committed ones as
-    ``Committed``, the few others (started, decided, failed) as full ``StepRecord``s."""
-    make = functools.partial(tuple.__new__, Committed)  # Committed._make without its Python frame
-    steps: dict[int, Committed | StepRecord] = {
-        r[0]: make(r)
-        for r in conn.execute(
-            "SELECT seq, name, kind, result FROM step WHERE run_id = ? AND status = 'committed'",
-            (run_id,),
-        )
-    }
-    for r in conn.execute(
-        "SELECT seq, name, kind, status, phase, decision, result, error, attempts, recoveries, incarnation"
-        " FROM step WHERE run_id = ? AND status != 'committed'",
-        (run_id,),
-    ):
-        steps[r[0]] = StepRecord(*r)
-    return steps
-
-
-def load_effect(conn: LogConnection, key: str) -> EffectRecord | None:
-    row = conn.execute(
-        "SELECT key, status, request_hash, response, idempotent FROM effect WHERE key = ?", (key,)
-    ).fetchone()
-    return EffectRecord(row[0], row[1], row[2], row[3], bool(row[4])) if row else None
-
-
-def carried_effect(
-    conn: LogConnection, forked_from: tuple[str, int], seq: int, idx: int
-) -> EffectRecord | None:
-    """The ledger row a fork carries on for effect ``idx`` of its step ``seq``, if any.
-
-    ``forked_from`` is the fork's ``(parent run, step it was forked at)``. A fork runs from that
-    step on with keys of its own, since the steps its parent *finished* there are redone as new
-    work; but a step the parent started and never committed (cancelled, stopped or killed in it,
-    or failed there) is unfinished work whose effect may already have reached its target (a POST
-    the far side answered after the engine stopped listening). That effect is carried on under
-    the parent's key, so the target deduplicates it instead of receiving it twice.
-
-    Walks up the forks: when the parent reached the step but holds no effect for it there (or
-    did not get that far), it may itself have carried its own parent's row. Stops at a committed
-    step: from there on the work was finished, and forking at or before it asks for it anew.
-    The caller checks that the effect is the same (kind, target, request); else it is a new one.
-    """
-    parent: str | None
-    parent, at = forked_from
-    seen: set[str] = set()
-    while parent is not None and seq >= at and parent not in seen:
-        seen.add(parent)
-        step = conn.execute(
-            "SELECT status FROM step WHERE run_id = ? AND seq = ?", (parent, seq)
-        ).fetchone()
-        if step is not None and step[0] == "committed":
-            return None
-        row = conn.execute(
-            "SELECT key, status, request_hash, response, idempotent, kind, target FROM effect"
-            " WHERE run_id = ? AND seq = ? AND idx = ?",
-            (parent, seq, idx),
-        ).fetchone()
-        if row is not None:
-            return EffectRecord(row[0], row[1], row[2], row[3], bool(row[4]), row[5], row[6])
-        up = conn.execute(
-            "SELECT parent_run_id, parent_step FROM run WHERE id = ?", (parent,)
-        ).fetchone()
-        if up is None or up[0] is None:
-            return None
-        parent, at = str(up[0]), int(up[1])
-    return None
-
-
-def released_effects(conn: LogConnection, run_id: str) -> set[str]:
-    """Keys of unconfirmed non-idempotent effects that ``steplog retry --force`` told the run to
-    send again (recorded with its ``retried`` events)."""
-    keys: set[str] = set()
-    for (data,) in conn.execute(
-        "SELECT data FROM event WHERE run_id = ? AND kind = ?", (run_id, EventKind.RETRIED)
-    ):
-        keys.update(json.loads(data).get("resent") or ())
-    return keys

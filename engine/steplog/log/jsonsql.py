@@ -1,4 +1,4 @@
-"""The repository's reads of JSON inside ``event.data``, in SQL for each log backend.
+"""The readers' reads of JSON inside ``event.data``, in SQL for each log backend (its ``json``).
 
 Everything else the monitor reads is portable SQL. JSON is not: SQLite has ``json_extract`` and
 ``json_valid`` (not ``->>``, which needs SQLite 3.38; Ubuntu 22.04's Python links 3.37), and
@@ -52,8 +52,8 @@ class PgJsonSql(JsonSql):
             else f"({at} #>> '{{}}')::double precision"
         )
         return (
-            f"(CASE jsonb_typeof({at}) WHEN 'number' THEN {number}::{cast}"
-            f" WHEN 'boolean' THEN CASE WHEN {at} = 'true'::jsonb THEN 1 ELSE 0 END END)"
+            f"(CASE jsonb_typeof({at}) WHEN 'number' THEN {number}::{cast} WHEN 'boolean' THEN "
+            f"CASE WHEN {at} = 'true'::jsonb THEN 1 ELSE 0 END END)"
         )
 
     def text(self, path: str) -> str:
@@ -64,8 +64,3 @@ class PgJsonSql(JsonSql):
 
     def object_text(self, path: str) -> str:
         return f"({self._at(path)})::text"
-
-
-def for_dialect(dialect: str) -> JsonSql:
-    """The forms for a connection's ``dialect`` (``"postgresql"``; anything else is SQLite)."""
-    return PgJsonSql() if dialect == "postgresql" else JsonSql()

@@ -50,7 +50,8 @@ class Launch:
 
     @classmethod
     def from_json(cls, text: str | None) -> Launch:
-        """What a row's ``launch`` says; a run nobody queued (``NULL``, an older log) gets the defaults."""
+        """What a row's ``launch`` says; a run nobody queued (``NULL``, an older log) gets the
+        defaults."""
         if not text:
             return cls()
         data = json.loads(text)

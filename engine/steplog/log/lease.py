@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 DEFAULT_LEASE_SECONDS = 15.0
 MAX_LEASE_SECONDS = 86_400.0
@@ -114,6 +114,17 @@ def _proc_start(pid: int) -> float | None:
 def process_alive(pid: int) -> bool:
     """Is ``pid`` a live process on this machine (a zombie awaiting its parent counts as dead)?"""
     return _proc_start(pid) is not None
+
+
+def holder_seen(pid: int | None, host: str | None) -> Literal["none", "live", "gone", "remote"]:
+    """The engine holding a run's lease, as ``steplog status`` shows it: "none" (nobody holds
+    it), "live" or "gone" (its process on this host is alive, or died: run the same command to
+    resume), or "remote" (another host's, which only its lease speaks for: ``vacancy``)."""
+    if pid is None:
+        return "none"
+    if host != _hostname():
+        return "remote"
+    return "live" if process_alive(pid) else "gone"
 
 
 @cache

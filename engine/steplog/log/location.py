@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Union
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from steplog.errors import UsageError
@@ -57,7 +57,8 @@ class PgUrl(str):
     def exists(self) -> bool:
         """Is there a log here: does the database hold any table (an empty one is a log not
         made yet, as a missing file is)? Connects; an unreachable server raises ``LogError``."""
-        from steplog.log.pg import connect, tables
+        from steplog.log.pg import connect
+        from steplog.log.pgschema import tables
 
         conn = connect(self)
         try:
@@ -66,7 +67,7 @@ class PgUrl(str):
             conn.close()
 
 
-LogLocation = Union[Path, PgUrl]
+LogLocation = Path | PgUrl
 """A SQLite file or a PostgreSQL database: what ``--db`` names."""
 
 
@@ -158,7 +159,8 @@ def _shown(text: str) -> str:
 
 
 def resolve(db: str | os.PathLike[str] | None) -> LogLocation:
-    """``db`` as a location, else ``$STEPLOG_DB``, else ``steplog.db`` in the user data directory."""
+    """``db`` as a location, else ``$STEPLOG_DB``, else ``steplog.db`` in the user data
+    directory."""
     if db is not None and os.fspath(db) != "":
         return parse(db)
     env = os.environ.get("STEPLOG_DB")
@@ -169,5 +171,41 @@ def resolve(db: str | os.PathLike[str] | None) -> LogLocation:
     return Path(platformdirs.user_data_dir("steplog", appauthor=False)) / "steplog.db"
 
 
-def is_postgres(location: object) -> bool:
-    return isinstance(location, PgUrl)
+def as_location(value: str | os.PathLike[str]) -> LogLocation:
+    """``value`` as a location, taken as it is: a ``PgUrl`` stays one, anything else is a
+    ``Path`` (``parse`` reads text; this keeps what was parsed already)."""
+    return value if isinstance(value, PgUrl) else Path(value)
+
+
+def private_dir(path: Path) -> Path:
+    """Make ``path`` and any missing parents with mode 0700 (``mkdir -p`` gives parents 0755)."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def without_secrets(
+    argv: Sequence[str], env: Mapping[str, str] | None = None
+) -> tuple[list[str], dict[str, str] | None]:
+    """``argv`` and ``env`` with a PostgreSQL URL's password moved from the one to the other.
+
+    A command line is readable by every user of the machine (``ps``, ``/proc/PID/cmdline``); an
+    environment only by its own user. So ``postgresql://me:pw@host/db`` becomes
+    ``postgresql://me@host/db`` on the command line and ``PGPASSWORD=pw``, which libpq reads when
+    the URL has none. Left as it is when two URLs carry different passwords (one variable cannot
+    hold both)."""
+    out, password = [], None
+    for arg in argv:
+        if is_url(arg) and (secret := urlsplit(arg).password) is not None:
+            if password is not None and unquote(secret) != password:
+                return list(argv), None if env is None else dict(env)
+            password, arg = unquote(secret), redact_url(arg)
+        out.append(arg)
+    if password is None:
+        return out, None if env is None else dict(env)
+    return out, {**(os.environ if env is None else env), "PGPASSWORD": password}

@@ -18,7 +18,10 @@ a bookmark never passes an event that is yet to commit.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
+
+from steplog.log.backend import backend_of
 
 EVENT_COLUMNS = "id, run_id, ts, incarnation, kind, seq, data"
 """The columns of an ``Event``, in its field order, for readers that write their own ``WHERE``."""
@@ -59,7 +62,8 @@ def payload(text: str | None) -> dict[str, Any]:
 
 
 class Connection(Protocol):
-    """What a reader needs of a connection (``sqlite3.Connection`` and ``steplog.log.pg``'s both)."""
+    """What a reader needs of a connection (``sqlite3.Connection`` and ``steplog.log.pg``'s
+    both)."""
 
     def execute(self, sql: str, parameters: Any = ..., /) -> Any: ...
 
@@ -67,11 +71,7 @@ class Connection(Protocol):
 def settled_upto(conn: Connection) -> int | None:
     """The id up to which the log can be read without passing an event yet to commit: ``None``
     (all of it) on SQLite; ``pg.event_horizon`` on PostgreSQL."""
-    if getattr(conn, "dialect", "sqlite") != "postgresql":
-        return None
-    from steplog.log.pg import event_horizon
-
-    return event_horizon(conn)  # type: ignore[arg-type]
+    return backend_of(conn).settled_upto(conn)  # type: ignore[arg-type]
 
 
 def events_since(
@@ -93,6 +93,22 @@ def events_since(
         sql += " LIMIT ?"
         args.append(limit)
     return [Event.from_row(r) for r in conn.execute(sql, tuple(args)).fetchall()]
+
+
+def events_of_kind(conn: Connection, kind: str, run_ids: Sequence[str]) -> list[Event]:
+    """The events of ``kind`` of these runs, oldest first, none beyond ``settled_upto``."""
+    if not run_ids:
+        return []
+    sql = (
+        f"SELECT {EVENT_COLUMNS} FROM event WHERE kind = ? AND run_id IN "
+        f"({', '.join('?' for _ in run_ids)})"
+    )
+    args: list[Any] = [kind, *run_ids]
+    upto = settled_upto(conn)
+    if upto is not None:
+        sql += " AND id <= ?"
+        args.append(upto)
+    return [Event.from_row(r) for r in conn.execute(sql + " ORDER BY id", tuple(args)).fetchall()]
 
 
 class EventTail:

@@ -8,14 +8,13 @@ log holds. The protocol lives with the journal that calls it; the one observer s
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from steplog.log.events import EventKind
 
 if TYPE_CHECKING:
-    from steplog.log.db import LogConnection
+    from steplog.log.db import LogConnection, LogRow
 
 
 @dataclass(frozen=True)
@@ -74,12 +73,13 @@ class RunObserver(Protocol):
 
 
 def incarnation_of(
-    conn: LogConnection, row: sqlite3.Row, incarnation: int, resumed: bool
+    conn: LogConnection, row: LogRow, incarnation: int, resumed: bool
 ) -> Incarnation:
-    """The incarnation just claimed, with how it took the lease over (its ``lease_acquired`` event)."""
+    """The incarnation just claimed, with how it took the lease over (its ``lease_acquired``
+    event)."""
     found = conn.execute(
-        "SELECT data FROM event WHERE run_id = ? AND kind = ? AND incarnation = ?"
-        " ORDER BY id DESC LIMIT 1",
+        "SELECT data FROM event WHERE run_id = ? AND kind = ? AND incarnation = ? ORDER BY id "
+        "DESC LIMIT 1",
         (row["id"], EventKind.LEASE_ACQUIRED, incarnation),
     ).fetchone()
     data = json.loads(found[0]) if found else {}

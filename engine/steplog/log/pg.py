@@ -39,22 +39,20 @@ cost stays where it was.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from steplog.errors import CorruptDatabase, ForeignDatabase, LogError, LogUnavailable, NewerSchema
-from steplog.log.pgschema import (
-    APPLICATION,
-    META_TABLE,
-    PG_ONLY,
-    create_statements,
-    expected_tables,
-    pg_only_statements,
-    upgrade_statements,
-)
+from steplog.errors import ForeignDatabase, LogError, LogUnavailable
+from steplog.log.connection import LogConnection, Synchronous, set_synchronous
+from steplog.log.jsonsql import JsonSql, PgJsonSql
+from steplog.log.pgschema import PG_ONLY, migrate, read_state, read_version
+from steplog.log.pgschema import check as check_schema
+from steplog.log.pgschema import tables as tables
 from steplog.log.schema import SCHEMA_VERSION
 
 NUL_STAND_IN = "\ufffd"
@@ -66,17 +64,19 @@ RUN_WRITE_TAG = "run_write"
 
 if TYPE_CHECKING:
     import psycopg
+    from sqlalchemy import Engine
 
 
-DIALECT = "postgresql"
 LOCK_KEY = 0x53544C47  # "STLG", as the SQLite file's application_id
 ORDER_NS = 0x53544C
-"""The markers' namespace: a marker is the advisory lock ``ORDER_NS << 40 | id`` (ids below 2**40)."""
+"""The markers' namespace: a marker is the advisory lock ``ORDER_NS << 40 | id`` (ids below
+2**40)."""
 
 _LAST_ID = "coalesce(pg_sequence_last_value(to_regclass('event_id_seq')), 0)"
 _MARKER = f"pg_advisory_xact_lock_shared((CAST({ORDER_NS} AS bigint) << 40) | {_LAST_ID})"
 _LOWEST_MARKER = (
-    "SELECT min(((classid::bigint & 255) << 32) | objid::bigint) FROM pg_locks WHERE locktype = 'advisory'"
+    "SELECT min(((classid::bigint & 255) << 32) | objid::bigint) FROM pg_locks WHERE locktype = "
+    "'advisory'"
     f" AND objsubid = 1 AND (classid::bigint >> 8) = {ORDER_NS}"
     " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
 )
@@ -87,6 +87,11 @@ class PgError(sqlite3.DatabaseError):
     """A PostgreSQL error, as a ``sqlite3.DatabaseError`` (``sqlstate`` says which)."""
 
     sqlstate: str | None = None
+
+    @property
+    def backend(self) -> PostgresBackend:
+        """Whose error this is (``backend.backend_of``): a PostgreSQL log's."""
+        return POSTGRES
 
 
 class PgOperationalError(PgError, sqlite3.OperationalError):
@@ -227,8 +232,6 @@ class PgConnection:
     """One psycopg connection, autocommit, with transactions begun and ended by SQL as the
     engine's SQLite connections are (``isolation_level=None``)."""
 
-    dialect = DIALECT
-
     def __init__(self, raw: psycopg.Connection[Any], url: str) -> None:
         self._raw = raw
         self.url = url
@@ -288,6 +291,11 @@ class PgConnection:
     def close(self) -> None:
         self._raw.close()
 
+    @property
+    def backend(self) -> PostgresBackend:
+        """Which log this connection is to (``backend.backend_of``): a PostgreSQL one."""
+        return POSTGRES
+
     def __enter__(self) -> PgConnection:
         return self
 
@@ -343,8 +351,7 @@ def connect(url: str) -> PgConnection:
         cls = LogUnavailable if away else LogError
         raise cls(
             f"cannot connect to {url} ({_first_line(exc)}); check that the server runs, the "
-            "database exists and the user may log in (PGPASSWORD or ~/.pgpass for a "
-            "password)"
+            "database exists and the user may log in (PGPASSWORD or ~/.pgpass for a password)"
         ) from exc
     raw.adapters.register_loader("numeric", _NumericLoader.make(NumericLoader))
     return PgConnection(raw, url)
@@ -358,80 +365,13 @@ def _first_line(exc: BaseException) -> str:
 # -- validation and migrations ------------------------------------------------------------------
 
 
-def tables(conn: PgConnection) -> set[str]:
-    return {
-        r[0]
-        for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
-    }
-
-
-def _read_version(conn: PgConnection, url: str) -> int:
-    """The schema version of the database behind ``conn`` (0: empty, new); refuses foreign,
-    newer and incomplete ones. Reads only."""
-    return _read_state(conn, url)[0]
-
-
-def _read_state(conn: PgConnection, url: str) -> tuple[int, int]:
-    """(schema version, PostgreSQL-only steps done: ``pgschema.PG_ONLY``), as ``_read_version``."""
-    present = tables(conn)
-    if META_TABLE not in present:
-        if not present:
-            return 0, 0
-        raise ForeignDatabase(
-            f"{url} is a PostgreSQL database but not a steplog log (tables: {', '.join(sorted(present)[:5])}); "
-            "it was left untouched: point --db at a steplog log or a new, empty database"
-        )
-    meta = dict(conn.execute(f"SELECT key, value FROM {META_TABLE}").fetchall())
-    if meta.get("application") != APPLICATION or not str(meta.get("schema_version", "")).isdigit():
-        raise ForeignDatabase(
-            f"{url} has a {META_TABLE} table that steplog did not write; it was left untouched: "
-            "point --db at a steplog log or a new, empty database"
-        )
-    version = int(meta["schema_version"])
-    if version > SCHEMA_VERSION:
-        raise NewerSchema(
-            f"{url} was written by a newer steplog (schema {version}, this one knows "
-            f"{SCHEMA_VERSION}); upgrade steplog to use it"
-        )
-    missing = expected_tables(version) - present
-    if missing:
-        raise CorruptDatabase(
-            f"{url} is a steplog log (schema {version}) without its table(s) "
-            f"{', '.join(sorted(missing))}; it was left untouched: restore it from a backup "
-            "or point --db at a new database"
-        )
-    pg_only = str(meta.get("pg_only", "0"))
-    return version, int(pg_only) if pg_only.isdigit() else 0
-
-
 def inspect(url: str) -> int:
     """Check a database read-only and return its schema version (0 = empty, new)."""
     conn = connect(url)
     try:
-        return _read_version(conn, url)
+        return read_version(conn, url)
     finally:
         conn.close()
-
-
-def _migrate(conn: PgConnection, url: str) -> None:
-    """Bring the log to ``SCHEMA_VERSION`` in one transaction under the write lock (DDL is
-    transactional here: a failed migration leaves nothing behind)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        version, pg_only = _read_state(
-            conn, url
-        )  # again, under the lock: another engine may have done it
-        if version < SCHEMA_VERSION:
-            for statement in create_statements() if version == 0 else upgrade_statements(version):
-                conn.execute(statement)
-        if version > 0:
-            for statement in pg_only_statements(pg_only):
-                conn.execute(statement)
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
 
 
 IDLE_IN_TRANSACTION_S = 30
@@ -445,9 +385,9 @@ def open_log(url: str) -> PgConnection:
     conn = connect(url)
     try:
         conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'")
-        version, pg_only = _read_state(conn, url)
+        version, pg_only = read_state(conn, url)
         if version < SCHEMA_VERSION or pg_only < len(PG_ONLY):
-            _migrate(conn, url)
+            migrate(conn, url)
     except BaseException:
         conn.close()
         raise
@@ -458,7 +398,7 @@ def open_readonly(url: str) -> PgConnection:
     """Open an existing log for reading; every transaction of this connection is READ ONLY."""
     conn = connect(url)
     try:
-        version = _read_version(conn, url)
+        version = read_version(conn, url)
         if version == 0:
             raise ForeignDatabase(
                 f"{url} is an empty database, not a steplog log; run an agent with --db {url} first"
@@ -470,7 +410,7 @@ def open_readonly(url: str) -> PgConnection:
     return conn
 
 
-def event_horizon(conn: PgConnection) -> int:
+def event_horizon(conn: LogConnection) -> int:
     """The highest event id a reader may read up to now: every event at or below it is settled
     (committed, or never to be), so none can appear later under an id already passed.
 
@@ -483,22 +423,124 @@ def event_horizon(conn: PgConnection) -> int:
     return last if lowest is None else min(last, int(lowest))
 
 
-def primary_key(conn: PgConnection, table: str) -> list[str]:
+def primary_key(conn: LogConnection, table: str) -> list[str]:
     """The table's primary key columns, in key order."""
     rows = conn.execute(
-        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
-        " WHERE i.indrelid = to_regclass(?) AND i.indisprimary ORDER BY array_position(i.indkey::int2[], a.attnum)",
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND "
+        "a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(?) AND i.indisprimary ORDER BY "
+        "array_position(i.indkey::int2[], a.attnum)",
         (table,),
     ).fetchall()
     return [str(r[0]) for r in rows]
 
 
-def has_column(conn: PgConnection, table: str, column: str) -> bool:
+def has_column(conn: LogConnection, table: str, column: str) -> bool:
     return (
         conn.execute(
-            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
-            " AND table_name = ? AND column_name = ?",
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() AND "
+            "table_name = ? AND column_name = ?",
             (table, column),
         ).fetchone()
         is not None
     )
+
+
+# -- the backend --------------------------------------------------------------------------------
+
+
+class PostgresBackend:
+    """A log in a PostgreSQL database (``backend.Backend``; ``POSTGRES`` is the one): the
+    functions above, and what differs from a file where the rest of the log asks."""
+
+    json: JsonSql = PgJsonSql()
+    is_server = True
+    notifies_commits = True
+    """Readers learn of commits from the ``event`` table's notifications (``pglisten``)."""
+
+    def load_driver(self) -> None:
+        load_driver()
+
+    def inspect(self, location: str | os.PathLike[str]) -> int:
+        return inspect(os.fspath(location))
+
+    def open_log(
+        self, location: str | os.PathLike[str], *, synchronous: Synchronous
+    ) -> PgConnection:
+        conn = open_log(os.fspath(location))
+        set_synchronous(conn, synchronous)
+        return conn
+
+    def open_readonly(self, location: str | os.PathLike[str], *, one_shot: bool) -> PgConnection:
+        """A reader's connection (``one_shot`` means nothing here: no file to leave -wal beside)."""
+        return open_readonly(os.fspath(location))
+
+    def connect_plain(self, location: str | os.PathLike[str]) -> PgConnection:
+        conn = connect(os.fspath(location))
+        set_synchronous(conn, "NORMAL")
+        return conn
+
+    def open_follower(self, location: str | os.PathLike[str]) -> PgConnection | None:
+        """``open_readonly``, or ``None`` while the database holds no log yet."""
+        try:
+            return open_readonly(os.fspath(location))
+        except (LogError, sqlite3.Error):
+            return None
+
+    def not_ready(self, location: str | os.PathLike[str]) -> str | None:
+        """Why a reader must wait: the database is empty (``inspect`` connects)."""
+        if inspect(os.fspath(location)) == 0:
+            return f"{location} is an empty database: waiting for the first run to create the log"
+        return None
+
+    def file_of(self, location: str | os.PathLike[str]) -> Path | None:
+        """None: the log is on a server, not in a file here."""
+        return None
+
+    def hand_over(self, location: str | os.PathLike[str]) -> tuple[list[str], dict[str, str]]:
+        """In the environment: a URL may carry a password, and a command line is readable by
+        every user of the machine."""
+        return [], {"STEPLOG_DB": str.__str__(os.fspath(location))}
+
+    def read_engine(self, location: str | os.PathLike[str]) -> Engine:
+        """A SQLAlchemy engine whose transactions are read-only."""
+        from sqlalchemy import create_engine
+
+        url = "postgresql+psycopg://" + str.__str__(os.fspath(location)).split("://", 1)[1]
+        return create_engine(url, connect_args={"options": "-c default_transaction_read_only=on"})
+
+    def has_column(self, conn: LogConnection, table: str, column: str) -> bool:
+        return has_column(conn, table, column)
+
+    def primary_key(self, conn: LogConnection, table: str) -> list[str]:
+        return primary_key(conn, table)
+
+    def for_update(self, *, skip_locked: bool = False) -> str:
+        """``FOR UPDATE``: rows are locked one by one (``SKIP LOCKED``: rows another transaction
+        holds are left out instead of waited for)."""
+        return " FOR UPDATE SKIP LOCKED" if skip_locked else " FOR UPDATE"
+
+    def settled_upto(self, conn: LogConnection) -> int | None:
+        return event_horizon(conn)
+
+    def probe(self, conn: LogConnection, run_id: str | None) -> None:
+        """Nothing: the server checks its own pages (checksums, WAL)."""
+
+    def check(self, conn: LogConnection) -> tuple[int, list[str]]:
+        return check_schema(conn)
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return transient(exc)
+
+    def server_failure(self, exc: BaseException, where: object) -> str | None:
+        """One line for any error of the server (a lost connection, a restart): nothing was
+        half-written, and the same command may be run again."""
+        if not isinstance(exc, PgError):
+            return None
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return (
+            f"the log at {where} failed ({first}); nothing was half-written: "
+            "check the server, then run the same command again"
+        )
+
+
+POSTGRES = PostgresBackend()

@@ -39,6 +39,8 @@ import re
 import sqlite3
 from functools import cache
 
+from steplog.errors import CorruptDatabase, ForeignDatabase, NewerSchema
+from steplog.log.connection import LogConnection
 from steplog.log.schema import MIGRATIONS, SCHEMA_VERSION, split_statements
 
 META_TABLE = "steplog_meta"
@@ -75,10 +77,12 @@ NOTIFY_CHANNEL = "steplog_event"
 
 PG_ONLY: tuple[tuple[str, ...], ...] = (
     (
-        f"CREATE OR REPLACE FUNCTION steplog_notify_event() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-        f" PERFORM pg_notify('{NOTIFY_CHANNEL}', (SELECT max(id)::text FROM inserted)); RETURN NULL; END $$",
-        "CREATE OR REPLACE TRIGGER event_notify AFTER INSERT ON event REFERENCING NEW TABLE AS inserted"
-        " FOR EACH STATEMENT EXECUTE FUNCTION steplog_notify_event()",
+        "CREATE OR REPLACE FUNCTION steplog_notify_event() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        "BEGIN"
+        f" PERFORM pg_notify('{NOTIFY_CHANNEL}', (SELECT max(id)::text FROM inserted)); RETURN "
+        "NULL; END $$",
+        "CREATE OR REPLACE TRIGGER event_notify AFTER INSERT ON event REFERENCING NEW TABLE AS "
+        "inserted FOR EACH STATEMENT EXECUTE FUNCTION steplog_notify_event()",
     ),
 )
 """``PG_ONLY[k]``: the statements of PostgreSQL-only step ``k + 1`` (see the module docstring).
@@ -86,25 +90,26 @@ Append only; never edit a step a log may already have."""
 
 FIRST_VERSION = SCHEMA_VERSION
 """A new PostgreSQL log is created at the current schema in one go; one made by an older steplog
-(any version from 1) is brought up to it by ``upgrade_statements``, as a file is by its migrations."""
+(any version from 1) is brought up to it by ``upgrade_statements``, as a file is by its
+migrations."""
 
 _TRIGGER = re.compile(
-    r"CREATE TRIGGER (\w+) (BEFORE|AFTER) (UPDATE|DELETE|INSERT) ON (\w+)\s+"
-    r"BEGIN SELECT RAISE\(ABORT, '((?:[^']|'')*)'\); END;?\s*$",
+    r"CREATE TRIGGER (\w+) (BEFORE|AFTER) (UPDATE|DELETE|INSERT) ON (\w+)\s+BEGIN SELECT "
+    r"RAISE\(ABORT, '((?:[^']|'')*)'\); END;?\s*$",
     re.S,
 )
 
 _GUARDED_TRIGGER = re.compile(
-    r"CREATE TRIGGER (\w+) (BEFORE|AFTER) (UPDATE|DELETE|INSERT) ON (\w+)\s+WHEN (.*?)\s+"
-    r"BEGIN SELECT RAISE\(ABORT, '((?:[^']|'')*)'\); END;?\s*$",
+    r"CREATE TRIGGER (\w+) (BEFORE|AFTER) (UPDATE|DELETE|INSERT) ON (\w+)\s+WHEN (.*?)\s+BEGIN "
+    r"SELECT RAISE\(ABORT, '((?:[^']|'')*)'\); END;?\s*$",
     re.S,
 )
 """A trigger that refuses only ``WHEN`` a condition holds (pruning's permits). PostgreSQL allows
 no subquery in a trigger's own ``WHEN``, so the condition moves into the trigger's function."""
 
 _REFUSE_FN = (
-    "CREATE OR REPLACE FUNCTION steplog_refuse() RETURNS trigger LANGUAGE plpgsql AS $$"
-    " BEGIN RAISE EXCEPTION '%', TG_ARGV[0] USING ERRCODE = 'integrity_constraint_violation'; END $$"
+    "CREATE OR REPLACE FUNCTION steplog_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "RAISE EXCEPTION '%', TG_ARGV[0] USING ERRCODE = 'integrity_constraint_violation'; END $$"
 )
 
 
@@ -127,28 +132,32 @@ def translate(statement: str) -> list[str]:
         name, when, op, table, message = m.groups()
         out = [
             _REFUSE_FN,
-            f"CREATE TRIGGER {name} {when} {op} ON {table} FOR EACH ROW EXECUTE FUNCTION steplog_refuse('{message}')",
+            f"CREATE TRIGGER {name} {when} {op} ON {table} FOR EACH ROW EXECUTE FUNCTION "
+            f"steplog_refuse('{message}')",
         ]
         if op == "DELETE":
             out.append(
-                f"CREATE TRIGGER {name}_truncate {when} TRUNCATE ON {table} FOR EACH STATEMENT"
-                f" EXECUTE FUNCTION steplog_refuse('{message}')"
+                f"CREATE TRIGGER {name}_truncate {when} TRUNCATE ON {table} FOR EACH STATEMENT "
+                f"EXECUTE FUNCTION steplog_refuse('{message}')"
             )
         return out
     m = _GUARDED_TRIGGER.match(s + ";")
     if m:
         name, when, op, table, condition, message = m.groups()
         out = [
-            f"CREATE OR REPLACE FUNCTION {name}_check() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-            f" IF {condition} THEN RAISE EXCEPTION '%', '{message}' USING ERRCODE = 'integrity_constraint_violation';"
-            " END IF; IF TG_OP = 'DELETE' THEN RETURN OLD; END IF; RETURN NEW; END $$",
-            f"CREATE TRIGGER {name} {when} {op} ON {table} FOR EACH ROW EXECUTE FUNCTION {name}_check()",
+            f"CREATE OR REPLACE FUNCTION {name}_check() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            "BEGIN"
+            f" IF {condition} THEN RAISE EXCEPTION '%', '{message}' USING ERRCODE = "
+            "'integrity_constraint_violation'; END IF; IF TG_OP = 'DELETE' THEN RETURN OLD; END "
+            "IF; RETURN NEW; END $$",
+            f"CREATE TRIGGER {name} {when} {op} ON {table} FOR EACH ROW EXECUTE FUNCTION "
+            f"{name}_check()",
         ]
         if op == "DELETE":  # TRUNCATE is no row's delete: never allowed
             out += [
                 _REFUSE_FN,
-                f"CREATE TRIGGER {name}_truncate {when} TRUNCATE ON {table} FOR EACH STATEMENT"
-                f" EXECUTE FUNCTION steplog_refuse('{message}')",
+                f"CREATE TRIGGER {name}_truncate {when} TRUNCATE ON {table} FOR EACH STATEMENT "
+                f"EXECUTE FUNCTION steplog_refuse('{message}')",
             ]
         return out
     m = re.match(r"DROP TRIGGER (?:IF EXISTS )?(\w+)$", s)
@@ -180,15 +189,16 @@ def _trigger_table(name: str) -> str:
 
 @cache
 def sqlite_schema(version: int) -> tuple[str, ...]:
-    """The schema SQLite holds after ``MIGRATIONS[:version]``: tables, then indexes, then triggers."""
+    """The schema SQLite holds after ``MIGRATIONS[:version]``: tables, then indexes, then
+    triggers."""
     conn = sqlite3.connect(":memory:")
     try:
         for step in MIGRATIONS[:version]:
             for statement in split_statements(step):
                 conn.execute(statement)
         rows = conn.execute(
-            "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%'"
-            " ORDER BY CASE type WHEN 'table' THEN 0 WHEN 'index' THEN 1 ELSE 2 END, rowid"
+            "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' "
+            "ORDER BY CASE type WHEN 'table' THEN 0 WHEN 'index' THEN 1 ELSE 2 END, rowid"
         ).fetchall()
         return tuple(r[0] for r in rows)
     finally:
@@ -242,3 +252,106 @@ def expected_tables(version: int) -> frozenset[str]:
         if s.startswith("CREATE TABLE")
     }
     return frozenset(names | {META_TABLE})
+
+
+# -- reading and bringing a database to the schema -----------------------------------------------
+
+
+def tables(conn: LogConnection) -> set[str]:
+    return {
+        r[0]
+        for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+    }
+
+
+def read_version(conn: LogConnection, url: str) -> int:
+    """The schema version of the database behind ``conn`` (0: empty, new); refuses foreign,
+    newer and incomplete ones. Reads only."""
+    return read_state(conn, url)[0]
+
+
+def read_state(conn: LogConnection, url: str) -> tuple[int, int]:
+    """(schema version, PostgreSQL-only steps done: ``pgschema.PG_ONLY``), as ``read_version``."""
+    present = tables(conn)
+    if META_TABLE not in present:
+        if not present:
+            return 0, 0
+        raise ForeignDatabase(
+            f"{url} is a PostgreSQL database but not a steplog log (tables: "
+            f"{', '.join(sorted(present)[:5])}); "
+            "it was left untouched: point --db at a steplog log or a new, empty database"
+        )
+    meta = dict(conn.execute(f"SELECT key, value FROM {META_TABLE}").fetchall())
+    if meta.get("application") != APPLICATION or not str(meta.get("schema_version", "")).isdigit():
+        raise ForeignDatabase(
+            f"{url} has a {META_TABLE} table that steplog did not write; it was left untouched: "
+            "point --db at a steplog log or a new, empty database"
+        )
+    version = int(meta["schema_version"])
+    if version > SCHEMA_VERSION:
+        raise NewerSchema(
+            f"{url} was written by a newer steplog (schema {version}, this one knows "
+            f"{SCHEMA_VERSION}); upgrade steplog to use it"
+        )
+    missing = expected_tables(version) - present
+    if missing:
+        raise CorruptDatabase(
+            f"{url} is a steplog log (schema {version}) without its table(s) "
+            f"{', '.join(sorted(missing))}; it was left untouched: restore it from a backup "
+            "or point --db at a new database"
+        )
+    pg_only = str(meta.get("pg_only", "0"))
+    return version, int(pg_only) if pg_only.isdigit() else 0
+
+
+def migrate(conn: LogConnection, url: str) -> None:
+    """Bring the log to ``SCHEMA_VERSION`` in one transaction under the write lock (DDL is
+    transactional here: a failed migration leaves nothing behind)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Again, under the lock: another engine may have done it.
+        version, pg_only = read_state(conn, url)
+        if version < SCHEMA_VERSION:
+            for statement in create_statements() if version == 0 else upgrade_statements(version):
+                conn.execute(statement)
+        if version > 0:
+            for statement in pg_only_statements(pg_only):
+                conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def check(conn: LogConnection) -> tuple[int, list[str]]:
+    """(schema version, problems) of a PostgreSQL log. The server guards its pages
+    (``integrity_check`` is SQLite's); what is checked here is steplog's part: the append-only
+    triggers on ``event``, and that every step and effect belongs to a run."""
+    version = int(
+        conn.execute(f"SELECT value FROM {META_TABLE} WHERE key = 'schema_version'").fetchone()[0]
+    )
+    problems: list[str] = []
+    triggers = {
+        r[0]
+        for r in conn.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'event'::regclass AND NOT tgisinternal"
+        )
+    }
+    for name in ("event_is_append_only_update", "event_is_append_only_delete"):
+        if name not in triggers:
+            problems.append(
+                f"the event table lost its trigger {name} (it is no longer append-only)"
+            )
+    for table in ("step", "effect"):
+        orphans = int(
+            conn.execute(
+                f"SELECT count(*) FROM {table} t WHERE NOT EXISTS"
+                " (SELECT 1 FROM run r WHERE r.id = t.run_id)"
+            ).fetchone()[0]
+        )
+        if orphans:
+            problems.append(
+                f"table {table}: {orphans} row(s) of runs that are not in the run table"
+            )
+    return version, problems

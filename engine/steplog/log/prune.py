@@ -38,7 +38,7 @@ from steplog.errors import RunNotFinished, UnknownRun, UsageError
 from steplog.log.archive import durable_output, refuse_existing, write_runs
 from steplog.log.db import immediate, open_log, open_readonly
 from steplog.log.events import EventKind
-from steplog.log.journal import dumps
+from steplog.log.journal import append_event, dumps
 from steplog.log.lease import LEASE_COLUMNS, lease_vacancy
 from steplog.log.runstatus import ACTIVE, TERMINAL
 from steplog.log.schema import RUN_TABLES
@@ -52,10 +52,12 @@ RECLAIM = ("auto", "vacuum", "incremental", "none")
 """How prune gives the freed space back (module docstring)."""
 
 VACUUM_MAX_BYTES = 128 * 1024 * 1024
-"""``auto`` rewrites the log (``VACUUM``) when it keeps at most this much data: about two seconds."""
+"""``auto`` rewrites the log (``VACUUM``) when it keeps at most this much data: about two
+seconds."""
 
 BATCH_ROWS = 5_000
-"""Rows deleted per transaction (whole runs only): tens of milliseconds of holding the write lock."""
+"""Rows deleted per transaction (whole runs only): tens of milliseconds of holding the write
+lock."""
 
 VACUUM_PAGES = 128
 """Pages given back per ``incremental_vacuum`` transaction. Each page still in use near the end of
@@ -90,7 +92,8 @@ class Selection:
         unknown = sorted(set(self.statuses) - FINISHED)
         if unknown:
             raise UsageError(
-                f"--status {','.join(unknown)} is not a run status; use some of {','.join(sorted(FINISHED))}"
+                f"--status {','.join(unknown)} is not a run status; use some of "
+                f"{','.join(sorted(FINISHED))}"
             )
         if self.older_than_days is not None and not (
             self.older_than_days >= 0 and self.older_than_days < 1e6
@@ -214,7 +217,8 @@ def select(
     now: float | None = None,
     measure: bool = True,
 ) -> tuple[list[Candidate], list[tuple[str, str]]]:
-    """The runs ``selection`` names that may be pruned now, and (id, why) of named ones that may not.
+    """The runs ``selection`` names that may be pruned now, and (id, why) of named ones that may
+    not.
     ``measure``: estimate the bytes each frees (``Candidate.bytes``; 0 when not measured).
 
     Runs named by id must exist (``UnknownRun``) and be finished (``RunNotFinished``)."""
@@ -236,7 +240,8 @@ def select(
             )
         if _live(row[5:], now):
             raise RunNotFinished(
-                f"run {run_id} is held by a live engine (pid {row[5]}); prune it once that engine exits"
+                f"run {run_id} is held by a live engine (pid {row[5]}); prune it once that engine "
+                "exits"
             )
     chosen = [
         r
@@ -340,15 +345,14 @@ def _prune_batch(
                 report.skipped.append(
                     (
                         c.run_id,
-                        "it changed since it was archived (the archive "
-                        "holds it as it was; prune it again to archive and remove "
-                        "it as it is)",
+                        "it changed since it was archived (the archive holds it as it was; prune "
+                        "it again to archive and remove it as it is)",
                     )
                 )
                 continue
             cur = conn.execute(
-                "INSERT INTO pruned (run_id, agent, status, created_at, finished_at, pruned_at, archive)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO pruned (run_id, agent, status, created_at, finished_at, pruned_at, "
+                "archive) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (c.run_id, c.agent, c.status, c.created_at, c.finished_at, now, archive),
             )
             record = cur.lastrowid
@@ -365,9 +369,9 @@ def _prune_batch(
             )
             done.append(c.run_id)
         if done:
-            conn.execute(
-                "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES ('', ?, 0, ?, NULL, ?)",
-                (now, EventKind.RUNS_PRUNED, dumps({"runs": done, "archive": archive})),
+            # Of no run (run id ""): it tells tailing readers which runs are gone.
+            append_event(
+                conn, "", 0, EventKind.RUNS_PRUNED, {"runs": done, "archive": archive}, ts=now
             )
 
 
@@ -431,8 +435,8 @@ def _check_reclaim(conn: sqlite3.Connection, how: str) -> None:
     engine works on it (``VACUUM`` would hold the write lock past the engine's busy timeout)."""
     if how == "incremental" and int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]) != 2:
         raise UsageError(
-            "--reclaim incremental: this log was made before incremental vacuum; use --reclaim vacuum "
-            "once (it switches the log over), or auto"
+            "--reclaim incremental: this log was made before incremental vacuum; use --reclaim "
+            "vacuum once (it switches the log over), or auto"
         )
     size = int(conn.execute("PRAGMA page_count").fetchone()[0]) * int(
         conn.execute("PRAGMA page_size").fetchone()[0]
@@ -448,7 +452,8 @@ def _check_reclaim(conn: sqlite3.Connection, how: str) -> None:
     if live:
         more = f" (and {len(live) - 1} more)" if len(live) > 1 else ""
         raise RunNotFinished(
-            f"--reclaim vacuum rewrites this {size / 1e6:,.0f} MB log and would stall the engine of run "
+            f"--reclaim vacuum rewrites this {size / 1e6:,.0f} MB log and would stall the engine "
+            "of run "
             f"{live[0]}{more} past its busy timeout; nothing was pruned: run it when no engine is "
             "working, or use --reclaim auto or incremental"
         )
@@ -551,8 +556,8 @@ def describe(report: Report) -> str:
         if report.archive and n:
             lines.append(f"  archived first to {report.archive}")
         lines.append(
-            f"  log {_mb(report.file_bytes_before)} -> {_mb(report.file_bytes_after)} "
-            f"(reclaimed {_mb(max(0, report.file_bytes_before - report.file_bytes_after))})"
+            f"  log {_mb(report.file_bytes_before)} -> {_mb(report.file_bytes_after)} (reclaimed "
+            f"{_mb(max(0, report.file_bytes_before - report.file_bytes_after))})"
             + {"vacuum": ", rewritten by VACUUM", "incremental": ", by incremental vacuum"}.get(
                 report.reclaimed_by, ""
             )

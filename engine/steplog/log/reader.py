@@ -7,16 +7,17 @@ reader would stop WAL checkpoints and let the -wal file grow without bound).
 A file that is deleted, replaced, foreign or corrupt raises ``LogUnavailable`` with a message
 for the window; nothing here ever modifies the file.
 
-The same class reads a log on PostgreSQL (``location`` a ``PgUrl``): ``steplog.log.db.open_readonly``
-gives a connection whose every transaction is ``READ ONLY`` (``default_transaction_read_only``),
-also in autocommit, one snapshot per query; the JSON reads take ``json_sql``'s PostgreSQL forms.
-There is no file to be deleted or replaced and no ``data_version``: the tailer learns of commits
-from the log's notifications (``steplog.log.pglisten``). A server that goes away raises
+The same class reads a log on PostgreSQL (``location`` a ``PgUrl``): what differs is the log's
+backend's (``backend.backend_for``). There every transaction is ``READ ONLY``, also in autocommit,
+one snapshot per query, and the JSON reads take the backend's forms (``jsonsql``). There is no file
+to be deleted or replaced and no ``data_version``: the tailer learns of commits from the log's
+notifications (``notifies_commits``; ``steplog.log.pglisten``). A server that goes away raises
 ``LogUnavailable`` as a damaged file does; messages name the URL without its password.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +27,15 @@ import numpy as np
 import numpy.typing as npt
 
 from steplog.errors import LogError
+from steplog.log.backend import Backend, backend_for
 from steplog.log.db import inspect, open_readonly
 from steplog.log.events import EventKind
-from steplog.log.jsonsql import JsonSql, for_dialect
-from steplog.log.location import LogLocation, PgUrl
+from steplog.log.jsonsql import JsonSql
+from steplog.log.ledger import effects_of_step
+from steplog.log.location import LogLocation, as_location
 from steplog.log.logread import EVENT_COLUMNS, Event, events_since, payload, settled_upto
 from steplog.log.openfiles import identity
+from steplog.log.steps import StepRecord, step_record
 
 KIND_CODES: tuple[EventKind, ...] = (
     EventKind.STEP_STARTED,
@@ -52,7 +56,8 @@ KIND_CODES: tuple[EventKind, ...] = (
     EventKind.WORKER_CLAIMED,
     EventKind.WORKER_RELEASED,
 )
-"""The kinds a columnar read codes as small integers: ``KIND_CODES[code - 1]``; 0 is any other kind."""
+"""The kinds a columnar read codes as small integers: ``KIND_CODES[code - 1]``; 0 is any other
+kind."""
 NULL_SEQ = -(2**62)
 """``seq`` of an event that has none, in columns (-1 is taken: the timeline's gave-up marker)."""
 EVENT_ARRAY = np.dtype(
@@ -77,6 +82,10 @@ class LogNotReady(LogUnavailable):
     """The file exists but no engine has created the schema yet (a run is starting)."""
 
 
+class LogAbsent(LogNotReady):
+    """No log file there (none yet, or it was deleted), or an empty one."""
+
+
 @dataclass(frozen=True)
 class RunNow:
     """A run's row as committed at the moment of asking (``LogRepository.run_now``)."""
@@ -86,28 +95,12 @@ class RunNow:
 
 
 @dataclass(frozen=True)
-class StepDetail:
-    """What the step and effect tables hold for one step (for the detail pane)."""
+class StepDetail(StepRecord):
+    """What the step and effect tables hold for one step (for the detail pane): the step's row
+    (``steps.StepRecord``, its fields defined there once) and its effects, in order
+    (``ledger.EFFECT_DETAIL`` dicts)."""
 
-    run_id: str
-    seq: int
-    name: str
-    kind: str
-    status: str
-    phase: str
-    decision: str | None
-    result: str | None
-    error: str | None
-    attempts: int
-    recoveries: int
-    tokens_in: int
-    tokens_out: int
-    tokens_estimated: bool
-    cost_usd: float
-    started_at: float
-    finished_at: float | None
-    incarnation: int
-    effects: tuple[dict[str, Any], ...]
+    effects: tuple[dict[str, Any], ...] = ()
 
 
 class LogRepository:
@@ -115,14 +108,22 @@ class LogRepository:
     from one thread."""
 
     def __init__(self, path: LogLocation) -> None:
-        self.path: LogLocation = path if isinstance(path, PgUrl) else Path(path)
+        self.path: LogLocation = as_location(path)
+        self._backend: Backend = backend_for(self.path)
+        self._file: Path | None = self._backend.file_of(self.path)
         self._conn: Any = None
         self._file_id: tuple[int, int] | None = None
-        self._json: JsonSql = JsonSql()
+        self._json: JsonSql = self._backend.json
+
+    @property
+    def notifies_commits(self) -> bool:
+        """The log tells of its commits (PostgreSQL's notifications): nothing to poll or watch."""
+        return self._backend.notifies_commits
 
     @property
     def on_postgres(self) -> bool:
-        return isinstance(self.path, PgUrl)
+        """``notifies_commits``, by the name the monitor knew it by."""
+        return self.notifies_commits
 
     # -- connection -------------------------------------------------------------------------
 
@@ -134,19 +135,18 @@ class LogRepository:
         """Validate the file (``steplog.log.db.inspect``) and connect read-only."""
         self.close()
         try:
-            if self.on_postgres:  # inspect connects: an empty database is a log no run made yet
-                if inspect(self.path) == 0:
-                    raise LogNotReady(
-                        f"{self.path} is an empty database: waiting for the first run to create the log"
-                    )
-            elif self.path.exists() and inspect(self.path) == 0:
-                raise LogNotReady(f"{self.path} is empty: waiting for the first run to create it")
+            if self._file is not None and _size(self._file) == 0:
+                raise LogAbsent(
+                    f"{self.path} does not exist: waiting for the first run to create it"
+                )
+            waiting = self._backend.not_ready(self.path)  # a log no run has made yet
+            if waiting is not None:
+                raise LogNotReady(waiting)
             conn = open_readonly(self.path)
         except LogError as exc:
             raise LogUnavailable(str(exc)) from exc
         self._conn = conn
-        self._json = for_dialect(getattr(conn, "dialect", "sqlite"))
-        self._file_id = None if isinstance(self.path, PgUrl) else identity(self.path)
+        self._file_id = None if self._file is None else identity(self._file)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -162,9 +162,9 @@ class LogRepository:
     def check_file(self) -> str | None:
         """``None`` while the file we opened is still there; else "deleted" or "replaced".
         Always ``None`` on PostgreSQL (a lost server is a query's ``LogUnavailable``)."""
-        if isinstance(self.path, PgUrl):
+        if self._file is None:
             return None
-        current = identity(self.path)
+        current = identity(self._file)
         if current is None:
             return "deleted"
         if self._file_id is not None and current != self._file_id:
@@ -180,9 +180,12 @@ class LogRepository:
 
     # -- change detection -------------------------------------------------------------------
 
-    def data_version(self) -> int:
+    def data_version(self) -> int | None:
         """``PRAGMA data_version``: changes whenever another connection committed to the file.
-        SQLite only: on PostgreSQL the log notifies commits (``steplog.log.pglisten``)."""
+        ``None`` for a log that is no file: it announces its commits instead
+        (``steplog.log.follow.notifier``), and each announcement is read."""
+        if self._file is None:
+            return None
         return int(self._query("PRAGMA data_version")[0][0])
 
     # -- reads ------------------------------------------------------------------------------
@@ -190,7 +193,8 @@ class LogRepository:
     def events_since(
         self, bookmark: int, *, limit: int = 5000, run_id: str | None = None
     ) -> list[Event]:
-        """Events with ``id > bookmark``, oldest first, at most ``limit`` of them (``steplog.log.logread``)."""
+        """Events with ``id > bookmark``, oldest first, at most ``limit`` of them
+        (``steplog.log.logread``)."""
         conn = self._c()
         try:
             return events_since(conn, bookmark, run_id=run_id, limit=limit)
@@ -215,8 +219,8 @@ class LogRepository:
         record (``runs_pruned``, run id ``""``) belongs to no run: it is not listed (it was, as a
         blank "stopped" run, every time a pruned log was opened)."""
         rows = self._query(
-            "SELECT run_id FROM event WHERE id <= ? AND run_id != '' GROUP BY run_id"
-            " ORDER BY min(id)",
+            "SELECT run_id FROM event WHERE id <= ? AND run_id != '' GROUP BY run_id ORDER BY "
+            "min(id)",
             (upto,),
         )
         return [r[0] for r in rows]
@@ -241,8 +245,8 @@ class LogRepository:
         for start in range(0, len(wanted), _IDS_PER_QUERY):
             chunk = wanted[start : start + _IDS_PER_QUERY]
             rows = self._query(
-                f"SELECT {EVENT_COLUMNS} FROM event WHERE id IN"
-                f" ({','.join('?' * len(chunk))}) ORDER BY id",
+                f"SELECT {EVENT_COLUMNS} FROM event WHERE id IN ({','.join('?' * len(chunk))}) "
+                f"ORDER BY id",
                 tuple(chunk),
             )
             out.extend(Event.from_row(r) for r in rows)
@@ -257,10 +261,10 @@ class LogRepository:
         for start in range(0, len(wanted), _IDS_PER_QUERY):
             chunk = wanted[start : start + _IDS_PER_QUERY]
             rows = self._query(
-                f"SELECT id, CASE WHEN {j.valid}"
-                f" THEN coalesce({j.number('tokens_in', 'INTEGER')}, 0)"
-                f" + coalesce({j.number('tokens_out', 'INTEGER')}, 0) ELSE 0 END,"
-                f" CASE WHEN {j.valid} THEN coalesce({j.number('estimated', 'INTEGER')}, 0) != 0 ELSE false END"
+                f"SELECT id, CASE WHEN {j.valid} THEN coalesce({j.number('tokens_in', 'INTEGER')}, "
+                f"0) + coalesce({j.number('tokens_out', 'INTEGER')}, 0) ELSE 0 END, CASE WHEN "
+                f"{j.valid} THEN coalesce({j.number('estimated', 'INTEGER')}, 0) != 0 "
+                "ELSE false END"
                 f" FROM event WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id",
                 tuple(chunk),
             )
@@ -271,8 +275,8 @@ class LogRepository:
         """The usage object of the run's newest event that carries one (up to ``upto``)."""
         j = self._json
         rows = self._query(
-            f"SELECT {j.object_text('usage')} FROM event WHERE run_id = ? AND id <= ?"
-            f" AND {j.valid} AND {j.is_object('usage')} ORDER BY id DESC LIMIT 1",
+            f"SELECT {j.object_text('usage')} FROM event WHERE run_id = ? AND id <= ? AND "
+            f"{j.valid} AND {j.is_object('usage')} ORDER BY id DESC LIMIT 1",
             (run_id, upto),
         )
         return payload(rows[0][0]) if rows else None
@@ -283,8 +287,8 @@ class LogRepository:
         j = self._json
         fields = ", ".join(f"coalesce({j.number(f'usage.{f}', 'REAL')}, 0)" for f in USAGE_KEYS)
         sql = (
-            f"SELECT ts, {fields} FROM event WHERE run_id = ? AND id <= ? AND kind != ?"
-            f" AND {j.valid} AND {j.is_object('usage')} ORDER BY id"
+            f"SELECT ts, {fields} FROM event WHERE run_id = ? AND id <= ? AND kind != ? AND "
+            f"{j.valid} AND {j.is_object('usage')} ORDER BY id"
         )
         try:
             return np.fromiter(
@@ -295,7 +299,8 @@ class LogRepository:
             raise self._unavailable(exc) from exc
 
     def step_names(self, run_id: str, upto: int) -> dict[int, tuple[str, str]]:
-        """seq -> (name, kind) as the run's ``step_started`` (and a fork's ``step_copied``) events up
+        """seq -> (name, kind) as the run's ``step_started`` (and a fork's ``step_copied``) events
+        up
         to ``upto`` say (the last wins).
 
         Read row by row into the dict (no list of 100k rows on the way), each kind string kept
@@ -303,7 +308,8 @@ class LogRepository:
         j = self._json
         sql = (
             f"SELECT seq, coalesce({j.text('name')}, ''), coalesce({j.text('kind')}, '')"
-            f" FROM event WHERE run_id = ? AND id <= ? AND kind IN (?, ?) AND seq IS NOT NULL AND {j.valid}"
+            " FROM event WHERE run_id = ? AND id <= ? AND kind IN (?, ?) AND seq IS NOT NULL AND "
+            f"{j.valid}"
             " ORDER BY id"
         )
         names: dict[int, tuple[str, str]] = {}
@@ -335,7 +341,7 @@ class LogRepository:
         except sqlite3.DatabaseError as exc:
             self.close()
             raise LogUnavailable(f"{self.path} cannot be read ({exc})") from exc
-        return dict(zip(names, row)) if row else None
+        return dict(zip(names, row, strict=True)) if row else None
 
     def run_now(self, run_id: str) -> RunNow | None:
         """The run's status and lease holder as committed right now (``None`` if there is no such
@@ -347,75 +353,24 @@ class LogRepository:
         return RunNow(str(status), int(pid) if pid is not None else None)
 
     def step_detail(self, run_id: str, seq: int) -> StepDetail | None:
-        rows = self._query(
-            "SELECT run_id, seq, name, kind, status, phase, decision, result, error, attempts, recoveries,"
-            " tokens_in, tokens_out, tokens_estimated, cost_usd, started_at, finished_at, incarnation"
-            " FROM step WHERE run_id = ? AND seq = ?",
-            (run_id, seq),
-        )
-        if not rows:
-            return None
-        r = rows[0]
-        effects = tuple(
-            {
-                "key": e[0],
-                "idx": e[1],
-                "kind": e[2],
-                "target": e[3],
-                "idempotent": bool(e[4]),
-                "status": e[5],
-                "attempts": e[6],
-                "response": e[7],
-                "started_at": e[8],
-                "completed_at": e[9],
-            }
-            for e in self._query(
-                "SELECT key, idx, kind, target, idempotent, status, attempts, response, started_at, completed_at"
-                " FROM effect WHERE run_id = ? AND seq = ? ORDER BY idx",
-                (run_id, seq),
-            )
-        )
-        (
-            rid,
-            seq_,
-            name,
-            kind,
-            status,
-            phase,
-            decision,
-            result,
-            error,
-            attempts,
-            recoveries,
-            tokens_in,
-            tokens_out,
-            estimated,
-            cost,
-            started,
-            finished,
-            incarnation,
-        ) = r
-        return StepDetail(
-            rid,
-            seq_,
-            name,
-            kind,
-            status,
-            phase,
-            decision,
-            result,
-            error,
-            attempts,
-            recoveries,
-            tokens_in,
-            tokens_out,
-            bool(estimated),
-            cost,
-            started,
-            finished,
-            incarnation,
-            effects,
-        )
+        """The step's row and its ledger rows (``steps.step_record``,
+        ``ledger.effects_of_step``)."""
+        conn = self._c()
+        try:
+            record = step_record(conn, run_id, seq)
+            if record is None:
+                return None
+            effects = tuple(effects_of_step(conn, run_id, seq))
+        except sqlite3.DatabaseError as exc:
+            raise self._unavailable(exc) from exc
+        return StepDetail(**vars(record), effects=effects)
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def describe_problem(path: Path) -> str | None:

@@ -31,10 +31,11 @@ def outcome_error(run_id: str, status: str, reason: str | None) -> RunStopped:
 
 
 _SELECT = (
-    "SELECT id, agent, model, status, reason, result, workdir, outbox, params, used_steps, step_executions,"
-    " incarnation, limit_steps, limit_tokens, limit_seconds, limit_cost_usd, used_tokens + reserved_tokens,"
-    " tokens_estimated, used_seconds, used_cost_usd + reserved_cost_usd, used_retries, limit_retries,"
-    " created_at, updated_at, finished_at, lease_pid, lease_host, {control}, {queue} FROM run"
+    "SELECT id, agent, model, status, reason, result, workdir, outbox, params, used_steps, "
+    "step_executions, incarnation, limit_steps, limit_tokens, limit_seconds, limit_cost_usd, "
+    "used_tokens + reserved_tokens, tokens_estimated, used_seconds, used_cost_usd + "
+    "reserved_cost_usd, used_retries, limit_retries, created_at, updated_at, finished_at, "
+    "lease_pid, lease_host, {control}, {queue} FROM run"
 )
 _CONTROL = "parent_run_id, parent_step, waiting_for, waiting_since"
 _NO_CONTROL = "NULL, NULL, NULL, NULL"  # a schema-1 log read without migrating it (read-only)
@@ -112,7 +113,8 @@ def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
         "finished_at": finished,
         "lease_pid": lease_pid,
         "engine": _engine(status, lease_pid, lease_host),
-        # The worker (steplog worker) that has the run, or for a finished run the one that ran it last.
+        # The worker (steplog worker) that has the run, or for a finished run the one that ran it
+        # last.
         "worker": {"host": worker_host, "pid": worker_pid} if worker_pid is not None else None,
     }
     if parent is not None:
@@ -124,17 +126,12 @@ def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
 
 
 def _engine(status: str, pid: int | None, host: str | None) -> str:
-    """Who is working on the run: "live", "gone" (its engine died: run the same command to
-    resume), "none" (no engine holds it), or "remote" (another host; only its lease says)."""
-    if status in TERMINAL or pid is None:
+    """Who is working on the run (``lease.holder_seen``); "none" once it has finished."""
+    if status in TERMINAL:
         return "none"
-    import socket
+    from steplog.log.lease import holder_seen
 
-    if host != socket.gethostname():
-        return "remote"
-    from steplog.log.lease import process_alive
-
-    return "live" if process_alive(pid) else "gone"
+    return holder_seen(pid, host)
 
 
 def run_status(
@@ -150,11 +147,12 @@ def run_status(
 
 
 def _pruned(conn: LogConnection, run_id: str) -> str:
-    """ ", pruned at T (archived to F: `steplog import F` brings it back)" when ``steplog prune`` removed it."""
+    """ ", pruned at T (archived to F: `steplog import F` brings it back)" when ``steplog prune``
+    removed it."""
     try:
         row = conn.execute(
-            "SELECT pruned_at, archive FROM pruned WHERE run_id = ? AND state = 'done'"
-            " ORDER BY id DESC LIMIT 1",
+            "SELECT pruned_at, archive FROM pruned WHERE run_id = ? AND state = 'done' ORDER BY "
+            "id DESC LIMIT 1",
             (run_id,),
         ).fetchone()
     except sqlite3.OperationalError:

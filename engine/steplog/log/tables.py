@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine
-from sqlalchemy import event as sa_event
+from sqlalchemy import Engine
 from sqlmodel import Field, Session, SQLModel
 
+from steplog.log.backend import backend_for
+from steplog.log.location import LogLocation, parse
 from steplog.log.runstatus import RunStatus
 
 
@@ -152,19 +153,11 @@ class PrunedRow(SQLModel, table=True):
     state: str = "pruning"
 
 
-def read_engine(path: Path | str) -> Engine:
-    """A SQLAlchemy engine on the log that can only read (``mode=ro``), with a busy timeout; for a
-    PostgreSQL log (a ``postgresql://`` URL), one whose transactions are read-only."""
-    if isinstance(path, str) and path.startswith(("postgresql://", "postgres://")):
-        url = "postgresql+psycopg://" + str.__str__(path).split("://", 1)[1]
-        return create_engine(url, connect_args={"options": "-c default_transaction_read_only=on"})
-    engine = create_engine(f"sqlite:///{Path(path).resolve().as_uri()}?mode=ro&uri=true")
-
-    @sa_event.listens_for(engine, "connect")
-    def _pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
-        dbapi_conn.execute("PRAGMA busy_timeout = 10000")
-
-    return engine
+def read_engine(path: LogLocation | str) -> Engine:
+    """A SQLAlchemy engine on the log that can only read: a file opened ``mode=ro`` with a busy
+    timeout, or a PostgreSQL log (a ``postgresql://`` URL) whose transactions are read-only."""
+    where = parse(path)
+    return backend_for(where).read_engine(where)
 
 
 def read_session(path: Path) -> Session:

@@ -55,8 +55,7 @@ CREATE TABLE attempt (
     body_hash TEXT,
     status    INTEGER NOT NULL,
     outcome   TEXT NOT NULL
-              CHECK (outcome IN ('delivered', 'replayed', 'conflict', 'in_flight', 'rejected',
-              'error')),
+              CHECK (outcome IN ('delivered', 'replayed', 'conflict', 'in_flight', 'rejected', 'error')),
     ts        REAL NOT NULL
 );
 """
@@ -66,6 +65,11 @@ MIGRATIONS: tuple[str, ...] = (_V1,)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 BUSY_TIMEOUT_MS = 10_000
+
+
+StoreError = sqlite3.Error
+"""What reading or writing an outbox store may raise besides ``LogError`` (its own SQLite file's
+errors: the outbox is a service apart from the log, with a database of its own)."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from steplog.errors import UsageError
 from steplog.llm.base import ChatReply, Estimate, Message
 from steplog.log import interrupts
-from steplog.log.journal import Committed
+from steplog.log.steps import Committed
 from steplog.runtime.run import EffectCall, Run, StepContext, _current, effect_key
 
 T = TypeVar("T")

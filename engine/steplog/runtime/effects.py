@@ -1,8 +1,15 @@
-"""The idempotent effects behind ``Run.write_file``, ``Run.http_post`` (``HttpClient``) and ``Run.merge``.
+"""The idempotent effects behind ``Run.write_file``, ``Run.http_post`` (``HttpClient``) and
+``Run.merge``.
 
 Each is safe to repeat with the same key: a file is replaced atomically under a stable name, an
 HTTP request carries an ``Idempotency-Key`` the far side deduplicates on, and a database row is
 merged (upserted), never inserted twice.
+
+The idempotency ledger that records each effect is the log's (``steplog.log.ledger``, written by
+the journal). ``merge`` is the one place here that speaks SQL: its database is the *user's*, a
+SQLite file in the run's workdir, an effect target like a file or an HTTP endpoint, not the log.
+So it uses ``sqlite3`` directly, and ``tests/engine/test_log_seam.py`` lists it (and
+``target_storage_problem``) as the exception they are.
 """
 
 from __future__ import annotations
@@ -11,7 +18,6 @@ import hashlib
 import json
 import os
 import re
-import sqlite3
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,7 +65,8 @@ def confined(workdir: Path, relpath: str) -> Path:
     last = relpath.replace(os.sep, "/").rsplit("/", 1)[-1]
     if target == root or last in ("", ".", "..") or target.is_dir():
         raise UsageError(
-            f"effect path {relpath!r} names a directory, not a file inside the run's workdir {root}; "
+            f"effect path {relpath!r} names a directory, not a file inside the run's workdir "
+            f"{root}; "
             "name a file, such as 'out/result.txt'"
         )
     return target
@@ -97,7 +104,8 @@ def write_file(workdir: Path, relpath: str, content: str | bytes, key: str) -> d
 
 
 DEFAULT_HTTP_TIMEOUT = 30.0
-"""Seconds an HTTP effect may take (connect, each read, each write) unless the call says otherwise."""
+"""Seconds an HTTP effect may take (connect, each read, each write) unless the call says
+otherwise."""
 
 
 class HttpClient:
@@ -132,7 +140,8 @@ class HttpClient:
         with self._lock:
             if self._closed:
                 raise UsageError(
-                    "this run's HTTP client is closed: the run has ended; start or resume the run to post"
+                    "this run's HTTP client is closed: the run has ended; start or resume the run "
+                    "to post"
                 )
             if self._client is None:
                 import httpx  # ~0.1 s to import: only runs that post pay for it
@@ -205,7 +214,11 @@ def check_merge(
 def merge(
     workdir: Path, db: str, table: str, key: dict[str, Any], values: dict[str, Any]
 ) -> dict[str, Any]:
-    """Upsert one row: the key columns identify it, the values are set. Never a second row."""
+    """Upsert one row: the key columns identify it, the values are set. Never a second row.
+
+    The database is the user's merge target (module docstring), opened here with ``sqlite3``."""
+    import sqlite3  # already loaded by the log: no import cost
+
     path = check_merge(workdir, db, table, key, values)
     private_dir(path.parent)
     if not path.exists():
@@ -233,7 +246,8 @@ def merge(
                 or f'"{next(iter(key))}" = excluded."{next(iter(key))}"'
             )
             conn.execute(
-                f'INSERT INTO "{table}" ({names}) VALUES ({marks}) ON CONFLICT ({key_cols}) DO UPDATE SET {updates}',
+                f'INSERT INTO "{table}" ({names}) VALUES ({marks}) ON CONFLICT ({key_cols}) DO '
+                f"UPDATE SET {updates}",
                 [_sql_value(v) for v in cols.values()],
             )
             conn.execute("COMMIT")
@@ -246,3 +260,15 @@ def _sql_value(v: Any) -> Any:
     if v is None or isinstance(v, (int, float, str, bytes)):
         return v
     return json.dumps(v, sort_keys=True, ensure_ascii=False)
+
+
+def target_storage_problem(exc: BaseException | None) -> str | None:
+    """A full disk, an I/O error or a read-only file behind a merge target's error, in SQLite's
+    own words (``run.storage_problem`` asks); ``None`` for anything else."""
+    import sqlite3
+
+    if isinstance(exc, sqlite3.OperationalError) and any(
+        w in str(exc) for w in ("database or disk is full", "disk I/O error", "readonly database")
+    ):
+        return f"SQLite: {exc}"
+    return None

@@ -9,7 +9,6 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -21,20 +20,25 @@ from steplog.log import interrupts
 from steplog.log.claim import Finished, Request, budget_of, claim
 from steplog.log.db import (
     LogConnection,
+    LogFailure,
+    LogRow,
     Synchronous,
     connect_plain,
     load_driver,
     location,
+    named_rows,
     open_log,
     private_dir,
+    set_synchronous,
 )
-from steplog.log.journal import Journal, Usage, dumps, load_steps, why_not_json
-from steplog.log.lease import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, boot_clock
+from steplog.log.journal import Journal, Usage, dumps, renew_lease, why_not_json
+from steplog.log.lease import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from steplog.log.location import LogLocation
 from steplog.log.observer import RunObserver, incarnation_of
 from steplog.log.runids import check_run_id, new_run_id
 from steplog.log.runstatus import RunStatus
 from steplog.log.status import outcome_error
+from steplog.log.steps import load_steps
 from steplog.policies import check_seconds
 from steplog.runtime.effects import HttpClient
 from steplog.runtime.params import bind_params
@@ -60,8 +64,8 @@ class Outcome:
             return self.result
         if self.status == RunStatus.WAITING:
             raise RunWaiting(
-                f"run {self.run_id} waits for signal {self.reason!r}; send it with "
-                f"`steplog signal {self.run_id} {self.reason}`, then resume the run",
+                f"run {self.run_id} waits for signal {self.reason!r}; send it with `steplog "
+                f"signal {self.run_id} {self.reason}`, then resume the run",
                 run_id=self.run_id,
                 waiting_for=self.reason or "",
             )
@@ -90,30 +94,21 @@ class _Heartbeat(threading.Thread):
             while not self._stop_event.wait(self._period):
                 j = self._journal
                 try:
-                    # The seconds used so far too: a kill then loses at most one period of them.
-                    rows = conn.execute(
-                        "UPDATE run SET lease_expires = ?, lease_expires_boot = ?, used_seconds = ? WHERE id = ?"
-                        " AND incarnation = ? AND status IN ('running', 'waiting') RETURNING cancel_requested",
-                        (
-                            time.time() + self._period * 3,
-                            boot_clock() + self._period * 3,
-                            j.seconds_used(),
-                            j.run_id,
-                            j.incarnation,
-                        ),
-                    ).fetchall()
-                except sqlite3.Error:
+                    mine, cancel = renew_lease(
+                        conn,
+                        j.run_id,
+                        j.incarnation,
+                        seconds_used=j.seconds_used(),
+                        lease_seconds=self._period * 3,
+                    )
+                except LogFailure:
                     continue
-                if not rows:
+                if not mine:
                     j.fenced.set()
                     return
-                if (
-                    rows[0][0] is not None
-                    and j.cancel_requested is None
-                    and not j.finishing.is_set()
-                ):
+                if cancel is not None and j.cancel_requested is None and not j.finishing.is_set():
                     # A long step would reach its boundary late: end it now (at a safe point).
-                    j.cancel_requested = rows[0][0]
+                    j.cancel_requested = cancel
                     interrupts.request_from_thread("cancel")
         finally:
             conn.close()
@@ -279,27 +274,27 @@ def _execute(
         # The claim and the journal that can release it come as one: a stop asked for in
         # between is raised once the journal exists, and the except below releases the lease.
         with interrupts.critical():
-            conn.row_factory = sqlite3.Row
-            # The claim is not fsynced on its own: the run's first durable checkpoint syncs the
-            # log past it (a kill loses neither; a power cut before that checkpoint loses both,
-            # and the next engine claims again). One fsync less between a kill and the first new step.
-            conn.execute("PRAGMA synchronous = NORMAL")
-            claimed = claim(
-                conn,
-                Request(
-                    agent=agent,
-                    spec=spec,
-                    run_id=run_id or new_run_id(),
-                    db_path=db_path,
-                    workdir=workdir,
-                    outbox=outbox,
-                    params=bound,
-                    limits=limits or {},
-                    model=model,
-                    lease_seconds=lease_seconds,
-                    killed_at=killed_at,
-                ),
-            )
+            # The claim is not fsynced on its own: the run's first durable checkpoint syncs the log
+            # past it (a kill loses neither; a power cut before that checkpoint loses both, and the
+            # next engine claims again). One fsync less between a kill and the first new step.
+            set_synchronous(conn, "NORMAL")
+            with named_rows(conn):  # the claim's rows by name; the journal's by position
+                claimed = claim(
+                    conn,
+                    Request(
+                        agent=agent,
+                        spec=spec,
+                        run_id=run_id or new_run_id(),
+                        db_path=db_path,
+                        workdir=workdir,
+                        outbox=outbox,
+                        params=bound,
+                        limits=limits or {},
+                        model=model,
+                        lease_seconds=lease_seconds,
+                        killed_at=killed_at,
+                    ),
+                )
             if isinstance(claimed, Finished):
                 r = claimed.row
                 return Outcome(
@@ -310,9 +305,8 @@ def _execute(
                     True,
                     r["incarnation"],
                 )
-            conn.execute(f"PRAGMA synchronous = {synchronous}")
+            set_synchronous(conn, synchronous)
             row, resumed = claimed.row, claimed.resumed
-            conn.row_factory = None
             usage = Usage(
                 steps=row["used_steps"],
                 tokens=row["used_tokens"],
@@ -359,9 +353,10 @@ def _execute(
 
 
 def _observer(
-    conn: LogConnection, row: sqlite3.Row, incarnation: int, resumed: bool
+    conn: LogConnection, row: LogRow, incarnation: int, resumed: bool
 ) -> RunObserver | None:
-    """Tracing, if the environment asks for it (``steplog.tracing.observe``), told this incarnation began."""
+    """Tracing, if the environment asks for it (``steplog.tracing.observe``), told this incarnation
+    began."""
     observer = from_environment()
     if observer is not None:
         observer.incarnation_started(incarnation_of(conn, row, incarnation, resumed))
@@ -371,7 +366,7 @@ def _observer(
 def _work(
     agent: Runnable,
     journal: Journal,
-    row: sqlite3.Row,
+    row: LogRow,
     resumed: bool,
     *,
     db_path: LogLocation,
@@ -423,7 +418,7 @@ def _work(
             close_model(chat_model)
 
 
-def _forked_from(row: sqlite3.Row) -> tuple[str, int] | None:
+def _forked_from(row: LogRow) -> tuple[str, int] | None:
     """``(parent run, step)`` when the run is a fork, else ``None``."""
     parent = row["parent_run_id"]
     return (str(parent), int(row["parent_step"])) if parent is not None else None
@@ -448,8 +443,8 @@ def _drive(agent: Runnable, run: Run, journal: Journal, resumed: bool) -> Outcom
                 outcome_error(
                     run.id,
                     RunStatus.FAILED,
-                    f"the agent returned {type(result).__name__}, "
-                    f"which cannot be recorded as JSON ({why_not_json(exc)})",
+                    f"the agent returned {type(result).__name__}, which cannot be recorded as "
+                    f"JSON ({why_not_json(exc)})",
                 )
             ) from None
         with interrupts.shielded():  # the run ends here either way
@@ -494,8 +489,8 @@ def _drive(agent: Runnable, run: Run, journal: Journal, resumed: bool) -> Outcom
             raise  # a stop from outside: the run stays resumable
         used, limit = round(journal.seconds_used(), 3), run.budget.max_seconds
         why = (
-            f"budget exhausted: seconds used {used} of {limit} (a step was still running at the limit; "
-            "it runs again when the limit is raised)"
+            f"budget exhausted: seconds used {used} of {limit} (a step was still running at the "
+            "limit; it runs again when the limit is raised)"
         )
         with interrupts.shielded():
             journal.finish(

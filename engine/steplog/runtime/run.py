@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
@@ -36,19 +35,15 @@ from steplog.errors import (
 from steplog.llm.base import ChatModel, ChatReply, Estimate, Message
 from steplog.log import interrupts
 from steplog.log.journal import (
-    Committed,
-    EffectRecord,
     Journal,
-    StepRecord,
     cancel_request,
-    carried_effect,
     deaths_inside,
     dumps,
-    load_effect,
     pending_signal,
-    released_effects,
     why_not_json,
 )
+from steplog.log.ledger import EffectRecord, carried_effect, load_effect, released_effects
+from steplog.log.steps import Committed, StepRecord, as_stored
 from steplog.policies import Budget, RetryPolicy
 from steplog.runtime import crashpoints, effects
 from steplog.runtime.redact import redact
@@ -130,10 +125,8 @@ def storage_problem(exc: BaseException) -> str | None:
         if isinstance(e, OSError) and e.errno in _STORAGE_ERRNOS:
             where = f": {e.filename}" if e.filename else ""
             return f"{e.strerror or os.strerror(e.errno or 0)}{where}"
-        if isinstance(e, sqlite3.OperationalError) and any(
-            w in str(e) for w in ("database or disk is full", "disk I/O error", "readonly database")
-        ):
-            return f"SQLite: {e}"
+        if (target := effects.target_storage_problem(e)) is not None:
+            return target
     return None
 
 
@@ -245,7 +238,7 @@ class StepContext:
     def _carried(
         self, forked_from: tuple[str, int], idx: int, kind: str, target: str, request_hash: str
     ) -> EffectRecord | None:
-        """The parent's ledger row this fork's effect carries on (``journal.carried_effect``):
+        """The parent's ledger row this fork's effect carries on (``ledger.carried_effect``):
         only the same effect (kind, target, request), and not a non-idempotent one that a forced
         retry of this run released to be sent again."""
         run = self.run
@@ -266,7 +259,7 @@ class StepContext:
         """The log's half after the act: the far side's response, committed.
 
         A cancel known by now (asked for during the act) leaves the step unfinished: a fork from
-        it or before then carries this effect on under its key (``journal.carried_effect``)
+        it or before then carries this effect on under its key (``ledger.carried_effect``)
         instead of redoing the step as new work, so the message is not sent a second time."""
         crashpoints.reached("after_effect_applied", self.seq)
         journal = self.run._journal
@@ -933,6 +926,6 @@ class Run:
 
 
 def _same_as_stored(prior: Any, name: str, kind: str) -> bool:
-    """Is this the recorded step after all, once ``name`` is as the log stores it? (A NUL in a
-    name reads back from PostgreSQL as ``pg.NUL_STAND_IN``.)"""
-    return bool(prior.kind == kind and prior.name == name.replace("\x00", "\ufffd"))
+    """Is this the recorded step after all, once ``name`` is as the log stores it
+    (``steps.as_stored``)?"""
+    return bool(prior.kind == kind and prior.name == as_stored(name))

@@ -14,15 +14,14 @@ instead of calling an empty ledger a pass.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from steplog.log.ledger import completed_post_keys as completed_post_keys
 from steplog.outbox.ledger import Ledger
 
 if TYPE_CHECKING:
-    from steplog.log.db import LogConnection
     from steplog.log.location import LogLocation
 
 OUTBOX_FILE = "outbox.db"
@@ -41,15 +40,6 @@ class RunLedger:
     source: str
     """``outbox ledger at URL`` or ``outbox file PATH`` (or what was tried)."""
     problem: str | None = None
-
-
-def completed_post_keys(conn: LogConnection, run_id: str) -> set[str]:
-    """Keys of the run's ``http_post`` effects that the log records as completed."""
-    rows = conn.execute(
-        "SELECT key FROM effect WHERE run_id = ? AND kind = 'http_post' AND status = 'completed'",
-        (run_id,),
-    )
-    return {k for (k,) in rows}
 
 
 def read_ledger(
@@ -121,7 +111,7 @@ def _plausible(ledger: Ledger, source: str, completed: set[str], where: str) -> 
 
 def _from_file(run_id: str, path: Path, completed: set[str]) -> RunLedger:
     from steplog.errors import LogError
-    from steplog.outbox.store import OutboxStore
+    from steplog.outbox.store import OutboxStore, StoreError
 
     source = f"outbox file {path}"
     try:
@@ -130,7 +120,7 @@ def _from_file(run_id: str, path: Path, completed: set[str]) -> RunLedger:
             ledger = store.ledger().for_run(run_id)
         finally:
             store.close()
-    except (LogError, sqlite3.Error, OSError) as exc:
+    except (LogError, StoreError, OSError) as exc:
         return RunLedger(None, source, f"{path} cannot be read as an outbox ({exc})")
     return _plausible(ledger, source, completed, str(path))
 

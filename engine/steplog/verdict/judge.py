@@ -10,7 +10,8 @@ run (files byte for byte, SQLite tables row by row), and the log's own counters
     evidence = collect(db, run_id, ledger=outbox.ledger(), kill_times=[t1, t2])  # read-only, cheap
     verdict = judge(evidence)                                                    # pure
     verdict.passed      # True / False once the run is terminal; None while it is still going
-    verdict.checks      # [Check(name, ok, detail)]: ok None = "not checked" (no reference, no outbox,
+    verdict.checks      # [Check(name, ok, detail)]: ok None = "not checked" (no reference, no
+    outbox,
                         #  or the run not finished yet), never a silent pass
     verdict.kills       # [Kill(at, seq, step_name, phase, resume_latency, redone, ...)]
     verdict.duplicates, verdict.missing, verdict.different   # [Finding(kind, subject, detail)]
@@ -34,12 +35,14 @@ from typing import Any
 
 from steplog.log.db import location, open_readonly
 from steplog.log.events import EventKind
+from steplog.log.ledger import completed_post_keys, post_count
 from steplog.log.location import LogLocation
 from steplog.log.logread import Event, events_since
 from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL, run_status
+from steplog.log.steps import steps_in_order
 from steplog.outbox.ledger import Delivery, Ledger, canonical_json
-from steplog.verdict.evidence import completed_post_keys, read_ledger
+from steplog.verdict.evidence import read_ledger
 from steplog.verdict.kills import Account, account
 from steplog.verdict.outputs import Finding, Outputs, compare, snapshot
 
@@ -106,7 +109,8 @@ class Kill:
     proved: bool | None = None
     in_flight: int = 1
     """Steps the killed engine had started and not committed: 1 for a sequential agent, up to
-    the concurrency for parallel steps. A kill may cost at most these (and at least 1 is allowed)."""
+    the concurrency for parallel steps. A kill may cost at most these (and at least 1 is
+    allowed)."""
 
     @property
     def may_redo(self) -> int:
@@ -120,7 +124,8 @@ class Check:
     """``None``: not checked (and why is in ``detail``)."""
     detail: str
     source: str = "log"
-    """Where the evidence came from: ``log``, ``outbox ledger (…)``, ``reference run``, ``workdir``."""
+    """Where the evidence came from: ``log``, ``outbox ledger (…)``, ``reference run``,
+    ``workdir``."""
 
 
 @dataclass(frozen=True)
@@ -152,12 +157,7 @@ class Reference:
         conn = open_readonly(db)
         try:
             s = run_status(conn, run_id, db=db)
-            steps = tuple(
-                (r[0], r[1], r[2])
-                for r in conn.execute(
-                    "SELECT seq, name, kind FROM step WHERE run_id = ? ORDER BY seq", (run_id,)
-                )
-            )
+            steps = tuple(steps_in_order(conn, run_id))
         finally:
             conn.close()
         return cls(
@@ -195,7 +195,8 @@ class Evidence:
     """Keys of the posts the log records as completed; each must be a delivery in the ledger
     (checked when there is no reference run to compare with)."""
     account: Account = field(default_factory=Account)
-    """Deaths and re-runs as the log shows them (``steplog.verdict.kills``): what counts as redone."""
+    """Deaths and re-runs as the log shows them (``steplog.verdict.kills``): what counts as
+    redone."""
 
 
 @dataclass
@@ -215,7 +216,8 @@ class Verdict:
     steps_committed: int = 0
     step_executions: int = 0
     redone_steps: int = 0
-    """Step executions repeated because an engine was killed (``steplog.verdict.kills``): not retries after
+    """Step executions repeated because an engine was killed (``steplog.verdict.kills``): not
+    retries after
     an error, nor steps interrupted by a stop, a cancel or a wait."""
     incarnations: int = 0
     deliveries: int | None = None
@@ -265,7 +267,10 @@ class Verdict:
         if label == "RUNNING":
             return self._state() + kills + but
         if not self.kills:
-            return f"not kill-tested: the run {self.status} without being killed{self._not_redone()}{but}"
+            return (
+                f"not kill-tested: the run {self.status} without being "
+                f"killed{self._not_redone()}{but}"
+            )
         if self.unchecked:
             return "; ".join(f"{c.name}: {c.detail}" for c in self.unchecked)
         return f"{len(self.kills)} kill(s), nothing duplicated, at most one step redone per kill"
@@ -289,8 +294,8 @@ class Verdict:
             )
         if self.engine == "gone":
             return (
-                "its engine died and none has resumed the run yet; Resume (or the same `steplog run` "
-                "command) continues it from its last checkpoint"
+                "its engine died and none has resumed the run yet; Resume (or the same `steplog "
+                "run` command) continues it from its last checkpoint"
             )
         if self.engine == "remote":
             return "an engine on another host works on the run"
@@ -416,12 +421,8 @@ def collect(
     try:
         status = run_status(conn, run_id, db=db)
         events = events_since(conn, run_id=run_id)
-        steps = dict(
-            conn.execute("SELECT seq, name FROM step WHERE run_id = ?", (run_id,)).fetchall()
-        )
-        posts = conn.execute(
-            "SELECT count(*) FROM effect WHERE run_id = ? AND kind = 'http_post'", (run_id,)
-        ).fetchone()[0]
+        steps = {seq: name for seq, name, _ in steps_in_order(conn, run_id)}
+        posts = post_count(conn, run_id)
         completed = completed_post_keys(conn, run_id)
     finally:
         conn.close()
@@ -460,7 +461,8 @@ def verdict_of(
 ) -> Verdict:
     """One run's verdict as the monitor's strip and ``steplog verdict`` show it: kills as the log
     records them, and this run's own deliveries from its outbox (read by
-    ``steplog.verdict.evidence.read_ledger``: ``outbox``, the recorded URL, the outbox file beside the
+    ``steplog.verdict.evidence.read_ledger``: ``outbox``, the recorded URL, the outbox file beside
+    the
     log). No reference run: the checks that need one are not made.
 
     The log is read first and the outbox after it, so the verdict sees the outbox at least as
@@ -484,7 +486,8 @@ def verdict_of(
 
 
 def logged_kills(events: Sequence[Event]) -> list[KillMark]:
-    """The kills a log records (``steplog.verdict.kills``): every takeover of an engine that died holding
+    """The kills a log records (``steplog.verdict.kills``): every takeover of an engine that died
+    holding
     the lease, dated by ``killed_at`` when the killer handed the time to the engine it relaunched
     (``steplog run --killed-at``: Kill now, auto-kill, killtest), else by the dead engine's last
     event. ``events``: the run's, oldest first."""
@@ -690,8 +693,8 @@ def judge(ev: Evidence) -> Verdict:
             Check(
                 "no duplicate effects",
                 True,
-                "the run posted no messages; its file and row "
-                "effects are written under stable names and keys",
+                "the run posted no messages; its file and row effects are written under stable "
+                "names and keys",
                 "log",
             )
         )
@@ -812,8 +815,8 @@ def _redone_check(ev: Evidence, terminal: bool) -> Check:
         return Check(
             REDONE_CHECK,
             False,
-            f"{len(faulty)} step execution(s) repeated without a cause, e.g. "
-            f"step {r.seq} {r.name!r} ran again {why}",
+            f"{len(faulty)} step execution(s) repeated without a cause, e.g. step {r.seq} "
+            f"{r.name!r} ran again {why}",
         )
     if not kills:
         return Check(
@@ -827,8 +830,8 @@ def _redone_check(ev: Evidence, terminal: bool) -> Check:
         return Check(
             REDONE_CHECK,
             None,
-            "not checked: the run records no steps, so the work it redid after "
-            "each kill cannot be counted (the outputs show it)",
+            "not checked: the run records no steps, so the work it redid after each kill cannot "
+            "be counted (the outputs show it)",
         )
     overdone = [
         k for k in kills if k.redone > k.may_redo
@@ -882,8 +885,8 @@ def _resend_check(ev: Evidence, terminal: bool) -> Check:
         return Check(
             name,
             False,
-            f"the outbox saw {len(unrecorded)} key(s) sent more often than the log "
-            f"records, e.g. {k}: {n} request(s), {ev.account.resends.get(k, 0)} recorded",
+            f"the outbox saw {len(unrecorded)} key(s) sent more often than the log records, e.g. "
+            f"{k}: {n} request(s), {ev.account.resends.get(k, 0)} recorded",
             f"log, {src}",
         )
     resends = sum(n - 1 for n in seen.values())
@@ -893,7 +896,7 @@ def _resend_check(ev: Evidence, terminal: bool) -> Check:
     return Check(
         name,
         True,
-        f"{len(ledger.attempts)} attempts for {len(ledger.deliveries)} deliveries: "
-        f"{resends} re-sent with the same key" + (f" ({why})" if resends and why else ""),
+        f"{len(ledger.attempts)} attempts for {len(ledger.deliveries)} deliveries: {resends} "
+        f"re-sent with the same key" + (f" ({why})" if resends and why else ""),
         f"log, {src}",
     )

@@ -20,11 +20,13 @@ attempt before it:
 
 The verdict counts ``kill`` re-runs as redone and fails on ``committed`` and ``unexplained``
 ones; the rest is the run working as designed. Pure: it reads a list of events, nothing else.
+``Deaths`` is the death rule alone, event by event, for a reader that folds a run as it grows
+(the monitor).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -45,7 +47,8 @@ class Death:
     incarnation: int
     """The engine that died."""
     at: float
-    """When: the killer's clock when it said (``--killed-at``), else the dead engine's last event."""
+    """When: the killer's clock when it said (``--killed-at``), else the dead engine's last
+    event."""
     exact: bool
     """``at`` is the killer's own time, not an estimate from the log."""
     taken_over_at: float
@@ -101,6 +104,44 @@ class Account:
 
 
 @dataclass
+class Deaths:
+    """Who holds the lease and who let go cleanly, event by event: ``see`` returns the
+    ``Death`` a takeover reveals. Feed it every event of one run, oldest first; a reader that
+    skips events (a columnar load) says when an engine was last heard of (``heard``) instead."""
+
+    holder: int = 0
+    """The incarnation that took the lease last (0: none yet)."""
+    ended_cleanly: set[int] = field(default_factory=set)
+    last_ts: dict[int, float] = field(default_factory=dict)
+    """Each incarnation's last event."""
+
+    def see(self, e: Event, in_flight: Iterable[int] = ()) -> Death | None:
+        """Take ``e`` in; a ``lease_acquired`` from a holder that died returns its ``Death``
+        (``in_flight``: the steps it had open, if the caller tracks them)."""
+        found = None
+        if e.kind == EventKind.LEASE_ACQUIRED:
+            holder, killed_at = self.holder, e.data.get("killed_at")
+            died = holder != 0 and holder not in self.ended_cleanly  # a takeover, not a handover
+            if died and e.data.get("previous_pid") is not None:
+                exact = isinstance(killed_at, (int, float))
+                at = (
+                    float(killed_at)
+                    if isinstance(killed_at, (int, float))
+                    else self.last_ts.get(holder, e.ts)
+                )
+                found = Death(holder, at, exact, e.ts, frozenset(in_flight))
+            self.holder = e.incarnation
+        elif e.kind in _CLEAN_ENDS:
+            self.ended_cleanly.add(e.incarnation)
+        self.last_ts[e.incarnation] = e.ts
+        return found
+
+    def heard(self, incarnation: int, ts: float) -> None:
+        """Engine ``incarnation``'s last event so far was at ``ts``."""
+        self.last_ts[incarnation] = ts
+
+
+@dataclass
 class _Attempt:
     incarnation: int
     kind: str
@@ -113,30 +154,14 @@ def account(events: Sequence[Event]) -> Account:
     out = Account()
     attempts: dict[int, _Attempt] = {}  # the latest attempt of each step
     open_by: dict[int, set[int]] = {}  # incarnation -> its steps started, not finished
-    ended_cleanly: set[int] = set()
-    last_ts: dict[int, float] = {}
-    holder = 0
-    sent_by: dict[
-        int, Cause | None
-    ] = {}  # step -> cause of its current execution (None: first run)
+    deaths = Deaths()
+    ended_cleanly = deaths.ended_cleanly
+    sent_by: dict[int, Cause | None] = {}  # step -> cause of its current execution (None: first)
     for e in events:
         kind, inc = e.kind, e.incarnation
-        if kind == EventKind.LEASE_ACQUIRED:
-            if e.data.get("previous_pid") is not None and holder and holder not in ended_cleanly:
-                killed_at = e.data.get("killed_at")
-                exact = isinstance(killed_at, (int, float))
-                at = (
-                    float(killed_at)
-                    if isinstance(killed_at, (int, float))
-                    else last_ts.get(holder, e.ts)
-                )
-                out.deaths.append(
-                    Death(holder, at, exact, e.ts, frozenset(open_by.get(holder, ())))
-                )
-            holder = inc
-        elif kind in _CLEAN_ENDS:
-            ended_cleanly.add(inc)
-        elif kind == EventKind.STEP_STARTED and e.seq is not None:
+        if death := deaths.see(e, open_by.get(deaths.holder, ())):
+            out.deaths.append(death)
+        if kind == EventKind.STEP_STARTED and e.seq is not None:
             seq = e.seq
             name, step_kind = str(e.data.get("name", "")), str(e.data.get("kind", ""))
             before = attempts.get(seq)
@@ -163,7 +188,6 @@ def account(events: Sequence[Event]) -> Account:
                 why = sent_by.get(e.seq) if e.seq is not None else None
                 label = why or "retry"  # sent again within one execution: the retry policy
                 out.resend_causes[label] = out.resend_causes.get(label, 0) + 1
-        last_ts[inc] = e.ts
     return out
 
 

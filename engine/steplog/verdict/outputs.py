@@ -1,16 +1,20 @@
-"""What a run left in its workdir, and how it differs from the reference run's: evidence for the verdict.
+"""What a run left in its workdir, and how it differs from the reference run's: evidence for the
+verdict.
 
 Generic on purpose, so any agent can be kill-tested: every regular file is compared byte for byte,
 except SQLite databases, whose bytes differ from run to run (page layout, free lists) even when
 their content is the same: those are compared table by table, rows as multisets. SQLite's side
 files (``-wal``, ``-shm``, ``-journal``) and atomic-write temp files are not outputs.
+
+Those databases are the user's (``run.merge`` targets in the workdir), not the log: reading them
+with ``sqlite3`` here (``_tables_of``) is no exception to "SQL only in ``steplog.log``", which is
+about the engine's own log (``tests/engine/test_log_seam.py`` lists it as such).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -74,6 +78,8 @@ def snapshot(workdir: Path) -> Outputs:
 
 def _tables_of(path: Path) -> dict[str, Counter[str]]:
     """Each table's rows. Read from a copy: the original (and its WAL) is never touched."""
+    import sqlite3  # the user's database, not the log (module docstring)
+
     with tempfile.TemporaryDirectory(prefix="steplog-killtest-") as tmp:
         copy = Path(tmp) / path.name
         shutil.copyfile(path, copy)
@@ -85,14 +91,15 @@ def _tables_of(path: Path) -> dict[str, Counter[str]]:
             names = [
                 r[0]
                 for r in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE "
+                    "'sqlite_%' ORDER BY name"
                 )
             ]
             out: dict[str, Counter[str]] = {}
             for name in names:
                 cur = conn.execute(f'SELECT * FROM "{name}"')
                 cols = [d[0] for d in cur.description]
-                out[name] = Counter(_canonical(dict(zip(cols, row))) for row in cur)
+                out[name] = Counter(_canonical(dict(zip(cols, row, strict=True))) for row in cur)
             return out
         finally:
             conn.close()

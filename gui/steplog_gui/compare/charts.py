@@ -86,7 +86,7 @@ class CompareCharts(QWidget):
             "naive": pal.status[RunStatus.FAILED],
             "durable": pal.status[RunStatus.SUCCEEDED],
         }
-        for (key, side), item in self.curves.items():
+        for (_figure, side), item in self.curves.items():
             item.setPen(pg.mkPen(colours[side], width=2.5))
         for plot in self.plots.values():
             plot.setBackground(pal.background)

@@ -73,34 +73,34 @@ def figures(
             "Messages duplicated",
             _duplicates(naive_verdict, naive_ledger),
             _duplicates(durable_verdict, durable_ledger),
-            "messages the outside world received more than once: each run's verdict, from its part of the "
-            "outbox's own ledger",
+            "messages the outside world received more than once: each run's verdict, from its "
+            "part of the outbox's own ledger",
             naive_bad=bool(naive_verdict is not None and naive_verdict.duplicates),
         ),
         Figure(
             "Steps redone",
             f"{trace.redone}",
             f"{durable_verdict.redone_steps if durable_verdict is not None else d.redone}",
-            "naive: actions it started again after a kill, counted from its trace (the log records none of "
-            "its steps); durable: steps run again because an engine was killed, from the log (its "
-            "verdict's count: retries after errors are not redone work)",
+            "naive: actions it started again after a kill, counted from its trace (the log "
+            "records none of its steps); durable: steps run again because an engine was killed, "
+            "from the log (its verdict's count: retries after errors are not redone work)",
             naive_bad=trace.redone > len(n.kills),
         ),
         Figure(
             "Tokens spent",
             said["naive"],
             said["durable"],
-            "every model call made, in every process; a call cut short by a kill is charged the most it "
-            "could cost, as the provider may have billed it (naive: its trace; durable: the "
-            "log); the Tokens spent chart's last point (compare_state.spent)",
+            "every model call made, in every process; a call cut short by a kill is charged the "
+            "most it could cost, as the provider may have billed it (naive: its trace; durable: "
+            "the log); the Tokens spent chart's last point (compare_state.spent)",
             naive_bad=tokens["naive"] > tokens["durable"],
         ),
         Figure(
             "Cost",
             _cost(spent(n, "cost_usd"), n.model),
             _cost(spent(d, "cost_usd"), d.model),
-            "USD at the model's list price (the offline scripted model costs nothing); token counts marked "
-            "est. are estimated from text length, the model reported none",
+            "USD at the model's list price (the offline scripted model costs nothing); token "
+            "counts marked est. are estimated from text length, the model reported none",
         ),
         Figure(
             "Time to finish",

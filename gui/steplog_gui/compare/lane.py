@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QToolTip, QWidget
 
 from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.model.run_state import COMMITTED, REDONE, RUNNING, RunState
+from steplog_gui.model.timeline_data import hover_lines
 from steplog_gui.timeline.view import TimelineView
 
 NAIVE_OUTCOMES = {
@@ -44,23 +45,15 @@ def restarts(run: RunState) -> list[tuple[float, int, int]]:
 
 def describe_naive(run: RunState, i: int, now: float) -> str:
     """Hover text for a naive bar: what it did, and that nothing of it was kept."""
-    ex = run.executions
-    seq = int(ex["seq"][i])
-    name, kind = run.step_names.get(seq, ("?", "?"))
-    end = ex["end"][i]
-    duration = (now if np.isnan(end) else end) - ex["start"][i]
-    lines = [
-        f"#{seq} {name} (naive: counted by its own trace)",
-        f"kind: {kind}",
-        f"duration: {duration * 1000:.0f} ms" if duration < 10 else f"duration: {duration:.1f} s",
-        f"outcome: {NAIVE_OUTCOMES.get(int(ex['outcome'][i]), '?')}",
-        f"process: {int(ex['lane'][i])}",
-    ]
-    if ex["tokens"][i]:
-        lines.append(
-            f"tokens: {int(ex['tokens'][i])}" + (" (estimated)" if ex["estimated"][i] else "")
-        )
-    return "\n".join(lines)
+    return hover_lines(
+        run,
+        i,
+        now,
+        title="#{seq} {name} (naive: counted by its own trace)",
+        outcome=NAIVE_OUTCOMES.get(int(run.executions["outcome"][i]), "?"),
+        lane="process",
+        phase=False,
+    )
 
 
 class CompareLane(TimelineView):

@@ -17,9 +17,7 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QColor, QFont, QKeySequence, QPalette, QShowEvent
 from PySide6.QtWidgets import (
-    QCheckBox,
     QDockWidget,
-    QDoubleSpinBox,
     QGridLayout,
     QLabel,
     QMainWindow,
@@ -40,7 +38,9 @@ from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.feeds.outbox_watcher import OutboxWatcher
 from steplog_gui.feeds.verdict_watcher import VerdictWatcher
 from steplog_gui.processes.demo import DemoConfig, DemoLauncher
+from steplog_gui.views.kill_controls import auto_kill_controls, kill_now_button
 from steplog_gui.views.outbox_panel import OutboxPanel
+from steplog_gui.views.problem_banner import ProblemBanner
 from steplog_gui.views.verdict_strip import VerdictStrip
 
 FOLLOW_MS = 250
@@ -121,13 +121,7 @@ class CompareWindow(QMainWindow):
         central = QWidget()
         box = QVBoxLayout(central)
         box.setContentsMargins(4, 4, 4, 4)
-        self.banner = QLabel("")
-        self.banner.setTextFormat(Qt.TextFormat.PlainText)
-        self.banner.setWordWrap(True)
-        self.banner.setStyleSheet(
-            "background: #b00020; color: white; padding: 6px; font-weight: bold"
-        )
-        self.banner.hide()
+        self.banner = ProblemBanner()
         box.addWidget(self.banner)
         box.addLayout(header)
         box.addWidget(split, 1)
@@ -190,12 +184,6 @@ class CompareWindow(QMainWindow):
             "Ctrl+D",
             "both agents again on the same tickets: new run ids, the same outbox",
         )
-        self.act_kill = action(
-            "Kill both now",
-            self.kill_both,
-            "Ctrl+K",
-            "SIGKILL both engines' process groups at the same moment, then relaunch both",
-        )
         self.act_follow = action(
             "Follow", self.follow, "Ctrl+F", "show the whole comparison and keep up with it"
         )
@@ -206,30 +194,24 @@ class CompareWindow(QMainWindow):
             "answer both agents' approval step (started with steplog demo --compare --approve): "
             "the durable one is asked once, the naive one again after every kill",
         )
-        self.auto_kill = QCheckBox("Auto-kill both every")
-        self.auto_seconds = QDoubleSpinBox()
-        self.auto_seconds.setRange(0.5, 600)
-        self.auto_seconds.setSuffix(" s")
-        self.auto_seconds.setValue(12.0)
-        self.auto_kill.toggled.connect(self._auto_kill_toggled)
-        self.auto_seconds.valueChanged.connect(self._auto_kill_toggled)
         bar = QToolBar("Compare")
         bar.setObjectName("toolbar_compare")
+        self.addToolBar(bar)
         bar.addAction(self.act_start)
         bar.addSeparator()
-        bar.addAction(self.act_kill)
-        bar.addWidget(self.auto_kill)
-        bar.addWidget(self.auto_seconds)
+        self.act_kill = kill_now_button(
+            bar,
+            "Kill both now",
+            "SIGKILL both engines' process groups at the same moment, then relaunch both",
+            self.kill_both,
+            name="compare_kill_now",
+        )
+        self.auto_kill, self.auto_seconds = auto_kill_controls(
+            bar, "Auto-kill both every", minimum=0.5, seconds=12.0, changed=self._auto_kill_toggled
+        )
         bar.addSeparator()
         bar.addAction(self.act_approve)
         bar.addAction(self.act_follow)
-        self.addToolBar(bar)
-        kill_button = bar.widgetForAction(self.act_kill)
-        kill_button.setObjectName("compare_kill_now")
-        kill_button.setStyleSheet(
-            "QToolButton { color: white; background: #c62828; font-weight: bold; padding: 4px 10px }"
-            " QToolButton:disabled { background: #888 }"
-        )
 
     def _link_axes(self) -> None:
         """One time axis: the naive lane (linked, same screen x) and both charts follow the
@@ -270,7 +252,7 @@ class CompareWindow(QMainWindow):
     def _stop_following(self, *_args: object) -> None:
         self._follow = False
 
-    def _auto_kill_toggled(self, *_args: object) -> None:
+    def _auto_kill_toggled(self) -> None:
         self.runs.set_auto_kill(self.auto_seconds.value() if self.auto_kill.isChecked() else 0.0)
 
     # -- reacting ---------------------------------------------------------------------------
@@ -296,7 +278,8 @@ class CompareWindow(QMainWindow):
         )
 
     def _naive_redone(self, verdict: Any) -> None:
-        """The strip's 'Redone' comes from the log, which records no naive step: say what the trace counts."""
+        """The strip's 'Redone' comes from the log, which records no naive step: say what the trace
+        counts."""
         result = self.view.result
         if verdict is None or result is None:
             return
@@ -355,8 +338,7 @@ class CompareWindow(QMainWindow):
             )
 
     def _show_problem(self, text: str) -> None:
-        self.banner.setText(text)
-        self.banner.setVisible(bool(text))
+        self.banner.show_problem(text)
 
     def apply_palette(self, pal: theme.Palette) -> None:
         for lane in self.lanes.values():

@@ -6,15 +6,18 @@ them reads the log themselves.
 
 from __future__ import annotations
 
-from pathlib import Path
+import time
 
 from PySide6.QtCore import QObject, Signal
 
-from steplog.log.location import LogLocation, PgUrl
+from steplog.log.location import LogLocation, parse
 from steplog.log.logread import Event
 from steplog_gui.feeds.tailer import Tailer
 from steplog_gui.model.bulk_load import RunDetails, add_details
 from steplog_gui.model.run_state import LogState, RunState
+
+CATCH_UP_REDRAW_S = 1.0
+"""While a backlog is read, a view redraws about this often: each batch would cost seconds."""
 
 
 class Monitor(QObject):
@@ -25,9 +28,11 @@ class Monitor(QObject):
     runs_changed = Signal(set)
     """Run ids whose state changed in the last batch of events."""
     events_applied = Signal(list)
-    """The batch of ``Event`` just folded (for controllers that react to kinds, e.g. kill-at-window)."""
+    """The batch of ``Event`` just folded (for controllers that react to kinds, e.g.
+    kill-at-window)."""
     runs_removed = Signal(list)
-    """Run ids ``steplog prune`` removed from the log (they may come back with ``steplog import``)."""
+    """Run ids ``steplog prune`` removed from the log (``steplog import`` may bring them
+    back)."""
     state_reset = Signal()
     """Everything was dropped (the log file was replaced or another one opened)."""
     problem_changed = Signal(str)
@@ -37,7 +42,7 @@ class Monitor(QObject):
         self, path: LogLocation, parent: QObject | None = None, *, use_watchdog: bool = True
     ) -> None:
         super().__init__(parent)
-        self.path: LogLocation = _location(path)
+        self.path: LogLocation = parse(path)
         self.state = LogState()
         self.order: list[str] = []
         self.problem = ""
@@ -66,15 +71,21 @@ class Monitor(QObject):
             self._tailer = None
 
     def switch_to(self, path: LogLocation) -> None:
-        """Monitor another log (a file or a PostgreSQL URL)."""
+        """Monitor another log (a file or a database URL)."""
         self.stop()
-        self.path = _location(path)
+        self.path = parse(path)
         self._reset()
         self._problem("")
         self.start()
 
     def run(self, run_id: str) -> RunState | None:
         return self.state.runs.get(run_id)
+
+    def may_redraw(self, last_redraw: float) -> bool:
+        """Whether a view last redrawn at ``last_redraw`` (``time.monotonic()``) may redraw now:
+        at once, but while a backlog is read (``catching_up``) once a ``CATCH_UP_REDRAW_S``, and
+        once more at its end."""
+        return not self.catching_up or time.monotonic() - last_redraw >= CATCH_UP_REDRAW_S
 
     def apply(self, events: list[Event], more: bool = False) -> None:
         self.catching_up = more
@@ -119,7 +130,8 @@ class Monitor(QObject):
             self.runs_changed.emit({r.run_id for r in runs})
 
     def adopt_details(self, details: list[RunDetails], more: bool) -> None:
-        """The second pass of a bulk load; ``more`` False: the history is in (every view redraws)."""
+        """The second pass of a bulk load; ``more`` False: the history is in (every view
+        redraws)."""
         self.catching_up = more
         touched = set()
         for d in details:
@@ -142,8 +154,3 @@ class Monitor(QObject):
     def _problem(self, text: str) -> None:
         self.problem = text
         self.problem_changed.emit(text)
-
-
-def _location(path: LogLocation) -> LogLocation:
-    """A ``PgUrl`` as it is (``Path`` would fold its ``//``), anything else as a ``Path``."""
-    return path if isinstance(path, PgUrl) else Path(path)

@@ -1,9 +1,9 @@
 """Poll the outbox service's ledger (``steplog.outbox.fetch_ledger``) off the GUI thread.
 
 An old run's outbox is usually gone (a demo reopened next week: its port answers nothing), but
-the outbox kept every delivery in its own SQLite file, and the verdict strip reads them there
-(``steplog.verdict.evidence.read_ledger``). Given the log, the watcher does the same, through the same
-function, so the panel shows the deliveries the strip counts instead of "not answering".
+the outbox kept every delivery in its own file, and the verdict strip reads them there
+(``steplog.verdict.evidence.read_ledger``). Given the log, the watcher does the same, through the
+same function, so the panel shows the deliveries the strip counts instead of "not answering".
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ class _Unreachable(Exception):
 
 
 def _read_file(run_id: str, log: LogLocation, url: str, exc: BaseException) -> _FromFile:
-    """The run's ledger from the outbox file the verdict would read (``steplog.verdict.evidence``)."""
+    """The run's ledger from the outbox file the verdict would read
+    (``steplog.verdict.evidence``)."""
     from steplog.log.db import open_readonly
     from steplog.verdict.evidence import completed_post_keys, plain_error, read_ledger
 

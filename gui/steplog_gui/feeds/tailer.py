@@ -1,17 +1,16 @@
 """Tail the log's event table off the GUI thread and hand new events to the GUI.
 
-Change detection, fastest first:
-1. watchdog on the log's folder (``.db``, ``-wal``): a hint only, because the file event can arrive
-   *before* the commit is visible to a reader (measured: almost always with synchronous=FULL), so
-   a hint queries at once and again ``RECHECK_MS`` later;
-2. ``PRAGMA data_version`` polled every ``POLL_MS``: the safety net, a few microseconds per poll.
+How it hears of commits is the log's choice (``steplog.log.follow.notifier``), fastest first:
+1. a log that announces its commits: a ``commit_watch`` thread listens and each announcement
+   wakes a read; nothing is polled. The listening connection's problems (server gone,
+   reconnecting) and the reader's are shown as one message, the listener's first;
+2. otherwise watchdog on the files the log names (the log and its ``-wal``): a hint only, because
+   the file event can arrive *before* the commit is visible to a reader (measured: almost always
+   with synchronous=FULL), so a hint queries at once and again ``RECHECK_MS`` later;
+3. and the log's ``data_version`` polled every ``POLL_MS``: the safety net, a few microseconds
+   per poll.
 Either way only events with ``id > bookmark`` are read, in batches, and the connection is in
 autocommit mode, so no read transaction is held between refreshes.
-
-A log on PostgreSQL (a ``PgUrl``) has no file to watch and no ``data_version``: a ``pg_watch``
-thread ``LISTEN``s for the log's commit notifications and each one wakes the same read; nothing
-is polled. The listening connection's problems (server gone, reconnecting) and the reader's are
-shown as one message, the listener's first.
 
 A log opened (or replaced) is not tailed from its first event: its history up to the newest id is
 loaded run by run in columns (``bulk_load``; a 100k-step run in ~0.25 s instead of ~6 s folded
@@ -25,21 +24,21 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
 
-from steplog.log.location import LogLocation, PgUrl
-from steplog.log.reader import LogNotReady, LogRepository, LogUnavailable
-from steplog_gui.feeds.pg_watch import PgWatch
+from steplog.log.follow import Notifier, notifier
+from steplog.log.location import LogLocation, parse
+from steplog.log.reader import LogAbsent, LogNotReady, LogRepository, LogUnavailable
+from steplog_gui.feeds.commit_watch import CommitWatch
 from steplog_gui.model.bulk_load import RunDetails, load_details, load_run
 from steplog_gui.model.run_state import RunState
 
 POLL_MS = 50
 RECHECK_MS = 30
 SETTLE_MS = 20
-"""PostgreSQL: how soon to read again when a notified event is held back behind an open
-transaction with a lower id (writers of different runs commit side by side)."""
+"""A log that announces commits: how soon to read again when an announced event is held back
+behind an open transaction with a lower id (writers of different runs commit side by side)."""
 BATCH = 5000
 SLICE_S = 0.15
 """A bulk load hands over what it has about this often (the window paints in between)."""
@@ -62,24 +61,27 @@ class _TailWorker(QObject):
     details_loaded = Signal(object, bool)
     """A list of ``bulk_load.RunDetails``; and whether more follow (False: the history is in)."""
 
-    def __init__(self, path: LogLocation) -> None:
+    def __init__(self, path: LogLocation, *, announced: bool) -> None:
         super().__init__()
         self.path = path
         self.repo = LogRepository(path)
+        self._announced = announced
+        """The log announces its commits: nothing is polled, and a failed read is tried again
+        at once (no poll would retry it)."""
         self.bookmark = 0
         self._version: int | None = None
         self._problem = ""
         self._hinted = False
         self._notified_upto = 0
-        """The highest event id a commit notification named (PostgreSQL)."""
-        self._timer: QTimer | None = None
-        """The poll timer, once polling (SQLite)."""
+        """The highest event id an announcement named."""
         self.cancelled = False
-        """Set from the GUI thread when the tail stops: a bulk load in progress gives up between runs."""
+        """Set from the GUI thread when the tail stops: a bulk load in progress gives up between
+        runs."""
         # Every timer is made and connected here, on the GUI thread, before ``moveToThread`` takes
         # them along: a connect made later on the tail's thread holds the GIL while it waits for
         # Qt's signal-slot lock, and the GUI thread, holding that lock in a disconnect, waited for
-        # the GIL: the monitor froze for good (seen once in the full test run, in the compare window).
+        # the GIL: the monitor froze for good (seen once in the full test run, in the compare
+        # window).
         self._poll = self._timer_to(self.check, single_shot=False)
         self._poll.setInterval(POLL_MS)
         self._soon = self._timer_to(self._hinted_check)
@@ -93,11 +95,8 @@ class _TailWorker(QObject):
 
     @Slot()
     def start(self) -> None:
-        if self.repo.on_postgres:  # the log notifies commits (pg_watch): nothing to poll
-            self.check(force=True)
-            return
-        self._timer = self._poll
-        self._timer.start()
+        if not self._announced:
+            self._poll.start()
         self.check(force=True)
 
     @Slot()
@@ -108,7 +107,8 @@ class _TailWorker(QObject):
 
     @Slot()
     def hint(self) -> None:
-        """A file event: query now and once more shortly after (the commit may not be visible yet)."""
+        """A file event: query now and once more shortly after (the commit may not be visible
+        yet)."""
         if self._hinted:
             return
         self._hinted = True
@@ -117,10 +117,10 @@ class _TailWorker(QObject):
 
     @Slot(int)
     def notified(self, newest: int) -> None:
-        """A commit notification (PostgreSQL) of events up to id ``newest``: read now; it is sent
-        after the commit, and a burst of them queued behind one read is read by that one read.
-        A read stops where a lower id is yet to commit (``logread.settled_upto``): ``_check_pg``
-        then reads again shortly, until it has passed ``newest``."""
+        """An announcement of events up to id ``newest``: read now; it is sent after the commit,
+        and a burst of them queued behind one read is read by that one read. A read stops where
+        a lower id is yet to commit (``logread.settled_upto``): ``check`` then reads again
+        shortly, until it has passed ``newest``."""
         self._notified_upto = max(self._notified_upto, newest)
         if self._hinted:
             return
@@ -138,58 +138,19 @@ class _TailWorker(QObject):
 
     @Slot()
     def check(self, force: bool = False) -> None:
-        if self.repo.on_postgres:
-            self._check_pg()
-            return
-        try:
-            if not self.repo.is_open:
-                if not self.path.exists() or os.path.getsize(self.path) == 0:
-                    self._set_problem(
-                        "" if self.bookmark == 0 else f"{self.path} was deleted while open"
-                    )
-                    return
-                self.repo.open()
-                self._version = None
-            problem = self.repo.check_file()
-            if problem == "replaced":
-                self.repo.open()
-                self.bookmark, self._version = 0, None
-                self.log_replaced.emit()
-                self._set_problem("")
-            elif problem == "deleted":
+        """Read what was committed since the bookmark, if anything was (``data_version`` moved,
+        or the log cannot tell and announced a commit). A log that announces its commits is read
+        again once at once when the read fails: after a server restart the reader's connection
+        is as dead as the listener's, and no announcement will come to retry it."""
+        for again in (False, True) if self._announced else (True,):
+            try:
+                self._check(force)
+                return
+            except LogAbsent:
                 self.repo.close()
                 self._set_problem(
-                    f"{self.path} was deleted while open; showing what was read before"
+                    "" if self.bookmark == 0 else f"{self.path} was deleted while open"
                 )
-                return
-            version = self.repo.data_version()
-            if not force and version == self._version:
-                return
-            self._version = version
-            self._read()
-            self._set_problem("")
-        except LogNotReady:
-            self.repo.close()
-            self._set_problem("")
-        except LogUnavailable as exc:
-            self.repo.close()
-            self._set_problem(str(exc))
-
-    def _check_pg(self) -> None:
-        """Read what was committed since the bookmark (called per notification, never polled).
-        A connection that fails is made again once at once: after a server restart the reader's
-        connection is as dead as the listener's, and no notification will come to retry it."""
-        for again in (False, True):
-            try:
-                if not self.repo.is_open:
-                    self.repo.open()
-                self._read()
-                self._set_problem("")
-                if self.bookmark < self._notified_upto and not self._hinted:
-                    # Held back behind a transaction still open (or one that rolled back and will
-                    # notify nobody): look again soon rather than wait for the next commit.
-                    self._hinted = True
-                    self._soon.start(SETTLE_MS)
                 return
             except LogNotReady:
                 self.repo.close()
@@ -199,6 +160,32 @@ class _TailWorker(QObject):
                 self.repo.close()
                 if again:
                     self._set_problem(str(exc))
+
+    def _check(self, force: bool) -> None:
+        if not self.repo.is_open:
+            self.repo.open()
+            self._version = None
+        problem = self.repo.check_file()
+        if problem == "replaced":
+            self.repo.open()
+            self.bookmark, self._version = 0, None
+            self.log_replaced.emit()
+            self._set_problem("")
+        elif problem == "deleted":
+            self.repo.close()
+            self._set_problem(f"{self.path} was deleted while open; showing what was read before")
+            return
+        version = self.repo.data_version()
+        if version is not None and not force and version == self._version:
+            return
+        self._version = version
+        self._read()
+        self._set_problem("")
+        if self.bookmark < self._notified_upto and not self._hinted:
+            # Held back behind a transaction still open (or one that rolled back and will
+            # announce nothing): look again soon rather than wait for the next commit.
+            self._hinted = True
+            self._soon.start(SETTLE_MS)
 
     def _read(self) -> None:
         if self.bookmark == 0:
@@ -260,17 +247,18 @@ class Tailer(QObject):
     _hint_received = Signal()
     _stop_requested = Signal()
 
-    _notified = Signal(int)
+    _announced = Signal(int)
     _listen_problem = Signal(str)
 
     def __init__(
         self, path: LogLocation, parent: QObject | None = None, *, use_watchdog: bool = True
     ) -> None:
         super().__init__(parent)
-        self.path: LogLocation = path if isinstance(path, PgUrl) else Path(path)
+        self.path: LogLocation = parse(path)
+        self._notifier: Notifier = notifier(self.path)
         self._thread = QThread()
         self._thread.setObjectName("steplog-tailer")
-        self._worker = _TailWorker(self.path)
+        self._worker = _TailWorker(self.path, announced=self._notifier.announces)
         self._worker.moveToThread(self._thread)
         self._worker.events_read.connect(self.events_arrived)
         self._worker.problem_found.connect(self._reader_problem)
@@ -286,10 +274,10 @@ class Tailer(QObject):
         self._thread.finished.connect(self._worker.stop, Qt.ConnectionType.DirectConnection)
         self._use_watchdog = use_watchdog
         self._problems = {"listen": "", "read": ""}
-        self._pg_watch: PgWatch | None = None
+        self._commit_watch: CommitWatch | None = None
         self.notifications = 0
-        """Commit notifications received (PostgreSQL; tests and the latency probe read it)."""
-        self._notified.connect(self._worker.notified)
+        """Commit announcements received (tests and the latency probe read it)."""
+        self._announced.connect(self._worker.notified)
         self._listen_problem.connect(self._listener_problem)
         self._observer: object | None = None
         self._watch_timer = QTimer(self)
@@ -298,16 +286,19 @@ class Tailer(QObject):
 
     def start(self) -> None:
         self._thread.start()
-        if isinstance(self.path, PgUrl):
-            self._pg_watch = PgWatch(self.path, self._on_commit, self._listen_problem.emit)
-            self._pg_watch.start()
-        elif self._use_watchdog:
+        announcements = self._notifier.announcements
+        if announcements is not None:
+            self._commit_watch = CommitWatch(
+                announcements, self._on_commit, self._listen_problem.emit
+            )
+            self._commit_watch.start()
+        if self._notifier.hint_files and self._use_watchdog:
             self._ensure_watch()
             self._watch_timer.start()
 
-    def _on_commit(self, newest: int) -> None:  # pg_watch's thread
+    def _on_commit(self, newest: int) -> None:  # commit_watch's thread
         self.notifications += 1
-        self._notified.emit(newest)
+        self._announced.emit(newest)
 
     def _listener_problem(self, text: str) -> None:
         self._problems["listen"] = text
@@ -321,9 +312,9 @@ class Tailer(QObject):
         self.problem_changed.emit(self._problems["listen"] or self._problems["read"])
 
     def stop(self) -> None:
-        if self._pg_watch is not None:
-            self._pg_watch.stop()
-            self._pg_watch = None
+        if self._commit_watch is not None:
+            self._commit_watch.stop()
+            self._commit_watch = None
         self._watch_timer.stop()
         if self._observer is not None:
             self._observer.stop()  # type: ignore[attr-defined]
@@ -336,17 +327,16 @@ class Tailer(QObject):
             self._thread.wait(5000)
 
     def _ensure_watch(self) -> None:
-        """Watch the folder once it exists (a fresh demo creates it after the window opens)."""
-        if (
-            self._observer is not None
-            or isinstance(self.path, PgUrl)
-            or not self.path.parent.is_dir()
-        ):
+        """Watch the folder of the log's hint files once it exists (a fresh demo creates it
+        after the window opens)."""
+        files = self._notifier.hint_files
+        folder = files[0].parent if files else None
+        if self._observer is not None or folder is None or not folder.is_dir():
             return
         from watchdog.events import FileSystemEvent, FileSystemEventHandler
         from watchdog.observers import Observer
 
-        names = {self.path.name, self.path.name + "-wal"}
+        names = {f.name for f in files}
         hint = self._hint_received
 
         class _Hint(FileSystemEventHandler):
@@ -355,7 +345,7 @@ class Tailer(QObject):
                     hint.emit()
 
         observer = Observer()
-        observer.schedule(_Hint(), str(self.path.parent), recursive=False)
+        observer.schedule(_Hint(), str(folder), recursive=False)
         observer.daemon = True
         observer.start()
         self._observer = observer

@@ -27,7 +27,8 @@ def _evaluate(db: LogLocation, run_id: str, outbox: str | None, transport: Any) 
 
 
 class VerdictWatcher(QObject):
-    """Re-judges the selected run when its events or the outbox ledger change (one job at a time)."""
+    """Re-judges the selected run when its events or the outbox ledger change (one job at a
+    time)."""
 
     verdict_changed = Signal(object)
     """A ``steplog.verdict.Verdict`` for the selected run, or ``None`` (no run / not readable)."""
@@ -70,10 +71,11 @@ class VerdictWatcher(QObject):
             return
         self._busy, self._again = True, False
         run_id, db = self.run_id, self._monitor.path
-        # The outbox the panel polls (the window points it at the selected run's outbox), read
-        # by verdict_of *after* the log: the panel's last poll may predate posts the log already
+        # The outbox the panel polls (the window points it at the selected run's outbox), read by
+        # verdict_of *after* the log: the panel's last poll may predate posts the log already
         # records as completed, and judging with it flashed "not in the outbox". Without an
-        # answering URL verdict_of finds the ledger (the outbox file beside the log) or says why not.
+        # answering URL verdict_of finds the ledger (the outbox file beside the log) or says why
+        # not.
         outbox = self._outbox.url if self._outbox.problem == "" else None
         transport = self._outbox.transport
         t0 = time.monotonic()

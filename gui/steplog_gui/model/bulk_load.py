@@ -5,8 +5,10 @@
 here. ``load_run`` builds the same ``RunState`` from the run's events as numpy columns (id, ts,
 incarnation, kind coded in SQL, seq: no payload read), reading payloads only for the few events
 that need them (run created, budgets, leases, finish, decisions), and computes every step
-execution's end, outcome and phase with array operations. ``load_details`` adds what only the
-detail views need (step names, the budget charts' series) as a second pass.
+execution's end, outcome and phase with array operations. Who died is read from those few
+events by ``steplog.verdict.kills.Deaths``, as the fold does, told each dead engine's last event
+from the columns. ``load_details`` adds what only the detail views need (step names, the budget
+charts' series) as a second pass.
 
 The result must be exactly what folding the same events gives, so that live tailing continues
 from it with ``RunState.apply``: ``tests/gui/test_bulk_load.py`` holds the two to each other.
@@ -39,7 +41,8 @@ from steplog_gui.model.run_state import (
     RunState,
 )
 
-I = npt.NDArray[np.int64]
+Positions = npt.NDArray[np.int64]
+"""Positions in a run's event columns."""
 
 
 def _code(kind: EventKind) -> int:
@@ -64,7 +67,8 @@ FOLDED = (
     EventKind.WORKER_CLAIMED,
     EventKind.WORKER_RELEASED,
 )
-"""Run control's and the queue's kinds: folded by ``RunState.apply`` itself (few per run; it owns their meaning)."""
+"""Run control's and the queue's kinds: folded by ``RunState.apply`` itself (few per run; it owns
+their meaning)."""
 COPIED_STEP = _code(EventKind.STEP_COPIED)
 CONTROL = tuple(
     _code(k)
@@ -78,7 +82,8 @@ CONTROL = tuple(
         EventKind.STEP_COPIED,
     )
 )
-"""Kinds whose payload the summary needs: few per run (a fork's copied steps aside), read and folded one by one."""
+"""Kinds whose payload the summary needs: few per run (a fork's copied steps aside), read and
+folded one by one."""
 STEP_KINDS = (STARTED, COMMIT, DECIDED, EFFECT_STARTED, EFFECT_DONE, ATTEMPT_FAILED)
 
 
@@ -111,7 +116,7 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
     copied: list[tuple[int, Event]] = []  # a fork's copied steps: bars of their own (lane 0)
     waited_at = -1
     positions = np.searchsorted(cols["id"], [ev.id for ev in controls])
-    for p, ev in zip(positions.tolist(), controls):
+    for p, ev in zip(positions.tolist(), controls, strict=True):
         d = ev.data
         if ev.kind in (EventKind.RUN_CREATED, *FOLDED):
             run.apply(ev)  # the run's identity, a fork's parent, waiting, a cancel asked, a retry
@@ -131,15 +136,13 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
         elif ev.kind == EventKind.LEASE_ACQUIRED:
             previous = run.incarnation
             dead_end = last_before(previous, p, ts, default=ev.ts)
-            if d.get("previous_pid") is not None and previous > 0:
-                killed_at = d.get("killed_at")
-                exact = isinstance(killed_at, (int, float))
-                at = float(killed_at) if isinstance(killed_at, (int, float)) else dead_end
-                kill = Kill(previous, at, exact, ev.ts)
+            run._deaths.heard(previous, dead_end)
+            death = run._deaths.see(ev)
+            if death is not None:
+                kill = Kill.of(death)
                 run.kills.append(kill)
                 kill_at.append((p, kill))
-                if exact:
-                    dead_end = at
+                dead_end = death.at
             lease_end[p] = dead_end
             run.incarnation = ev.incarnation
             if run.status == RunStatus.QUEUED:
@@ -147,6 +150,7 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
             run.pid = d.get("pid")
             run.host = d.get("host")
         elif ev.kind == EventKind.RUN_FINISHED:
+            run._deaths.see(ev)
             run.status = str(d.get("status", RunStatus.FAILED))
             run.reason = d.get("reason")
             run.finished = ev.ts
@@ -154,9 +158,10 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
             run.waiting_for = run.waiting_since = None
             finishes[p] = ev
         elif ev.kind == EventKind.LEASE_RELEASED:
+            run._deaths.see(ev)
             run.pid = None
     run.last_ts = float(ts[-1])
-    run._last_ts_by_inc = last_before.final(ts)
+    run._deaths.last_ts = last_before.final(ts)
     usage = repo.last_usage(run_id, upto)
     if usage is not None:
         run.usage = usage
@@ -186,7 +191,7 @@ def _executions(
     n: int,
     lease_end: dict[int, float],
     finishes: dict[int, Event],
-    decisions: I,
+    decisions: Positions,
     tokens: npt.NDArray[Any],
     copied: list[tuple[int, Event]],
     kill_at: list[tuple[int, Kill]],
@@ -300,7 +305,10 @@ def _executions(
     still_open = (close == n) & (outcome == RUNNING)
     position = np.empty(len(index), dtype=np.int64)
     position[index] = np.arange(len(index))
-    run._open = {int(s): int(i) for s, i in zip(seq[starts[still_open]], position[:m][still_open])}
+    run._open = {
+        int(s): int(i)
+        for s, i in zip(seq[starts[still_open]], position[:m][still_open], strict=True)
+    }
 
 
 class _LastOfIncarnation:
@@ -322,7 +330,7 @@ class _LastOfIncarnation:
         """incarnation -> ts of its last event."""
         inc, pos = np.divmod(self._keys, self._span)
         last = np.append(inc[1:] != inc[:-1], True)
-        return {int(i): float(ts[p]) for i, p in zip(inc[last], pos[last])}
+        return {int(i): float(ts[p]) for i, p in zip(inc[last], pos[last], strict=True)}
 
 
 def load_details(repo: LogRepository, run_id: str, upto: int) -> RunDetails:

@@ -56,7 +56,8 @@ def fold(run_id: str, events: Sequence[Event]) -> RunState:
 
 
 def naive_state(run_id: str, events: Sequence[Event], trace: Sequence[TraceRecord]) -> RunState:
-    """The naive run: leases, kills and status from the log; step executions and usage from its trace."""
+    """The naive run: leases, kills and status from the log; step executions and usage from its
+    trace."""
     run = fold(run_id, events)
     run.usage_series = RunState(run_id).usage_series  # the log's usage of a naive run is all zeros
     kill_time = {k.killed_incarnation: k.ts for k in run.kills}

@@ -5,16 +5,16 @@ keeps, per run: the run's summary (agent, status, limits, latest usage), one rec
 execution* in growable numpy columns (the timeline's bars), the usage series (the budget charts)
 and the kills (lease takeovers from a dead holder) with their resume latency.
 
-A kill is the next incarnation's ``lease_acquired`` with ``previous_pid`` set, dated by its
-``killed_at`` (the killer hands the time to the engine it relaunches) or, for engines killed
-elsewhere, by the dead incarnation's last event: the same rule as ``steplog.verdict.logged_kills``,
-so the timeline, the strip and ``steplog verdict`` show the same kills, live and reopened.
+Who died is not decided here: every event goes through ``steplog.verdict.kills.Deaths``, the
+rule ``steplog verdict`` reads the log with (a takeover from a holder that never let go, dated by
+the killer's ``killed_at`` or the dead engine's last event), so the timeline, the strip and the
+verdict show the same kills, live and reopened. Whether an engine is alive is the lease's
+question (``steplog.log.lease``), asked with what the events say of the holder.
 """
 
 from __future__ import annotations
 
 import math
-import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,11 +24,12 @@ import numpy as np
 import numpy.typing as npt
 
 from steplog.log.events import EventKind
-from steplog.log.lease import process_alive
+from steplog.log.lease import holder_seen, me
 from steplog.log.logread import Event
 from steplog.log.reader import USAGE_KEYS
 from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL
+from steplog.verdict.kills import Death, Deaths
 
 ALIVE_CHECK_S = 0.5
 """How long an answer to "is the engine's process alive" is kept (see ``RunState.engine_gone``)."""
@@ -74,7 +75,8 @@ class Columns:
 
     @classmethod
     def of(cls, rows: npt.NDArray[Any]) -> Columns:
-        """Columns holding ``rows`` (a structured array, e.g. from a bulk load), growable from there."""
+        """Columns holding ``rows`` (a structured array, e.g. from a bulk load), growable from
+        there."""
         self = cls.__new__(cls)
         self._names = tuple(rows.dtype.names or ())
         self._n = len(rows)
@@ -119,6 +121,11 @@ class Kill:
     """The first step a later incarnation committed."""
     waiting_again: float | None = None
     """A later incarnation's first ``waiting``: the wait the kill cut short, taken up again."""
+
+    @classmethod
+    def of(cls, death: Death) -> Kill:
+        """The kill of an engine whose death ``steplog.verdict.kills`` read from the log."""
+        return cls(death.incarnation, death.at, death.exact, death.taken_over_at)
 
     @property
     def back_at(self) -> float | None:
@@ -177,7 +184,8 @@ class RunState:
     executions: Columns = field(default_factory=lambda: Columns(**EXECUTION_FIELDS))
     usage_series: Columns = field(default_factory=lambda: Columns(**USAGE_FIELDS))
     _open: dict[int, int] = field(default_factory=dict)  # seq -> execution index still running
-    _last_ts_by_inc: dict[int, float] = field(default_factory=dict)
+    _deaths: Deaths = field(default_factory=Deaths)
+    """Who held the lease, who let go cleanly, each engine's last event (the verdict's rule)."""
     _alive: tuple[int | None, float, bool] = field(
         default=(None, 0.0, False), compare=False, repr=False
     )
@@ -202,15 +210,16 @@ class RunState:
 
     @property
     def redone(self) -> int:
-        """Step executions a kill cut short (they run again): the timeline's redone bars. Retries
-        after an error and steps put down by a stop are not redone work (``steplog.verdict.kills``)."""
+        """Step executions a kill cut short: the timeline's redone bars (see ``_new_incarnation``
+        for how they relate to the verdict's count). Retries after an error and steps put down
+        by a stop are not redone work."""
         return int(np.count_nonzero(self.executions["outcome"] == REDONE))
 
     @property
     def engine_elsewhere(self) -> str | None:
         """The other machine whose engine (or worker, before its engine starts) works on this run,
         or ``None`` when the run is worked here, or nowhere. A kill from here cannot reach it: a
-        process group is a process on this host (a log on PostgreSQL is shared by a fleet)."""
+        process group is a process on this host (a log on a server is shared by a fleet)."""
         if self.terminal:
             return None
         host = (
@@ -218,22 +227,22 @@ class RunState:
             if self.pid is not None
             else (self.worker[0] if self.worker_active and self.worker is not None else None)
         )
-        return host if host and host != socket.gethostname() else None
+        return host if host and host != me().host else None
 
     def engine_gone(self) -> bool:
-        """No engine works on this run now: it released the lease, or its process on this host
-        is dead (killed from outside and not relaunched). Remote engines count as alive.
+        """No engine works on this run now: it released the lease, or its holder is "gone" as
+        ``steplog.log.lease.holder_seen`` (the answer ``steplog status`` gives) sees the pid
+        and host the events name: a process on this host that is dead, killed from outside and
+        not relaunched. A holder on another host counts as alive (only its lease speaks for it).
 
-        The process check reads /proc (and psutil's boot time): the runs list asks several
-        times per row per repaint, so the answer is kept for ``ALIVE_CHECK_S`` per pid."""
+        The process check reads /proc: the runs list asks several times per row per repaint, so
+        the answer is kept for ``ALIVE_CHECK_S`` per pid."""
         if self.terminal or self.pid is None:
             return True
-        if self.host != socket.gethostname():
-            return False
         now = time.monotonic()
         pid, checked, alive = self._alive
         if pid != self.pid or now - checked > ALIVE_CHECK_S:
-            alive = process_alive(self.pid)
+            alive = holder_seen(self.pid, self.host) != "gone"
             self._alive = (self.pid, now, alive)
         return not alive
 
@@ -263,7 +272,7 @@ class RunState:
     def apply(self, ev: Event) -> None:
         d = ev.data
         self.last_ts = ev.ts
-        self._last_ts_by_inc[ev.incarnation] = ev.ts
+        death = self._deaths.see(ev)
         kind = ev.kind
         if "usage" in d and isinstance(d["usage"], dict):
             self.usage = d["usage"]
@@ -298,7 +307,7 @@ class RunState:
             if d.get("reopened"):
                 self.status, self.reason, self.finished = RunStatus.RUNNING, None, None
         elif kind == EventKind.LEASE_ACQUIRED:
-            self._new_incarnation(ev)
+            self._new_incarnation(ev, death)
         elif kind == EventKind.STEP_STARTED and ev.seq is not None:
             self.step_names[ev.seq] = (str(d.get("name", "")), str(d.get("kind", "")))
             self._open[ev.seq] = self.executions.append(
@@ -401,21 +410,22 @@ class RunState:
         if phase is not None:
             ex["phase"][i] = phase
 
-    def _new_incarnation(self, ev: Event) -> None:
+    def _new_incarnation(self, ev: Event, death: Death | None) -> None:
+        """An engine took the run; ``death``: the one before died holding it (``Deaths``).
+
+        The previous engine's open steps end here and will run again: cut short by its death
+        (redone bars, ending at the kill) or put down by a clean stop (interrupted bars: not
+        redone work). A different question from the verdict's "redone", which counts re-runs
+        *caused* by a kill (``kills.Account``) and is known only when a step starts again: a
+        bar is coloured at the takeover, when the death is known and the re-run is not yet.
+        Each redone bar is the attempt that the account charges to this death once its step
+        runs again (``Account.redone_after``)."""
         d = ev.data
-        previous = self.incarnation
-        dead_end = self._last_ts_by_inc.get(previous, ev.ts)
-        if d.get("previous_pid") is not None and previous > 0:
-            killed_at = d.get("killed_at")
-            exact = isinstance(killed_at, (int, float))
-            at = float(killed_at) if isinstance(killed_at, (int, float)) else dead_end
-            self.kills.append(Kill(previous, at, exact, ev.ts))
-            if exact:
-                dead_end = at  # the interrupted step ran until the kill
-        # The previous engine's open steps will run again: lost to a kill, or put down by a stop.
-        outcome = (
-            REDONE if self.kills and self.kills[-1].killed_incarnation == previous else INTERRUPTED
-        )
+        dead_end = self._deaths.last_ts.get(self.incarnation, ev.ts)
+        if death is not None:
+            self.kills.append(Kill.of(death))
+            dead_end = death.at  # the interrupted step ran until the kill
+        outcome = INTERRUPTED if death is None else REDONE
         for seq, i in list(self._open.items()):
             ex = self.executions
             ex["end"][i] = dead_end

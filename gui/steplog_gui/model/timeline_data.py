@@ -1,4 +1,5 @@
-"""Timeline geometry from a ``RunState``: numpy arrays of bars per outcome and kill markers; Qt-free."""
+"""Timeline geometry from a ``RunState``: numpy arrays of bars per outcome and kill markers;
+Qt-free."""
 
 from __future__ import annotations
 
@@ -217,8 +218,11 @@ def kill_marks(run: RunState, *, by_step: bool = False) -> list[tuple[float, int
     return [(k.ts - t0, k.killed_incarnation, kill_label(k)) for k in run.kills]
 
 
-def describe(run: RunState, i: int, now: float) -> str:
-    """The hover text for execution ``i``: name, phase, duration, tokens, outcome (plain text)."""
+def hover_lines(
+    run: RunState, i: int, now: float, *, title: str, outcome: str, lane: str, phase: bool
+) -> str:
+    """The hover text for execution ``i`` (plain text): ``title`` ("#SEQ NAME" made of it),
+    kind, phase if asked, duration, ``outcome``, ``lane`` ("engine incarnation: N"), tokens."""
     ex = run.executions
     seq = int(ex["seq"][i])
     name, kind = run.step_names.get(seq, ("?", "?"))
@@ -226,13 +230,27 @@ def describe(run: RunState, i: int, now: float) -> str:
     duration = (now if np.isnan(end) else end) - ex["start"][i]
     tokens = int(ex["tokens"][i])
     lines = [
-        f"#{seq} {name}" if seq >= 0 else name,
+        title.format(seq=seq, name=name),
         f"kind: {kind}",
-        f"phase: {PHASES[int(ex['phase'][i])]}",
+        *([f"phase: {PHASES[int(ex['phase'][i])]}"] if phase else []),
         f"duration: {duration * 1000:.0f} ms" if duration < 10 else f"duration: {duration:.1f} s",
-        f"outcome: {OUTCOME_NAMES[int(ex['outcome'][i])]}",
-        f"engine incarnation: {int(ex['lane'][i])}",
+        f"outcome: {outcome}",
+        f"{lane}: {int(ex['lane'][i])}",
     ]
     if tokens:
         lines.append(f"tokens: {tokens}" + (" (estimated)" if ex["estimated"][i] else ""))
     return "\n".join(lines)
+
+
+def describe(run: RunState, i: int, now: float) -> str:
+    """The hover text for execution ``i``: name, phase, duration, tokens, outcome (plain text)."""
+    seq = int(run.executions["seq"][i])
+    return hover_lines(
+        run,
+        i,
+        now,
+        title="#{seq} {name}" if seq >= 0 else "{name}",
+        outcome=OUTCOME_NAMES[int(run.executions["outcome"][i])],
+        lane="engine incarnation",
+        phase=True,
+    )

@@ -2,10 +2,10 @@
 
 The outbox runs in its own process group (``steplog.outbox.start_outbox``), so it survives every
 engine kill; the engine is told its URL with ``--outbox``. Its ledger lives in one file beside the
-log (``steplog.verdict.evidence.outbox_file_for``), shared by every demo run of that data directory: a
-second demo, a New run, and a stopped run resumed next week all post there, each under its own
-keys, so each run's verdict counts its own deliveries. Resuming a run whose outbox is gone brings
-the outbox back, on the port the run recorded when it is free.
+log (``steplog.verdict.evidence.outbox_file_for``), shared by every demo run of that data
+directory: a second demo, a New run, and a stopped run resumed next week all post there, each under
+its own keys, so each run's verdict counts its own deliveries. Resuming a run whose outbox is gone
+brings the outbox back, on the port the run recorded when it is free.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import atexit
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from PySide6.QtCore import QObject, Signal
 
-from steplog.log.location import LogLocation, PgUrl
+from steplog.log.location import LogLocation, parse
 from steplog.verdict.evidence import outbox_file_for
 from steplog_gui import jobs
+from steplog_gui.processes.engine_process import EngineProcess, LaunchSpec
 
 _unadopted: set[Any] = set()
 """Demo outboxes started off the GUI thread that no launcher has taken yet. An outbox runs in a
@@ -36,8 +36,6 @@ def _stop_unadopted() -> None:
         outbox.stop(grace=1.0)
     _unadopted.clear()
 
-
-from steplog_gui.processes.engine_process import EngineProcess, LaunchSpec
 
 DEMO_PACE = 3.5
 """Seconds of simulated thinking per model call: the 16-ticket demo lasts about a minute, long
@@ -77,7 +75,7 @@ class DemoLauncher(QObject):
     ) -> None:
         super().__init__(parent)
         self._engine = engine
-        self._db: LogLocation = db if isinstance(db, PgUrl) else Path(db)
+        self._db: LogLocation = parse(db)
         self.config = config or DemoConfig()
         self.outbox: Any = None
         self.run_id: str | None = None
@@ -91,7 +89,8 @@ class DemoLauncher(QObject):
         self._with_outbox(self._launch_new)
 
     def resume(self, spec: LaunchSpec, recorded_url: str | None) -> None:
-        """Relaunch ``spec`` (a demo run) against a live demo outbox, on the run's old port if free."""
+        """Relaunch ``spec`` (a demo run) against a live demo outbox, on the run's old port if
+        free."""
 
         def launch(url: str) -> None:
             spec.outbox = url

@@ -2,10 +2,13 @@
 
 The engine runs in its own process group (``steplog.control.procs``), so ``kill_now`` is a
 ``killpg(SIGKILL)`` that leaves no grandchild behind; the time of the kill goes to the relaunched
-engine (``--killed-at``), which records it, so a reopened run shows the kill exactly as seen live. After a kill the same command (same run
-id) is relaunched as soon as the dead process is reaped; the engine takes the dead holder's
-lease at once and resumes. Exits are noticed by a 50 ms ``poll()`` timer: nothing here ever
-blocks the GUI thread on the process.
+engine (``--killed-at``), which records it, so a reopened run shows the kill exactly as seen
+live. After a kill the same command (same run id) is relaunched as soon as the dead process is
+reaped; the engine takes the dead holder's lease at once and resumes. Exits are noticed by a
+50 ms ``poll()`` timer: nothing here ever blocks the GUI thread on the process.
+
+When to kill (Kill now for all of a window's engines, auto-kill, the act→record window) is
+``kill_switch.KillSwitch``'s; this module only kills when told.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from steplog.control.procs import (
 )
 from steplog.errors import exit_meaning
 from steplog.log.location import LogLocation
-from steplog_gui.feeds.monitor import Monitor
 
 POLL_MS = 50
 STOP_GRACE_S = 5.0
@@ -49,7 +51,8 @@ class LaunchSpec:
     limits: dict[str, float] = field(default_factory=dict)
     """CLI limit options without the leading dashes, e.g. {"max-steps": 100}."""
     python: str | None = None
-    """The interpreter for a person's own agent (``steplog_gui.processes.interpreter``); ``None``: the monitor's."""
+    """The interpreter for a person's own agent (``steplog_gui.processes.interpreter``);
+    ``None``: the monitor's."""
 
     def argv(self, killed_at: float | None = None) -> list[str]:
         """The command; ``killed_at`` (a relaunch after Kill now) is recorded with the takeover."""
@@ -77,7 +80,7 @@ class LaunchSpec:
 
 
 class EngineProcess(QObject):
-    """The engine working on one run, as seen by the monitor's kill panel."""
+    """The engine working on one run: launched, killed and relaunched, stopped."""
 
     engine_started = Signal(str, int)
     """(run_id, pid) of a new engine process (first launch or relaunch)."""
@@ -86,13 +89,10 @@ class EngineProcess(QObject):
     engine_exited = Signal(str, int, str)
     """(run_id, exit code, one line saying what it means) when it ended on its own."""
     state_changed = Signal()
-    """Running/armed/auto-kill state changed (buttons follow it)."""
+    """Started, killed or ended (buttons follow it)."""
 
-    def __init__(
-        self, monitor: Monitor, parent: QObject | None = None, *, env: dict[str, str] | None = None
-    ) -> None:
+    def __init__(self, parent: QObject | None = None, *, env: dict[str, str] | None = None) -> None:
         super().__init__(parent)
-        self._monitor = monitor
         self._env = env
         self.spec: LaunchSpec | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -101,15 +101,12 @@ class EngineProcess(QObject):
         self._last_kill: float | None = None
         self._stopping = False
         self.kills = 0
-        self.window_armed = False
+        """SIGKILLs of this run's engine since it was started on this run."""
         self.last_exit: tuple[int, str] | None = None
         self._poll = QTimer(self)
         self._poll.setInterval(POLL_MS)
         self._poll.timeout.connect(self._check)
-        self._auto = QTimer(self)
-        self._auto.timeout.connect(self.kill_now)
         self._stop_deadline = 0.0
-        monitor.events_applied.connect(self._watch_window)
 
     # -- state ------------------------------------------------------------------------------
 
@@ -122,8 +119,14 @@ class EngineProcess(QObject):
         return self._proc.pid if self._proc is not None else None
 
     @property
-    def auto_kill_seconds(self) -> float:
-        return self._auto.interval() / 1000 if self._auto.isActive() else 0.0
+    def relaunching(self) -> bool:
+        """Killed by ``kill_now``: gone, or about to be, and relaunched once reaped."""
+        return self._killed_by_us and not self._stopping and self._proc is not None
+
+    @property
+    def working(self) -> bool:
+        """On its run: running and not asked to stop, or killed and about to be relaunched."""
+        return self.relaunching or (self.running and not self._stopping)
 
     # -- control ----------------------------------------------------------------------------
 
@@ -166,28 +169,12 @@ class EngineProcess(QObject):
         self._last_kill = ts  # handed to the relaunched engine, which records it in the log
         self._killed_by_us = True
         self.kills += 1
-        self.window_armed = False
         self.engine_killed.emit(self.spec.run_id, ts)
         self.state_changed.emit()
         return True
 
-    def arm_window_kill(self) -> None:
-        """Kill at the next act→record window: as soon as an effect of the run starts."""
-        self.window_armed = self.running
-        self.state_changed.emit()
-
-    def set_auto_kill(self, seconds: float) -> None:
-        """Kill every ``seconds`` (0 turns the storm off)."""
-        if seconds > 0:
-            self._auto.start(int(seconds * 1000))
-        else:
-            self._auto.stop()
-        self.state_changed.emit()
-
     def stop(self) -> None:
         """SIGTERM (the engine releases its lease), SIGKILL after a grace period; no relaunch."""
-        self._auto.stop()
-        self.window_armed = False
         self._stopping = True
         if self.running and self._proc is not None:
             request_stop(self._proc)
@@ -197,7 +184,6 @@ class EngineProcess(QObject):
     def terminate_now(self, grace: float = 3.0) -> None:
         """Stop now without relaunch and reap (window closing, test teardown): SIGTERM so the
         engine releases its lease, SIGKILL to the group after ``grace`` seconds."""
-        self._auto.stop()
         self._stopping = True
         if self._proc is not None:
             stop_group(self._proc, grace)
@@ -205,22 +191,10 @@ class EngineProcess(QObject):
 
     def detach(self) -> None:
         """Leave the engine running on its own (closing the window, "leave it running")."""
-        self._auto.stop()
         self._poll.stop()
         self._proc = None
 
     # -- watching ---------------------------------------------------------------------------
-
-    def _watch_window(self, events: list[object]) -> None:
-        if not self.window_armed or self.spec is None:
-            return
-        for ev in events:
-            if (
-                getattr(ev, "run_id", None) == self.spec.run_id
-                and getattr(ev, "kind", "") == "effect_started"
-            ):
-                self.kill_now()
-                return
 
     def _check(self) -> None:
         proc = self._proc
@@ -237,8 +211,6 @@ class EngineProcess(QObject):
             self._launch()  # same run id: the engine resumes from its last checkpoint
             return
         self._poll.stop()
-        self._auto.stop()
-        self.window_armed = False
         message = self._describe_exit(code)
         self._forget_output()
         self.last_exit = (code, message)

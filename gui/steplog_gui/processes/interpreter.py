@@ -26,7 +26,8 @@ PROBE_TIMEOUT_S = 30.0
 # Runs in the chosen interpreter: any Python 3, so that an old one is told so, not a SyntaxError.
 _PROBE = r"""
 import json, sys
-sys.path[:] = [p for p in sys.path if p]  # as the engine runs (python -P): the working folder is not a package root
+# As the engine runs (python -P): the working folder is not a package root.
+sys.path[:] = [p for p in sys.path if p]
 out = {"python": "%d.%d.%d" % sys.version_info[:3]}
 if sys.version_info < (3, 11):
     out["problem"] = "old_python"
@@ -42,8 +43,11 @@ else:
         except Exception:
             out["steplog"] = "unknown"
         if len(sys.argv) > 1 and sys.argv[1]:
-            from steplog.runtime.agent import resolve
             try:
+                try:
+                    from steplog.runtime.agent import resolve
+                except ImportError:  # a steplog from before the engine's rooms
+                    from steplog.agent import resolve
                 resolve(sys.argv[1])
             except BaseException as exc:
                 out["problem"], out["detail"] = "agent", str(exc)

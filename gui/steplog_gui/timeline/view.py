@@ -52,8 +52,6 @@ MIN_REDRAW_MS = 50
 an engine committing hundreds of steps a second would otherwise keep the GUI thread busy and
 every commit waiting for it (commit → pixel p95 0.24 s measured before, see the benchmarks)."""
 MAX_KILL_LABELS = 40
-CATCH_UP_REDRAW_S = 1.0
-"""While a backlog is read (a big log opening), redraw at most this often."""
 PICK_PIXELS = 6
 """A click or hover this close to a bar picks it (a 100k-step run has bars far below a pixel)."""
 MIN_BAR_PIXELS = 1.5
@@ -66,6 +64,19 @@ OVERVIEW_EVERY_S = 0.5
 """A live run's overview strip (the whole run at a glance) is redrawn at most this often."""
 OUTCOMES = (COPIED, COMMITTED, INTERRUPTED, REDONE, FAILED, GAVE_UP, RUNNING)
 Heights = npt.NDArray[np.float64] | float
+
+
+def _bars_by_outcome(plot: pg.PlotWidget) -> dict[int, pg.BarGraphItem]:
+    """One bar item per outcome on ``plot``, empty (one item for thousands of bars, not one
+    each)."""
+    items = {}
+    for outcome in OUTCOMES:
+        item = pg.BarGraphItem(
+            x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT, pen=None
+        )
+        plot.addItem(item)
+        items[outcome] = item
+    return items
 
 
 class TimelineView(QWidget):
@@ -101,13 +112,7 @@ class TimelineView(QWidget):
         self.plot.setMouseEnabled(x=True, y=False)
         self.plot.getPlotItem().setMenuEnabled(False)
         self.plot.getViewBox().setLimits(yMin=-0.6, minYRange=1)
-        self._items: dict[int, pg.BarGraphItem] = {}
-        for outcome in OUTCOMES:
-            item = pg.BarGraphItem(
-                x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT, pen=None
-            )
-            self._items[outcome] = item
-            self.plot.addItem(item)
+        self._items = _bars_by_outcome(self.plot)
         self._selected = pg.BarGraphItem(
             x0=np.zeros(0),
             width=np.zeros(0),
@@ -143,13 +148,7 @@ class TimelineView(QWidget):
         self.overview.setMouseEnabled(x=False, y=False)
         self.overview.getPlotItem().setMenuEnabled(False)
         self.overview.hideButtons()
-        self._overview_items: dict[int, pg.BarGraphItem] = {}
-        for outcome in OUTCOMES:
-            item = pg.BarGraphItem(
-                x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT, pen=None
-            )
-            self._overview_items[outcome] = item
-            self.overview.addItem(item)
+        self._overview_items = _bars_by_outcome(self.overview)
         self.region = pg.LinearRegionItem(movable=True)
         self.region.setZValue(10)
         self.overview.addItem(self.region)
@@ -265,12 +264,8 @@ class TimelineView(QWidget):
         run = self.run()
         if run is None:
             return
-        if (
-            self._dirty
-            and self._monitor.catching_up
-            and time.monotonic() - self._last_refresh < CATCH_UP_REDRAW_S
-        ):
-            return  # reading a backlog: a redraw a second shows progress; each batch would cost seconds
+        if self._dirty and not self._monitor.may_redraw(self._last_refresh):
+            return  # reading a backlog: a redraw a second shows progress
         if self._dirty:
             self.refresh()
         elif run.in_progress:

@@ -26,8 +26,6 @@ from steplog_gui.model.run_state import RunState
 REFRESH_MS = 300
 """Charts of a live run redraw at most this often: four plots and their axes cost ~20 ms a
 redraw here, time the timeline's commit → pixel needs more."""
-CATCH_UP_REDRAW_S = 1.0
-"""While a backlog is read (a big log opening), redraw at most this often."""
 LIMIT_IN_VIEW = 0.25
 """A chart's y range takes in its limit once the usage is past this share of it; until then the
 range fits the usage."""
@@ -186,11 +184,7 @@ class BudgetCharts(QWidget):
         self.refresh()
 
     def _tick(self) -> None:
-        if (
-            self._dirty
-            and self._monitor.catching_up
-            and time.monotonic() - self._last_refresh < CATCH_UP_REDRAW_S
-        ):
+        if self._dirty and not self._monitor.may_redraw(self._last_refresh):
             return  # reading a backlog: redraw about once a second, then once at the end
         if self._dirty:
             self.refresh()

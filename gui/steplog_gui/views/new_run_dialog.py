@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -24,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from steplog.log.location import PgUrl
+from steplog.log.location import LogLocation, parse
 from steplog_gui import jobs
 from steplog_gui.processes import interpreter
 from steplog_gui.processes.demo import DEMO_AGENTS, DEMO_PACE
@@ -45,6 +46,18 @@ def _optional_spin(maximum: float, decimals: int = 0) -> QDoubleSpinBox:
 OWN_PYTHON = "the monitor's own"
 
 
+def _with_button(
+    field: QWidget, text: str, slot: Callable[[], object]
+) -> tuple[QHBoxLayout, QPushButton]:
+    """``field`` and a button beside it (``text``, calling ``slot``), in one row."""
+    button = QPushButton(text)
+    button.clicked.connect(slot)
+    row = QHBoxLayout()
+    row.addWidget(field, 1)
+    row.addWidget(button)
+    return row, button
+
+
 class NewRunDialog(QDialog):
     def __init__(
         self,
@@ -63,11 +76,7 @@ class NewRunDialog(QDialog):
         self.agent.setToolTip(
             "a built-in name, package.module:function or path/to/file.py:function"
         )
-        browse = QPushButton("File…")
-        browse.clicked.connect(self._browse)
-        agent_row = QHBoxLayout()
-        agent_row.addWidget(self.agent, 1)
-        agent_row.addWidget(browse)
+        agent_row, _ = _with_button(self.agent, "File…", self._browse)
         self.python = QComboBox()
         self.python.setEditable(True)
         self.python.addItem(OWN_PYTHON)
@@ -76,11 +85,7 @@ class NewRunDialog(QDialog):
             "the Python environment your agent's packages are installed in (it needs steplog "
             "too); built-in agents always run on the monitor's own"
         )
-        pick_python = QPushButton("Choose…")
-        pick_python.clicked.connect(self._browse_python)
-        python_row = QHBoxLayout()
-        python_row.addWidget(self.python, 1)
-        python_row.addWidget(pick_python)
+        python_row, pick_python = _with_button(self.python, "Choose…", self._browse_python)
         self._python_widgets = (self.python, pick_python)
         self.python_note = QLabel()
         self.python_note.setTextFormat(
@@ -135,7 +140,8 @@ class NewRunDialog(QDialog):
     # -- the interpreter ----------------------------------------------------------------------
 
     def _agent_changed(self, text: str) -> None:
-        """Built-in agents run on the monitor's own Python; an own agent on the one last chosen for it."""
+        """Built-in agents run on the monitor's own Python; an own agent on the one last chosen for
+        it."""
         builtin = text.strip() in BUILTIN_AGENTS
         for widget in self._python_widgets:
             widget.setEnabled(not builtin)
@@ -220,7 +226,7 @@ class NewRunDialog(QDialog):
         if path:
             self.agent.setEditText(f"{path}:")
 
-    def spec(self, db: object) -> LaunchSpec:
+    def spec(self, db: LogLocation) -> LaunchSpec:
         params = dict(p.split("=", 1) for p in self.params.text().split() if "=" in p)
         limits: dict[str, float] = {}
         if self.max_steps.value():
@@ -234,7 +240,7 @@ class NewRunDialog(QDialog):
         return LaunchSpec(
             agent=self.agent.currentText().strip(),
             run_id=self.run_id.text().strip(),
-            db=db if isinstance(db, PgUrl) else Path(str(db)),
+            db=parse(db),
             outbox=self.outbox.text().strip() or None,
             pace=self.pace.value(),
             params=params,

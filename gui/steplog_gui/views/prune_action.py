@@ -2,8 +2,8 @@
 
 The monitor never writes the log: it reads what pruning would free (``steplog.log.prune.estimate``,
 read-only, off the GUI thread) and runs the command as a child process, the one way the engine's
-own commands are started (``steplog.control.procs``). The tailer then sees the ``runs_pruned`` event and
-the runs leave the list.
+own commands are started (``steplog.control.procs``). The tailer then sees the ``runs_pruned``
+event and the runs leave the list.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 
 from steplog.control.procs import child_env, python_argv, spawn
-from steplog.log.location import LogLocation, PgUrl
+from steplog.log.follow import prunable
+from steplog.log.location import LogLocation
 from steplog.log.prune import Candidate, estimate
 from steplog_gui import jobs
 
@@ -41,7 +42,8 @@ class Pruner(QObject):
     refused = Signal(str)
     """Why those runs cannot be pruned (one line: a run is running, unknown, held...)."""
     finished = Signal(int, str)
-    """(exit code, one line) when ``steplog prune`` ended: what it pruned and reclaimed, or why not."""
+    """(exit code, one line) when ``steplog prune`` ended: what it pruned and reclaimed, or why
+    not."""
 
     def __init__(
         self,
@@ -65,13 +67,11 @@ class Pruner(QObject):
         return self._proc is not None
 
     def estimate(self, run_ids: Sequence[str]) -> None:
-        """Read what pruning ``run_ids`` frees (off the GUI thread); ``estimated`` or ``refused`` follows."""
+        """Read what pruning ``run_ids`` frees (off the GUI thread); ``estimated`` or ``refused``
+        follows."""
         path, ids = self._log(), tuple(run_ids)
-        if isinstance(path, PgUrl):  # as `steplog prune --db URL` does
-            self.refused.emit("pruning a PostgreSQL log is not supported yet")
-            return
         jobs.submit(
-            lambda: estimate(path, ids),
+            lambda: estimate(prunable(path), ids),
             self.estimated.emit,
             lambda exc: self.refused.emit(str(exc)),
             owner=self,

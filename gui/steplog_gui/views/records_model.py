@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import QModelIndex, Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QTableView
 
-_Index = QModelIndex | QPersistentModelIndex
+from steplog_gui.views.table_model import Index, TableModel
 
 
-class RecordsModel(QAbstractTableModel):
+class RecordsModel(TableModel):
     """Rows are dicts; ``columns`` is a sequence of (header, key). ``colour(record)`` may return
     a QColor for the whole row (e.g. a real duplicate delivery in red)."""
 
@@ -24,30 +24,18 @@ class RecordsModel(QAbstractTableModel):
     ) -> None:
         super().__init__(parent)
         self._columns = list(columns)
+        self.headers = [header for header, _key in self._columns]
         self._rows: list[dict[str, Any]] = []
         self._colour = colour
 
-    def rowCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self._rows)
+    def row_count(self) -> int:
+        return len(self._rows)
 
-    def columnCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self._columns)
-
-    def headerData(
-        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
-    ) -> Any:
-        if (
-            orientation == Qt.Orientation.Horizontal
-            and role == Qt.ItemDataRole.DisplayRole
-            and 0 <= section < len(self._columns)
-        ):
-            return self._columns[section][0]
-        return None
-
-    def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid() or not (0 <= index.row() < len(self._rows)):
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        row = self.row_at(index)
+        if row is None:
             return None
-        record = self._rows[index.row()]
+        record = self._rows[row]
         if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole):
             value = record.get(self._columns[index.column()][1])
             return "" if value is None else str(value)

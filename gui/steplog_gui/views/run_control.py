@@ -152,8 +152,8 @@ class ForkDialog(QDialog):
         form = QFormLayout(self)
         note = QLabel(
             f"Steps before the chosen one are copied from {run.run_id} (their effects are not sent "
-            "again); from it on the fork runs with its own idempotency keys. Its workdir starts as a "
-            "copy of the parent's."
+            "again); from it on the fork runs with its own idempotency keys. Its workdir starts "
+            "as a copy of the parent's."
         )
         note.setWordWrap(True)
         note.setTextFormat(Qt.TextFormat.PlainText)
@@ -267,7 +267,8 @@ class WaitingBanner(QFrame):
         engine = "" if not run.engine_gone() else "  (no engine: Resume run after answering)"
         self.text.setText(
             f"{run.run_id} waits for “{run.waiting_for}” since "
-            f"{time.strftime('%H:%M:%S', time.localtime(since))} ({minutes} min {seconds:02d} s){engine}"
+            f"{time.strftime('%H:%M:%S', time.localtime(since))} ({minutes} min {seconds:02d} "
+            f"s){engine}"
         )
 
     def _answer(self, approved: bool) -> None:

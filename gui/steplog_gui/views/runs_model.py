@@ -6,19 +6,19 @@ import math
 import time
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, QTimer
+from PySide6.QtCore import QModelIndex, Qt, QTimer
 
 from steplog.log.runstatus import RunStatus
 from steplog_gui import theme
 from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.model.run_state import RunState
+from steplog_gui.views.table_model import Index, TableModel
 
 COLUMNS = ("Run", "Status", "Steps", "Agent", "Budget use", "Started", "Duration", "Host")
 """The columns a person needs first come first: a narrow Runs dock still shows run, status, steps.
-Host is the machine that works (or last worked) the run: a log on PostgreSQL serves a fleet."""
+Host is the machine that works (or last worked) the run: a log on a server serves a fleet."""
 RUN, STATUS, STEPS, AGENT, BUDGET, STARTED, DURATION, HOST = range(len(COLUMNS))
 RUN_ID_ROLE = Qt.ItemDataRole.UserRole + 1
-_Index = QModelIndex | QPersistentModelIndex
 
 
 def budget_use(run: RunState) -> tuple[float, str]:
@@ -78,7 +78,8 @@ def status_text(run: RunState) -> tuple[str, str | None]:
     if run.cancel_requested:
         return (
             "cancelling",
-            f"cancel requested ({run.cancel_requested}); the engine stops at its next step boundary",
+            f"cancel requested ({run.cancel_requested});"
+            " the engine stops at its next step boundary",
         )
     if run.pid is None:
         return "stopped", "no engine holds it (stopped or released); Resume run continues it"
@@ -116,7 +117,7 @@ def fmt_duration(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
-class RunsModel(QAbstractTableModel):
+class RunsModel(TableModel):
     """One row per run in the log; status is coloured text; refreshes live."""
 
     def __init__(self, monitor: Monitor, parent: Any = None) -> None:
@@ -139,27 +140,16 @@ class RunsModel(QAbstractTableModel):
 
     # -- model API --------------------------------------------------------------------------
 
-    def rowCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self._ids)
+    headers = COLUMNS
 
-    def columnCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(COLUMNS)
+    def row_count(self) -> int:
+        return len(self._ids)
 
-    def headerData(
-        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
-    ) -> Any:
-        if (
-            orientation == Qt.Orientation.Horizontal
-            and role == Qt.ItemDataRole.DisplayRole
-            and 0 <= section < len(COLUMNS)
-        ):
-            return COLUMNS[section]
-        return None
-
-    def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid() or not (0 <= index.row() < len(self._ids)):
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        row = self.row_at(index)
+        if row is None:
             return None
-        run = self._monitor.run(self._ids[index.row()])
+        run = self._monitor.run(self._ids[row])
         if run is None:
             return None
         col = index.column()

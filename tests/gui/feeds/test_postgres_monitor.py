@@ -55,7 +55,7 @@ def test_runs_of_other_processes_appear_and_advance_live_by_notification(
     )  # empty database: waits
     assert "LISTEN steplog_event" in window.statusBar().currentMessage()
     tailer = _tailer(window)
-    assert tailer._observer is None and tailer._worker._timer is None  # noqa: SLF001 - no file watch, no poll
+    assert tailer._observer is None and not tailer._worker._poll.isActive()  # noqa: SLF001 - no watch, no poll
     procs = [
         engine.start(
             "run",
@@ -212,4 +212,4 @@ def test_a_lost_connection_is_said_and_the_tail_resumes_after_reconnecting(
     qtbot.waitUntil(lambda: window.monitor.problem == "", timeout=15_000)
     _write(engine.db, ("r2", "run_created", 0, None, {"agent": "probe"}))
     qtbot.waitUntil(lambda: window.monitor.run("r2") is not None, timeout=15_000)
-    assert _tailer(window)._pg_watch.reconnects >= 1  # noqa: SLF001
+    assert _tailer(window)._commit_watch.reconnects >= 1  # noqa: SLF001

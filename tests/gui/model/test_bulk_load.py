@@ -24,6 +24,7 @@ from helpers.paths import AGENTS
 from helpers.witness import witness_args
 from steplog.log.db import open_log
 from steplog.log.reader import LogRepository
+from steplog.verdict.kills import account
 from steplog_gui.model.bulk_load import add_details, load_details, load_run
 from steplog_gui.model.run_state import COMMITTED, FAILED, GAVE_UP, REDONE, RUNNING, LogState
 
@@ -47,15 +48,23 @@ def bulk_then_fold(repo: LogRepository, upto: int) -> LogState:
 
 
 def assert_every_cut_agrees(db: Path, *, step: int = 1) -> LogState:
+    """Bulk load then fold equals the fold at every cut; and the kills both find are the deaths
+    ``steplog verdict`` reads from the same events (``steplog.verdict.kills``)."""
     repo = LogRepository(db)
     try:
         folded = fold_all(repo)
-        ids = [e.id for e in repo.events_since(0, limit=10**9)]
+        events = repo.events_since(0, limit=10**9)
+        ids = [e.id for e in events]
         for upto in [0, *ids[::step], ids[-1]]:
             state = bulk_then_fold(repo, upto)
             assert list(state.runs) == list(folded.runs), f"cut at {upto}: runs in another order"
             for run_id, run in folded.runs.items():
                 assert_same(state.runs[run_id], run, f"cut at event {upto}, run {run_id}")
+        for run_id, run in folded.runs.items():
+            deaths = account([e for e in events if e.run_id == run_id]).deaths
+            assert [(k.killed_incarnation, k.ts, k.exact, k.resumed_at) for k in run.kills] == [
+                (d.incarnation, d.at, d.exact, d.taken_over_at) for d in deaths
+            ], f"run {run_id}: the monitor's kills are not the verdict's deaths"
         return folded
     finally:
         repo.close()
@@ -196,6 +205,10 @@ def test_corner_cases_load_as_they_fold(tmp_path: Path) -> None:
             (40, "c", 13.0, 1, "lease_acquired", None, {"pid": 15}),
             (41, "c", 13.1, 1, "step_started", 1, {"name": "c1", "kind": "chat"}),
             (42, "c", 13.2, 1, "run_finished", None, {"status": "gave_up", "reason": "tokens"}),
+            (50, "d", 14.0, 1, "lease_acquired", None, {"pid": 16}),
+            (51, "d", 14.1, 1, "step_started", 1, {"name": "d1", "kind": "chat"}),
+            (52, "d", 15.0, 2, "lease_acquired", None, {"pid": 17, "previous_pid": 16}),
+            (53, "d", 15.1, 2, "step_started", 1, {"name": "d1", "kind": "chat"}),
         ],
     )
     folded = assert_every_cut_agrees(db)
@@ -205,7 +218,12 @@ def test_corner_cases_load_as_they_fold(tmp_path: Path) -> None:
     assert (
         list(c.executions["outcome"]) == [GAVE_UP] and -1 not in c.step_names
     )  # no marker: a step gave up
-    assert a.kills[-1].ts == 11.6  # dated by the dead engine's own last event
+    # The engine that wrote run_finished let go cleanly: the takeover after the reopening is no
+    # kill, by the verdict's rule (steplog.verdict.kills), which the monitor reads with.
+    assert [(k.killed_incarnation, k.ts, k.exact) for k in a.kills] == [(1, 10.55, True)]
+    d = folded.runs["d"]
+    assert [(k.killed_incarnation, k.ts, k.exact) for k in d.kills] == [(1, 14.1, False)]
+    assert list(d.executions["outcome"]) == [REDONE, RUNNING]  # dated by its own last event
 
 
 def test_an_empty_log_and_a_run_with_only_its_creation_load(tmp_path: Path) -> None:
