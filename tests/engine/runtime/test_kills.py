@@ -85,7 +85,7 @@ def reference(
     return cache
 
 
-@pytest.mark.slow  # 89 s on PostgreSQL, 59 s on a file, at a load of 7 (2026-12-03)
+@pytest.mark.slow  # 40 s each and 34 s for the reference runs; 89 s at a load of 7
 @pytest.mark.backends("sqlite", "postgres")
 def test_a_storm_of_kills_loses_nothing_and_duplicates_nothing(
     engine: Engine, tmp_path: Path, reference

@@ -22,7 +22,6 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -178,5 +177,4 @@ CrashAndResume.TestCase.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-# Slow: 59 to 78 s at loads of 7 to 10 (8 generated programs, each crashed and resumed).
-TestCrashAndResume = pytest.mark.slow(CrashAndResume.TestCase)
+TestCrashAndResume = CrashAndResume.TestCase
