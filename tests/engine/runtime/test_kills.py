@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from helpers.engine import Engine, checkout_env, storm
-from helpers.paths import AGENTS
+from helpers.witness import witness_args
 from steplog.runtime.crashpoints import CRASH_EXIT_CODE, POINTS
 
 STORM_KILLS = 24
@@ -47,23 +47,6 @@ def rows_of(workdir: Path) -> list[tuple[int, int]]:
         conn.close()
 
 
-def run_args(engine: Engine, run_id: str, witness: Path, n: int, pause: float) -> list[str]:
-    return [
-        "run",
-        f"{AGENTS}:witness",
-        "--run-id",
-        run_id,
-        "--db",
-        str(engine.db),
-        "--param",
-        f"n={n}",
-        "--param",
-        f"witness={witness}",
-        "--param",
-        f"pause={pause}",
-    ]
-
-
 @pytest.fixture(scope="module")
 def reference(
     tmp_path_factory: pytest.TempPathFactory,
@@ -74,7 +57,7 @@ def reference(
     def make(n: int) -> None:
         base = tmp_path_factory.mktemp(f"reference{n}")
         eng = Engine(db=base / "ref.db", env=checkout_env())
-        done = eng.run(*run_args(eng, "ref", base / "w.db", n, 0.0))
+        done = eng.run(*witness_args(eng, "ref", base / "w.db", n, 0.0))
         assert done.returncode == 0, done.stderr
         status = eng.status("ref")
         workdir = Path(status["workdir"])
@@ -97,7 +80,9 @@ def test_a_storm_of_kills_loses_nothing_and_duplicates_nothing(
     total, latencies = 0, []
     for attempt in range(10):
         run_id, witness = f"storm{attempt}", tmp_path / f"witness{attempt}.db"
-        result = storm(engine, run_args(engine, run_id, witness, n, 0.02), rng, STORM_KILLS - total)
+        result = storm(
+            engine, witness_args(engine, run_id, witness, n, 0.02), rng, STORM_KILLS - total
+        )
         assert result.exit_code == 0  # never 75: a dead holder is taken over at once
         total += result.kills
 
@@ -196,7 +181,7 @@ def test_a_crash_at_each_point_on_postgres(
 
 def crash_and_resume(engine: Engine, tmp_path: Path, reference, point: str, seq: int) -> None:  # type: ignore[no-untyped-def]
     n, witness = 4, tmp_path / "witness.db"
-    args = run_args(engine, "cp", witness, n, 0.0)
+    args = witness_args(engine, "cp", witness, n, 0.0)
     crashed = engine.run(*args, env={"STEPLOG_CRASH_AT": f"{point}@{seq}"})
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
     assert f"crash point {point}@{seq} reached" in crashed.stderr  # proof the point was hit
