@@ -84,14 +84,17 @@ class _Heartbeat(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        try:
-            conn = connect_plain(
-                self._db
-            )  # synchronous NORMAL: a lost renewal only shortens the lease
-        except Exception:
-            return  # the engine's own writes still renew the lease and notice a takeover
+        conn: LogConnection | None = None
         try:
             while not self._stop_event.wait(self._period):
+                if conn is None:
+                    # Opened when the first renewal is due, not at start: a thread opening a
+                    # connection holds the GIL the main thread needs on its way to the first step.
+                    # Synchronous NORMAL: a lost renewal only shortens the lease.
+                    try:
+                        conn = connect_plain(self._db)
+                    except Exception:
+                        return  # the engine's own writes still renew the lease, notice a takeover
                 j = self._journal
                 try:
                     mine, cancel = renew_lease(
@@ -111,7 +114,8 @@ class _Heartbeat(threading.Thread):
                     j.cancel_requested = cancel
                     interrupts.request_from_thread("cancel")
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
 
     def stop(self) -> None:
         """Stop and wait, so its connection is closed before the caller closes the log."""
