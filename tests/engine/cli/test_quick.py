@@ -143,6 +143,7 @@ HEAVY_STEPLOG = (
     "steplog.cli.commands",
     "steplog.cli.options",
     "steplog.llm.prices",
+    "steplog.llm.tickets",
     "steplog.llm.openai_compat",
     "steplog.tracing.otel",
     "steplog.tracing.export",
