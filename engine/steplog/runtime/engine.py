@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from steplog.errors import Fenced, LogWriteError, RunStopped, RunWaiting, UsageError
 from steplog.log import interrupts
@@ -34,7 +34,6 @@ from steplog.log.db import (
 from steplog.log.journal import Journal, Usage, dumps, renew_lease, why_not_json
 from steplog.log.lease import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from steplog.log.location import LogLocation
-from steplog.log.observer import RunObserver, incarnation_of
 from steplog.log.runids import check_run_id, new_run_id
 from steplog.log.runstatus import RunStatus
 from steplog.log.status import outcome_error
@@ -47,6 +46,9 @@ from steplog.runtime.run import Run
 from steplog.runtime.runnable import Runnable
 from steplog.tracing.env import check_environment
 from steplog.tracing.observe import from_environment
+
+if TYPE_CHECKING:
+    from steplog.log.observer import RunObserver
 
 
 @dataclass(frozen=True)
@@ -363,6 +365,8 @@ def _observer(
     began."""
     observer = from_environment()
     if observer is not None:
+        from steplog.log.observer import incarnation_of  # only when tracing: ~1 ms of every start
+
         observer.incarnation_started(incarnation_of(conn, row, incarnation, resumed))
     return observer
 
