@@ -145,7 +145,8 @@ class StepAttemptFailed(TypedDict):
 
 
 class StepCommitted(TypedDict, total=False):
-    duration: Required[float]
+    duration: float
+    """Seconds the attempt took; absent with ``started`` (it ran from then to the event's ts)."""
     usage: Required[Usage]
     name: str
     """A wait step's (``run.wait_for``), with its ``kind`` and the ``signal_id`` it consumed; a

@@ -59,6 +59,8 @@ class _Start:
     """When it began (the journal's clock)."""
     t0: float
     """When it began (the monotonic clock): the heartbeat's "is it late" test."""
+    executions: int = 1
+    """What it counts as in ``Usage.executions`` (kept counted if a write fails meanwhile)."""
     written: bool = False
     """Its start is in the log (written late, by the heartbeat): the commit updates the row."""
 
@@ -92,6 +94,12 @@ def why_not_json(exc: Exception) -> str:
         return "it holds NaN or Infinity, which JSON cannot carry"
     return f"{exc}"
 
+
+_STARTED_SQL = (
+    "INSERT INTO step (run_id, seq, name, kind, status, phase, attempts, recoveries, started_at, "
+    "incarnation) VALUES (?, ?, ?, ?, 'running', 'started', ?, ?, ?, ?)"
+)
+"""A step's row as an attempt of it starts (its start written, deferred or not)."""
 
 _COMMITTED_SQL = (
     "INSERT INTO step (run_id, seq, name, kind, status, phase, result, attempts, recoveries, "
@@ -320,6 +328,9 @@ class Journal:
                 # or releasing the lease next (which writes them too) would record a step that
                 # was never committed.
                 vars(self.usage).update(self._committed)
+                d = self._deferred
+                if d is not None and not d.written:
+                    self.usage.executions += d.executions  # begun, and its start still to write
                 if isinstance(exc, sqlite3.Error):
                     raise LogWriteError(
                         f"writing the log failed ({first_line(exc)}); nothing was half-written: "
@@ -365,7 +376,14 @@ class Journal:
         u.executions += executions if counted else 0
         if defer and fresh and self._deferred is None and not self._open and not reserve_tokens:
             self._deferred = _Start(
-                seq, name, kind, attempt, recoveries, self._clock(), self._monotonic()
+                seq,
+                name,
+                kind,
+                attempt,
+                recoveries,
+                self._clock(),
+                self._monotonic(),
+                executions if counted else 0,
             )
             if self.observer is not None:
                 self.observer.attempt_started(
@@ -379,9 +397,7 @@ class Journal:
         with self._tx(durable=durable):
             if fresh:
                 self.conn.execute(
-                    "INSERT INTO step (run_id, seq, name, kind, status, phase, attempts, "
-                    "recoveries, started_at, incarnation) VALUES (?, ?, ?, ?, 'running', "
-                    "'started', ?, ?, ?, ?)",
+                    _STARTED_SQL,
                     (self.run_id, seq, name, kind, attempt, recoveries, now, self.incarnation),
                 )
             else:
@@ -410,8 +426,7 @@ class Journal:
         """A deferred start, written now (in the caller's transaction): the step row, running,
         and its ``step_started`` with ``started`` (when it began)."""
         conn.execute(
-            "INSERT INTO step (run_id, seq, name, kind, status, phase, attempts, recoveries, "
-            "started_at, incarnation) VALUES (?, ?, ?, ?, 'running', 'started', ?, ?, ?, ?)",
+            _STARTED_SQL,
             (self.run_id, d.seq, d.name, d.kind, d.attempt, d.recoveries, d.at, incarnation),
         )
         data: StepStarted = {
@@ -461,6 +476,7 @@ class Journal:
                 rollback(conn)  # the step's own next write records its start then
                 return
             d.written = True
+            self._committed["executions"] = self.usage.executions  # the log holds it now
 
     def count_retry(self) -> None:
         self.usage.retries += 1
@@ -588,8 +604,7 @@ class Journal:
                 data: StepCommitted = {
                     "name": name,
                     "kind": kind,
-                    "started": d.at,
-                    "duration": round(duration, 6),
+                    "started": d.at,  # and no ``duration``: it ran from then to this event
                     "usage": u.snapshot(self.seconds_used(), compact=True),
                 }
                 if d.attempt != 1:

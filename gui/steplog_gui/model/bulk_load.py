@@ -99,7 +99,7 @@ class RunDetails:
 def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
     """The run as ``LogState.apply`` would leave it after its events up to id ``upto``, minus
     the details (step names, usage series: ``load_details``)."""
-    cols = repo.event_columns(run_id, upto)
+    cols = _with_deferred_starts(repo.event_columns(run_id, upto))
     run = RunState(run_id)
     if not len(cols):
         return run
@@ -183,6 +183,17 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
     tokens = repo.decision_tokens(cols["id"][decisions])
     _executions(run, cols, n, lease_end, finishes, decisions, tokens, copied, kill_at)
     return run
+
+
+def _with_deferred_starts(cols: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A commit that is its step's start too (``started`` set: a deferred start) as the two
+    events the fold makes of it: a start at ``started``, then the commit."""
+    both = np.flatnonzero(~np.isnan(cols["started"]) & (cols["code"] == COMMIT))
+    if not len(both):
+        return cols
+    starts = cols[both].copy()
+    starts["code"], starts["ts"] = STARTED, starts["started"]
+    return np.insert(cols, both, starts)
 
 
 def _executions(
@@ -286,7 +297,9 @@ def _executions(
         if ev.data.get("status") == RunStatus.GAVE_UP and p not in closed_by_finish
     ]
     rows = np.zeros(m + len(markers) + len(copied), dtype=np.dtype(list(EXECUTION_FIELDS.items())))
-    rows["start"][:m], rows["end"][:m], rows["lane"][:m] = ts[starts], end, inc[starts]
+    began = cols["started"][starts]  # a deferred start written late began before its event
+    rows["start"][:m] = np.where(np.isnan(began), ts[starts], began)
+    rows["end"][:m], rows["lane"][:m] = end, inc[starts]
     rows["outcome"][:m], rows["seq"][:m], rows["phase"][:m] = outcome, seq[starts], phase
     rows["tokens"][:m], rows["estimated"][:m] = tok, est
     for j, p in enumerate(markers):

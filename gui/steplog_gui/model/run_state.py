@@ -309,10 +309,7 @@ class RunState:
         elif kind == EventKind.LEASE_ACQUIRED:
             self._new_incarnation(ev, death)
         elif kind == EventKind.STEP_STARTED and ev.seq is not None:
-            self.step_names[ev.seq] = (str(d.get("name", "")), str(d.get("kind", "")))
-            self._open[ev.seq] = self.executions.append(
-                start=ev.ts, end=math.nan, lane=ev.incarnation, outcome=RUNNING, seq=ev.seq, phase=0
-            )
+            self._start(ev)
         elif kind == EventKind.DECISION_RECORDED and ev.seq in self._open:
             i = self._open[ev.seq]
             ex = self.executions
@@ -358,6 +355,8 @@ class RunState:
                 self.worker = (str(w.get("host")), int(w.get("pid") or 0))
             self.worker_active = kind == EventKind.WORKER_CLAIMED
         elif kind == EventKind.STEP_COMMITTED and ev.seq is not None:
+            if "started" in d:  # the step's start too (a deferred start)
+                self._start(ev)
             if self.status == RunStatus.WAITING:
                 self.status, self.waiting_for, self.waiting_since = RunStatus.RUNNING, None, None
             self._close(ev.seq, ev.ts, COMMITTED, phase=3)
@@ -390,6 +389,21 @@ class RunState:
             self.pid = None
         elif kind == EventKind.LEASE_RELEASED:
             self.pid = None
+
+    def _start(self, ev: Event) -> None:
+        """A step attempt begins: at ``started`` when its start was deferred, else at the event."""
+        d, seq = ev.data, ev.seq
+        assert seq is not None
+        self.step_names[seq] = (str(d.get("name", "")), str(d.get("kind", "")))
+        began = d.get("started")
+        self._open[seq] = self.executions.append(
+            start=float(began) if isinstance(began, (int, float)) else ev.ts,
+            end=math.nan,
+            lane=ev.incarnation,
+            outcome=RUNNING,
+            seq=seq,
+            phase=0,
+        )
 
     def copied_span(self, ev: Event) -> tuple[float, float]:
         """Where a fork's copied step is drawn: its own times in the parent, shifted to end at

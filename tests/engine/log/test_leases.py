@@ -136,7 +136,7 @@ def test_a_zombie_finds_itself_fenced_and_writes_nothing(engine: Engine, tmp_pat
     a = engine.start(*args)
     try:
         # Freeze A while it sleeps inside a step body (not inside a write transaction).
-        wait_until(lambda: engine.events("step_started", seq=6) == 1, what="step 6")
+        wait_until(lambda: engine.events("step_committed", seq=5) == 1, what="step 6")
         freeze_outside_a_write(engine, a)
         wait_until(
             lambda: engine.query("SELECT lease_expires FROM run")[0][0] < time.time(),
@@ -290,7 +290,7 @@ def test_a_wall_clock_stepped_back_does_not_stretch_a_frozen_holders_lease_on_it
     a = engine.start(*args)
     try:
         wait_until(
-            lambda: engine.events("step_started", seq=6) == 1,
+            lambda: engine.events("step_committed", seq=5) == 1,
             what="step 6 (a compute step: no witness lock held)",
         )
         freeze_outside_a_write(engine, a)
