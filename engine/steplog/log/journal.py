@@ -251,15 +251,16 @@ class Journal:
                 f"run {self.run_id}: a newer engine took it over; this one (incarnation "
                 f"{self.incarnation}) stops"
             )
-        if self._deferred is None:
-            with self._tx_body(durable, run_sets, run_args, None) as conn:
-                yield conn
-            return
-        with self._deferred_lock:  # the heartbeat does not write the start meanwhile
-            with self._tx_body(durable, run_sets, run_args, settles) as conn:
-                yield conn
+        # The heartbeat must not write the deferred start meanwhile (``record_late_start``).
+        lock = self._deferred_lock if self._deferred is not None else None
+        if lock is not None:
+            lock.acquire()
+        try:
+            yield from self._tx_body(durable, run_sets, run_args, settles)
+        finally:
+            if lock is not None:
+                lock.release()
 
-    @contextmanager
     def _tx_body(
         self, durable: bool, run_sets: str, run_args: tuple[Any, ...], settles: _Start | None
     ) -> Iterator[LogConnection]:
