@@ -312,13 +312,15 @@ class Journal:
                         f"{self.incarnation}) stops"
                     )
                 pending = self._deferred
-                if pending is not None and pending is not settles and not pending.written:
+                if pending is not None and (pending is settles or pending.written):
+                    pending = None
+                if pending is not None:
                     self._write_start(conn, pending, self.incarnation)
+                    self._open.add(pending.seq)  # before the write below may end it
                 yield conn
                 conn.execute("COMMIT")
-                if pending is not None and pending is not settles:
+                if pending is not None:
                     pending.written = True
-                    self._open.add(pending.seq)
                     self._deferred = None
                 if settles is not None and self._deferred is settles:
                     self._deferred = None

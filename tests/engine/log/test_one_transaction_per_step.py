@@ -133,3 +133,26 @@ def test_a_kill_inside_a_short_step_counts_as_one_step_redone(
     (kill,) = verdict.kills
     assert (kill.seq, kill.phase, kill.redone) == (2, "running", 1)
     assert verdict.redone_steps == 1 and verdict.passed
+
+
+def test_a_retried_step_writes_each_attempt_and_the_next_step_is_one_event_again(
+    db: Path,
+) -> None:
+    failures = [RuntimeError("flaky")]
+
+    def flaky() -> int:
+        if failures:
+            raise failures.pop()
+        return 1
+
+    @steplog.agent(retry=steplog.RetryPolicy(max_attempts=2, initial_interval=0.0))
+    def retrying(run: steplog.Run) -> int:
+        return run.step("flaky", flaky) + run.step("after", int, 1)
+
+    assert retrying.run("r", db=db) == 2
+    by_seq: dict[int, list[str]] = {}
+    for kind, seq, _ in events_of(db, "r"):
+        if seq is not None:
+            by_seq.setdefault(seq, []).append(kind)
+    assert by_seq[1] == ["step_started", "step_attempt_failed", "step_started", "step_committed"]
+    assert by_seq[2] == ["step_committed"]
