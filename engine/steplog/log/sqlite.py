@@ -575,6 +575,9 @@ class SqliteBackend:
         """None: a write transaction holds the whole file's write lock."""
         return ""
 
+    def lock_run(self, conn: LogConnection, run_id: str) -> None:
+        """Nothing: the transaction holds the whole file's write lock."""
+
     def settled_upto(self, conn: LogConnection) -> int | None:
         """All of it: an event id is taken under the write lock, so ids commit in order."""
         return None
