@@ -445,7 +445,8 @@ _PROBES = (
         "coalesce(length(error), 0)) FROM step WHERE run_id = ?",
         True,
     ),
-    ("SELECT * FROM step WHERE rowid = (SELECT max(rowid) FROM step)", False),
+    ("SELECT * FROM step WHERE run_id = ? ORDER BY seq DESC LIMIT 1", True),
+    ("SELECT * FROM step ORDER BY run_id DESC, seq DESC LIMIT 1", False),  # root to last leaf
     # the run's effects in full, and where new ledger rows and their keys go
     (
         "SELECT max(length(key) + length(target) + coalesce(length(response), 0)) FROM effect "
@@ -573,6 +574,9 @@ class SqliteBackend:
     def for_update(self, *, skip_locked: bool = False) -> str:
         """None: a write transaction holds the whole file's write lock."""
         return ""
+
+    def lock_run(self, conn: LogConnection, run_id: str) -> None:
+        """Nothing: the transaction holds the whole file's write lock."""
 
     def settled_upto(self, conn: LogConnection) -> int | None:
         """All of it: an event id is taken under the write lock, so ids commit in order."""
