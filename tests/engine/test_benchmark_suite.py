@@ -46,8 +46,8 @@ def test_the_benchmark_suite_prints_its_table_and_writes_the_raw_numbers(tmp_pat
     assert {x["synchronous"] for x in steps["raw"]["NORMAL"]["steplog"]} == {
         "NORMAL"
     }  # read back, not assumed
-    # A step row and two events per step, plus the run's own few rows over 30 steps.
-    assert 3.0 < steps["peers"]["steplog"]["rows_per_step"]["median"] < 3.5
+    # A step row and one event per step (a deferred start), plus the run's own few rows.
+    assert 2.0 < steps["peers"]["steplog"]["rows_per_step"]["median"] < 2.5
     resume = raw["resume"]["peers"]["steplog"]
     assert (
         resume["correct"] and resume["redone"]["max"] <= 1

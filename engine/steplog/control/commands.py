@@ -1,9 +1,10 @@
 """Run control from outside the engine: cancel, signal, retry and fork.
 
-Each operation is one ``BEGIN IMMEDIATE`` transaction on the log, like an engine's claim: it
-checks the run's state, changes the run's rows and appends the matching ``event`` rows (the
-monitor sees every change), or refuses with a ``ControlRefused``/``UnknownRun`` and writes
-nothing. None of them sends an effect: retry and fork only prepare a run, which an engine then
+Each operation is one transaction on the log that holds the run's lock (``db.run_locked``), like
+an engine's claim: it checks the run's state, changes the run's rows and appends the matching
+``event`` rows (the monitor sees every change), or refuses with a ``ControlRefused``/``UnknownRun``
+and writes nothing. On PostgreSQL that lock is the run's alone: control of one run never waits
+for another's. None of them sends an effect: retry and fork only prepare a run, which an engine then
 runs like any other (``steplog retry``/``fork`` do that right after).
 
 - **cancel**: a run no live engine holds ends ``cancelled`` here and now; one that a live engine
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from steplog.errors import ControlRefused, UnknownRun, UsageError
 from steplog.log import ledger, runs
 from steplog.log.claim import budget_of
-from steplog.log.db import LogConnection, LogRow, immediate, location, open_log, private_dir
+from steplog.log.db import LogConnection, LogRow, location, open_log, private_dir, run_locked
 from steplog.log.integrity import probe
 from steplog.log.journal import dumps
 from steplog.log.launch import Launch
@@ -97,7 +98,7 @@ def cancel(
     """Cancel a run that has not finished. Nothing is sent after the cancel takes effect."""
     why = reason.strip() if reason and reason.strip() else "cancelled with steplog cancel"
     now = time.time()
-    with _log(db) as (path, conn), immediate(conn):
+    with _log(db) as (path, conn), run_locked(conn, run_id):
         row = _run_row(conn, path, run_id)
         if row["status"] in TERMINAL:
             raise ControlRefused(
@@ -171,7 +172,7 @@ def signal(
             "accepted"
         )
     now = time.time()
-    with _log(db) as (path, conn), immediate(conn):
+    with _log(db) as (path, conn), run_locked(conn, run_id):
         row = _run_row(conn, path, run_id)
         if row["status"] in TERMINAL:
             raise ControlRefused(
@@ -228,7 +229,7 @@ def prepare_retry(
     instead) and for an effect that needs reconciliation (sending it again may duplicate it).
     """
     now = time.time()
-    with _log(db) as (path, conn), immediate(conn):
+    with _log(db) as (path, conn), run_locked(conn, run_id):
         row = _run_row(conn, path, run_id)
         status, reason = row["status"], row["reason"] or ""
         if status != RunStatus.FAILED:
@@ -427,8 +428,10 @@ def prepare_fork(
         )  # before copying a workdir for nothing (again under the lock)
         staged = _stage_workdir(Path(parent["workdir"]) if parent["workdir"] else None, target)
         try:
-            with immediate(conn):
-                _refuse_taken(conn, new_run_id)  # again, under the write lock
+            with run_locked(conn, new_run_id):
+                _refuse_taken(conn, new_run_id)  # again, under the new run's lock
+                # The parent's row too, read again locked: no run control changes it meanwhile.
+                parent = _run_row(conn, path, parent_id)
                 _refuse_beyond(conn, parent_id, at_step)
                 copied = runs.create_fork(
                     conn,

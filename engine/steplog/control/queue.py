@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from steplog.errors import UsageError
 from steplog.log import queue as rows
 from steplog.log.claim import Request, create_run
-from steplog.log.db import LogConnection, LogRow, immediate, location, open_log, run_write
+from steplog.log.db import LogConnection, LogRow, location, open_log, run_locked, run_write
 from steplog.log.integrity import probe
 from steplog.log.launch import Launch
 from steplog.log.lease import DEFAULT_LEASE_SECONDS, Holder, me, row_vacancy, vacancy
@@ -77,7 +77,7 @@ def submit(
     path = location(db)
     conn = open_log(path)
     try:
-        with immediate(conn):
+        with run_locked(conn, rid):
             probe(conn, path, rid)
             if run_exists(conn, rid):
                 raise UsageError(

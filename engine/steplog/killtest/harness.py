@@ -27,6 +27,7 @@ from steplog.killtest.procs import POLL_SECONDS, LogWatch, Sandbox, kill_group
 from steplog.killtest.report import Report, StormResult, SweepCase, SweepResult
 from steplog.log.events import EventKind
 from steplog.log.location import LogLocation
+from steplog.log.logread import Event
 from steplog.outbox import start_outbox
 from steplog.runtime import crashpoints
 from steplog.runtime.agent import resolve
@@ -307,19 +308,25 @@ def _kill_when(
                 fire_at = min(fire_at or now, now)
         elif target is not None and target.mode in ("step", "act") and not seen:
             for e in watch.poll():
-                if (
-                    e.seq is not None
-                    and e.seq >= target.seq
-                    and (
-                        (target.mode == "step" and e.kind == EventKind.STEP_STARTED)
-                        or (target.mode == "act" and e.kind == EventKind.EFFECT_STARTED)
-                    )
-                ):
+                if _reached(target, e):
                     seen, fire_at = True, min(t0 + backstop, now + target.delay)
                     break
         if fire_at is not None and now >= fire_at:
             return kill_group(proc)
         time.sleep(POLL_SECONDS)
+
+
+def _reached(target: Target, e: Event) -> bool:
+    """Has the engine got to the target's step (``step``) or to its act (``act``)? A plain step's
+    start is not written when it begins (a deferred start): the commit of the step before it, or
+    the lease for the first one, says it is beginning."""
+    if target.mode == "act":
+        return e.kind == EventKind.EFFECT_STARTED and e.seq is not None and e.seq >= target.seq
+    if e.kind == EventKind.STEP_STARTED:
+        return e.seq is not None and e.seq >= target.seq
+    if e.kind == EventKind.STEP_COMMITTED:
+        return e.seq is not None and e.seq >= target.seq - 1
+    return e.kind == EventKind.LEASE_ACQUIRED and target.seq <= 1
 
 
 def sweep_cases(

@@ -104,6 +104,11 @@ class Backend(Protocol):
         """The row-locking clause for a ``SELECT`` in a write transaction."""
         ...
 
+    def lock_run(self, conn: LogConnection, run_id: str) -> None:
+        """Lock one run, which may not exist yet, for the rest of the write transaction, against
+        every other transaction that locks it so (``db.run_locked``)."""
+        ...
+
     def settled_upto(self, conn: LogConnection) -> int | None:
         """The event id up to which a reader may read without passing one yet to commit
         (``None``: all of them)."""

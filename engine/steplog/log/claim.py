@@ -1,8 +1,9 @@
 """Claiming a run: create it or find it, check that resuming it is legitimate, take its lease.
 
-All of it happens in one ``BEGIN IMMEDIATE`` transaction, so two engines racing for one run are
-serialised, and every refusal (wrong agent, changed params, a live lease) rolls back: nothing
-is written.
+All of it happens in one transaction that holds the run's lock (``db.run_locked``: on SQLite the
+file's write lock, on PostgreSQL the lock of this run alone), so two engines racing for one run
+are serialised while claims of other runs go on, and every refusal (wrong agent, changed params,
+a live lease) rolls back: nothing is written.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from steplog.errors import LeaseHeld, UsageError
-from steplog.log.db import LogConnection, LogRow, for_update, immediate
+from steplog.log.db import LogConnection, LogRow, for_update, run_locked
 from steplog.log.events import EventKind
 from steplog.log.integrity import probe
 from steplog.log.journal import append_event, dumps
@@ -314,7 +315,7 @@ def finish_cancelled(conn: LogConnection, row: LogRow, reason: str, now: float) 
 def claim(conn: LogConnection, req: Request) -> Claimed | Finished:
     """Create or find the run and take its lease, in one transaction. Refusals write nothing."""
     now = time.time()
-    with immediate(conn):
+    with run_locked(conn, req.run_id):
         probe(conn, req.db_path, req.run_id)  # a damaged page is refused before anything is written
         row = _select(conn, req.run_id, lock=True)
         resumed = row is not None and row["incarnation"] > 0  # a fork's first engine starts it

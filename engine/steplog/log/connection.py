@@ -95,8 +95,8 @@ def immediate(conn: C) -> Iterator[C]:
 
     A deferred transaction that reads and then writes fails with SQLITE_BUSY *without waiting*
     when another writer got in between; ``BEGIN IMMEDIATE`` waits on ``busy_timeout`` instead.
-    On PostgreSQL it is a database-wide advisory lock, for the few transactions that are not one
-    run's (creating a run, run control); see ``run_write``.
+    On PostgreSQL it is a database-wide advisory lock (``pg``), for what is not one run's: a
+    migration. A transaction of one run is ``run_write`` or ``db.run_locked``.
     """
     with interrupts.critical(), rolled_back_on_error(conn):
         conn.execute("BEGIN IMMEDIATE")

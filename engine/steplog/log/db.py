@@ -13,6 +13,8 @@ re-exported here, where the rest of the engine has always found them.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, overload
 
@@ -129,6 +131,22 @@ def for_update(conn: object, *, skip_locked: bool = False) -> str:
     return backend_of(conn).for_update(skip_locked=skip_locked)
 
 
+@contextmanager
+def run_locked(conn: C, run_id: str) -> Iterator[C]:
+    """A write transaction that decides on one run as a whole, which may not exist yet: an
+    engine's claim (create, resume, take over), ``submit``, run control (cancel, signal, retry;
+    a fork, on its new run). On SQLite ``immediate``: the write lock covers the file.
+
+    On PostgreSQL a ``run_write`` that first takes the run's own lock (``pg.lock_run``), which
+    every such transaction of that run takes: two of them on one run take turns, on two runs they
+    go side by side. The block still locks the run row (``for_update``) before it reads what it
+    decides on, against the writers that take no run lock: the run's engine (its fence) and
+    workers claiming it (``SKIP LOCKED``). Run lock, then row: never the other way round."""
+    with run_write(conn):
+        backend_of(conn).lock_run(conn, run_id)
+        yield conn
+
+
 def is_transient(exc: BaseException) -> bool:
     """Is the log only away for now, so that the same work may succeed later on a new connection?
 
@@ -194,6 +212,7 @@ __all__ = [
     "read_only_log",
     "rollback",
     "rolled_back_on_error",
+    "run_locked",
     "run_write",
     "set_synchronous",
 ]

@@ -27,7 +27,10 @@ class EventKind(StrEnum):
     LEASE_RELEASED = "lease_released"
     """An engine let go without finishing (a stop signal): the next one takes over at once."""
     STEP_STARTED = "step_started"
-    """An attempt of a step begins (budget reserved, attempt counted)."""
+    """An attempt of a step begins (budget reserved, attempt counted). A plain step's first
+    attempt is not written when it begins (``journal`` defers it): its start is written with
+    the step's next write instead, carrying ``started`` (when it really began); a step that
+    commits first has no ``step_started`` at all, its ``step_committed`` says it began."""
     DECISION_RECORDED = "decision_recorded"
     """A model's answer committed before anything acts on it."""
     EFFECT_STARTED = "effect_started"
@@ -37,7 +40,9 @@ class EventKind(StrEnum):
     STEP_ATTEMPT_FAILED = "step_attempt_failed"
     """An attempt failed; ``will_retry`` says whether another follows."""
     STEP_COMMITTED = "step_committed"
-    """The checkpoint: the step's result is recorded and it never runs again."""
+    """The checkpoint: the step's result is recorded and it never runs again. With ``started``
+    (and ``name``, ``kind``) it is the step's start too: one transaction and one event for a
+    plain step that nothing else was written for (``journal``: a deferred start)."""
     RUN_FINISHED = "run_finished"
     """The terminal record: status, reason, usage."""
     WAITING = "waiting"
@@ -109,6 +114,9 @@ class StepStarted(TypedDict, total=False):
     attempt: int
     recoveries: int
     reserved_tokens: int
+    started: float
+    """A deferred start, written late: when the attempt really began (the event's ``ts`` is when
+    it was written). Had the engine died before, no start of it would be in the log."""
 
 
 class DecisionRecorded(TypedDict):
@@ -137,12 +145,19 @@ class StepAttemptFailed(TypedDict):
 
 
 class StepCommitted(TypedDict, total=False):
-    duration: Required[float]
+    duration: float
+    """Seconds the attempt took; absent with ``started`` (it ran from then to the event's ts)."""
     usage: Required[Usage]
     name: str
-    """A wait step's (``run.wait_for``), with its ``kind`` and the ``signal_id`` it consumed."""
+    """A wait step's (``run.wait_for``), with its ``kind`` and the ``signal_id`` it consumed; a
+    step whose start this event is too (``started``), with its ``kind``."""
     kind: str
     signal_id: int | None
+    started: float
+    """This event is the step's start as well (a deferred start, never written on its own): when
+    the attempt began. ``attempt`` and ``recoveries`` as in ``step_started``, when not 1 and 0."""
+    attempt: int
+    recoveries: int
 
 
 class RunFinished(TypedDict, total=False):

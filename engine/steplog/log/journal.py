@@ -6,7 +6,17 @@ the run (``UPDATE run ... WHERE incarnation = mine``; zero rows means a newer in
 over, and the transaction is rolled back and ``Fenced`` raised), (2) changes the checkpoint rows,
 and (3) appends the matching ``event`` row. A reader tailing ``event`` therefore sees every change.
 
-Raw ``sqlite3`` on purpose: this is the hot path (two commits per no-op step).
+A plain step is **one transaction**: its start is not written when it begins but deferred
+(``begin_attempt(defer=True)``) and written with the step's next write, in that write's
+transaction; a step that commits first is one ``step`` row inserted committed and one
+``step_committed`` event that says it began (``started``). A deferred start is written on its own
+only when the step outlasts ``LATE_START_SECONDS`` (the heartbeat's ``record_late_start``), so
+the monitor shows a long step running and a poison pill is counted. What is given up: a kill
+inside a short step leaves no trace of its start, so the next engine cannot tell a kill inside it
+from one just before it; the readers count such a kill as one step redone (an upper bound), and
+the poison-pill rule counts the engines that died with no progress (``deaths_since_progress``).
+
+Raw ``sqlite3`` on purpose: this is the hot path (one commit per no-op step).
 """
 
 from __future__ import annotations
@@ -23,13 +33,37 @@ from typing import TYPE_CHECKING, Any
 from steplog.errors import Fenced, LogWriteError, first_line
 from steplog.log import interrupts
 from steplog.log.db import RUN_WRITE, LogConnection, rollback
-from steplog.log.events import EventKind, StepStarted
+from steplog.log.events import EventKind, StepCommitted, StepStarted
 from steplog.log.lease import boot_clock
 
 if TYPE_CHECKING:
     from steplog.log.observer import RunObserver
 
 Clock = Callable[[], float]
+
+LATE_START_SECONDS = 0.5
+"""A deferred step start still unwritten after this long is written by the heartbeat on its own:
+the monitor then shows the step running (and the verdict knows where a kill landed)."""
+
+
+@dataclass
+class _Start:
+    """A step attempt begun whose start is not in the log yet (a deferred start)."""
+
+    seq: int
+    name: str
+    kind: str
+    attempt: int
+    recoveries: int
+    at: float
+    """When it began (the journal's clock)."""
+    t0: float
+    """When it began (the monotonic clock): the heartbeat's "is it late" test."""
+    executions: int = 1
+    """What it counts as in ``Usage.executions`` (kept counted if a write fails meanwhile)."""
+    written: bool = False
+    """Its start is in the log (written late, by the heartbeat): the commit updates the row."""
+
 
 # Every write transaction's first statement: the fence (zero rows: a newer engine has the run),
 # the budget use so far, and whether a cancel was asked for. One constant string: the statement
@@ -60,6 +94,19 @@ def why_not_json(exc: Exception) -> str:
         return "it holds NaN or Infinity, which JSON cannot carry"
     return f"{exc}"
 
+
+_STARTED_SQL = (
+    "INSERT INTO step (run_id, seq, name, kind, status, phase, attempts, recoveries, started_at, "
+    "incarnation) VALUES (?, ?, ?, ?, 'running', 'started', ?, ?, ?, ?)"
+)
+"""A step's row as an attempt of it starts (its start written, deferred or not)."""
+
+_COMMITTED_SQL = (
+    "INSERT INTO step (run_id, seq, name, kind, status, phase, result, attempts, recoveries, "
+    "started_at, finished_at, incarnation) VALUES "
+    "(?, ?, ?, ?, 'committed', 'recorded', ?, ?, ?, ?, ?, ?)"
+)
+"""A step whose start was deferred and never written: inserted committed, in one row."""
 
 _EVENT_SQL = (
     "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?)"
@@ -152,6 +199,13 @@ class Journal:
         """Set when someone asked to cancel the run (seen at each write and by the heartbeat);
         the runtime ends the run ``cancelled`` at the next step boundary."""
         self._paused_at: float | None = None
+        self._deferred: _Start | None = None
+        """The step begun whose start is not written yet (at most one: see ``begin_attempt``)."""
+        self._deferred_lock = threading.Lock()
+        """Held by a transaction that may write the deferred start, and by the heartbeat writing
+        it late: the start is written once, by one of them."""
+        self._open: set[int] = set()
+        """Steps whose start is written and that have not committed or failed for good."""
         self.finishing = threading.Event()
         """Set once the terminal record is being written: nothing may stop the run any more."""
 
@@ -178,16 +232,38 @@ class Journal:
 
     @contextmanager
     def _tx(
-        self, *, durable: bool = True, run_sets: str = "", run_args: tuple[Any, ...] = ()
+        self,
+        *,
+        durable: bool = True,
+        run_sets: str = "",
+        run_args: tuple[Any, ...] = (),
+        settles: _Start | None = None,
     ) -> Iterator[LogConnection]:
         """One fenced write transaction; ``run_sets`` adds assignments to the run-row update.
 
-        One generator, not three nested context managers: this runs twice per step."""
+        A deferred step start not yet in the log is written first, in this transaction (the log
+        never holds a later fact of a run without the start before it), except ``settles``: the
+        start the caller writes itself (a step committed with its start in one row), forgotten
+        once this commits. One generator, not three nested context managers: this runs once per
+        step."""
         if self.fenced.is_set():
             raise Fenced(
                 f"run {self.run_id}: a newer engine took it over; this one (incarnation "
                 f"{self.incarnation}) stops"
             )
+        # The heartbeat must not write the deferred start meanwhile (``record_late_start``).
+        lock = self._deferred_lock if self._deferred is not None else None
+        if lock is not None:
+            lock.acquire()
+        try:
+            yield from self._tx_body(durable, run_sets, run_args, settles)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _tx_body(
+        self, durable: bool, run_sets: str, run_args: tuple[Any, ...], settles: _Start | None
+    ) -> Iterator[LogConnection]:
         conn = self.conn
         # A stop signal waits for the end of the transaction (see ``interrupts``).
         with interrupts.critical():
@@ -235,15 +311,29 @@ class Journal:
                         f"run {self.run_id}: a newer engine took it over; this one (incarnation "
                         f"{self.incarnation}) stops"
                     )
+                pending = self._deferred
+                if pending is not None and (pending is settles or pending.written):
+                    pending = None
+                if pending is not None:
+                    self._write_start(conn, pending, self.incarnation)
+                    self._open.add(pending.seq)  # before the write below may end it
                 yield conn
                 conn.execute("COMMIT")
-                self._committed = dict(vars(self.usage))  # a plain dict: this runs twice per step
+                if pending is not None:
+                    pending.written = True
+                    self._deferred = None
+                if settles is not None and self._deferred is settles:
+                    self._deferred = None
+                self._committed = dict(vars(self.usage))  # a plain dict: this runs once per step
             except BaseException as exc:
                 rollback(conn)
                 # The counters the callers raised for this write were not written: forget them,
                 # or releasing the lease next (which writes them too) would record a step that
                 # was never committed.
                 vars(self.usage).update(self._committed)
+                d = self._deferred
+                if d is not None and not d.written:
+                    self.usage.executions += d.executions  # begun, and its start still to write
                 if isinstance(exc, sqlite3.Error):
                     raise LogWriteError(
                         f"writing the log failed ({first_line(exc)}); nothing was half-written: "
@@ -274,20 +364,43 @@ class Journal:
         reserve_tokens: int = 0,
         reserve_cost: float = 0.0,
         counted: bool = True,
+        defer: bool = False,
+        executions: int = 1,
     ) -> None:
         """Commit that attempt ``attempt`` of step ``seq`` starts (and reserve its model budget).
-        ``counted=False``: a wait taken up again, which redoes nothing (not an execution)."""
+        ``counted=False``: a wait taken up again, which redoes nothing (not an execution);
+        ``executions``: how many it counts as (more than one when engines that died left no
+        start of it: ``deaths_since_progress``).
+
+        ``defer``: a fresh plain step may have its start written later (see the module): it is
+        deferred when no other step is in flight, so at most one start is ever unwritten and a
+        reader knows which step a kill cut short."""
         u = self.usage
-        u.executions += int(counted)
+        u.executions += executions if counted else 0
+        if defer and fresh and self._deferred is None and not self._open and not reserve_tokens:
+            self._deferred = _Start(
+                seq,
+                name,
+                kind,
+                attempt,
+                recoveries,
+                self._clock(),
+                self._monotonic(),
+                executions if counted else 0,
+            )
+            if self.observer is not None:
+                self.observer.attempt_started(
+                    seq, name, kind, attempt=attempt, recoveries=recoveries
+                )
+            return
         u.reserved_tokens += reserve_tokens
         u.reserved_cost_usd += reserve_cost
         now = self._clock()
+        self._open.add(seq)
         with self._tx(durable=durable):
             if fresh:
                 self.conn.execute(
-                    "INSERT INTO step (run_id, seq, name, kind, status, phase, attempts, "
-                    "recoveries, started_at, incarnation) VALUES (?, ?, ?, ?, 'running', "
-                    "'started', ?, ?, ?, ?)",
+                    _STARTED_SQL,
                     (self.run_id, seq, name, kind, attempt, recoveries, now, self.incarnation),
                 )
             else:
@@ -311,6 +424,62 @@ class Journal:
             self._event(EventKind.STEP_STARTED, seq, data)
         if self.observer is not None:
             self.observer.attempt_started(seq, name, kind, attempt=attempt, recoveries=recoveries)
+
+    def _write_start(self, conn: LogConnection, d: _Start, incarnation: int) -> None:
+        """A deferred start, written now (in the caller's transaction): the step row, running,
+        and its ``step_started`` with ``started`` (when it began)."""
+        conn.execute(
+            _STARTED_SQL,
+            (self.run_id, d.seq, d.name, d.kind, d.attempt, d.recoveries, d.at, incarnation),
+        )
+        data: StepStarted = {
+            "name": d.name,
+            "kind": d.kind,
+            "usage": self.usage.snapshot(self.seconds_used(), compact=True),
+            "started": d.at,
+        }
+        if d.attempt != 1:
+            data["attempt"] = d.attempt
+        if d.recoveries:
+            data["recoveries"] = d.recoveries
+        append_event(
+            conn,
+            self.run_id,
+            incarnation,
+            EventKind.STEP_STARTED,
+            data,
+            seq=d.seq,
+            ts=self._clock(),
+        )
+
+    def record_late_start(self, conn: LogConnection, *, after: float = LATE_START_SECONDS) -> None:
+        """The heartbeat's part: write the deferred start of a step running for ``after`` seconds
+        or more, on the heartbeat's own connection (not fsynced: a kill cannot lose it). The
+        main thread's next transaction waits for it, and then knows the start is written."""
+        d = self._deferred
+        if d is None or d.written or self._monotonic() - d.t0 < after:
+            return
+        with self._deferred_lock:
+            if self._deferred is not d or d.written:
+                return  # committed (or written) meanwhile
+            try:
+                conn.execute(RUN_WRITE)
+                mine = conn.execute(
+                    "UPDATE run SET updated_at = ?, step_executions = ? WHERE id = ? AND "
+                    "incarnation = ? RETURNING id",
+                    (self._clock(), self.usage.executions, self.run_id, self.incarnation),
+                ).fetchall()
+                if not mine:
+                    rollback(conn)
+                    self.fenced.set()
+                    return
+                self._write_start(conn, d, self.incarnation)
+                conn.execute("COMMIT")
+            except sqlite3.Error:
+                rollback(conn)  # the step's own next write records its start then
+                return
+            d.written = True
+            self._committed["executions"] = self.usage.executions  # the log holds it now
 
     def count_retry(self) -> None:
         self.usage.retries += 1
@@ -393,6 +562,8 @@ class Journal:
                 "= ?",
                 ("running" if will_retry else "failed", error, self._clock(), self.run_id, seq),
             )
+            if not will_retry:
+                self._open.discard(seq)
             self._event(
                 EventKind.STEP_ATTEMPT_FAILED,
                 seq,
@@ -411,21 +582,55 @@ class Journal:
         """The checkpoint: the step's result is recorded; it will never run again."""
         u = self.usage
         u.steps += 1
-        with self._tx():
-            self.conn.execute(
-                "UPDATE step SET status = 'committed', phase = 'recorded', result = ?, "
-                "finished_at = ? WHERE run_id = ? AND seq = ?",
-                (result_json, self._clock(), self.run_id, seq),
-            )
-            # The name and kind are in this attempt's ``step_started`` (and the step row).
-            self._event(
-                EventKind.STEP_COMMITTED,
-                seq,
-                {
-                    "duration": round(duration, 6),
+        d = self._deferred
+        if d is not None and d.seq != seq:
+            d = None
+        with self._tx(settles=d):
+            now = self._clock()
+            if d is not None and not d.written:
+                # Its start was never written: one row, inserted committed, and one event.
+                self.conn.execute(
+                    _COMMITTED_SQL,
+                    (
+                        self.run_id,
+                        seq,
+                        name,
+                        kind,
+                        result_json,
+                        d.attempt,
+                        d.recoveries,
+                        d.at,
+                        now,
+                        self.incarnation,
+                    ),
+                )
+                data: StepCommitted = {
+                    "name": name,
+                    "kind": kind,
+                    "started": d.at,  # and no ``duration``: it ran from then to this event
                     "usage": u.snapshot(self.seconds_used(), compact=True),
-                },
-            )
+                }
+                if d.attempt != 1:
+                    data["attempt"] = d.attempt
+                if d.recoveries:
+                    data["recoveries"] = d.recoveries
+                self._event(EventKind.STEP_COMMITTED, seq, data)
+            else:
+                self.conn.execute(
+                    "UPDATE step SET status = 'committed', phase = 'recorded', result = ?, "
+                    "finished_at = ? WHERE run_id = ? AND seq = ?",
+                    (result_json, now, self.run_id, seq),
+                )
+                # The name and kind are in this attempt's ``step_started`` (and the step row).
+                self._event(
+                    EventKind.STEP_COMMITTED,
+                    seq,
+                    {
+                        "duration": round(duration, 6),
+                        "usage": u.snapshot(self.seconds_used(), compact=True),
+                    },
+                )
+            self._open.discard(seq)
         if self.observer is not None:
             self.observer.step_committed(seq)
 
@@ -509,6 +714,7 @@ class Journal:
                 "finished_at = ? WHERE run_id = ? AND seq = ?",
                 (result_json, now, self.run_id, seq),
             )
+            self._open.discard(seq)
             self._event(
                 EventKind.STEP_COMMITTED,
                 seq,
@@ -662,6 +868,47 @@ def deaths_inside(conn: LogConnection, run_id: str, seq: int, *, current: int) -
         )
     }
     return len(started - clean)
+
+
+_ENGINE_KINDS = (
+    EventKind.LEASE_ACQUIRED,
+    EventKind.LEASE_RELEASED,
+    EventKind.RUN_FINISHED,
+    EventKind.STEP_STARTED,
+    EventKind.DECISION_RECORDED,
+    EventKind.EFFECT_STARTED,
+    EventKind.EFFECT_COMPLETED,
+    EventKind.STEP_ATTEMPT_FAILED,
+    EventKind.STEP_COMMITTED,
+    EventKind.WAITING,
+)
+"""The events an engine writes itself (others write under its incarnation too: a signal, a
+cancel request)."""
+_LAST_OF_ENGINE = (
+    "SELECT kind, seq FROM event WHERE run_id = ? AND incarnation = ? AND kind IN "
+    f"({', '.join('?' * len(_ENGINE_KINDS))}) ORDER BY id DESC LIMIT 1"
+)
+
+
+def deaths_since_progress(conn: LogConnection, run_id: str, seq: int, *, current: int) -> int:
+    """How many engines died inside fresh step ``seq`` (or just before it) without writing its
+    start (a deferred start): walking back from the engine before ``current``, each that died
+    with no progress at all counts, and the one that died right after committing step
+    ``seq - 1``. A clean end (a stop, a finish) or any other last write ends the walk. One
+    indexed read per engine walked, on the first new step of an engine that took over."""
+    deaths = 0
+    for incarnation in range(current - 1, 0, -1):
+        row = conn.execute(_LAST_OF_ENGINE, (run_id, incarnation, *_ENGINE_KINDS)).fetchone()
+        if row is None:
+            break
+        kind, last_seq = row[0], row[1]
+        if kind == EventKind.LEASE_ACQUIRED:
+            deaths += 1  # it died where the engine before it had got to
+            continue
+        if kind == EventKind.STEP_COMMITTED and last_seq == seq - 1:
+            deaths += 1
+        break
+    return deaths
 
 
 def pending_signal(conn: LogConnection, run_id: str, name: str) -> tuple[int, str] | None:

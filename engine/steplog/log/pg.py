@@ -8,15 +8,22 @@ that subset on PostgreSQL, so nothing above the log package knows which database
   rows are tuples that are also indexable by column name (like ``sqlite3.Row``).
 - ``?`` -> ``%s``; ``INSERT OR IGNORE INTO`` -> ``INSERT INTO ... ON CONFLICT DO NOTHING``.
 - Write transactions do not take turns as on SQLite; they commit side by side (PostgreSQL's
-  group commit), and each is serialised only where it must be:
+  group commit), and each is serialised only where it must be. No lock of a run's writes is
+  wider than that run:
 
   - ``db.RUN_WRITE`` (an engine's fenced step writes, a worker's claim, its hand-back): one run's
     rows, locked row by row. The fence (``UPDATE run ... WHERE id = ? AND incarnation = ?``) or
     ``SELECT ... FOR UPDATE [SKIP LOCKED]`` locks the run row first, so a takeover and the engine
     it fences wait for each other, and workers claiming at once skip each other's rows.
-  - ``BEGIN IMMEDIATE`` (an engine's claim of its run, run control, migrations): also
-    ``pg_advisory_xact_lock(LOCK_KEY)``, one key per database, as SQLite's write lock. These are a
-    few per run, never per step.
+  - ``db.run_locked`` (an engine's claim of its run, ``steplog submit``, run control: cancel,
+    signal, retry, fork): a ``RUN_WRITE`` that first takes the run's own lock (``lock_run``:
+    ``pg_advisory_xact_lock(RUN_NS, hashtext(run id))``), then its row. A row cannot be locked
+    before it exists; the run's lock can, so two engines creating one run id, or a fork and a
+    claim of the new id, take turns instead of one failing on the primary key. Two ids whose
+    hashes collide (one pair in 2**32) only take turns needlessly.
+  - ``BEGIN IMMEDIATE`` untagged (migrations: the schema is the whole database's, so they stay
+    database-wide): also ``pg_advisory_xact_lock(LOCK_KEY)``, one key per database, as SQLite's
+    write lock. Nothing else on PostgreSQL begins so (``prune`` and ``import`` are SQLite's only).
 
   Ids then no longer come in commit order: transaction A can take event id 7, B id 8, and B
   commit first. A reader tailing "events since id N" must not read 8 and move its bookmark past 7.
@@ -68,6 +75,10 @@ if TYPE_CHECKING:
 
 
 LOCK_KEY = 0x53544C47  # "STLG", as the SQLite file's application_id
+"""The database-wide lock: migrations only (the module docstring)."""
+RUN_NS = 0x53544C52  # "STLR"
+"""The runs' locks' namespace: a run's lock is the two-key advisory lock (``RUN_NS``, hash of its
+id), which PostgreSQL keeps apart from the one-key locks (``LOCK_KEY``, the markers)."""
 ORDER_NS = 0x53544C
 """The markers' namespace: a marker is the advisory lock ``ORDER_NS << 40 | id`` (ids below
 2**40)."""
@@ -423,6 +434,12 @@ def event_horizon(conn: LogConnection) -> int:
     return last if lowest is None else min(last, int(lowest))
 
 
+def lock_run(conn: LogConnection, run_id: str) -> None:
+    """Take ``run_id``'s own lock until the end of the transaction (``db.run_locked``); it may
+    not exist yet."""
+    conn.execute(f"SELECT pg_advisory_xact_lock({RUN_NS}, hashtext(?))", (run_id,))
+
+
 def primary_key(conn: LogConnection, table: str) -> list[str]:
     """The table's primary key columns, in key order."""
     rows = conn.execute(
@@ -518,6 +535,9 @@ class PostgresBackend:
         """``FOR UPDATE``: rows are locked one by one (``SKIP LOCKED``: rows another transaction
         holds are left out instead of waited for)."""
         return " FOR UPDATE SKIP LOCKED" if skip_locked else " FOR UPDATE"
+
+    def lock_run(self, conn: LogConnection, run_id: str) -> None:
+        lock_run(conn, run_id)
 
     def settled_upto(self, conn: LogConnection) -> int | None:
         return event_horizon(conn)

@@ -64,12 +64,18 @@ PG_OVERRIDES: dict[int, tuple[str, ...]] = {
         "ALTER TABLE run ADD COLUMN cancel_requested TEXT",
     ),
 }
+PG_OVERRIDES[5] = ()
+"""``MIGRATIONS[5]`` rebuilds ``step`` ``WITHOUT ROWID``: PostgreSQL has no rowid (a table is a
+heap and its primary key an index either way), so its ``step`` stays as it is."""
 """``PG_OVERRIDES[v]``: the PostgreSQL statements of ``MIGRATIONS[v]`` that replace those of
 its SQLite ones that would be wrong here (a table rebuild); the migration's other statements
 (``_OVERRIDDEN``: those not named there) are translated as usual."""
 
 _OVERRIDDEN: dict[int, re.Pattern[str]] = {
-    1: re.compile(r"(CREATE TABLE run_v2|INSERT INTO run_v2|DROP TABLE run$|ALTER TABLE run_v2)")
+    1: re.compile(r"(CREATE TABLE run_v2|INSERT INTO run_v2|DROP TABLE run$|ALTER TABLE run_v2)"),
+    5: re.compile(
+        r"(CREATE TABLE step_v6|INSERT INTO step_v6|DROP TABLE step$|ALTER TABLE step_v6)"
+    ),
 }
 
 NOTIFY_CHANNEL = "steplog_event"
@@ -168,7 +174,8 @@ def translate(statement: str) -> list[str]:
             f"DROP TRIGGER IF EXISTS {m.group(1)}_truncate ON {table}",
         ]
     if s.upper().startswith(("CREATE TABLE", "ALTER TABLE")):
-        return [_column_types(s)]
+        # A table clustered on its key (SQLite's ``WITHOUT ROWID``) is a heap and an index here.
+        return [_column_types(re.sub(r"\)\s*WITHOUT ROWID$", ")", s))]
     if s.upper().startswith(
         ("CREATE INDEX", "CREATE UNIQUE INDEX", "DROP INDEX", "INSERT", "UPDATE")
     ):

@@ -2,7 +2,7 @@
 
 ``steplog.control.commands`` decides (is the run finished, does a live engine hold it, may it be
 retried); the functions here do what it decided, each inside the caller's transaction
-(``db.immediate``), each change with its event. None of them checks a policy or refuses.
+(``db.run_locked``), each change with its event. None of them checks a policy or refuses.
 """
 
 from __future__ import annotations

@@ -252,7 +252,40 @@ _V5 = """
 ALTER TABLE run ADD COLUMN lease_expires_boot REAL;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+# A step is one row in one B-tree: ``step`` is kept in its primary key's order (``WITHOUT
+# ROWID``), so a step written is one insert, not a table row plus an index entry of its key (the
+# run id repeated), and a run's steps are read in order from adjacent pages. The table is rebuilt
+# (the documented 12-step way, as in v2); its columns and their order are unchanged.
+_V6 = """
+CREATE TABLE step_v6 (
+    run_id           TEXT NOT NULL REFERENCES run(id),
+    seq              INTEGER NOT NULL,
+    name             TEXT NOT NULL,
+    kind             TEXT NOT NULL,
+    status           TEXT NOT NULL DEFAULT 'running'
+                     CHECK (status IN ('running', 'committed', 'failed')),
+    phase            TEXT NOT NULL DEFAULT 'started',
+    decision         TEXT,
+    result           TEXT,
+    error            TEXT,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    recoveries       INTEGER NOT NULL DEFAULT 0,
+    tokens_in        INTEGER NOT NULL DEFAULT 0,
+    tokens_out       INTEGER NOT NULL DEFAULT 0,
+    tokens_cached    INTEGER NOT NULL DEFAULT 0,
+    tokens_estimated INTEGER NOT NULL DEFAULT 0,
+    cost_usd         REAL    NOT NULL DEFAULT 0,
+    started_at       REAL NOT NULL,
+    finished_at      REAL,
+    incarnation      INTEGER NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+INSERT INTO step_v6 SELECT * FROM step ORDER BY run_id, seq;
+DROP TABLE step;
+ALTER TABLE step_v6 RENAME TO step;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 """``MIGRATIONS[i]`` takes a log from ``user_version`` i to i + 1. Append only; never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -364,6 +364,7 @@ def open_log(path: Path, *, synchronous: Synchronous = "FULL") -> sqlite3.Connec
                 _create_private(path)
             conn = openfiles.connect(path, str(path), isolation_level=None, check_same_thread=False)
         apply_pragmas(conn, readonly=False, synchronous=synchronous)
+        _close(checking)  # the writer has read the file: the index is its too now
         migrate(conn)
     except sqlite3.OperationalError as exc:
         cls = LogUnavailable if transient(exc) else LogError
@@ -376,9 +377,13 @@ def open_log(path: Path, *, synchronous: Synchronous = "FULL") -> sqlite3.Connec
             f"{path} is a damaged SQLite file ({exc}); restore it or use a new --db"
         ) from exc
     finally:
-        for reader in checking:
-            reader.close()
+        _close(checking)
     return conn
+
+
+def _close(connections: list[sqlite3.Connection]) -> None:
+    while connections:
+        connections.pop().close()
 
 
 def open_readonly(path: Path, *, one_shot: bool = False) -> sqlite3.Connection:
@@ -469,7 +474,8 @@ _PROBES = (
         "coalesce(length(error), 0)) FROM step WHERE run_id = ?",
         True,
     ),
-    ("SELECT * FROM step WHERE rowid = (SELECT max(rowid) FROM step)", False),
+    ("SELECT * FROM step WHERE run_id = ? ORDER BY seq DESC LIMIT 1", True),
+    ("SELECT * FROM step ORDER BY run_id DESC, seq DESC LIMIT 1", False),  # root to last leaf
     # the run's effects in full, and where new ledger rows and their keys go
     (
         "SELECT max(length(key) + length(target) + coalesce(length(response), 0)) FROM effect "
@@ -597,6 +603,9 @@ class SqliteBackend:
     def for_update(self, *, skip_locked: bool = False) -> str:
         """None: a write transaction holds the whole file's write lock."""
         return ""
+
+    def lock_run(self, conn: LogConnection, run_id: str) -> None:
+        """Nothing: the transaction holds the whole file's write lock."""
 
     def settled_upto(self, conn: LogConnection) -> int | None:
         """All of it: an event id is taken under the write lock, so ids commit in order."""

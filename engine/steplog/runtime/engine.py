@@ -77,8 +77,13 @@ class Outcome:
 MAX_PACE_SECONDS = 3600.0  # simulated thinking per model call; an hour is already no demo
 
 
+LATE_START_POLL = 0.25
+"""How often the heartbeat looks for an unwritten step start (``Journal.record_late_start``)."""
+
+
 class _Heartbeat(threading.Thread):
-    """Renews the lease while a long step runs; notices a takeover and raises the fence flag."""
+    """Renews the lease while a long step runs; notices a takeover and raises the fence flag;
+    writes the start of a step that runs long before it writes anything (a deferred start)."""
 
     def __init__(self, db: LogLocation, journal: Journal, lease_seconds: float) -> None:
         super().__init__(name="steplog-lease", daemon=True)
@@ -88,16 +93,21 @@ class _Heartbeat(threading.Thread):
     def run(self) -> None:
         conn: LogConnection | None = None
         try:
-            while not self._stop_event.wait(self._period):
+            renew_at = time.monotonic() + self._period
+            while not self._stop_event.wait(min(LATE_START_POLL, self._period)):
                 if conn is None:
-                    # Opened when the first renewal is due, not at start: a thread opening a
-                    # connection holds the GIL the main thread needs on its way to the first step.
+                    # Opened at the first wake, not at start: a thread opening a connection
+                    # holds the GIL the main thread needs on its way to the first step.
                     # Synchronous NORMAL: a lost renewal only shortens the lease.
                     try:
                         conn = connect_plain(self._db)
                     except Exception:
                         return  # the engine's own writes still renew the lease, notice a takeover
                 j = self._journal
+                j.record_late_start(conn)  # a step running long shows as running
+                if time.monotonic() < renew_at:
+                    continue
+                renew_at = time.monotonic() + self._period
                 try:
                     mine, cancel = renew_lease(
                         conn,

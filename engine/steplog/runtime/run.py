@@ -38,6 +38,7 @@ from steplog.log.journal import (
     Journal,
     cancel_request,
     deaths_inside,
+    deaths_since_progress,
     dumps,
     pending_signal,
     why_not_json,
@@ -315,6 +316,8 @@ class Run:
         self._http = http  # the run's one HTTP client; its owner (engine._work) closes it
         self._seq = 0
         self._stopping: RunStopped | None = None
+        self._deaths_checked = False
+        """The first new step looked for engines that died in it (``deaths_since_progress``)."""
         self._thread = threading.get_ident()
         self._exit_when_waiting = exit_when_waiting
         self._parked: RunWaiting | None = (
@@ -835,6 +838,24 @@ class Run:
                         )
                     )
         fresh = prior is None
+        executions = 1
+        if fresh and not self._deaths_checked:
+            # The first new step of this engine: engines that died before it may have been inside
+            # it without writing its start (a deferred start). Each counts as an execution cut
+            # short, and toward the poison pill, as a written start would have.
+            self._deaths_checked = True
+            if j.incarnation > 1:
+                deaths = deaths_since_progress(j.conn, self.id, seq, current=j.incarnation)
+                recoveries, executions = deaths, 1 + deaths
+                limit = self.budget.max_recoveries
+                if limit is not None and deaths > limit:
+                    raise self._stop(
+                        RunFailed(
+                            f"poison pill: {deaths} engines died inside step {seq} '{name}' "
+                            f"(max_recoveries {limit}); fix the cause, then raise max_recoveries",
+                            run_id=self.id,
+                        )
+                    )
         policy = self._retry
         while True:
             attempts += 1
@@ -848,8 +869,10 @@ class Run:
                 durable=reserve is not None,
                 reserve_tokens=reserve.tokens if reserve else 0,
                 reserve_cost=reserve.cost_usd if reserve else 0.0,
+                defer=fresh and reserve is None,
+                executions=executions,
             )
-            fresh = False
+            fresh, executions = False, 1
             if (
                 j.cancel_requested is not None
             ):  # seen by this very write: the step is abandoned unrun

@@ -513,9 +513,16 @@ def _kills(
             phase, seq = PHASES.get(last.kind, last.kind), last.seq
             if last.kind == EventKind.STEP_STARTED and last.data.get("kind") == "chat":
                 phase = "deciding"
+            inside = found.inferred.get(incarnation)
+            if inside is not None and last.kind in (
+                EventKind.STEP_COMMITTED,
+                EventKind.LEASE_ACQUIRED,
+            ):
+                # Inside a step whose start it never wrote (a deferred start), or just before it.
+                phase, seq = PHASES[EventKind.STEP_STARTED], inside
             death = found.death_of(incarnation)
             if death is not None:
-                in_flight = len(death.in_flight)
+                in_flight = max(len(death.in_flight), int(inside is not None))
             else:  # not taken over yet (or it ended cleanly): what it had started and not finished
                 mine = [e for e in window if e.incarnation == incarnation]
                 in_flight = len(

@@ -18,6 +18,13 @@ attempt before it:
 ``committed``  the step had committed and ran again: a checkpoint not honoured (never right);
 ``unexplained`` the same engine started it again with no failure between (never right).
 
+A plain step's start is deferred (``steplog.log.journal``): a step that commits first has no
+``step_started``, its ``step_committed`` (with ``started``) is its start too, and a kill inside it
+leaves no trace of it. So a killed engine with no step open in the log was inside the step after
+its last commit, or just before it: when a later engine runs that step with a deferred start, it
+is counted a ``kill`` re-run (``inferred``), the upper bound the log allows. A step whose start is
+never deferred (a model call, a wait, a retry) would have shown had the dead engine begun it.
+
 The verdict counts ``kill`` re-runs as redone and fails on ``committed`` and ``unexplained``
 ones; the rest is the run working as designed. Pure: it reads a list of events, nothing else.
 ``Deaths`` is the death rule alone, event by event, for a reader that folds a run as it grows
@@ -69,6 +76,8 @@ class Rerun:
     previous_incarnation: int
     """The engine that ran the attempt before."""
     name: str = ""
+    inferred: bool = False
+    """The killed engine left no start of it (a deferred start): it may have begun it or not."""
 
 
 @dataclass
@@ -81,6 +90,9 @@ class Account:
     """Effect starts per idempotency key (``effect_started``): how often the engine sent each."""
     resend_causes: dict[str, int] = field(default_factory=dict)
     """Effects sent again (``again``), counted by the cause of the step execution that sent them."""
+    inferred: dict[int, int] = field(default_factory=dict)
+    """Killed engine -> the step it was inside, its start unwritten (known once a later engine
+    ran that step with a deferred start)."""
 
     @property
     def redone(self) -> int:
@@ -157,28 +169,46 @@ def account(events: Sequence[Event]) -> Account:
     deaths = Deaths()
     ended_cleanly = deaths.ended_cleanly
     sent_by: dict[int, Cause | None] = {}  # step -> cause of its current execution (None: first)
+    frontier = 0  # the highest step committed so far
+    unseen: dict[int, list[int]] = {}  # step -> killed engines that may have been inside it
     for e in events:
         kind, inc = e.kind, e.incarnation
         if death := deaths.see(e, open_by.get(deaths.holder, ())):
             out.deaths.append(death)
-        if kind == EventKind.STEP_STARTED and e.seq is not None:
+            if not death.in_flight:
+                unseen.setdefault(frontier + 1, []).append(death.incarnation)
+        deferred = "started" in e.data and e.seq is not None
+        if (kind == EventKind.STEP_STARTED or (kind == EventKind.STEP_COMMITTED and deferred)) and (
+            e.seq is not None
+        ):
             seq = e.seq
             name, step_kind = str(e.data.get("name", "")), str(e.data.get("kind", ""))
             before = attempts.get(seq)
             cause: Cause | None = None
+            killed = unseen.pop(seq, [])
             if before is not None:
                 cause = _cause(before, inc, ended_cleanly, step_kind)
                 out.reruns.append(Rerun(seq, inc, e.ts, cause, before.incarnation, name))
                 open_by.get(before.incarnation, set()).discard(seq)
+            elif killed and deferred:
+                cause = "kill"
+                for dead in killed:  # each killed engine may have run it once
+                    out.reruns.append(Rerun(seq, inc, e.ts, cause, dead, name, inferred=True))
+                    out.inferred[dead] = seq
             attempts[seq] = _Attempt(inc, step_kind, name)
             open_by.setdefault(inc, set()).add(seq)
             sent_by[seq] = cause
+            if kind == EventKind.STEP_COMMITTED:
+                _finish(attempts, open_by, seq, "committed")
+                frontier = max(frontier, seq)
         elif kind == EventKind.STEP_COMMITTED and e.seq is not None:
             _finish(attempts, open_by, e.seq, "committed")
+            frontier = max(frontier, e.seq)
         elif kind == EventKind.STEP_COPIED and e.seq is not None:
             attempts[e.seq] = _Attempt(
                 inc, str(e.data.get("kind", "")), str(e.data.get("name", "")), "committed"
             )
+            frontier = max(frontier, e.seq)
         elif kind == EventKind.STEP_ATTEMPT_FAILED and e.seq is not None:
             _finish(attempts, open_by, e.seq, "failed")
         elif kind == EventKind.EFFECT_STARTED:

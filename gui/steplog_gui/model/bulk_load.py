@@ -99,7 +99,7 @@ class RunDetails:
 def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
     """The run as ``LogState.apply`` would leave it after its events up to id ``upto``, minus
     the details (step names, usage series: ``load_details``)."""
-    cols = repo.event_columns(run_id, upto)
+    cols = _with_deferred_starts(repo.event_columns(run_id, upto))
     run = RunState(run_id)
     if not len(cols):
         return run
@@ -113,6 +113,7 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
     ] = {}  # position of a lease_acquired -> where the steps it interrupts end
     finishes: dict[int, Event] = {}  # position of a run_finished -> the event
     kill_at: list[tuple[int, Kill]] = []
+    dead_last: dict[int, float] = {}  # position of a kill's takeover -> the dead's last event
     copied: list[tuple[int, Event]] = []  # a fork's copied steps: bars of their own (lane 0)
     waited_at = -1
     positions = np.searchsorted(cols["id"], [ev.id for ev in controls])
@@ -142,6 +143,7 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
                 kill = Kill.of(death)
                 run.kills.append(kill)
                 kill_at.append((p, kill))
+                dead_last[p] = dead_end
                 dead_end = death.at
             lease_end[p] = dead_end
             run.incarnation = ev.incarnation
@@ -181,8 +183,19 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
 
     decisions = np.flatnonzero((code == DECIDED) & has_seq)
     tokens = repo.decision_tokens(cols["id"][decisions])
-    _executions(run, cols, n, lease_end, finishes, decisions, tokens, copied, kill_at)
+    _executions(run, cols, n, lease_end, finishes, decisions, tokens, copied, kill_at, dead_last)
     return run
+
+
+def _with_deferred_starts(cols: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A commit that is its step's start too (``started`` set: a deferred start) as the two
+    events the fold makes of it: a start at ``started``, then the commit."""
+    both = np.flatnonzero(~np.isnan(cols["started"]) & (cols["code"] == COMMIT))
+    if not len(both):
+        return cols
+    starts = cols[both].copy()
+    starts["code"], starts["ts"] = STARTED, starts["started"]
+    return np.insert(cols, both, starts)
 
 
 def _executions(
@@ -195,6 +208,7 @@ def _executions(
     tokens: npt.NDArray[Any],
     copied: list[tuple[int, Event]],
     kill_at: list[tuple[int, Kill]],
+    dead_last: dict[int, float],
 ) -> None:
     """Every step execution's bar, with array operations. Positions index ``cols`` (id order);
     ``n`` stands for "never"."""
@@ -286,7 +300,9 @@ def _executions(
         if ev.data.get("status") == RunStatus.GAVE_UP and p not in closed_by_finish
     ]
     rows = np.zeros(m + len(markers) + len(copied), dtype=np.dtype(list(EXECUTION_FIELDS.items())))
-    rows["start"][:m], rows["end"][:m], rows["lane"][:m] = ts[starts], end, inc[starts]
+    began = cols["started"][starts]  # a deferred start written late began before its event
+    rows["start"][:m] = np.where(np.isnan(began), ts[starts], began)
+    rows["end"][:m], rows["lane"][:m] = end, inc[starts]
     rows["outcome"][:m], rows["seq"][:m], rows["phase"][:m] = outcome, seq[starts], phase
     rows["tokens"][:m], rows["estimated"][:m] = tok, est
     for j, p in enumerate(markers):
@@ -298,7 +314,14 @@ def _executions(
         first, last = run.copied_span(ev)
         rows[j] = (first, last, 0, COPIED, ev.seq, 3, 0, False)
         created_at.append(np.array([p]))
-    at = np.concatenate(created_at)
+    unseen = _unseen_bars(run, cols, kill_at, dead_last, set(close[taken].tolist()), starts)
+    if unseen:
+        extra = np.zeros(len(unseen), dtype=rows.dtype)
+        for j, (_at, bar) in enumerate(unseen):
+            extra[j] = bar
+        rows = np.concatenate([rows, extra])
+        created_at.append(np.array([q - 0.5 for q, _ in unseen]))  # just before the start at q
+    at = np.concatenate([a.astype(np.float64) for a in created_at])
     index = np.argsort(at, kind="stable")
     rows = rows[index]
     run.executions = Columns.of(rows)
@@ -309,6 +332,41 @@ def _executions(
         int(s): int(i)
         for s, i in zip(seq[starts[still_open]], position[:m][still_open], strict=True)
     }
+
+
+def _unseen_bars(
+    run: RunState,
+    cols: npt.NDArray[Any],
+    kill_at: list[tuple[int, Kill]],
+    dead_last: dict[int, float],
+    closing: set[int],
+    starts: Positions,
+) -> list[tuple[int, tuple[Any, ...]]]:
+    """The redone bars of kills that found no step open (``RunState._unseen``): the dead engine
+    was inside the step after the highest one committed, its start unwritten, if a later engine
+    then ran that step with a deferred start. (position of that start, the bar's row). Kills
+    whose step has not run again yet are left in ``run._unseen`` for the fold to go on from."""
+    code, seq, inc, began = cols["code"], cols["seq"], cols["incarnation"], cols["started"]
+    done = np.flatnonzero(np.isin(code, (COMMIT, COPIED_STEP)) & (seq != NULL_SEQ))
+    highest = np.maximum.accumulate(seq[done]) if len(done) else done
+    run._frontier = int(highest[-1]) if len(done) else 0
+    out: list[tuple[int, tuple[Any, ...]]] = []
+    for p, kill in kill_at:
+        if p in closing:
+            continue  # it had a step open: that bar is redone already
+        j = int(np.searchsorted(done, p)) - 1
+        step = (int(highest[j]) if j >= 0 else 0) + 1
+        later = starts[(starts > p) & (seq[starts] == step)]
+        if not len(later):
+            run._unseen.setdefault(step, []).append(
+                (kill.killed_incarnation, dead_last[p], kill.ts)
+            )
+            continue
+        q = int(later[0])
+        if np.isnan(began[q]) or int(inc[q]) == kill.killed_incarnation:
+            continue
+        out.append((q, (dead_last[p], kill.ts, kill.killed_incarnation, REDONE, step, 0, 0, False)))
+    return out
 
 
 class _LastOfIncarnation:

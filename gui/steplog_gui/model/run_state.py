@@ -184,6 +184,11 @@ class RunState:
     executions: Columns = field(default_factory=lambda: Columns(**EXECUTION_FIELDS))
     usage_series: Columns = field(default_factory=lambda: Columns(**USAGE_FIELDS))
     _open: dict[int, int] = field(default_factory=dict)  # seq -> execution index still running
+    _frontier: int = 0  # the highest step committed (or copied) so far
+    _unseen: dict[int, list[tuple[int, float, float]]] = field(default_factory=dict)
+    """Step -> engines killed with no step open, that may have been inside it with its start
+    unwritten (a deferred start): (engine, its last event, the kill). Drawn as redone bars when
+    a later engine runs that step with a deferred start, as ``kills.account`` counts them."""
     _deaths: Deaths = field(default_factory=Deaths)
     """Who held the lease, who let go cleanly, each engine's last event (the verdict's rule)."""
     _alive: tuple[int | None, float, bool] = field(
@@ -309,10 +314,7 @@ class RunState:
         elif kind == EventKind.LEASE_ACQUIRED:
             self._new_incarnation(ev, death)
         elif kind == EventKind.STEP_STARTED and ev.seq is not None:
-            self.step_names[ev.seq] = (str(d.get("name", "")), str(d.get("kind", "")))
-            self._open[ev.seq] = self.executions.append(
-                start=ev.ts, end=math.nan, lane=ev.incarnation, outcome=RUNNING, seq=ev.seq, phase=0
-            )
+            self._start(ev)
         elif kind == EventKind.DECISION_RECORDED and ev.seq in self._open:
             i = self._open[ev.seq]
             ex = self.executions
@@ -324,6 +326,7 @@ class RunState:
         ):
             self.executions["phase"][self._open[ev.seq]] = 2
         elif kind == EventKind.STEP_COPIED and ev.seq is not None:
+            self._frontier = max(self._frontier, ev.seq)
             self.step_names[ev.seq] = (str(d.get("name", "")), str(d.get("kind", "")))
             start, end = self.copied_span(ev)
             self.executions.append(
@@ -358,6 +361,9 @@ class RunState:
                 self.worker = (str(w.get("host")), int(w.get("pid") or 0))
             self.worker_active = kind == EventKind.WORKER_CLAIMED
         elif kind == EventKind.STEP_COMMITTED and ev.seq is not None:
+            if "started" in d:  # the step's start too (a deferred start)
+                self._start(ev)
+            self._frontier = max(self._frontier, ev.seq)
             if self.status == RunStatus.WAITING:
                 self.status, self.waiting_for, self.waiting_since = RunStatus.RUNNING, None, None
             self._close(ev.seq, ev.ts, COMMITTED, phase=3)
@@ -390,6 +396,26 @@ class RunState:
             self.pid = None
         elif kind == EventKind.LEASE_RELEASED:
             self.pid = None
+
+    def _start(self, ev: Event) -> None:
+        """A step attempt begins: at ``started`` when its start was deferred, else at the event."""
+        d, seq = ev.data, ev.seq
+        assert seq is not None
+        self.step_names[seq] = (str(d.get("name", "")), str(d.get("kind", "")))
+        began = d.get("started")
+        for dead, last, killed in self._unseen.pop(seq, []):
+            if began is not None and dead != ev.incarnation:  # the kill cut it short, unwritten
+                self.executions.append(
+                    start=last, end=killed, lane=dead, outcome=REDONE, seq=seq, phase=0
+                )
+        self._open[seq] = self.executions.append(
+            start=float(began) if isinstance(began, (int, float)) else ev.ts,
+            end=math.nan,
+            lane=ev.incarnation,
+            outcome=RUNNING,
+            seq=seq,
+            phase=0,
+        )
 
     def copied_span(self, ev: Event) -> tuple[float, float]:
         """Where a fork's copied step is drawn: its own times in the parent, shifted to end at
@@ -424,6 +450,9 @@ class RunState:
         dead_end = self._deaths.last_ts.get(self.incarnation, ev.ts)
         if death is not None:
             self.kills.append(Kill.of(death))
+            if not self._open:  # inside a step whose start it never wrote, or just before it
+                unseen = self._unseen.setdefault(self._frontier + 1, [])
+                unseen.append((death.incarnation, dead_end, death.at))
             dead_end = death.at  # the interrupted step ran until the kill
         outcome = INTERRUPTED if death is None else REDONE
         for seq, i in list(self._open.items()):

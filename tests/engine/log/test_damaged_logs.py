@@ -56,13 +56,15 @@ def healthy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _leaves(data: bytes, page: int, page_size: int) -> list[int]:
-    """The leaf pages of the table b-tree rooted at ``page`` (SQLite file format, section 1.6)."""
+    """The leaf pages of the b-tree rooted at ``page`` (SQLite file format, section 1.6): a
+    table's, or a ``WITHOUT ROWID`` table's (an index b-tree; its interior cells start with the
+    child page number too)."""
     start = (page - 1) * page_size
     header = start + (100 if page == 1 else 0)
     kind = data[header]
-    if kind == 0x0D:
+    if kind in (0x0D, 0x0A):
         return [page]
-    assert kind == 0x05, f"page {page} is not a table b-tree page"
+    assert kind in (0x05, 0x02), f"page {page} is not a b-tree page"
     cells = int.from_bytes(data[header + 3 : header + 5], "big")
     children = []
     for i in range(cells):

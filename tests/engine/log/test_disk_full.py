@@ -112,10 +112,11 @@ def test_a_failed_checkpoint_is_not_counted_when_the_lease_is_released(engine: E
         == 0
     )
     conn = sqlite3.connect(engine.db)  # the third step's checkpoint fails as a full disk would
-    conn.execute(
-        "CREATE TRIGGER fail_third BEFORE UPDATE OF status ON step WHEN NEW.seq = 3"
-        " AND NEW.status = 'committed' BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END"
-    )
+    for when in ("UPDATE OF status", "INSERT"):  # a step row is updated, or inserted, committed
+        conn.execute(
+            f"CREATE TRIGGER fail_third_{when.split()[0]} BEFORE {when} ON step WHEN NEW.seq = 3"
+            " AND NEW.status = 'committed' BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END"
+        )
     conn.commit()
     conn.close()
     args = ["run", f"{AGENTS}:noop", "--run-id", "r", "--db", db, "--param", "n=5"]
@@ -123,7 +124,8 @@ def test_a_failed_checkpoint_is_not_counted_when_the_lease_is_released(engine: E
     assert done.returncode == 1 and "writing the log failed" in done.stderr, done.stderr
     assert engine.query("SELECT used_steps, step_executions FROM run WHERE id = 'r'") == [(2, 3)]
     conn = sqlite3.connect(engine.db)
-    conn.execute("DROP TRIGGER fail_third")
+    conn.execute("DROP TRIGGER fail_third_UPDATE")
+    conn.execute("DROP TRIGGER fail_third_INSERT")
     conn.commit()
     conn.close()
     assert engine.run(*args).returncode == 0

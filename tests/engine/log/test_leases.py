@@ -90,29 +90,27 @@ def test_a_live_engine_is_not_taken_over_and_nothing_is_written(
         kill_group(first)
 
 
-def pg_write_lock_free(url: str) -> bool:
+def pg_run_rows_free(url: str) -> bool:
+    """Can every run row be locked now? Each write of an engine locks its run row first."""
     import psycopg
 
-    from steplog.log.pg import LOCK_KEY
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
-        free = bool(row and row[0])
-        if free:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
-    return free
+    with psycopg.connect(url) as conn:
+        every = conn.execute("SELECT count(*) FROM run").fetchone()
+        lockable = conn.execute(
+            "SELECT count(*) FROM (SELECT id FROM run FOR UPDATE SKIP LOCKED) AS free"
+        ).fetchone()
+        conn.rollback()
+    return every == lockable
 
 
 def freeze_outside_a_write(engine: Engine, proc: subprocess.Popen[str]) -> None:
-    """SIGSTOP the engine at a moment none of its threads holds the log's write lock (its lease
-    heartbeat writes too): a process stopped inside a transaction would block every writer, B
-    included, which is not the case under test."""
+    """SIGSTOP the engine at a moment none of its threads is inside a write (its lease heartbeat
+    writes too): a process stopped inside a transaction would block B's takeover, which is not
+    the case under test."""
     for _ in range(50):
         os.killpg(proc.pid, signal.SIGSTOP)
-        if isinstance(
-            engine.db, str
-        ):  # PostgreSQL: the write lock is an advisory lock (steplog.log.pg)
-            if pg_write_lock_free(engine.db):
+        if isinstance(engine.db, str):  # PostgreSQL: a write holds its run row (steplog.log.pg)
+            if pg_run_rows_free(engine.db):
                 return
             os.killpg(proc.pid, signal.SIGCONT)
             time.sleep(0.05)
@@ -136,7 +134,7 @@ def test_a_zombie_finds_itself_fenced_and_writes_nothing(engine: Engine, tmp_pat
     a = engine.start(*args)
     try:
         # Freeze A while it sleeps inside a step body (not inside a write transaction).
-        wait_until(lambda: engine.events("step_started", seq=6) == 1, what="step 6")
+        wait_until(lambda: engine.events("step_committed", seq=5) == 1, what="step 6")
         freeze_outside_a_write(engine, a)
         wait_until(
             lambda: engine.query("SELECT lease_expires FROM run")[0][0] < time.time(),
@@ -290,7 +288,7 @@ def test_a_wall_clock_stepped_back_does_not_stretch_a_frozen_holders_lease_on_it
     a = engine.start(*args)
     try:
         wait_until(
-            lambda: engine.events("step_started", seq=6) == 1,
+            lambda: engine.events("step_committed", seq=5) == 1,
             what="step 6 (a compute step: no witness lock held)",
         )
         freeze_outside_a_write(engine, a)

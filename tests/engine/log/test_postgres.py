@@ -537,10 +537,12 @@ def test_a_log_of_an_older_schema_is_upgraded_and_its_runs_go_on(
     meta = dict(query_log(engine.db, f"SELECT key, value FROM {META_TABLE}"))
     assert (meta["schema_version"], meta["pg_only"]) == (str(SCHEMA_VERSION), str(len(PG_ONLY)))
     s = engine.status("old")
+    # The engine died just after step 3's commit, and step 4 writes no start (a deferred start):
+    # the log cannot tell that death from one inside step 4, and counts step 4 run twice.
     assert (s["status"], s["steps_committed"], s["step_executions"], s["incarnations"]) == (
         "succeeded",
         5,
-        5,
+        6,
         2,
     ), s
     step_cols = [c for c in _columns(engine.db, "step") if c in _columns_of_sqlite(source, "step")]

@@ -2,14 +2,13 @@
 
 On SQLite one write transaction runs at a time. On PostgreSQL writers of different runs commit
 side by side (``steplog.log.pg``): each locks the rows of its own run, workers claim with ``FOR
-UPDATE SKIP LOCKED``, and only the few transactions that are not one run's (an engine's claim,
-run control) still take turns. Ids then commit out of order, and the readers stop at the
+UPDATE SKIP LOCKED``, and an engine's claim and run control hold their run's own lock
+(``test_postgres_run_locks``). Ids then commit out of order, and the readers stop at the
 settled horizon (``logread.settled_upto``) so a bookmark never passes an event yet to commit.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -82,22 +81,6 @@ def test_a_rolled_back_transaction_holds_readers_back_only_while_it_is_open(db: 
     finally:
         for conn in (a, b, reader):
             conn.close()
-
-
-def test_transactions_that_are_not_one_runs_still_take_turns(db: PgUrl) -> None:
-    a, b = writer(db), writer(db)
-    try:
-        a.execute("BEGIN IMMEDIATE")
-        b.execute("SET lock_timeout = '300ms'")
-        with pytest.raises(sqlite3.OperationalError, match="lock timeout"):
-            b.execute("BEGIN IMMEDIATE")
-        b.execute("ROLLBACK")
-        b.execute(RUN_WRITE)  # one run's write does not wait for them
-        b.execute("COMMIT")
-        a.execute("COMMIT")
-    finally:
-        a.close()
-        b.close()
 
 
 def test_a_claim_skips_a_run_whose_row_another_transaction_holds_instead_of_waiting(

@@ -452,6 +452,12 @@ def test_a_running_run_is_not_exported_and_its_export_once_it_ended_round_trips(
     )
 
 
+def _key(conn: sqlite3.Connection, table: str) -> str:
+    """The table's primary key, in key order (``step`` has no rowid since schema 6)."""
+    pk = sorted((r[5], r[1]) for r in conn.execute(f'PRAGMA table_info("{table}")') if r[5])
+    return ", ".join(f'"{name}"' for _, name in pk)
+
+
 def _as_an_older_steplog_exported(db: Path, run_id: str) -> str:
     """The export lines of ``run_id`` whatever its status, in the format of ``steplog.log.archive``:
     what a steplog from before issue 27 wrote for a run that had not finished."""
@@ -465,7 +471,8 @@ def _as_an_older_steplog_exported(db: Path, run_id: str) -> str:
         counts = {}
         for table, column in RUN_TABLES:
             rows = conn.execute(
-                f'SELECT * FROM "{table}" WHERE "{column}" = ? ORDER BY rowid', (run_id,)
+                f'SELECT * FROM "{table}" WHERE "{column}" = ? ORDER BY {_key(conn, table)}',
+                (run_id,),
             ).fetchall()
             lines += [{"table": table, "row": dict(r)} for r in rows]
             counts[table] = len(rows)

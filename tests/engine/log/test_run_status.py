@@ -102,8 +102,9 @@ person that happen to be spelled so (exit meanings, the worker's "failed"); 12 o
 sharing a word: a step's status (``step`` table), a kill's step state, a verdict phase, the event
 kind ``waiting``, a timeline bar's outcome; 5 JSON keys (an event's ``"queued": true``, a kill-test
 report's ``"failed"`` count). Lower it when one goes; never raise it for a run's status."""
-MAX_IN_SQL = 17
-"""SQL text naming statuses in quotes (CHECK constraints, triggers, ``UPDATE ... SET status =``)."""
+MAX_IN_SQL = 18
+"""SQL text naming statuses in quotes (CHECK constraints, triggers, ``UPDATE ... SET status =``);
+the step table's CHECK is in two migrations (v1, and v6's rebuild ``WITHOUT ROWID``)."""
 
 
 def _literals() -> tuple[list[str], list[str]]:
