@@ -29,7 +29,7 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == FROZEN_RUN_MODULE:
         run_module_as_main(sys.argv[1:])
         return
-    from steplog.cli.commands import main as cli_main
+    from steplog.cli import main as cli_main
 
     cli_main()
 

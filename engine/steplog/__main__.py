@@ -1,5 +1,5 @@
 """``python -m steplog`` is the ``steplog`` command."""
 
-from steplog.cli.commands import main
+from steplog.cli import main
 
 main()

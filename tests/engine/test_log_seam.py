@@ -36,6 +36,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("agents/naive.py", "*"): "the deliberately naive agent",
     # The command line's help and messages name what ``--db`` accepts.
     ("cli/commands.py", "<text>"): "help text naming postgresql:// URLs",
+    ("cli/run_options.py", "<text>"): "the --db help, naming postgresql:// URLs",
 }
 """(module under ``steplog/``, function or ``*``) -> why it may hold SQL or name a driver.
 ``<text>``: string literals only (help text), never code."""

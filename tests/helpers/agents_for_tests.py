@@ -6,8 +6,13 @@ owns, playing a far side that deduplicates on the idempotency key and records ev
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import sqlite3
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import steplog
@@ -377,3 +382,22 @@ def poster(
 def patient(run: steplog.Run, n: int = 3, pause: float = 2.0) -> int:
     """``n`` long steps, and a poison-pill limit of one engine death per step."""
     return sum(run.step(f"think {i}", compute, i, pause) for i in range(n))
+
+
+def _die_then_list_modules(listing: str) -> int:
+    """The first time: SIGKILL this engine (a marker beside ``listing`` says it happened). The
+    next engine, for which this is the first new step: write the modules it has loaded by now."""
+    marker = Path(f"{listing}.killed")
+    if not marker.exists():
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    Path(listing).write_text(json.dumps(sorted(sys.modules)))
+    return 1
+
+
+@steplog.agent
+def relaunched(run: steplog.Run, listing: str = "") -> int:
+    """A step, then a SIGKILL inside the second; the engine that resumes the run writes
+    ``sys.modules`` to ``listing`` as its first new step runs: what a relaunch imports."""
+    run.step("before the kill", int, 1)
+    return run.step("first new step", _die_then_list_modules, listing)

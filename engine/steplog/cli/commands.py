@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
+from steplog.cli.drive import execute_with, fail, guard, limits, log_path, parse_params
 from steplog.cli.options import Seconds
-from steplog.errors import EXIT_USAGE, SteplogError, UsageError
+from steplog.cli.run_options import DB, ENGINE_OPTIONS, OUTBOX, PARAM, RUN_OPTIONS, WORKDIR, Option
+from steplog.errors import EXIT_USAGE, UsageError
 from steplog.log.location import LogLocation
 from steplog.log.runstatus import RunStatus
 
@@ -19,41 +21,6 @@ if TYPE_CHECKING:
     from steplog.log.launch import Launch
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    click.echo(f"steplog: {message}", err=True)
-    sys.exit(code)
-
-
-def _log_path(kwargs: dict[str, Any]) -> LogLocation:
-    from steplog.log.db import location
-
-    return location(kwargs.get("db"))
-
-
-def _guard(fn: F) -> F:
-    """Turn steplog errors into one line on stderr and their documented exit code; a failure of
-    the log's database too (``steplog.log.failures.explain`` words it)."""
-    import functools
-
-    from steplog.log.connection import LogFailure
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except SteplogError as exc:
-            _fail(str(exc), exc.exit_code)
-        except LogFailure as exc:
-            from steplog.log.failures import explain
-
-            explained = explain(exc, _log_path(kwargs))
-            if explained is None:
-                raise
-            _fail(*explained)
-
-    return wrapper  # type: ignore[return-value]
 
 
 class _LogParam(click.ParamType):  # type: ignore[type-arg]
@@ -75,13 +42,58 @@ class _LogParam(click.ParamType):  # type: ignore[type-arg]
             self.fail(detail or str(exc), param, ctx)
 
 
-db_option = click.option(
-    "--db",
-    type=_LogParam(),
-    default=None,
-    help="The log: a SQLite file or a postgresql://USER@HOST:PORT/DBNAME URL (default: "
-    "$STEPLOG_DB, else steplog.db in the user data directory).",
-)
+def _click_option(o: Option) -> Callable[[F], F]:
+    """The click option declared by ``o`` (``run_options``: read the same way by ``quick``)."""
+    kwargs: dict[str, Any] = {"default": o.default, "help": o.help}
+    if o.show_default:
+        kwargs["show_default"] = True
+    if o.metavar:
+        kwargs["metavar"] = o.metavar
+    if o.multiple:
+        kwargs["multiple"] = True
+    if o.kind == "flag":
+        kwargs["is_flag"] = True
+    elif o.kind in ("int", "float"):
+        kwargs["type"] = int if o.kind == "int" else float
+    elif o.kind == "choice":
+        kwargs["type"] = click.Choice(list(o.choices))
+    elif o.kind == "log":
+        kwargs["type"] = _LogParam()
+    elif o.kind == "dir":
+        kwargs["type"] = click.Path(file_okay=False, path_type=Path)
+    elif o.kind == "model":
+        kwargs["callback"] = _model
+    if o.limit is not None:
+        kwargs["callback"] = _limit(o.limit)
+    option: Callable[[F], F] = click.option(o.flag, o.dest, **kwargs)
+    return option
+
+
+def _limit(field: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """Check a budget option as ``Budget`` checks the field (finite, in range) while parsing."""
+    from steplog.policies import limit_problem
+
+    def check(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        problem = None if value is None else limit_problem(field, value)
+        if problem:
+            raise click.BadParameter(problem)
+        return value
+
+    return check
+
+
+def _model(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``--model`` checked while parsing: ``retry`` writes before its engine starts."""
+    from steplog.llm import check_model
+
+    try:
+        check_model(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--model ")) from None
+    return value
+
+
+db_option = _click_option(DB)
 
 
 @click.group(invoke_without_command=True)
@@ -95,7 +107,7 @@ def cli(ctx: click.Context) -> None:
 
 @cli.command()
 @db_option
-@_guard
+@guard
 def gui(db: LogLocation | None) -> None:
     """Open the desktop monitor."""
     _exec_gui(db, demo=False)
@@ -116,7 +128,7 @@ def gui(db: LogLocation | None) -> None:
         "again after every kill."
     ),
 )
-@_guard
+@guard
 def demo(db: LogLocation | None, compare: bool, approve: bool) -> None:
     """Open the monitor with the demo agent running, ready for "Kill now"."""
     _exec_gui(db, demo=True, compare=compare, approve=approve)
@@ -150,216 +162,30 @@ def _exec_gui(
     os.execve(sys.executable, argv, env)
 
 
-def _parse_params(values: tuple[str, ...]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--param {item!r} is malformed; write --param KEY=VALUE")
-        out[key.strip()] = value
-    return out
-
-
-def _limit(field: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
-    """Check a budget option as ``Budget`` checks the field (finite, in range) while parsing."""
-    from steplog.policies import limit_problem
-
-    def check(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
-        problem = None if value is None else limit_problem(field, value)
-        if problem:
-            raise click.BadParameter(problem)
-        return value
-
-    return check
-
-
-def _model(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    """``--model`` checked while parsing: ``retry`` writes before its engine starts."""
-    from steplog.llm import check_model
-
-    try:
-        check_model(value)
-    except UsageError as exc:
-        raise click.BadParameter(str(exc).removeprefix("--model ")) from None
-    return value
-
-
-_ENGINE_OPTIONS = (
-    click.option(
-        "--pace",
-        type=float,
-        default=0.0,
-        show_default=True,
-        help="Seconds of simulated thinking added to each model call.",
-    ),
-    click.option("--max-steps", type=int, default=None, callback=_limit("max_steps")),
-    click.option("--max-tokens", type=int, default=None, callback=_limit("max_tokens")),
-    click.option("--max-seconds", type=float, default=None, callback=_limit("max_seconds")),
-    click.option("--max-cost", type=float, default=None, callback=_limit("max_cost_usd")),
-    click.option(
-        "--max-retries",
-        type=int,
-        default=None,
-        callback=_limit("max_retries"),
-        help="Retries of all steps together.",
-    ),
-    click.option(
-        "--model",
-        default=None,
-        callback=_model,
-        help="Chat model: 'offline' (default) or a model name at --base-url.",
-    ),
-    click.option(
-        "--base-url",
-        default=None,
-        help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI).",
-    ),
-    click.option(
-        "--lease-seconds",
-        type=float,
-        default=None,
-        help="How long a silent engine keeps the run (default 15).",
-    ),
-    click.option(
-        "--sync",
-        "synchronous",
-        type=click.Choice(["full", "normal"]),
-        default="full",
-        show_default=True,
-        help="full: a checkpoint survives power loss; normal: survives crashes only, faster.",
-    ),
-    click.option(
-        "--exit-when-waiting",
-        is_flag=True,
-        help="When the run waits for a signal, let it go and exit 6 instead of waiting "
-        "(batch use).",
-    ),
-)
-
-
 def _engine_options(fn: F) -> F:
-    """The options of every command that drives an engine (run, retry, fork)."""
-    for option in reversed(_ENGINE_OPTIONS):
-        fn = option(fn)
+    """The options of every command that drives an engine (run, retry, fork, submit)."""
+    for option in reversed(ENGINE_OPTIONS):
+        fn = _click_option(option)(fn)
     return fn
 
 
-def _limits(o: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "max_steps": o["max_steps"],
-        "max_tokens": o["max_tokens"],
-        "max_seconds": o["max_seconds"],
-        "max_cost_usd": o["max_cost"],
-        "max_retries": o["max_retries"],
-    }
-
-
-def _execute_with(
-    agent: Any,
-    o: dict[str, Any],
-    *,
-    run_id: str | None,
-    db: LogLocation | None,
-    workdir: Path | None = None,
-    outbox: str | None = None,
-    params: dict[str, Any] | None = None,
-    killed_at: float | None = None,
-) -> None:
-    """Drive ``agent``'s run with the engine options ``o``, print how it ended, exit with its
-    code."""
-    from steplog.log.lease import DEFAULT_LEASE_SECONDS
-    from steplog.runtime.engine import execute
-
-    def started(rid: str, incarnation: int, resumed: bool) -> None:
-        verb = "resuming" if resumed else "starting"
-        click.echo(
-            f"steplog: {verb} run {rid} (agent {agent.default_spec()}, incarnation {incarnation})",
-            err=True,
-        )
-
-    outcome = _drive_engine(
-        lambda: execute(
-            agent,
-            run_id=run_id,
-            db=db,
-            workdir=workdir,
-            outbox=outbox,
-            params=params or {},
-            limits=_limits(o),
-            model=o["model"],
-            base_url=o["base_url"],
-            pace=o["pace"],
-            lease_seconds=DEFAULT_LEASE_SECONDS
-            if o["lease_seconds"] is None
-            else o["lease_seconds"],
-            synchronous="FULL" if o["synchronous"] == "full" else "NORMAL",
-            on_start=started,
-            killed_at=killed_at,
-            exit_when_waiting=o["exit_when_waiting"],
-        )
-    )
-    _report(outcome, db)
+def _run_options(fn: F) -> F:
+    """``steplog run``'s own options (``run_options.RUN_OPTIONS``), then the engine options."""
+    fn = _engine_options(fn)
+    for option in reversed(RUN_OPTIONS):
+        fn = _click_option(option)(fn)
+    return fn
 
 
 @cli.command()
 @click.argument("agent")
-@click.option(
-    "--run-id", default=None, help="Start this run, or resume it if it exists and is not finished."
-)
-@db_option
-@click.option(
-    "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Where the agent's file effects go (default: runs/RUN_ID beside the log).",
-)
-@click.option(
-    "--outbox", default=None, help="Base URL of the messages service built-in agents post to."
-)
-@click.option(
-    "--param", "params", multiple=True, metavar="KEY=VALUE", help="An agent parameter (repeatable)."
-)
-@click.option(
-    "--killed-at",
-    type=float,
-    default=None,
-    metavar="UNIX_TIME",
-    help="When you killed this run's previous engine: recorded with the takeover, so the kill and "
-    "its resume latency read the same everywhere (Kill now and killtest pass it).",
-)
-@_engine_options
-@_guard
-def run(
-    agent: str,
-    run_id: str | None,
-    db: LogLocation | None,
-    workdir: Path | None,
-    outbox: str | None,
-    params: tuple[str, ...],
-    killed_at: float | None,
-    **engine: Any,
-) -> None:
+@_run_options
+@guard
+def run(**kwargs: Any) -> None:
     """Start or resume a run of AGENT (a built-in name, pkg.mod:fn or file.py:fn)."""
-    import os
+    from steplog.cli.drive import run_agent
 
-    from steplog.log.launch import DIE_WITH_PARENT_ENV
-    from steplog.runtime.agent import resolve
-
-    if DIE_WITH_PARENT_ENV in os.environ:  # a worker's engine: it dies with its worker
-        from steplog.control.procs import die_with_parent
-
-        die_with_parent()
-
-    _execute_with(
-        resolve(agent),
-        engine,
-        run_id=run_id,
-        db=db,
-        workdir=workdir,
-        outbox=outbox,
-        params=_parse_params(params),
-        killed_at=killed_at,
-    )
+    run_agent(**kwargs)
 
 
 @cli.command()
@@ -374,7 +200,7 @@ def run(
     show_default=True,
     help="Seconds to wait for a live engine to stop (0: ask and return).",
 )
-@_guard
+@guard
 def cancel(run_id: str, db: LogLocation | None, reason: str | None, wait_seconds: float) -> None:
     """End RUN_ID as `cancelled`: it never runs again; a live engine stops at its next step boundary
     (exit 5)."""
@@ -420,7 +246,7 @@ def cancel(run_id: str, db: LogLocation | None, reason: str | None, wait_seconds
 @click.option(
     "--key", default=None, help="An idempotency key: sending the same key again is the same signal."
 )
-@_guard
+@guard
 def signal(run_id: str, name: str, db: LogLocation | None, data_json: str, key: str | None) -> None:
     """Send RUN_ID the signal NAME; one `run.wait_for(NAME)` consumes it, exactly once."""
     from steplog.control.commands import signal as send
@@ -465,7 +291,7 @@ def signal(run_id: str, name: str, db: LogLocation | None, data_json: str, key: 
     help="Only set the run going again; run it later with `steplog run`.",
 )
 @_engine_options
-@_guard
+@guard
 def retry(run_id: str, db: LogLocation | None, force: bool, no_start: bool, **engine: Any) -> None:
     """Run a `failed` run again from its failed step, with fresh attempt counters."""
     from steplog.control.commands import prepare_retry
@@ -482,7 +308,7 @@ def retry(run_id: str, db: LogLocation | None, force: bool, no_start: bool, **en
             f"{prepared.agent} --run-id {run_id} (or leave it to `steplog worker`)"
         )
         return
-    _execute_with(resolve(prepared.agent), engine, run_id=run_id, db=db)
+    execute_with(resolve(prepared.agent), engine, run_id=run_id, db=db)
 
 
 @cli.command()
@@ -520,7 +346,7 @@ def retry(run_id: str, db: LogLocation | None, force: bool, no_start: bool, **en
     help="Only create the fork (its id is printed); run it later with `steplog run`.",
 )
 @_engine_options
-@_guard
+@guard
 def fork(
     run_id: str,
     at_step: int,
@@ -537,14 +363,14 @@ def fork(
 
     if not no_start:
         _check_tracing()
-    path = _log_path({"db": db})
+    path = log_path({"db": db})
     agent, prepared = fork_run(
         run_id,
         at_step,
         new_run_id=new_run_id,
         db=path,
-        params=_parse_params(params),
-        limits=_limits(engine),
+        params=parse_params(params),
+        limits=limits(engine),
         workdir=workdir,
         outbox=outbox,
         model=engine["model"],
@@ -560,7 +386,7 @@ def fork(
     if no_start:
         return
     # The limits were the fork's own from its creation; the engine takes them from the log.
-    _execute_with(
+    execute_with(
         agent, {**engine, **{k: None for k in _LIMIT_OPTIONS}}, run_id=prepared.run_id, db=path
     )
 
@@ -581,20 +407,11 @@ def _launch_given(o: dict[str, Any]) -> Launch | None:
 @click.argument("agent")
 @click.option("--run-id", default=None, help="The new run's id (default: a new one, printed).")
 @db_option
-@click.option(
-    "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Where the agent's file effects go (default: runs/RUN_ID beside the log).",
-)
-@click.option(
-    "--outbox", default=None, help="Base URL of the messages service built-in agents post to."
-)
-@click.option(
-    "--param", "params", multiple=True, metavar="KEY=VALUE", help="An agent parameter (repeatable)."
-)
+@_click_option(WORKDIR)
+@_click_option(OUTBOX)
+@_click_option(PARAM)
 @_engine_options
-@_guard
+@guard
 def submit(
     agent: str,
     run_id: str | None,
@@ -618,8 +435,8 @@ def submit(
         db=db,
         workdir=workdir,
         outbox=outbox,
-        params=_parse_params(params),
-        limits=_limits(engine),
+        params=parse_params(params),
+        limits=limits(engine),
         model=engine["model"],
         launch=Launch.from_options(engine),
     )
@@ -667,7 +484,7 @@ def submit(
     show_default=True,
     help="On SIGTERM: seconds the engines get to stop at a safe point before they are killed.",
 )
-@_guard
+@guard
 def worker(
     db: LogLocation | None,
     concurrency: int,
@@ -719,51 +536,10 @@ def _check_tracing() -> None:
     check_environment()
 
 
-def _drive_engine(go: Callable[[], Any]) -> Any:
-    try:
-        return go()
-    except KeyboardInterrupt:
-        # SIGTERM, SIGINT and SIGHUP stop the engine at a safe point (``steplog.log.interrupts``);
-        # the lease is released, so the same command resumes at once.
-        from steplog.errors import EXIT_STOPPED
-
-        _fail(
-            "stopped by a signal; run the same command to resume from the last checkpoint",
-            EXIT_STOPPED,
-        )
-
-
-def _report(outcome: Any, db: LogLocation | None) -> None:
-    """Print how the run ended and exit with its code (README "Command line": the exit table;
-    ``errors.EXIT_MEANINGS`` has them in words)."""
-    from steplog.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_GAVE_UP, EXIT_WAITING
-
-    rid = outcome.run_id
-    if outcome.status == RunStatus.SUCCEEDED:
-        click.echo(f"run {rid} succeeded: {json.dumps(outcome.result, ensure_ascii=False)}")
-        return
-    if outcome.status == RunStatus.WAITING:
-        where = f" --db {db}" if db else ""
-        click.echo(
-            f"run {rid} is waiting for signal {outcome.reason!r}; send it with `steplog signal "
-            f"{rid} {outcome.reason} --data JSON{where}`, then run the same command"
-        )
-        sys.exit(EXIT_WAITING)
-    verb = {RunStatus.GAVE_UP: "gave up", RunStatus.CANCELLED: "was cancelled"}.get(
-        outcome.status, "failed"
-    )
-    click.echo(f"run {rid} {verb}: {outcome.reason}")
-    sys.exit(
-        {RunStatus.GAVE_UP: EXIT_GAVE_UP, RunStatus.CANCELLED: EXIT_CANCELLED}.get(
-            outcome.status, EXIT_FAILED
-        )
-    )
-
-
 def _open_for_reading(db: LogLocation | None) -> Any:
     from steplog.log.db import open_readonly
 
-    path = _log_path({"db": db})
+    path = log_path({"db": db})
     return path, open_readonly(path, one_shot=True)
 
 
@@ -779,7 +555,7 @@ def _open_for_reading(db: LogLocation | None) -> Any:
     "(used and limit of each), workdir, outbox; forked_from, waiting_for and blocked when they "
     "apply.",
 )
-@_guard
+@guard
 def status(run_id: str, db: LogLocation | None, as_json: bool) -> None:
     """Show one run."""
     from steplog.log.integrity import probe, refusing_damage
@@ -841,7 +617,7 @@ def _describe(s: dict[str, Any]) -> str:
 @click.option(
     "--json", "as_json", is_flag=True, help="A JSON list of status objects, newest first."
 )
-@_guard
+@guard
 def runs(db: LogLocation | None, as_json: bool) -> None:
     """List the runs in the log."""
     from steplog.log.integrity import probe, refusing_damage
@@ -892,7 +668,7 @@ def runs(db: LogLocation | None, as_json: bool) -> None:
     "kills, redone, duplicates, missing, deliveries, checks (name, passed, evidence, source), "
     "resume_latency.",
 )
-@_guard
+@guard
 def verdict(run_id: str, db: LogLocation | None, outbox: str | None, as_json: bool) -> None:
     """Did RUN_ID survive its kills? The monitor's verdict strip, from the command line.
 
@@ -924,13 +700,13 @@ def verdict(run_id: str, db: LogLocation | None, outbox: str | None, as_json: bo
 
 @cli.command()
 @db_option
-@_guard
+@guard
 def check(db: LogLocation | None) -> None:
     """Check the log's integrity (read-only): "ok" and what it holds, or what is wrong (exit 2)."""
     from steplog.errors import CorruptDatabase
     from steplog.log.integrity import check as check_log
 
-    report = check_log(_log_path({"db": db}))
+    report = check_log(log_path({"db": db}))
     if not report.ok:
         for problem in report.problems:
             click.echo(problem)
@@ -962,7 +738,7 @@ def check(db: LogLocation | None) -> None:
 @click.option(
     "--delay", type=Seconds(0, 3600), default=0.0, help="Seconds each delivery takes (tests)."
 )
-@_guard
+@guard
 def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay: float) -> None:
     """Run the outbox: an idempotent messages service on HOST:PORT."""
     from steplog.outbox import serve
@@ -1050,7 +826,7 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
     "only its verdict counts; they stay in the database. Outbox and workdirs stay in the kill "
     "test's folder.",
 )
-@_guard
+@guard
 def killtest(
     agent: str,
     kills: int,
@@ -1093,7 +869,7 @@ def killtest(
                 kills=kills,
                 seed=seed,
                 as_json=as_json,
-                params=_parse_params(params),
+                params=parse_params(params),
                 time_limit=time_limit,
                 keep=keep,
                 db=db,
@@ -1107,7 +883,7 @@ def killtest(
             sweep=sweep,
             as_json=as_json,
             junit=junit,
-            params=_parse_params(params),
+            params=parse_params(params),
             jobs=jobs,
             time_limit=time_limit,
             keep=keep,
@@ -1168,7 +944,7 @@ def _status_list(value: str | None) -> frozenset[str] | None:
 @click.option(
     "--json", "as_json", is_flag=True, help="One JSON object: runs, rows, bytes before/after."
 )
-@_guard
+@guard
 def prune(
     run_ids: tuple[str, ...],
     db: LogLocation | None,
@@ -1239,7 +1015,7 @@ def prune(
     is_flag=True,
     help="Replace the --output file if it exists (it stays whole until then).",
 )
-@_guard
+@guard
 def export_run(
     run_id: str, db: LogLocation | None, fmt: str, output: Path | None, force: bool
 ) -> None:
@@ -1299,7 +1075,7 @@ def _print_whole(first: str, rest: Any) -> None:
 @cli.command(name="import")
 @click.argument("file", metavar="FILE")
 @db_option
-@_guard
+@guard
 def import_file(file: str, db: LogLocation | None) -> None:
     """Load the runs of FILE (from `export` or `prune --archive`; plain or .gz; - for stdin) into
     the log.
@@ -1335,11 +1111,11 @@ def main() -> None:
     try:
         cli.main(prog_name="steplog", standalone_mode=False)
     except click.exceptions.Abort:
-        _fail("aborted", 130)
+        fail("aborted", 130)
     except click.ClickException as exc:
         ctx = getattr(exc, "ctx", None)
         where = ctx.command_path if ctx is not None else "steplog"
-        _fail(
+        fail(
             exc.format_message().replace("\n", " ").rstrip(".") + f"; see `{where} --help`",
             EXIT_USAGE,
         )

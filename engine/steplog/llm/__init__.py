@@ -2,7 +2,9 @@
 adapter.
 
 ``import steplog.llm`` stays cheap: the ``openai`` SDK (and its HTTP stack) is imported only when an
-``OpenAICompatModel`` is first asked for, so an offline run resumes without paying for it.
+``OpenAICompatModel`` is first asked for, so an offline run resumes without paying for it; the
+scripted model's rules (``tickets``) and the price table likewise when first asked for, since
+every ``import steplog`` loads this package (the public ``ChatModel`` lives in ``base``).
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from steplog.llm.base import (
     Usage,
     close_model,
 )
-from steplog.llm.offline import OfflineModel
-from steplog.llm.prices import Price, PriceTable
 
 if TYPE_CHECKING:
+    from steplog.llm.offline import OfflineModel
     from steplog.llm.openai_compat import OpenAICompatModel
+    from steplog.llm.prices import Price, PriceTable
 
 __all__ = [
     "ChatModel",
@@ -68,16 +70,27 @@ def make_model(name: str | None, *, base_url: str | None = None) -> ChatModel:
     ``$OPENAI_BASE_URL``, else OpenAI itself) with the key from ``$OPENAI_API_KEY``.
     """
     if name is None or name == "offline":
+        from steplog.llm.offline import OfflineModel
+
         return OfflineModel()
     from steplog.llm.openai_compat import OpenAICompatModel
 
     return OpenAICompatModel(name, base_url=base_url or os.environ.get("OPENAI_BASE_URL"))
 
 
-def __getattr__(name: str) -> Any:
-    # PEP 562: import the adapter (and with it the openai SDK) on first use only.
-    if name == "OpenAICompatModel":
-        from steplog.llm.openai_compat import OpenAICompatModel
+_LAZY = {
+    "OfflineModel": "steplog.llm.offline",
+    "OpenAICompatModel": "steplog.llm.openai_compat",
+    "Price": "steplog.llm.prices",
+    "PriceTable": "steplog.llm.prices",
+}
+"""Names imported on first use only (PEP 562), with the module that defines each."""
 
-        return OpenAICompatModel
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -12,19 +12,21 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from steplog.errors import LeaseHeld, UsageError
 from steplog.log.db import LogConnection, LogRow, for_update, run_locked
 from steplog.log.events import EventKind
 from steplog.log.integrity import probe
 from steplog.log.journal import append_event, dumps
-from steplog.log.launch import Launch
 from steplog.log.lease import boot_clock, me, row_vacancy
 from steplog.log.location import LogLocation
 from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL
 from steplog.policies import Budget
+
+if TYPE_CHECKING:
+    from steplog.log.launch import Launch
 
 
 class Claimant(Protocol):

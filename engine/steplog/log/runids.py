@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import secrets
 import time
 
 from steplog.errors import UsageError
@@ -20,4 +19,6 @@ def check_run_id(run_id: str) -> None:
 
 def new_run_id() -> str:
     """Sortable by start time, unique without coordination."""
+    import secrets  # here: a resumed run is named already, and secrets brings hmac and OpenSSL
+
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)

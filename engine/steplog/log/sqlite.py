@@ -106,13 +106,14 @@ def _read_header(path: Path) -> bytes:
         ) from exc
 
 
-def _read_ids(path: Path, header: bytes | None) -> tuple[int, int, list[str]]:
-    """(application_id, user_version, table names) of a SQLite file.
+def _read_ids(path: Path, header: bytes | None) -> tuple[sqlite3.Connection, int, int, list[str]]:
+    """The read connection, and (application_id, user_version, table names) of a SQLite file.
 
     Read through SQLite, not from the header bytes: a fresh log's first pages may still live only
     in the -wal file. ``header`` is ``None`` when this process holds the file open (``openfiles``):
     it is then known to be SQLite and is read through an ordinary read-only connection; otherwise
-    as a one-shot reader (``connect_readonly``).
+    as a one-shot reader (``connect_readonly``). The connection is returned open: the caller
+    closes it.
     """
     try:
         conn = connect_readonly(path, one_shot=header is not None)
@@ -122,8 +123,9 @@ def _read_ids(path: Path, header: bytes | None) -> tuple[int, int, list[str]]:
             ]
             app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        finally:
+        except BaseException:
             conn.close()
+            raise
     except sqlite3.DatabaseError as exc:
         if isinstance(exc, sqlite3.OperationalError) and not is_damage(exc):
             raise LogError(
@@ -134,13 +136,14 @@ def _read_ids(path: Path, header: bytes | None) -> tuple[int, int, list[str]]:
             f"{path} is a damaged SQLite file ({exc}); it was left untouched: "
             "restore it from a backup or point --db at a new path"
         ) from exc
-    return app_id, version, tables
+    return conn, app_id, version, tables
 
 
-def inspect(path: Path) -> int:
+def inspect(path: Path, held: list[sqlite3.Connection] | None = None) -> int:
     """Check an existing file read-only and return its schema version (0 = empty, new).
 
-    Raises ``CorruptDatabase``, ``ForeignDatabase`` or ``NewerSchema``; never writes.
+    Raises ``CorruptDatabase``, ``ForeignDatabase`` or ``NewerSchema``; never writes. ``held``:
+    the check's read connection is put there, open, for the caller to close (``open_log``).
     """
     with openfiles.guarded:
         # Header bytes only from a file no connection of ours holds (see ``openfiles``).
@@ -152,7 +155,21 @@ def inspect(path: Path) -> int:
                 f"{path} is not a SQLite database (corrupt, truncated or another kind of file); "
                 "it was left untouched: point --db at a steplog log or a new path"
             )
-        app_id, version, tables = _read_ids(path, header)
+        conn, app_id, version, tables = _read_ids(path, header)
+    try:
+        checked = _check_ids(path, app_id, version, tables)
+    except BaseException:
+        conn.close()
+        raise
+    if held is None:
+        conn.close()
+    else:
+        held.append(conn)
+    return checked
+
+
+def _check_ids(path: Path, app_id: int, version: int, tables: list[str]) -> int:
+    """``inspect``'s verdict on what a file's ids say it is."""
     if app_id != APPLICATION_ID:
         if app_id == 0 and not tables and version == 0:
             return 0
@@ -334,15 +351,20 @@ def migrate(conn: sqlite3.Connection) -> None:
 
 def open_log(path: Path, *, synchronous: Synchronous = "FULL") -> sqlite3.Connection:
     """Open (creating if needed) a log file for writing: validated, migrated, WAL, private."""
+    # The check's read connection stays open until the writer has read the file: a killed
+    # engine's log has a WAL, and the first connection to open it reads the whole of it to rebuild
+    # its index (-shm); the writer, not the first, finds that index built (~1 ms of a relaunch).
+    checking: list[sqlite3.Connection] = []
     try:
         with openfiles.guarded:  # no other thread's plain open between the check and the connection
             if path.exists():
-                inspect(path)
+                inspect(path, checking)
                 _require_writable(path)
             else:
                 _create_private(path)
             conn = openfiles.connect(path, str(path), isolation_level=None, check_same_thread=False)
         apply_pragmas(conn, readonly=False, synchronous=synchronous)
+        _close(checking)  # the writer has read the file: the index is its too now
         migrate(conn)
     except sqlite3.OperationalError as exc:
         cls = LogUnavailable if transient(exc) else LogError
@@ -354,7 +376,14 @@ def open_log(path: Path, *, synchronous: Synchronous = "FULL") -> sqlite3.Connec
         raise CorruptDatabase(
             f"{path} is a damaged SQLite file ({exc}); restore it or use a new --db"
         ) from exc
+    finally:
+        _close(checking)
     return conn
+
+
+def _close(connections: list[sqlite3.Connection]) -> None:
+    while connections:
+        connections.pop().close()
 
 
 def open_readonly(path: Path, *, one_shot: bool = False) -> sqlite3.Connection:

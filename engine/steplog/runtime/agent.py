@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -172,7 +171,7 @@ def _load_file(path_text: str) -> Any:
     path = Path(path_text).expanduser().resolve()
     if not path.is_file():
         raise AgentSpecError(f"agent file {path_text} does not exist; {SPEC_HELP}")
-    mod_name = "steplog_user_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    mod_name = _module_name(path)
     if mod_name in sys.modules:
         return sys.modules[mod_name]
     spec = importlib.util.spec_from_file_location(mod_name, path)
@@ -187,6 +186,20 @@ def _load_file(path_text: str) -> Any:
         del sys.modules[mod_name]
         raise AgentSpecError(f"importing {path_text} failed: {_import_failure(exc)}") from exc
     return module
+
+
+def _module_name(path: Path) -> str:
+    """The name an agent file is imported under: one per file in this process. A checksum of the
+    path, not a cryptographic hash: ``hashlib`` loads OpenSSL, ~2 ms of every relaunch of a file
+    agent; a name another file already took gets a suffix instead."""
+    import zlib
+
+    base = f"steplog_user_{zlib.crc32(str(path).encode()):08x}"
+    name, n = base, 1
+    while name in sys.modules and getattr(sys.modules[name], "__file__", None) != str(path):
+        n += 1
+        name = f"{base}_{n}"
+    return name
 
 
 def _import_failure(exc: BaseException) -> str:

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from steplog.errors import Fenced, LogWriteError, RunStopped, RunWaiting, UsageError
 from steplog.log import interrupts
@@ -34,7 +34,6 @@ from steplog.log.db import (
 from steplog.log.journal import Journal, Usage, dumps, renew_lease, why_not_json
 from steplog.log.lease import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from steplog.log.location import LogLocation
-from steplog.log.observer import RunObserver, incarnation_of
 from steplog.log.runids import check_run_id, new_run_id
 from steplog.log.runstatus import RunStatus
 from steplog.log.status import outcome_error
@@ -47,6 +46,9 @@ from steplog.runtime.run import Run
 from steplog.runtime.runnable import Runnable
 from steplog.tracing.env import check_environment
 from steplog.tracing.observe import from_environment
+
+if TYPE_CHECKING:
+    from steplog.log.observer import RunObserver
 
 
 @dataclass(frozen=True)
@@ -89,15 +91,18 @@ class _Heartbeat(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        try:
-            conn = connect_plain(
-                self._db
-            )  # synchronous NORMAL: a lost renewal only shortens the lease
-        except Exception:
-            return  # the engine's own writes still renew the lease and notice a takeover
+        conn: LogConnection | None = None
         try:
             renew_at = time.monotonic() + self._period
             while not self._stop_event.wait(min(LATE_START_POLL, self._period)):
+                if conn is None:
+                    # Opened at the first wake, not at start: a thread opening a connection
+                    # holds the GIL the main thread needs on its way to the first step.
+                    # Synchronous NORMAL: a lost renewal only shortens the lease.
+                    try:
+                        conn = connect_plain(self._db)
+                    except Exception:
+                        return  # the engine's own writes still renew the lease, notice a takeover
                 j = self._journal
                 j.record_late_start(conn)  # a step running long shows as running
                 if time.monotonic() < renew_at:
@@ -121,7 +126,8 @@ class _Heartbeat(threading.Thread):
                     j.cancel_requested = cancel
                     interrupts.request_from_thread("cancel")
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
 
     def stop(self) -> None:
         """Stop and wait, so its connection is closed before the caller closes the log."""
@@ -369,6 +375,8 @@ def _observer(
     began."""
     observer = from_environment()
     if observer is not None:
+        from steplog.log.observer import incarnation_of  # only when tracing: ~1 ms of every start
+
         observer.incarnation_started(incarnation_of(conn, row, incarnation, resumed))
     return observer
 

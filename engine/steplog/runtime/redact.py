@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 
+# Pattern text, compiled through ``re``'s cache by the first ``redact``: only a failure is
+# redacted, and every ``import steplog`` loads this module.
 _PATTERNS = (
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"),  # OpenAI-style keys
-    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._\-~+/]{8,}=*"),  # Authorization: Bearer ...
-    re.compile(r"(?i)\b(api[_-]?key|token|secret|password)=([^&\s]+)"),  # key=... in URLs
+    r"\bsk-[A-Za-z0-9_\-]{16,}",  # OpenAI-style keys
+    r"(?i)\bbearer\s+[A-Za-z0-9._\-~+/]{8,}=*",  # Authorization: Bearer ...
+    r"(?i)\b(api[_-]?key|token|secret|password)=([^&\s]+)",  # key=... in URLs
 )
 SECRET_PARAM = re.compile(r"(?i)(api[_-]?key|secret|password|passwd|token|credential)")
 
@@ -15,7 +17,7 @@ SECRET_PARAM = re.compile(r"(?i)(api[_-]?key|secret|password|passwd|token|creden
 def redact(text: str) -> str:
     """``text`` with anything that looks like a credential replaced by ``[redacted]``."""
     for pattern in _PATTERNS:
-        text = pattern.sub(
-            lambda m: (m.group(1) + "=[redacted]") if m.lastindex else "[redacted]", text
+        text = re.sub(
+            pattern, lambda m: (m.group(1) + "=[redacted]") if m.lastindex else "[redacted]", text
         )
     return text

@@ -36,10 +36,12 @@ _BSP_ENVS = {
 # OTLP exporter spec, "Specifying headers via environment variables": ``key=value`` pairs joined by
 # commas, keys HTTP tokens, values URL-encoded. Like the Python SDK's liberal parser, a value may
 # also hold plain spaces (``Authorization=Bearer TOKEN``); never ``"`` ``,`` ``;`` or ``\``.
-_HEADER_SEPARATOR = re.compile(r"[ \t]*,[ \t]*")
-_HEADER_ENTRY = re.compile(r"[ \t]*[!#-'*+\-.0-9A-Z^-z|~]+[ \t]*=[ \t]*[ !#-+\--:<-\[\]-~]*[ \t]*")
-_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-_BAD_DECODED = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]|[^\x00-\xff]")
+# Pattern text, compiled (through ``re``'s cache) only when headers are checked: every engine start
+# imports this module, and most trace nothing.
+_HEADER_SEPARATOR = r"[ \t]*,[ \t]*"
+_HEADER_ENTRY = r"[ \t]*[!#-'*+\-.0-9A-Z^-z|~]+[ \t]*=[ \t]*[ !#-+\--:<-\[\]-~]*[ \t]*"
+_BAD_ESCAPE = r"%(?![0-9A-Fa-f]{2})"
+_BAD_DECODED = r"[\x00-\x08\x0a-\x1f\x7f]|[^\x00-\xff]"
 """What no HTTP header value may carry once decoded: a line break (or other control character),
 or a character outside Latin-1 (the HTTP library would fail on it, echoing the value)."""
 
@@ -112,13 +114,13 @@ def check_environment(env: Mapping[str, str] = os.environ) -> None:
 def _check_headers(name: str, value: str) -> None:
     """Refuse a malformed headers variable, naming the variable and the entry's position only:
     any part of an entry (a malformed one may be all token) may be a secret."""
-    entries = [e for e in _HEADER_SEPARATOR.split(value.strip()) if e]
+    entries = [e for e in re.split(_HEADER_SEPARATOR, value.strip()) if e]
     for n, entry in enumerate(entries, 1):
-        if not _HEADER_ENTRY.fullmatch(entry):
+        if not re.fullmatch(_HEADER_ENTRY, entry):
             problem = 'is not KEY=VALUE (a value may not hold " , ; or \\)'
-        elif _BAD_ESCAPE.search(entry):
+        elif re.search(_BAD_ESCAPE, entry):
             problem = "has a % that is not followed by two hex digits"
-        elif _BAD_DECODED.search(unquote(entry.partition("=")[2])):
+        elif re.search(_BAD_DECODED, unquote(entry.partition("=")[2])):
             problem = (
                 "decodes to a line break, another control character or a non-Latin-1 character"
             )

@@ -29,9 +29,9 @@ from steplog.llm import (
     make_model,
 )
 from steplog.llm.base import estimate_messages, estimate_tokens
-from steplog.llm.offline import CATEGORIES, PRIORITIES, SIGNATURE, parse_ticket
 from steplog.llm.openai_compat import OpenAICompatModel
 from steplog.llm.prices import FREE, is_local
+from steplog.llm.tickets import CATEGORIES, PRIORITIES, SIGNATURE, parse_ticket
 
 ENGINE = ROOT / "engine"
 SECRET = "sk-test-DO-NOT-LEAK-0123456789abcdefXYZ"
