@@ -17,6 +17,7 @@ from importlib.resources import files
 from typing import Any
 
 import steplog
+from steplog.llm.tickets import CATEGORIES, PRIORITIES
 from steplog.policies import Budget
 
 SYSTEM = (
@@ -25,17 +26,6 @@ SYSTEM = (
     "outage, praise or other), priority (urgent, high, normal or low) and reply (a courteous reply "
     "draft of 3-6 sentences that addresses the customer by name)."
 )
-CATEGORIES = (
-    "billing",
-    "bug",
-    "account",
-    "feature_request",
-    "privacy",
-    "outage",
-    "praise",
-    "other",
-)
-PRIORITIES = ("urgent", "high", "normal", "low")
 
 
 def load_tickets(limit: int = 0) -> list[dict[str, str]]:
