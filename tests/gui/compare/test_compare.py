@@ -279,7 +279,9 @@ def test_one_token_total_per_run_in_the_table_and_the_chart_and_colours_that_fol
     from one place. Then the theme goes dark: every figure is in the dark theme's text colour
     (they kept the light theme's near-black), the naive run's failures in its red."""
     window.set_theme("light")
-    compare = window.open_compare(DemoConfig(params={"tickets": "4"}, pace=0.5))
+    # Ten tickets: the kill below must land mid-run even when a loaded machine delays the
+    # monitor's view of the third commit by seconds (with four, CI saw both runs finished first).
+    compare = window.open_compare(DemoConfig(params={"tickets": "10"}, pace=0.5))
     qtbot.waitUntil(
         lambda: compare.runs.naive.running and compare.runs.durable.running, timeout=20_000
     )
