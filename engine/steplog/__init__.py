@@ -15,7 +15,7 @@ Implementation lives in private-by-convention modules; this is the public surfac
 
 from __future__ import annotations
 
-from steplog.api import cancel, fork, signal
+from steplog.api import aread_stream, cancel, fork, read_stream, signal
 from steplog.errors import (
     AgentSpecError,
     Cancelled,
@@ -48,6 +48,8 @@ from steplog.runtime.agent import Agent, agent
 from steplog.runtime.run import Run, current_key
 
 __all__ = [
+    "aread_stream",
+    "read_stream",
     "Agent",
     "AgentSpecError",
     "Cancelled",

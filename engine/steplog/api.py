@@ -1,4 +1,5 @@
-"""Run control for programs: what ``steplog signal``, ``cancel`` and ``fork`` do, from Python.
+"""Run control and streams for programs: what ``steplog signal``, ``cancel``, ``fork`` and
+``stream`` do, from Python.
 
 Thin on purpose: the work is in ``steplog.control``, imported on first use so that
 ``import steplog`` (and with it an engine's start after a kill) does not pay for it.
@@ -6,6 +7,7 @@ Thin on purpose: the work is in ``steplog.control``, imported on first use so th
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Generator
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +65,52 @@ def fork(
         outbox=outbox,
     )
     return prepared.run_id
+
+
+def read_stream(
+    run_id: str,
+    *,
+    db: str | Path | None = None,
+    name: str | None = None,
+    from_offset: int = 0,
+    follow: bool = False,
+) -> Generator[dict[str, Any], None, None]:
+    """The entries of ``run_id``'s streams (``run.emit``, a model's tokens) from ``from_offset``
+    on, in offset order, each ``{"offset", "stream", "step", "attempt", "cut", "value"}`` as
+    ``steplog stream --json`` prints it; only stream ``name`` if given. An entry comes once the
+    attempt that wrote it is over, so its ``cut`` is final. ``follow``: keep reading across
+    kills and restarts until the run is over and every entry is out."""
+    from steplog.log.db import location
+    from steplog.log.streams import entries
+
+    names = None if name is None else (name,)
+    for entry in entries(location(db), run_id, names=names, from_offset=from_offset, follow=follow):
+        yield entry.as_json()
+
+
+async def aread_stream(
+    run_id: str,
+    *,
+    db: str | Path | None = None,
+    name: str | None = None,
+    from_offset: int = 0,
+    follow: bool = False,
+) -> AsyncIterator[dict[str, Any]]:
+    """``read_stream`` for ``async`` code: the reading happens on a thread of its own (one: a
+    connection to a file stays with the thread that opened it)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    loop = asyncio.get_running_loop()
+    reader = ThreadPoolExecutor(1, thread_name_prefix="steplog-aread")
+    it = read_stream(run_id, db=db, name=name, from_offset=from_offset, follow=follow)
+    end: dict[str, Any] = {}
+    try:
+        while True:
+            item = await loop.run_in_executor(reader, next, it, end)
+            if item is end:
+                return
+            yield item
+    finally:
+        reader.submit(it.close)
+        reader.shutdown(wait=False)

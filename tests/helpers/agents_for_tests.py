@@ -401,3 +401,21 @@ def relaunched(run: steplog.Run, listing: str = "") -> int:
     ``sys.modules`` to ``listing`` as its first new step runs: what a relaunch imports."""
     run.step("before the kill", int, 1)
     return run.step("first new step", _die_then_list_modules, listing)
+
+
+def _talk(run: steplog.Run, i: int, chunks: int, pause: float) -> int:
+    """A step that streams as a model would: ``chunks`` pieces of text, ``pause`` apart."""
+    for c in range(chunks):
+        run.emit(f"{i}.{c} ", stream="tokens")
+        time.sleep(pause)
+    return i
+
+
+@steplog.agent(budget=steplog.Budget(max_steps=10_000, max_recoveries=1_000))
+def streamer(run: steplog.Run, n: int = 6, chunks: int = 20, pause: float = 0.02) -> int:
+    """Agent events between steps (each exactly once) and a stream of text inside each step."""
+    run.emit({"phase": "start"})
+    for i in range(n):
+        run.step(f"talk {i}", _talk, run, i, chunks, pause)
+        run.emit({"done": i})
+    return n

@@ -613,6 +613,62 @@ def _describe(s: dict[str, Any]) -> str:
 
 
 @cli.command()
+@click.argument("run_id")
+@db_option
+@click.option("--name", "name", default=None, help="Only this stream (e.g. tokens, events).")
+@click.option(
+    "--from",
+    "from_offset",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Start at this offset (the offset after the last one you saw, to read on).",
+)
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Keep reading across kills and restarts; exit 0 once the run is over and all is out.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='One JSON object per line: {"offset", "stream", "step", "attempt", "cut", "value"}.',
+)
+@guard
+def stream(
+    run_id: str,
+    db: LogLocation | None,
+    name: str | None,
+    from_offset: int,
+    follow: bool,
+    as_json: bool,
+) -> None:
+    """Print a run's streams (run.emit, a model's tokens), one entry per line.
+
+    An entry is printed once the step attempt that wrote it is over, so whether it was cut
+    short (by a kill, a stop or a failure: not the step's recorded answer) is final: a
+    follower prints exactly what a reader after the run prints."""
+    from steplog.log.streams import entries
+
+    names = None if name is None else (name,)
+    for entry in entries(
+        log_path({"db": db}), run_id, names=names, from_offset=from_offset, follow=follow
+    ):
+        if as_json:
+            line = json.dumps(entry.as_json(), ensure_ascii=False)
+        else:
+            # JSON-quoted: model output reaches the terminal as text, never as escape codes.
+            where = "" if entry.step is None else f" step {entry.step}#{entry.attempt}"
+            cut = " (cut)" if entry.cut else ""
+            line = (
+                f"{entry.offset:>6} {entry.stream}{where}{cut}: "
+                f"{json.dumps(entry.value, ensure_ascii=False)}"
+            )
+        click.echo(line)
+
+
+@cli.command()
 @db_option
 @click.option(
     "--json", "as_json", is_flag=True, help="A JSON list of status objects, newest first."

@@ -38,6 +38,7 @@ from steplog.log.lease import boot_clock
 
 if TYPE_CHECKING:
     from steplog.log.observer import RunObserver
+    from steplog.log.streams import Pending, StreamBuffer
 
 Clock = Callable[[], float]
 
@@ -208,6 +209,9 @@ class Journal:
         """Steps whose start is written and that have not committed or failed for good."""
         self.finishing = threading.Event()
         """Set once the terminal record is being written: nothing may stop the run any more."""
+        self.streams: StreamBuffer | None = None
+        """The run's stream entries waiting to be written (``steplog.log.streams``); every
+        transaction here writes them first. Set by the engine."""
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -251,20 +255,32 @@ class Journal:
                 f"run {self.run_id}: a newer engine took it over; this one (incarnation "
                 f"{self.incarnation}) stops"
             )
+        # One writer of stream entries at a time (taken first: see ``StreamBuffer.busy``).
+        streams = self.streams if self.streams is not None and self.streams.active else None
+        if streams is not None:
+            streams.busy.acquire()
         # The heartbeat must not write the deferred start meanwhile (``record_late_start``).
         lock = self._deferred_lock if self._deferred is not None else None
         if lock is not None:
             lock.acquire()
         try:
-            yield from self._tx_body(durable, run_sets, run_args, settles)
+            yield from self._tx_body(durable, run_sets, run_args, settles, streams)
         finally:
             if lock is not None:
                 lock.release()
+            if streams is not None:
+                streams.busy.release()
 
     def _tx_body(
-        self, durable: bool, run_sets: str, run_args: tuple[Any, ...], settles: _Start | None
+        self,
+        durable: bool,
+        run_sets: str,
+        run_args: tuple[Any, ...],
+        settles: _Start | None,
+        streams: StreamBuffer | None,
     ) -> Iterator[LogConnection]:
         conn = self.conn
+        entries: list[Pending] = []
         # A stop signal waits for the end of the transaction (see ``interrupts``).
         with interrupts.critical():
             try:
@@ -317,6 +333,12 @@ class Journal:
                 if pending is not None:
                     self._write_start(conn, pending, self.incarnation)
                     self._open.add(pending.seq)  # before the write below may end it
+                if streams is not None:
+                    entries = streams.take()
+                    if entries:
+                        from steplog.log.streams import insert
+
+                        insert(conn, self.run_id, self.incarnation, entries)
                 yield conn
                 conn.execute("COMMIT")
                 if pending is not None:
@@ -327,6 +349,8 @@ class Journal:
                 self._committed = dict(vars(self.usage))  # a plain dict: this runs once per step
             except BaseException as exc:
                 rollback(conn)
+                if entries and streams is not None:
+                    streams.put_back(entries)
                 # The counters the callers raised for this write were not written: forget them,
                 # or releasing the lease next (which writes them too) would record a step that
                 # was never committed.
@@ -577,9 +601,17 @@ class Journal:
             self.observer.attempt_failed(seq, error, will_retry=will_retry)
 
     def commit_step(
-        self, seq: int, name: str, kind: str, result_json: str, *, duration: float
+        self,
+        seq: int,
+        name: str,
+        kind: str,
+        result_json: str,
+        *,
+        duration: float,
+        entry: Pending | None = None,
     ) -> None:
-        """The checkpoint: the step's result is recorded; it will never run again."""
+        """The checkpoint: the step's result is recorded; it will never run again. ``entry``: a
+        stream entry written in the same transaction (``run.emit`` between steps: exactly once)."""
         u = self.usage
         u.steps += 1
         d = self._deferred
@@ -587,6 +619,10 @@ class Journal:
             d = None
         with self._tx(settles=d):
             now = self._clock()
+            if entry is not None:
+                from steplog.log.streams import insert
+
+                insert(self.conn, self.run_id, self.incarnation, [entry])
             if d is not None and not d.written:
                 # Its start was never written: one row, inserted committed, and one event.
                 self.conn.execute(
@@ -784,6 +820,8 @@ class Journal:
     ) -> None:
         """The terminal transaction: status, reason, result, and the lease released."""
         self.finishing.set()
+        if self.streams is not None:
+            self.streams.close()  # every entry before the terminal record
         now = self._clock()
         with self._tx(
             run_sets="status = ?, reason = ?, result = ?, finished_at = ?, lease_pid = NULL,"
@@ -805,6 +843,8 @@ class Journal:
 
     def release(self) -> None:
         """Let go of the lease without finishing (the process is stopping for another reason)."""
+        if self.streams is not None:
+            self.streams.close()
         try:
             with interrupts.shielded():  # the process is stopping already
                 with self._tx(run_sets="lease_pid = NULL, lease_expires = NULL"):

@@ -90,6 +90,16 @@ PG_ONLY: tuple[tuple[str, ...], ...] = (
         "CREATE OR REPLACE TRIGGER event_notify AFTER INSERT ON event REFERENCING NEW TABLE AS "
         "inserted FOR EACH STATEMENT EXECUTE FUNCTION steplog_notify_event()",
     ),
+    # Stream entries (schema 7) wake the same listeners: the payload stays the newest event id
+    # (a reader of events finds nothing new; a reader of streams reads on).
+    (
+        "CREATE OR REPLACE FUNCTION steplog_notify_stream() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        "BEGIN"
+        f" PERFORM pg_notify('{NOTIFY_CHANNEL}', COALESCE((SELECT max(id) FROM event), 0)::text);"
+        " RETURN NULL; END $$",
+        "CREATE OR REPLACE TRIGGER stream_notify AFTER INSERT ON stream "
+        "FOR EACH STATEMENT EXECUTE FUNCTION steplog_notify_stream()",
+    ),
 )
 """``PG_ONLY[k]``: the statements of PostgreSQL-only step ``k + 1`` (see the module docstring).
 Append only; never edit a step a log may already have."""

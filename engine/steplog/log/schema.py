@@ -285,7 +285,31 @@ DROP TABLE step;
 ALTER TABLE step_v6 RENAME TO step;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+# Streams (``run.emit``, a model's tokens as they come): entries numbered ``pos`` from 0, strictly
+# increasing per run in commit order (one writer per engine assigns them, fenced like every
+# write). ``seq``/``attempt``: the step attempt that wrote it (NULL: none); whether that attempt was
+# cut short is read from the step's row, never stored (a kill writes nothing). Append-only, as
+# ``event`` is, but for ``steplog prune``.
+_V7 = """
+CREATE TABLE stream (
+    run_id      TEXT NOT NULL,
+    pos         INTEGER NOT NULL,
+    name        TEXT NOT NULL,
+    seq         INTEGER,
+    attempt     INTEGER,
+    incarnation INTEGER NOT NULL,
+    ts          REAL NOT NULL,
+    value       TEXT NOT NULL,
+    PRIMARY KEY (run_id, pos)
+) WITHOUT ROWID;
+CREATE TRIGGER stream_is_append_only_update BEFORE UPDATE ON stream
+BEGIN SELECT RAISE(ABORT, 'the stream table is append-only'); END;
+CREATE TRIGGER stream_is_append_only_delete BEFORE DELETE ON stream
+WHEN NOT EXISTS (SELECT 1 FROM pruned WHERE run_id = OLD.run_id AND state = 'pruning')
+BEGIN SELECT RAISE(ABORT, 'the stream table is append-only (only steplog prune removes a finished run''s entries)'); END;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 """``MIGRATIONS[i]`` takes a log from ``user_version`` i to i + 1. Append only; never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -296,6 +320,7 @@ RUN_TABLES: tuple[tuple[str, str], ...] = (
     ("effect", "run_id"),
     ("event", "run_id"),
     ("signal", "run_id"),
+    ("stream", "run_id"),
 )
 """Every table holding rows of one run, as (table, column naming the run), the run row first.
 

@@ -123,6 +123,21 @@ class SignalRow(SQLModel, table=True):
     consumed_at: float | None = None
 
 
+class StreamRow(SQLModel, table=True):
+    """One entry of a run's stream (``run.emit``, a model's tokens); ``pos`` is its offset."""
+
+    __tablename__ = "stream"
+
+    run_id: str = Field(primary_key=True)
+    pos: int = Field(primary_key=True)
+    name: str
+    seq: int | None = None
+    attempt: int | None = None
+    incarnation: int
+    ts: float
+    value: str
+
+
 class EventRow(SQLModel, table=True):
     __tablename__ = "event"
 

@@ -413,6 +413,9 @@ def _work(
         exit_when_waiting=exit_when_waiting,
         forked_from=_forked_from(row),
     )
+    from steplog.log.streams import StreamBuffer
+
+    journal.streams = StreamBuffer(journal, lambda: connect_plain(db_path))
     private_dir(Path(row["workdir"]))
     if on_start is not None:
         on_start(run.id, journal.incarnation, resumed)

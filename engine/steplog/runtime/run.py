@@ -45,6 +45,7 @@ from steplog.log.journal import (
 )
 from steplog.log.ledger import EffectRecord, carried_effect, load_effect, released_effects
 from steplog.log.steps import Committed, StepRecord, as_stored
+from steplog.log.streams import STREAM_NAME_MAX, Pending
 from steplog.policies import Budget, RetryPolicy
 from steplog.runtime import crashpoints, effects
 from steplog.runtime.redact import redact
@@ -168,6 +169,15 @@ class StepContext:
     name: str
     decided: bool = False
     _next_effect: int = field(default=0)
+    attempt: int = 1
+    """Which attempt of the step this is (its stream entries carry it)."""
+
+    def emit(self, value: Any, stream: str) -> None:
+        """An entry of this attempt (``run.emit`` inside a step body, a model's tokens)."""
+        streams = self.run._journal.streams
+        if streams is None:
+            raise UsageError("run.emit() needs a run started by the steplog engine")
+        streams.append(stream, _entry_json(value, stream), self.seq, self.attempt)
 
     def effect(
         self,
@@ -499,6 +509,24 @@ class Run:
         crashpoints.reached("after_decision", ctx.seq)
         return decision
 
+    def emit(self, value: Any, *, stream: str = "events") -> None:
+        """Append ``value`` (JSON) to the run's stream ``stream`` (``steplog stream RUN_ID``).
+
+        From the agent function, between steps, it is a step of its own (kind ``emit``): the entry
+        is written with that step's checkpoint, so it is in the stream exactly once however often
+        the run is killed and replayed. Inside a step body it belongs to that attempt of the
+        step: written as it goes (batched, off the step's commit path), and marked ``cut`` if a
+        kill or a failure ends the attempt before the step is recorded."""
+        ctx = _current.get()
+        if ctx is not None and ctx.run is self:
+            ctx.emit(value, stream)
+            return
+        text = _entry_json(value, stream)
+        seq, prior = self._enter(f"emit {stream}", "emit")
+        if isinstance(prior, Committed):
+            return  # recorded already: its entry is in the stream
+        self._execute(seq, f"emit {stream}", "emit", prior, lambda ctx: None, entry=(stream, text))
+
     def map(
         self, name: str, fn: Callable[[Any], T], items: Iterable[Any], *, concurrency: int = 4
     ) -> list[T]:
@@ -781,10 +809,11 @@ class Run:
         attempt_fn: Callable[[StepContext], Any],
         *,
         reserve: Estimate | None = None,
+        entry: tuple[str, str] | None = None,
     ) -> Any:
         """Drive one step's attempts (``_attempts``) with ``attempt_fn`` as the body, here and
         now."""
-        attempts = self._attempts(seq, name, kind, prior, reserve)
+        attempts = self._attempts(seq, name, kind, prior, reserve, entry)
         order = next(attempts)
         while True:
             outcome: tuple[bool, Any]
@@ -807,7 +836,13 @@ class Run:
                 return done.value
 
     def _attempts(
-        self, seq: int, name: str, kind: str, prior: StepRecord | None, reserve: Estimate | None
+        self,
+        seq: int,
+        name: str,
+        kind: str,
+        prior: StepRecord | None,
+        reserve: Estimate | None,
+        entry: tuple[str, str] | None = None,
     ) -> Generator[StepContext | float, tuple[bool, Any], Any]:
         """One step's attempts as a protocol, the same for every way of running bodies.
 
@@ -877,7 +912,7 @@ class Run:
                 j.cancel_requested is not None
             ):  # seen by this very write: the step is abandoned unrun
                 raise self._stop(Cancelled(j.cancel_requested, run_id=self.id))
-            ctx = StepContext(self, seq, name)
+            ctx = StepContext(self, seq, name, attempt=attempts)
             started = time.monotonic()
             ok, value = yield ctx
             if not ok:
@@ -943,9 +978,36 @@ class Run:
                         run_id=self.id,
                     )
                 ) from exc
-            j.commit_step(seq, name, kind, result_json, duration=time.monotonic() - started)
+            j.commit_step(
+                seq,
+                name,
+                kind,
+                result_json,
+                duration=time.monotonic() - started,
+                entry=None
+                if entry is None
+                else Pending(entry[0], entry[1], seq, attempts, time.time()),
+            )
             crashpoints.reached("after_step_record", seq)
             return json.loads(result_json)
+
+
+def _entry_json(value: Any, stream: str) -> str:
+    """A stream entry's JSON, or ``UsageError`` naming what is wrong (checked before anything is
+    written, so a bad entry costs nothing)."""
+    if not isinstance(stream, str) or not stream or len(stream) > STREAM_NAME_MAX:
+        raise UsageError(
+            f"run.emit(stream=...) must be a name of 1 to {STREAM_NAME_MAX} characters "
+            f"(got {stream!r})"
+        )
+    try:
+        return dumps(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise UsageError(
+            f"run.emit() got {type(value).__name__}, which cannot be recorded as JSON "
+            f"({why_not_json(exc)}); emit JSON-compatible data (dict, list, str, finite number, "
+            "bool, None)"
+        ) from exc
 
 
 def _same_as_stored(prior: Any, name: str, kind: str) -> bool:
