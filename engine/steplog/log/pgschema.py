@@ -90,9 +90,14 @@ PG_ONLY: tuple[tuple[str, ...], ...] = (
         "CREATE OR REPLACE TRIGGER event_notify AFTER INSERT ON event REFERENCING NEW TABLE AS "
         "inserted FOR EACH STATEMENT EXECUTE FUNCTION steplog_notify_event()",
     ),
+)
+"""``PG_ONLY[k]``: the statements of PostgreSQL-only step ``k + 1`` (see the module docstring).
+Append only; never edit a step a log may already have."""
+
+PG_WITH: dict[int, tuple[str, ...]] = {
     # Stream entries (schema 7) wake the same listeners: the payload stays the newest event id
     # (a reader of events finds nothing new; a reader of streams reads on).
-    (
+    6: (
         "CREATE OR REPLACE FUNCTION steplog_notify_stream() RETURNS trigger LANGUAGE plpgsql AS $$ "
         "BEGIN"
         f" PERFORM pg_notify('{NOTIFY_CHANNEL}', COALESCE((SELECT max(id) FROM event), 0)::text);"
@@ -100,9 +105,9 @@ PG_ONLY: tuple[tuple[str, ...], ...] = (
         "CREATE OR REPLACE TRIGGER stream_notify AFTER INSERT ON stream "
         "FOR EACH STATEMENT EXECUTE FUNCTION steplog_notify_stream()",
     ),
-)
-"""``PG_ONLY[k]``: the statements of PostgreSQL-only step ``k + 1`` (see the module docstring).
-Append only; never edit a step a log may already have."""
+}
+"""``PG_WITH[v]``: PostgreSQL-only statements that come with ``MIGRATIONS[v]`` (they need its
+tables), run after it whether a log is created at a later version or upgraded through ``v``."""
 
 FIRST_VERSION = SCHEMA_VERSION
 """A new PostgreSQL log is created at the current schema in one go; one made by an older steplog
@@ -228,6 +233,8 @@ def create_statements(version: int = SCHEMA_VERSION) -> tuple[str, ...]:
     out = [META_DDL]
     for statement in sqlite_schema(version):
         out.extend(translate(statement))
+    for v in range(version):
+        out.extend(PG_WITH.get(v, ()))
     out.append(f"INSERT INTO {META_TABLE} (key, value) VALUES ('application', '{APPLICATION}')")
     out.append(f"INSERT INTO {META_TABLE} (key, value) VALUES ('schema_version', '{version}')")
     out.extend(pg_only_statements(0))
@@ -256,6 +263,7 @@ def upgrade_statements(version: int) -> tuple[str, ...]:
             if v in _OVERRIDDEN and _OVERRIDDEN[v].match(statement.rstrip(";")):
                 continue
             out.extend(translate(statement))
+        out.extend(PG_WITH.get(v, ()))
     out.append(f"UPDATE {META_TABLE} SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version'")
     return tuple(out)
 

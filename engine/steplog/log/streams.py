@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from steplog.errors import UsageError
 from steplog.log.connection import LogConnection, LogFailure
@@ -36,8 +36,19 @@ from steplog.log.runstatus import TERMINAL
 
 if TYPE_CHECKING:
     from steplog.log.follow import Announcements
-    from steplog.log.journal import Journal
     from steplog.log.location import LogLocation
+
+
+class RunWriter(Protocol):
+    """What the buffer needs of the engine's ``Journal`` (which holds the buffer): whose run,
+    which incarnation, the fence flag, and the writing of a deferred step start."""
+
+    run_id: str
+    incarnation: int
+    fenced: threading.Event
+
+    def record_late_start(self, conn: LogConnection, *, after: float = ...) -> None: ...
+
 
 STREAM_NAME_MAX = 64
 
@@ -77,7 +88,7 @@ class StreamBuffer:
 
     def __init__(
         self,
-        journal: Journal,
+        journal: RunWriter,
         connect: Callable[[], LogConnection],
         *,
         interval: float = 0.05,
