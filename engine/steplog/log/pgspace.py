@@ -9,7 +9,7 @@ by itself, later). ``--reclaim`` means here:
 - ``vacuum``: ``VACUUM FULL``, a rewrite of each run table with only its kept rows: the tables
   shrink on disk, but each is locked against every reader and writer while it is rewritten
   (refused, as on a file, while an engine works on a log of more than ``VACUUM_MAX_BYTES``);
-- ``none``: nothing now; autovacuum marks the room reusable later.
+- ``none``: nothing now; autovacuum (where the server runs it) marks the room reusable later.
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ class PgSpace:
 
     def left_in_place(self, freed_pages: int) -> str | None:
         return (
-            "the deleted rows' room stays in the tables until autovacuum marks it reusable; "
-            "`steplog prune --reclaim incremental` runs VACUUM now"
+            "the deleted rows' room stays in the tables until a VACUUM (autovacuum, where it is "
+            "on) marks it reusable; `steplog prune --reclaim incremental` runs VACUUM now"
         )
 
 
