@@ -358,6 +358,23 @@ IMPORTED_UNFINISHED = "imported from an archive taken while it ran"
 """The reason of a run imported ``cancelled`` because the archive held it unfinished."""
 
 
+_VALUES_PER_INSERT = 4_000
+"""Values bound per ``INSERT`` of several rows: one statement (one round trip to a server) per
+few dozen rows, well under both databases' limits on bound values (SQLite 32,766, PostgreSQL
+65,535)."""
+
+
+def _insert(conn: LogConnection, table: str, rows: list[dict[str, Any]]) -> None:
+    """Insert ``rows`` (all with the same columns) in one statement, in their order (new ids
+    are given in that order)."""
+    names = ", ".join(f'"{k}"' for k in rows[0])
+    marks = "(" + ", ".join("?" for _ in rows[0]) + ")"
+    conn.execute(
+        f'INSERT INTO "{table}" ({names}) VALUES {", ".join(marks for _ in rows)}',
+        tuple(v for row in rows for v in row.values()),
+    )
+
+
 def insert_run(conn: LogConnection, run: ArchivedRun, targets: dict[str, _Target]) -> None:
     """Insert every row of ``run`` (inside the caller's transaction).
 
@@ -368,6 +385,7 @@ def insert_run(conn: LogConnection, run: ArchivedRun, targets: dict[str, _Target
     came from, in the same workdir, under the same idempotency keys.)"""
     for table, _ in RUN_TABLES:
         target = targets[table]
+        pending: list[dict[str, Any]] = []
         for row in run.rows.get(table, []):
             values = {k: v for k, v in row.items() if k != target.new_ids}
             if table == "run" and values.get("lease_pid") is not None:
@@ -380,11 +398,15 @@ def insert_run(conn: LogConnection, run: ArchivedRun, targets: dict[str, _Target
                     f"run {run.run_id!r} has {table} column(s) {', '.join(sorted(unknown))} this "
                     "steplog does not know; upgrade steplog to import it"
                 )
-            names = ", ".join(f'"{k}"' for k in values)
-            marks = ", ".join("?" for _ in values)
-            conn.execute(
-                f'INSERT INTO "{table}" ({names}) VALUES ({marks})', tuple(values.values())
-            )
+            if pending and (
+                pending[0].keys() != values.keys()
+                or (len(pending) + 1) * len(values) > _VALUES_PER_INSERT
+            ):
+                _insert(conn, table, pending)
+                pending = []
+            pending.append(values)
+        if pending:
+            _insert(conn, table, pending)
     status = run.rows["run"][0].get("status") if run.rows.get("run") else None
     if status not in TERMINAL:
         from steplog.log.claim import finish_cancelled
