@@ -131,6 +131,8 @@ def test_prune_chooses_runs_by_id_status_age_and_keep_last(engine: Engine) -> No
     assert bare.returncode == 2 and "say which runs to prune" in bare.stderr
     unknown = engine.run("prune", "nope", "--db", str(engine.db))
     assert unknown.returncode == 2 and "no run 'nope'" in unknown.stderr
+    check = engine.run("check", "--db", str(engine.db))
+    assert check.returncode == 0 and check.stdout.startswith("ok: 3 runs, "), check.stdout
 
 
 def test_a_dry_run_writes_nothing_and_estimates_what_it_frees(engine: Engine) -> None:
@@ -343,3 +345,17 @@ def test_reclaim_on_postgresql_is_vacuum_and_vacuum_full(engine: Engine) -> None
     assert full["reclaimed_by"] == "vacuum"  # VACUUM FULL: the tables rewritten, smaller
     assert full["file_bytes_after"] < full["file_bytes_before"] * 0.8
     assert rows_of(engine, "r3")["step"] == 300
+
+
+def test_prune_of_a_log_that_is_not_there_creates_nothing(engine: Engine) -> None:
+    done = engine.run("prune", "--older-than", "1", "--db", str(engine.db))
+
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"steplog: no log at {engine.db}; pass --db with the log to prune (nothing was created)"
+    )
+    assert engine.events("run_created") == 0
+    if isinstance(engine.db, str):  # the database stays empty
+        assert engine.query("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(0,)]
+    else:
+        assert not engine.db.exists()
