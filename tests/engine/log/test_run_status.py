@@ -99,7 +99,8 @@ MAX_BARE = 28
 """Literals spelled like a run status that remain outside ``runstatus.py``, and why:
 4 the ``status`` of the exceptions in ``errors.py`` (below the log; checked above); 6 words for a
 person that happen to be spelled so (exit meanings, the worker's "failed"); 13 other vocabularies
-sharing a word: a step's status (``step`` table; read by a stream entry's cut test too), a kill's step state, a verdict phase, the event
+sharing a word: a step's status (``step`` table; a stream entry's cut test reads it too), a kill's
+step state, a verdict phase, the event
 kind ``waiting``, a timeline bar's outcome; 5 JSON keys (an event's ``"queued": true``, a kill-test
 report's ``"failed"`` count). Lower it when one goes; never raise it for a run's status."""
 MAX_IN_SQL = 18
