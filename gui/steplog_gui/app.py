@@ -59,13 +59,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from steplog_gui import resources
+    from steplog_gui import resources, startup_trace
     from steplog_gui.feeds.monitor import Monitor
     from steplog_gui.main_window import MainWindow
     from steplog_gui.settings import Settings
 
     existing = QApplication.instance()
     app = existing if isinstance(existing, QApplication) else QApplication([sys.argv[0]])
+    startup_trace.mark("qapplication")
     app.setApplicationName("steplog monitor")
     app.setOrganizationName("steplog")
     app.setDesktopFileName("steplog")
@@ -79,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         params["approve"] = "true"
     if args.demo and not args.compare:
         window.start_demo(DemoConfig(params=params))
+    startup_trace.mark("window_built")
     window.show()
     if args.compare:
         window.open_compare(DemoConfig(params=params))

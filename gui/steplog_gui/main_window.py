@@ -28,7 +28,7 @@ from steplog.log.location import LogLocation
 from steplog.log.location import parse as parse_location
 from steplog.log.reader import LogRepository
 from steplog.log.runstatus import RunStatus
-from steplog_gui import jobs, resources, theme
+from steplog_gui import jobs, resources, startup_trace, theme
 from steplog_gui.compare.window import CompareWindow
 from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.feeds.outbox_watcher import OutboxWatcher
@@ -211,6 +211,10 @@ class MainWindow(QMainWindow):
         self._update_actions()
 
     # -- construction -----------------------------------------------------------------------
+
+    def paintEvent(self, event: Any) -> None:  # noqa: N802 (Qt's name)
+        super().paintEvent(event)
+        startup_trace.mark("window_painted")
 
     def showEvent(self, event: Any) -> None:  # noqa: N802 (Qt's name)
         super().showEvent(event)

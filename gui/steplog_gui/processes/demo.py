@@ -21,7 +21,7 @@ from PySide6.QtCore import QObject, Signal
 
 from steplog.log.location import LogLocation, parse
 from steplog.verdict.evidence import outbox_file_for
-from steplog_gui import jobs
+from steplog_gui import jobs, startup_trace
 from steplog_gui.processes.engine_process import EngineProcess, LaunchSpec
 
 _unadopted: set[Any] = set()
@@ -151,6 +151,7 @@ class DemoLauncher(QObject):
             outbox.stop(grace=2.0)
             return
         self.outbox = outbox
+        startup_trace.mark("outbox_listening")
         self.outbox_ready.emit(outbox.url)
         waiting, self._starting = self._starting, []
         for then in waiting:

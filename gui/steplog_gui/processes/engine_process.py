@@ -33,6 +33,7 @@ from steplog.control.procs import (
 )
 from steplog.errors import exit_meaning
 from steplog.log.location import LogLocation
+from steplog_gui import startup_trace
 
 POLL_MS = 50
 STOP_GRACE_S = 5.0
@@ -155,6 +156,7 @@ class EngineProcess(QObject):
         finally:
             os.close(fd)
         self._killed_by_us = False
+        startup_trace.mark("engine_spawned")
         self._poll.start()
         self.engine_started.emit(self.spec.run_id, self._proc.pid)
         self.state_changed.emit()
