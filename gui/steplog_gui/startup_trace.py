@@ -36,4 +36,3 @@ def mark(name: str, when: float | None = None) -> None:
             out.write(f"{stamp:.6f} {name}\n")
     except OSError:
         pass  # a trace that cannot be written must not stop the monitor
-
