@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         pg.setConfigOptions(antialias=False)
         monitor.start()
-        window.build_views()
+        window.build_views(charts_later=True)
         if args.compare:
             window.open_compare(DemoConfig(params=params))
 

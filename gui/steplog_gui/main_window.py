@@ -134,8 +134,10 @@ class MainWindow(QMainWindow):
         self.judge = VerdictWatcher(monitor, self.watcher, self)
         self.verdict = VerdictStrip(self.judge)
         self.views_ready = False
+        """Whether the timeline is built (``build_views``)."""
+        self.charts_ready = False
+        """Whether the budget charts are (``build_views``, with the timeline or just after)."""
         self._painted = False
-        """Whether the timeline and the charts are built (``build_views``)."""
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(QWidget())  # the timeline's place until it is built
         split.addWidget(QWidget())  # the charts'
@@ -230,34 +232,46 @@ class MainWindow(QMainWindow):
         if not defer_views:
             self.build_views()
 
-    def build_views(self) -> None:
+    def build_views(self, *, charts_later: bool = False) -> None:
         """Import pyqtgraph and put the timeline and the budget charts in their places, showing
-        the selected run. Once; a second call does nothing."""
+        the selected run; ``charts_later``: the charts on the next turn of the event loop, so the
+        timeline draws its first steps before they are built. A second call does nothing."""
         if self.views_ready:
             return
         from steplog_gui.timeline.view import TimelineView
-        from steplog_gui.views.budget_charts import BudgetCharts
 
         self.timeline = TimelineView(self.monitor)
-        self.charts = BudgetCharts(self.monitor)
-        for index, view in enumerate((self.timeline, self.charts)):
-            self._split.replaceWidget(index, view).deleteLater()
-        self._split.setSizes([400, 300])
+        self._split.replaceWidget(0, self.timeline).deleteLater()
         self.timeline.step_selected.connect(lambda rid, seq: self.loader.load(rid, seq))
         self.timeline.step_selected.connect(self.control.set_step)
         self.views_ready = True
         if self._run_id is not None:
             self.timeline.set_run(self._run_id)
-            self.charts.set_run(self._run_id)
         startup_trace.mark("views_ready")
+        if charts_later:
+            QTimer.singleShot(0, self._build_charts)
+        else:
+            self._build_charts()
 
-    # -- construction -----------------------------------------------------------------------
+    def _build_charts(self) -> None:
+        from steplog_gui.views.budget_charts import BudgetCharts
+
+        self.charts = BudgetCharts(self.monitor)
+        self._split.replaceWidget(1, self.charts).deleteLater()
+        self._split.setSizes([400, 300])
+        self.charts_ready = True
+        if self._run_id is not None:
+            self.charts.set_run(self._run_id)
 
     def paintEvent(self, event: Any) -> None:  # noqa: N802 (Qt's name)
         super().paintEvent(event)
         if not self._painted:
             self._painted = True
             startup_trace.mark("window_painted")
+            if startup_trace.enabled():
+                import sys
+
+                startup_trace.mark_loaded(sys.modules)
             self.first_painted.emit()
 
     def showEvent(self, event: Any) -> None:  # noqa: N802 (Qt's name)
@@ -456,6 +470,7 @@ class MainWindow(QMainWindow):
         )  # its own deliveries: another run's equal message is no duplicate
         if self.views_ready:
             self.timeline.set_run(run_id)
+        if self.charts_ready:
             self.charts.set_run(run_id)
         self.judge.set_run(run_id)
         self.control.set_run(run_id)
@@ -717,6 +732,7 @@ class MainWindow(QMainWindow):
             self.compare.apply_palette(pal)
         if self.views_ready:
             self.timeline.apply_palette(pal)
+        if self.charts_ready:
             self.charts.apply_palette(pal)
         # The strip colours its figures from its own palette, which the application's new one
         # reaches only once this event is handled: shown again after that, or "Duplicates: 0"
