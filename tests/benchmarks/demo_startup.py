@@ -1,6 +1,6 @@
 """``steplog demo`` from a cold start: the window up and the first step drawn (issue 29).
 
-    python tests/benchmarks/demo_startup.py [--rounds 5] [--json FILE]
+    python tests/benchmarks/demo_startup.py [--rounds 5] [--json FILE] [--tree DIR ...]
 
 Each round launches ``python -m steplog demo --db FRESH`` (the console script's command line, its
 exec into the monitor included) as a real process under ``QT_QPA_PLATFORM=offscreen``, with a
@@ -14,6 +14,10 @@ The code runs from bytecode with ``PYTHONDONTWRITEBYTECODE`` dropped, as an inst
 would (``peers.as_installed``). The machine may be shared: each round also times
 ``python -c "import PySide6.QtWidgets"`` the moment before, and the load average is printed, so
 a figure can be read against what the machine gave everyone then.
+
+``--tree DIR`` (repeatable) launches the code of another checkout (an export of an older commit
+that writes the same trace) instead of this one; with several, each round launches each tree in
+turn, so a busier moment of the machine weighs on all of them.
 """
 
 from __future__ import annotations
@@ -51,9 +55,10 @@ GUI_MILESTONES = (
 ORDER = (*GUI_MILESTONES[:6], "engine_run_created", "engine_first_step", *GUI_MILESTONES[6:])
 
 
-def environment(trace: Path, home: Path) -> dict[str, str]:
-    """The launched monitor's environment: this checkout first, offscreen, a fresh config."""
-    paths = [str(ROOT / "engine"), str(ROOT / "gui")]
+def environment(trace: Path, home: Path, root: Path = ROOT) -> dict[str, str]:
+    """The launched monitor's environment: the checkout ``root`` first, offscreen, a fresh
+    config."""
+    paths = [str(root / "engine"), str(root / "gui")]
     env = {
         k: v
         for k, v in os.environ.items()
@@ -66,7 +71,7 @@ def environment(trace: Path, home: Path) -> dict[str, str]:
         XDG_DATA_HOME=str(home / "data"),
         STEPLOG_TRACE_STARTUP=str(trace),
     )
-    return as_installed(env, ROOT / "engine", ROOT / "gui")
+    return as_installed(env, root / "engine", root / "gui")
 
 
 def read_trace(trace: Path) -> dict[str, float]:
@@ -85,7 +90,10 @@ def engine_marks(db: Path) -> dict[str, float]:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         found = {}
-        for kind, name in (("run_created", "engine_run_created"), ("step_committed", "engine_first_step")):
+        for kind, name in (
+            ("run_created", "engine_run_created"),
+            ("step_committed", "engine_first_step"),
+        ):
             row = conn.execute("SELECT min(ts) FROM event WHERE kind = ?", (kind,)).fetchone()
             if row and row[0] is not None:
                 found[name] = float(row[0])
@@ -102,12 +110,13 @@ def import_qt_seconds(env: dict[str, str]) -> float:
     return time.perf_counter() - t
 
 
-def one_round(timeout: float = 60.0) -> dict[str, float]:
-    """One cold launch of the demo; milestones in seconds since the launch."""
+def one_round(root: Path = ROOT, timeout: float = 60.0) -> dict[str, float]:
+    """One cold launch of the demo from the checkout ``root``; milestones in seconds since the
+    launch."""
     with tempfile.TemporaryDirectory(prefix="steplog-demo-start-") as tmp:
         home = Path(tmp)
         trace, db = home / "trace.txt", home / "steplog.db"
-        env = environment(trace, home)
+        env = environment(trace, home, root)
         qt = import_qt_seconds(env)
         t0 = time.time()
         app = subprocess.Popen(
@@ -140,42 +149,50 @@ def one_round(timeout: float = 60.0) -> dict[str, float]:
         return result
 
 
+def report(name: str, rounds: list[dict[str, float]], loads: list[float]) -> None:
+    print(
+        f"\n{name}: steplog demo, cold start, {len(rounds)} rounds, median (min-max) seconds since"
+        f" launch; load average {min(loads):.1f}-{max(loads):.1f}"
+    )
+    targets = {"window_painted": WINDOW_TARGET_S, "first_step_drawn": FIRST_STEP_TARGET_S}
+    for key in (*ORDER, "import_qt"):
+        values = [r[key] for r in rounds if key in r]
+        if not values:
+            continue
+        med, target = statistics.median(values), targets.get(key)
+        note = ""
+        if target:
+            note = f"   target <= {target:.1f} s: {'met' if med <= target else 'MISSED'}"
+        print(f"  {key:<20} {med:6.2f} ({min(values):.2f}-{max(values):.2f}){note}")
+    qt = statistics.median(r["import_qt"] for r in rounds)
+    for key in ("window_painted", "first_step_drawn"):
+        values = [r[key] for r in rounds if key in r]
+        if values:
+            print(f"  {key} / import PySide6.QtWidgets: {statistics.median(values) / qt:.1f}x")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None, help="write every round here")
+    parser.add_argument("--tree", type=Path, action="append", help="a checkout to launch")
     args = parser.parse_args(argv)
-    rounds = []
-    loads = []
+    trees = [t.resolve() for t in args.tree] if args.tree else [ROOT]
+    rounds: dict[str, list[dict[str, float]]] = {str(t): [] for t in trees}
+    loads: list[float] = []
     for i in range(args.rounds):
-        loads.append(os.getloadavg()[0])
-        r = one_round()
-        rounds.append(r)
-        print(
-            f"round {i + 1}: window painted {r.get('window_painted', float('nan')):.2f} s, "
-            f"first step drawn {r.get('first_step_drawn', float('nan')):.2f} s "
-            f"(import PySide6.QtWidgets {r['import_qt']:.2f} s, load {loads[-1]:.1f})",
-            flush=True,
-        )
-    print(
-        f"\nsteplog demo, cold start, {args.rounds} rounds, median (min-max) seconds since launch; "
-        f"load average {min(loads):.1f}-{max(loads):.1f}"
-    )
-    for name in (*ORDER, "import_qt"):
-        values = [r[name] for r in rounds if name in r]
-        if not values:
-            continue
-        target = {"window_painted": WINDOW_TARGET_S, "first_step_drawn": FIRST_STEP_TARGET_S}.get(
-            name
-        )
-        med = statistics.median(values)
-        note = f"   target <= {target:.1f} s: {'met' if med <= target else 'MISSED'}" if target else ""
-        print(f"  {name:<20} {med:6.2f} ({min(values):.2f}-{max(values):.2f}){note}")
-    qt = statistics.median(r["import_qt"] for r in rounds)
-    for name in ("window_painted", "first_step_drawn"):
-        values = [r[name] for r in rounds if name in r]
-        if values:
-            print(f"  {name} / import PySide6.QtWidgets: {statistics.median(values) / qt:.1f}x")
+        for tree in trees:
+            loads.append(os.getloadavg()[0])
+            r = one_round(tree)
+            rounds[str(tree)].append(r)
+            print(
+                f"round {i + 1} {tree.name}: window painted {r.get('window_painted', 0):.2f} s, "
+                f"first step drawn {r.get('first_step_drawn', 0):.2f} s "
+                f"(import PySide6.QtWidgets {r['import_qt']:.2f} s, load {loads[-1]:.1f})",
+                flush=True,
+            )
+    for tree in trees:
+        report(str(tree), rounds[str(tree)], loads)
     if args.json:
         args.json.write_text(json.dumps({"loads": loads, "rounds": rounds}, indent=1))
     return 0

@@ -91,6 +91,7 @@ class OutboxWatcher(QObject):
         self._log = log
         self._busy = False
         self._transport: Any = None
+        self._transport_tls = False
         self._quiet = 0
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
@@ -149,15 +150,7 @@ class OutboxWatcher(QObject):
         def fetch() -> Any:
             from steplog.outbox import fetch_ledger
 
-            if self._transport is None:  # (one fetch at a time: ``_busy``)
-                import httpx
-
-                # One transport for every poll: a fresh httpx client per poll builds an SSL
-                # context each time (most of the idle CPU measured here) and reconnects. Made
-                # here, off the GUI thread: httpx's import and the context took the demo's
-                # window ~0.3 s (1.2 s at load 12) just as its engine was to start (issue 29).
-                self._transport = httpx.HTTPTransport()
-            transport = self._transport
+            transport = self._transport_for(url)  # (one fetch at a time: ``_busy``)
             try:
                 return fetch_ledger(url, timeout=2.0, transport=transport)
             except Exception as exc:  # not answering, refused, not an outbox: its file, if any
@@ -171,6 +164,24 @@ class OutboxWatcher(QObject):
             lambda exc: self._failed(url, exc),
             owner=self,
         )
+
+    def _transport_for(self, url: str) -> Any:
+        """The transport the polls share, made on the first poll (and again if ``url`` needs TLS
+        and it has none): a fresh httpx client per poll built an SSL context each time (most of
+        the idle CPU measured here) and reconnected. Made in the poll's job, off the GUI thread,
+        and for plain ``http://`` (the demo's outbox on 127.0.0.1) without loading the CA bundle
+        it would never use: httpx's import and that context held the demo's GUI thread ~0.3 s
+        (1.2 s at load 12) just as its engine was to start, and then 0.35 s of CPU against the
+        window's own imports (issue 29)."""
+        tls = url.startswith("https:")
+        if self._transport is None or (tls and not self._transport_tls):
+            import httpx
+
+            old, self._transport = self._transport, httpx.HTTPTransport(verify=tls)
+            self._transport_tls = tls
+            if old is not None:
+                old.close()
+        return self._transport
 
     def _done(self, url: str, run_id: str | None, got: Any) -> None:
         self._busy = False
