@@ -41,6 +41,18 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
+def _stop_signals() -> list[signal.Signals]:
+    """Ctrl-C, SIGTERM and SIGHUP (logout, `kill`, a closed terminal)."""
+    stops = [signal.SIGINT, signal.SIGTERM]
+    if sys.platform != "win32":
+        stops.append(signal.SIGHUP)
+    return stops
+
+
+def _exit_now(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
 def _stop_and_close(window: object) -> None:
     window.close_policy = "stop"  # type: ignore[attr-defined]
     window.close()  # type: ignore[attr-defined]
@@ -66,6 +78,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the window (``demo_start``); compare mode starts its own engines, later.
         from steplog_gui.processes.demo_start import DemoConfig, EarlyDemo
 
+        # Until the window's handlers are in place (below), SIGTERM or SIGHUP ends this process
+        # through SystemExit: the exit handler then stops what EarlyDemo started (in sessions of
+        # their own, they would outlive it) instead of the signal killing it outright.
+        for signum in _stop_signals():
+            signal.signal(signum, _exit_now)
         early = EarlyDemo(db, None if args.compare else DemoConfig(params=params))
 
     # Only what the first paint needs: pyqtgraph, numpy's drawing, the plots, the file watcher
@@ -117,10 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # it" does: the engine is stopped at a step boundary and the demo's outbox with it, no dialog,
     # nothing left running behind a window that is gone. The handler only schedules the close:
     # Python runs it between any two bytecodes, possibly in the middle of a paint event.
-    stops = [signal.SIGINT, signal.SIGTERM]
-    if sys.platform != "win32":
-        stops.append(signal.SIGHUP)
-    for signum in stops:
+    for signum in _stop_signals():
         signal.signal(signum, lambda *_: QTimer.singleShot(0, lambda: _stop_and_close(window)))
     keepalive = QTimer()  # lets Python see the signal while Qt's loop runs
     keepalive.start(250)
