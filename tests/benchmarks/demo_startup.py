@@ -15,9 +15,10 @@ would (``peers.as_installed``). The machine may be shared: each round also times
 ``python -c "import PySide6.QtWidgets"`` the moment before, and the load average is printed, so
 a figure can be read against what the machine gave everyone then.
 
-``--tree DIR`` (repeatable) launches the code of another checkout (an export of an older commit
-that writes the same trace) instead of this one; with several, each round launches each tree in
-turn, so a busier moment of the machine weighs on all of them.
+Run by ``compare.py`` (figure ``monitor``), it records its medians beside issue 29's targets
+(``targets.record``). ``--tree DIR`` (repeatable) launches the code of another checkout (an
+export of an older commit that writes the same trace) instead of this one; with several, each
+round launches each tree in turn, so a busier moment of the machine weighs on all of them.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 from peers import as_installed  # noqa: E402
+from targets import record  # noqa: E402
 
 WINDOW_TARGET_S = 1.5
 FIRST_STEP_TARGET_S = 2.5
@@ -193,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
             )
     for tree in trees:
         report(str(tree), rounds[str(tree)], loads)
+    if trees == [ROOT]:  # this checkout's figures, for compare.py's table of issue 29's targets
+        mine = rounds[str(ROOT)]
+        record("demo_window_s", statistics.median(r["window_painted"] for r in mine))
+        record("demo_first_step_s", statistics.median(r["first_step_drawn"] for r in mine))
     if args.json:
         args.json.write_text(json.dumps({"loads": loads, "rounds": rounds}, indent=1))
     return 0
