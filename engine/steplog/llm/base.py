@@ -7,7 +7,7 @@ Adapters implement ``ChatModel``; the engine reserves budget with ``estimate`` b
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -98,6 +98,27 @@ class ChatModel(Protocol):
         self, messages: Sequence[Message], *, max_tokens: int, idempotency_key: str
     ) -> ChatReply:
         """Call the model once. No retries inside: the engine owns the retry policy."""
+        ...
+
+
+@runtime_checkable
+class StreamingChatModel(ChatModel, Protocol):
+    """A chat model that can hand its answer over as it comes (optional: the engine then writes
+    the text to the run's stream ``tokens`` while the call runs; the recorded decision is still
+    the whole reply)."""
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int,
+        idempotency_key: str,
+        on_text: Callable[[str], None],
+        pace: float = 0.0,
+    ) -> ChatReply:
+        """``complete``, with each piece of the answer's text passed to ``on_text`` as it
+        arrives. ``pace``: seconds of simulated thinking (``--pace``) to spread the pieces over,
+        for a scripted model; a real one waits them before asking."""
         ...
 
 

@@ -9,7 +9,9 @@ straight through. For a message without a ticket it answers a short plain-text d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+import time
+from collections.abc import Callable, Sequence
 
 from steplog.llm.base import ChatReply, Estimate, Message, Usage, estimate_messages, estimate_tokens
 
@@ -42,6 +44,25 @@ class OfflineModel:
             text=text, usage=usage, model=self.name, cost_usd=0.0, finish_reason=finish_reason
         )
 
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int,
+        idempotency_key: str,
+        on_text: Callable[[str], None],
+        pace: float = 0.0,
+    ) -> ChatReply:
+        """``complete``, its text handed to ``on_text`` a few words at a time, spread over
+        ``pace`` seconds (the demo's simulated thinking) as a model's tokens would come."""
+        reply = self.complete(messages, max_tokens=max_tokens, idempotency_key=idempotency_key)
+        pieces = _pieces(reply.text)
+        for piece in pieces:
+            if pace > 0:
+                time.sleep(pace / len(pieces))
+            on_text(piece)
+        return reply
+
     def __repr__(self) -> str:
         return "OfflineModel()"
 
@@ -51,3 +72,12 @@ def _last_user_text(messages: Sequence[Message]) -> str:
         if message.get("role") == "user":
             return message.get("content", "")
     return messages[-1].get("content", "") if messages else ""
+
+
+_PIECE = re.compile(r"\S+\s*|\s+")
+
+
+def _pieces(text: str, words: int = 3) -> list[str]:
+    """``text`` in pieces of a few words each (their concatenation is ``text``)."""
+    found = _PIECE.findall(text)
+    return ["".join(found[i : i + words]) for i in range(0, len(found), words)] or [text]

@@ -131,14 +131,16 @@ class AsyncRun:
         estimate: Estimate = run.model.estimate(messages, max_tokens=max_tokens)
 
         async def ask(ctx: StepContext) -> Any:
-            if run._pace:
-                await asyncio.sleep(run._pace)
-            reply = await asyncio.to_thread(
-                run.model.complete,
-                messages,
-                max_tokens=max_tokens,
-                idempotency_key=effect_key(run.id, seq),
-            )
+            if run._pace and not callable(getattr(run.model, "stream", None)):
+                await asyncio.sleep(run._pace)  # a streaming model spreads it over its pieces
+                reply = await asyncio.to_thread(
+                    run.model.complete,
+                    messages,
+                    max_tokens=max_tokens,
+                    idempotency_key=effect_key(run.id, seq),
+                )
+            else:
+                reply = await asyncio.to_thread(run._ask, ctx, messages, max_tokens)
             return run._decided(ctx, reply, estimate)
 
         return _as_reply(self._drive(seq, name, "chat", prior, ask, reserve=estimate))

@@ -481,14 +481,27 @@ class Run:
         estimate = self.model.estimate(messages, max_tokens=max_tokens)
 
         def ask(ctx: StepContext) -> dict[str, Any]:
-            if self._pace:
-                self._sleep(self._pace)
-            reply = self.model.complete(
-                messages, max_tokens=max_tokens, idempotency_key=effect_key(self.id, seq)
-            )
-            return self._decided(ctx, reply, estimate)
+            return self._decided(ctx, self._ask(ctx, messages, max_tokens), estimate)
 
         return ChatReply.from_json(self._execute(seq, name, "chat", prior, ask, reserve=estimate))
+
+    def _ask(self, ctx: StepContext, messages: Sequence[Message], max_tokens: int) -> ChatReply:
+        """One call of the model (on any thread): streamed to the run's stream ``tokens`` when
+        the model can (``StreamingChatModel``), the whole reply returned either way."""
+        key = effect_key(self.id, ctx.seq)
+        stream = getattr(self.model, "stream", None)
+        if callable(stream):
+            reply: ChatReply = stream(
+                messages,
+                max_tokens=max_tokens,
+                idempotency_key=key,
+                on_text=lambda text: ctx.emit(text, "tokens"),
+                pace=self._pace,
+            )
+            return reply
+        if self._pace:
+            self._sleep(self._pace)
+        return self.model.complete(messages, max_tokens=max_tokens, idempotency_key=key)
 
     def _decided(self, ctx: StepContext, reply: ChatReply, estimate: Estimate) -> dict[str, Any]:
         """Commit the model's answer (the decision) before anything acts on it."""
