@@ -43,6 +43,7 @@ from steplog_gui.views.prune_action import Pruner, ask_and_prune
 from steplog_gui.views.run_control import RunControl
 from steplog_gui.views.runs_model import RUN_ID_ROLE, RunsModel
 from steplog_gui.views.step_detail import StepDetailLoader, StepDetailView
+from steplog_gui.views.step_output import StepOutputFeed, StepOutputView
 from steplog_gui.views.verdict_strip import VerdictStrip
 
 if TYPE_CHECKING:  # pyqtgraph's views, imported once the window is up (``build_views``)
@@ -172,6 +173,8 @@ class MainWindow(QMainWindow):
         self.runs_view.selectionModel().selectionChanged.connect(self._on_run_selected)
         self.loader = StepDetailLoader(lambda: self.monitor.path, self)
         self.detail = StepDetailView(self.loader, self.watcher)
+        self.output_feed = StepOutputFeed(lambda: self.monitor.path, self)
+        self.output = StepOutputView(self.output_feed)
         self.outbox_panel = OutboxPanel(self.watcher)
         self._runs_dock = self._dock(
             "Runs", "runs", self.runs_view, Qt.DockWidgetArea.LeftDockWidgetArea
@@ -182,6 +185,12 @@ class MainWindow(QMainWindow):
         self._outbox_dock = self._dock(
             "Outbox", "outbox", self.outbox_panel, Qt.DockWidgetArea.RightDockWidgetArea
         )
+        # The output shares the detail's place, in front: what the model writes, as it writes.
+        self._output_dock = self._dock(
+            "Output", "output", self.output, Qt.DockWidgetArea.RightDockWidgetArea
+        )
+        self.tabifyDockWidget(self._detail_dock, self._output_dock)
+        self._output_dock.raise_()
         self.pruner = Pruner(lambda: self.monitor.path, self, env=engine_env)
         self.pruner.estimated.connect(
             lambda found: ask_and_prune(self, self.pruner, [c.run_id for c in found], found)
@@ -242,7 +251,7 @@ class MainWindow(QMainWindow):
 
         self.timeline = TimelineView(self.monitor)
         self._split.replaceWidget(0, self.timeline).deleteLater()
-        self.timeline.step_selected.connect(lambda rid, seq: self.loader.load(rid, seq))
+        self.timeline.step_selected.connect(lambda rid, seq: self._step_selected(rid, seq))
         self.timeline.step_selected.connect(self.control.set_step)
         self.views_ready = True
         if self._run_id is not None:
@@ -457,6 +466,11 @@ class MainWindow(QMainWindow):
         ):  # inserting rows at the top moved the selection: keep the run
             self.select_run(self._run_id)
 
+    def _step_selected(self, run_id: str, seq: int) -> None:
+        """A bar clicked: its detail, and its output in the tab behind."""
+        self.loader.load(run_id, seq)
+        self.output_feed.show(run_id, seq)
+
     def _on_run_selected(self, _sel: QItemSelection, _desel: QItemSelection) -> None:
         rows = self.runs_view.selectionModel().selectedRows()
         run_id = rows[0].data(RUN_ID_ROLE) if rows else None
@@ -465,6 +479,7 @@ class MainWindow(QMainWindow):
         self._run_id = run_id
         self.loader.forget()  # the step shown was the last run's
         self.detail.clear()
+        self.output_feed.show(run_id)  # whichever of its steps writes
         self.watcher.set_run(
             run_id
         )  # its own deliveries: another run's equal message is no duplicate

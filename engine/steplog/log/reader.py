@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from steplog.errors import LogError
 from steplog.log.backend import Backend, backend_for
-from steplog.log.db import inspect, open_readonly
+from steplog.log.db import has_column, inspect, open_readonly
 from steplog.log.events import EventKind
 from steplog.log.jsonsql import JsonSql
 from steplog.log.ledger import effects_of_step
@@ -384,6 +384,20 @@ class LogRepository:
         except sqlite3.DatabaseError as exc:
             raise self._unavailable(exc) from exc
         return StepDetail(**vars(record), effects=effects)
+
+    def step_stream(self, run_id: str, seq: int | None) -> tuple[int | None, list[Any]]:
+        """The stream entries of step ``seq`` of the run, every attempt, settled or not
+        (``streams.read_step``); ``seq`` ``None``: the step that wrote last. ``(None, [])`` for
+        a log older than streams."""
+        from steplog.log.streams import read_step
+
+        conn = self._c()
+        try:
+            if not has_column(conn, "stream", "pos"):
+                return None, []
+            return read_step(conn, run_id, seq)
+        except sqlite3.DatabaseError as exc:
+            raise self._unavailable(exc) from exc
 
 
 def _size(path: Path) -> int:

@@ -302,6 +302,7 @@ CREATE TABLE stream (
     value       TEXT NOT NULL,
     PRIMARY KEY (run_id, pos)
 ) WITHOUT ROWID;
+CREATE INDEX stream_by_step ON stream (run_id, seq, pos);
 CREATE TRIGGER stream_is_append_only_update BEFORE UPDATE ON stream
 BEGIN SELECT RAISE(ABORT, 'the stream table is append-only'); END;
 CREATE TRIGGER stream_is_append_only_delete BEFORE DELETE ON stream

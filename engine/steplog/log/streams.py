@@ -283,6 +283,39 @@ def read_entries(
     return out, next_offset, complete
 
 
+def read_step(
+    conn: LogConnection, run_id: str, seq: int | None
+) -> tuple[int | None, list[tuple[Entry, bool]]]:
+    """Step ``seq``'s entries, every attempt, with whether each is settled (the monitor's output
+    pane shows an attempt's text as it comes); ``seq`` ``None``: the step that wrote last."""
+    if seq is None:
+        row = conn.execute(
+            "SELECT seq FROM stream WHERE run_id = ? AND seq IS NOT NULL ORDER BY pos DESC LIMIT 1",
+            (run_id,),
+        ).fetchone()
+        if row is None:
+            return None, []
+        seq = int(row[0])
+    run = conn.execute("SELECT status, incarnation FROM run WHERE id = ?", (run_id,)).fetchone()
+    if run is None:
+        return seq, []
+    import json
+
+    rows = conn.execute(
+        "SELECT s.pos, s.name, s.seq, s.attempt, s.incarnation, s.ts, s.value, st.status, "
+        "st.attempts FROM stream s LEFT JOIN step st ON st.run_id = s.run_id AND st.seq = s.seq "
+        "WHERE s.run_id = ? AND s.seq = ? ORDER BY s.pos",
+        (run_id, seq),
+    ).fetchall()
+    out = []
+    for r in rows:
+        settled, cut = settle(r, str(run[0]), int(run[1]))
+        out.append(
+            (Entry(int(r[0]), r[1], r[2], r[3], cut, json.loads(r[6]), float(r[5])), settled)
+        )
+    return seq, out
+
+
 def read_raw(
     conn: LogConnection, run_id: str, *, from_offset: int = 0, limit: int = 10_000
 ) -> list[tuple[Entry, bool]]:
