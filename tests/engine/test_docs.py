@@ -30,6 +30,18 @@ from helpers.engine import Engine
 
 ILLUSTRATIVE: dict[tuple[str, str], str] = {
     (
+        "docs/streams.md",
+        "def summarise(run, text):",
+    ): "an agent to read, not a run: tests/engine/runtime/test_streams.py runs its like",
+    (
+        "docs/streams.md",
+        "steplog stream RUN_ID [--name",
+    ): "a synopsis of the command, not a command",
+    (
+        "docs/streams.md",
+        'steplog.read_stream("r1"',
+    ): "reads a run named r1 that the page never made; test_streams.py reads real runs so",
+    (
         "README.md",
         "pip install -e . && steplog demo",
     ): "installs the package and opens a desktop window; tests/gui run the demo in the monitor",
