@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -219,6 +219,8 @@ def write_log(db: Path, run: SyntheticRun) -> None:
     from steplog.log.db import open_log
 
     open_log(db, synchronous="NORMAL").close()
+    if run.workdir is None:  # the engine's default: a folder per run beside the log
+        run = replace(run, workdir=str(db.resolve().parent / "runs" / run.run_id))
     r = rows(run)
     conn = sqlite3.connect(db, isolation_level=None)
     try:

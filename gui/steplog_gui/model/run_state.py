@@ -30,6 +30,7 @@ from steplog.log.reader import USAGE_KEYS
 from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL
 from steplog.verdict.kills import Death, Deaths
+from steplog_gui.model.step_names import StepNames
 
 ALIVE_CHECK_S = 0.5
 """How long an answer to "is the engine's process alive" is kept (see ``RunState.engine_gone``)."""
@@ -85,6 +86,15 @@ class Columns:
         )  # room to grow live, not double the history
         self._rows = np.zeros(self._cap, dtype=rows.dtype)
         self._rows[: self._n] = rows
+        return self
+
+    @classmethod
+    def adopt(cls, buffer: npt.NDArray[Any], n: int) -> Columns:
+        """Columns over ``buffer`` (a structured array, its first ``n`` rows filled, the rest
+        room to grow), without a copy: a 1M-step run's bars are 40 MB."""
+        self = cls.__new__(cls)
+        self._names = tuple(buffer.dtype.names or ())
+        self._n, self._cap, self._rows = n, len(buffer), buffer
         return self
 
     def __len__(self) -> int:
@@ -179,7 +189,7 @@ class RunState:
     _copied_shift: float = 0.0
     """Copied steps are drawn just before the fork's start, keeping their own spacing."""
     kills: list[Kill] = field(default_factory=list)
-    step_names: dict[int, tuple[str, str]] = field(default_factory=dict)
+    step_names: StepNames = field(default_factory=StepNames)
     """seq -> (name, kind)"""
     executions: Columns = field(default_factory=lambda: Columns(**EXECUTION_FIELDS))
     usage_series: Columns = field(default_factory=lambda: Columns(**USAGE_FIELDS))
@@ -194,6 +204,9 @@ class RunState:
     _alive: tuple[int | None, float, bool] = field(
         default=(None, 0.0, False), compare=False, repr=False
     )
+    changes: int = field(default=0, compare=False, repr=False)
+    """Events folded in so far: views keep what they computed from the executions until it
+    moves (``timeline_data``)."""
 
     # -- derived ----------------------------------------------------------------------------
 
@@ -275,6 +288,7 @@ class RunState:
     # -- folding ----------------------------------------------------------------------------
 
     def apply(self, ev: Event) -> None:
+        self.changes += 1
         d = ev.data
         self.last_ts = ev.ts
         death = self._deaths.see(ev)
