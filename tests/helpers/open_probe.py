@@ -3,7 +3,8 @@
     python tests/helpers/open_probe.py LOG RUN_ID STEPS [SCREENSHOT.png]
 
 Prints one JSON object: seconds from the start of the open (a new monitor and window) to the
-first paint of a timeline that drew the whole run (``painted``), to every detail read
+first paint of a timeline that drew the whole run (``painted``; ``painted_cpu``: the CPU
+seconds the process spent until then), to every detail read
 (``complete``: step names, budget charts), the longest stall of the GUI thread on the way, what
 the window shows (steps committed, the last step's name, redone bars), and the process's peak
 RSS (``peak_rss_mb``, as the kernel counts it: Qt and all). A process of its own so that the
@@ -30,8 +31,14 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from steplog_gui.feeds.monitor import Monitor  # noqa: E402
 from steplog_gui.main_window import MainWindow  # noqa: E402
-from steplog_gui.model.run_state import REDONE  # noqa: E402
 from steplog_gui.settings import Settings  # noqa: E402
+
+
+def _cpu() -> float:
+    """CPU seconds of the whole process (every thread): on a loaded machine, the figure that
+    does not depend on what else runs."""
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
 
 
 def main() -> None:
@@ -41,7 +48,7 @@ def main() -> None:
     settings = Settings(
         QSettings(str(Path(tempfile.mkdtemp()) / "s.ini"), QSettings.Format.IniFormat)
     )
-    t = time.perf_counter()
+    t, cpu0 = time.perf_counter(), _cpu()
     ticks = [t]
     heartbeat = QTimer()
     heartbeat.timeout.connect(lambda: ticks.append(time.perf_counter()))
@@ -55,6 +62,7 @@ def main() -> None:
     timeline = window.timeline
     drawn = [0]
     seen: list[float] = []
+    cpu: list[float] = []
     redraw = timeline.refresh
 
     def refresh_and_note() -> None:
@@ -68,6 +76,7 @@ def main() -> None:
         def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
             if event.type() == QEvent.Type.Paint and not seen and drawn[0] == steps:
                 seen.append(time.perf_counter())
+                cpu.append(_cpu())
             return False
 
     watch = Painted()
@@ -89,12 +98,17 @@ def main() -> None:
     run = monitor.run(run_id)
     assert run is not None
     last = int(run.executions["seq"].max())
-    if shot:
+    if shot:  # after the charts' and the verdict strip's own redraws
+        settle = time.monotonic() + 3
+        while time.monotonic() < settle:
+            app.processEvents()
+            time.sleep(0.01)
         window.grab().save(shot)
     print(
         json.dumps(
             {
                 "painted": painted,
+                "painted_cpu": cpu[0] - cpu0 if cpu else None,
                 "complete": complete,
                 "stall": stall,
                 "steps_committed": run.steps_committed,
@@ -106,7 +120,8 @@ def main() -> None:
             }
         )
     )
-    window.close()
+    sys.stdout.flush()
+    os._exit(0)  # no teardown: its timers firing on half-deleted widgets are not the figure
 
 
 if __name__ == "__main__":
