@@ -470,6 +470,11 @@ def test_open_100k_and_1m_step_runs_against_their_targets(tmp_path: Path) -> Non
         )
         if steps == 1_000_000:
             line += f" (target <= {OPEN_1M_MB:.0f} MB: {_verdict(rss, OPEN_1M_MB)})"
+        judged = max(p["peak_rss_mb_judged"] for p in probes)
+        line += (
+            f"; verdict strip judged at {statistics.median(p['judged'] for p in probes):.1f} s,"
+            f" peak RSS then {judged:.0f} MB"
+        )
         print(line + f"; {_load_note()}")
 
 

@@ -4,11 +4,11 @@
 
 Prints one JSON object: seconds from the start of the open (a new monitor and window) to the
 first paint of a timeline that drew the whole run (``painted``; ``painted_cpu``: the CPU
-seconds the process spent until then), to every detail read
-(``complete``: step names, budget charts), the longest stall of the GUI thread on the way, what
-the window shows (steps committed, the last step's name, redone bars), and the process's peak
-RSS (``peak_rss_mb``, as the kernel counts it: Qt and all). A process of its own so that the
-peak is this open's alone.
+seconds the process spent until then), to every detail read (``complete``: step names, budget
+charts), the longest stall of the GUI thread on the way, and to the verdict strip's first
+verdict (``judged``); what the window shows (steps committed, the last step's name, redone
+bars); the process's peak RSS (as the kernel counts it: Qt and all) once opened and once
+judged. A process of its own so that the peak is this open's alone.
 """
 
 from __future__ import annotations
@@ -95,6 +95,11 @@ def main() -> None:
     complete = time.perf_counter() - t
     heartbeat.stop()
     stall = max(b - a for a, b in itertools.pairwise(ticks))
+    rss_open = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    while window.judge.verdict is None and time.monotonic() < deadline:  # judged after the load
+        app.processEvents()
+        time.sleep(0.005)
+    judged = time.perf_counter() - t if window.judge.verdict is not None else None
     run = monitor.run(run_id)
     assert run is not None
     last = int(run.executions["seq"].max())
@@ -116,7 +121,9 @@ def main() -> None:
                 "last_name": run.step_names.get(last, ("?", "?"))[0],
                 "redone": run.redone,
                 "kills": len(run.kills),
-                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "peak_rss_mb": rss_open,
+                "judged": judged,
+                "peak_rss_mb_judged": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             }
         )
     )

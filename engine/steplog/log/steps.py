@@ -133,6 +133,14 @@ def step_record(conn: LogConnection, run_id: str, seq: int) -> StepRecord | None
     return StepRecord.from_row(row) if row is not None else None
 
 
+def step_name(conn: LogConnection, run_id: str, seq: int) -> str | None:
+    """The name of step ``seq`` of the run, or ``None``."""
+    row = conn.execute(
+        "SELECT name FROM step WHERE run_id = ? AND seq = ?", (run_id, seq)
+    ).fetchone()
+    return str(row[0]) if row is not None else None
+
+
 def steps_in_order(conn: LogConnection, run_id: str) -> list[tuple[int, str, str]]:
     """``(seq, name, kind)`` of each of the run's steps, in step order."""
     return [

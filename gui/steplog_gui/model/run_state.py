@@ -97,7 +97,9 @@ class Columns:
         if self._n == self._cap:
             # Double while small; a big history (a bulk-loaded 1M-step run) grows by an eighth,
             # not by another copy of itself.
-            self._cap = self._cap * 2 if self._cap < 1 << 16 else self._cap + self._cap // 8
+            self._cap = max(
+                256, self._cap * 2 if self._cap < 1 << 16 else self._cap + self._cap // 8
+            )
             grown = np.zeros(self._cap, dtype=self._rows.dtype)
             grown[: self._n] = self._rows[: self._n]
             self._rows = grown
