@@ -35,12 +35,15 @@ class StepNames(MutableMapping[int, tuple[str, str]]):
             return
         start = np.zeros(len(columns.length), dtype=np.int64)
         np.cumsum(columns.length[:-1] + len(NAME_SEPARATOR), out=start[1:])
-        # The last of each step's names, ordered by step (np.unique keeps the first: reversed).
-        seq, first = np.unique(columns.seq[::-1], return_index=True)
-        last = len(columns.seq) - 1 - first
-        self._seq = seq
-        self._start, self._length = start[last], columns.length[last]
-        self._kind, self._kinds = columns.kind[last], columns.kinds
+        if bool(np.all(columns.seq[1:] > columns.seq[:-1])):  # each step named once, in order
+            self._seq, self._start, self._length = columns.seq, start, columns.length
+            self._kind, self._kinds = columns.kind, columns.kinds
+        else:  # the last of each step's names, by step (np.unique keeps the first: reversed)
+            seq, first = np.unique(columns.seq[::-1], return_index=True)
+            last = len(columns.seq) - 1 - first
+            self._seq = seq
+            self._start, self._length = start[last], columns.length[last]
+            self._kind, self._kinds = columns.kind[last], columns.kinds
         self._text = columns.text
 
     # -- Mapping ----------------------------------------------------------------------------

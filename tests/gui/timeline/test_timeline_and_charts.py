@@ -272,3 +272,14 @@ def test_parallel_steps_are_drawn_in_sub_lanes_and_sequential_ones_use_the_whole
     offset, height = sublanes(seq, time.time())
     assert not offset.any() and (height == BAR_HEIGHT).all()
     monitor.stop()
+
+
+def test_a_long_usage_series_is_drawn_thinned_with_its_first_point_and_its_newest_each() -> None:
+    from steplog_gui.views.budget_charts import EXACT_TAIL, MAX_POINTS, thinned
+
+    assert thinned(MAX_POINTS) == slice(None)  # a series this short is drawn whole
+    n = 1_000_003
+    keep = thinned(n)
+    assert isinstance(keep, np.ndarray) and len(keep) <= MAX_POINTS + 1
+    assert keep[0] == 0 and np.all(np.diff(keep) > 0)
+    assert keep[-EXACT_TAIL:].tolist() == list(range(n - EXACT_TAIL, n))
