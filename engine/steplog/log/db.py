@@ -22,6 +22,7 @@ from steplog.errors import LogUnavailable
 from steplog.log.backend import backend_for, backend_of
 from steplog.log.connection import (
     RUN_WRITE,
+    RUN_WRITE_BATCHED,
     C,
     LogConnection,
     LogCursor,
@@ -179,6 +180,7 @@ __all__ = [
     "BUSY_TIMEOUT_MS",
     "PAGE_SIZE",
     "RUN_WRITE",
+    "RUN_WRITE_BATCHED",
     "SQLITE_HEADER",
     "C",
     "LogConnection",

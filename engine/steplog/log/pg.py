@@ -46,6 +46,7 @@ cost stays where it was.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sqlite3
@@ -67,6 +68,8 @@ NUL_STAND_IN = "\ufffd"
 (SQLite's can). An exception message with a NUL in it is then still recorded, not a failed write."""
 
 RUN_WRITE_TAG = "run_write"
+BATCHED_TAG = "batched"
+"""In a ``RUN_WRITE`` (``db.RUN_WRITE_BATCHED``): its statements are sent in batches."""
 """In a ``BEGIN IMMEDIATE`` (``db.RUN_WRITE``): a write of one run's rows, locked row by row."""
 
 if TYPE_CHECKING:
@@ -222,6 +225,62 @@ def translate(sql: str, with_params: bool) -> str:
     return sql
 
 
+@lru_cache(maxsize=256)
+def _pieces(sql: str) -> tuple[str, ...]:
+    """``translate(sql)`` split at its placeholders (``?`` outside string literals)."""
+    out: list[str] = []
+    piece: list[str] = []
+    quoted = False
+    for ch in translate(sql, False):
+        if ch == "'":
+            quoted = not quoted
+        if ch == "?" and not quoted:
+            out.append("".join(piece))
+            piece = []
+        else:
+            piece.append(ch)
+    out.append("".join(piece))
+    return tuple(out)
+
+
+def _literal(value: Any) -> str | None:
+    """``value`` as an SQL literal, for the types the engine's writes carry (``None``: another
+    type). Strings as standard-conforming literals (``standard_conforming_strings``, on since
+    PostgreSQL 9.1 and checked at connect): only ``'`` is doubled; a NUL, which text cannot hold,
+    is stored as ``NUL_STAND_IN`` as in ``execute``."""
+    t = type(value)
+    if t is str:
+        if "\x00" in value:
+            value = value.replace("\x00", NUL_STAND_IN)
+        return "'" + value.replace("'", "''") + "'"
+    if t is int:
+        return str(value) if value >= 0 else f"({value})"
+    if t is float:
+        if not math.isfinite(value):
+            return "'NaN'::float8" if value != value else f"'{value:+}inity'::float8"
+        return repr(value) if value >= 0 else f"({value!r})"
+    if value is None:
+        return "NULL"
+    return None
+
+
+def bind(sql: str, params: Sequence[Any]) -> str | None:
+    """SQLite-flavoured ``sql`` with ``params`` bound into it, as PostgreSQL SQL to send as a
+    simple query (a batch, ``PgConnection``); ``None`` if a value is of a type ``_literal`` does
+    not write."""
+    pieces = _pieces(sql)
+    if len(pieces) != len(params) + 1:
+        raise PgError(f"{len(params)} values for {len(pieces) - 1} placeholders in {sql!r}")
+    out = [pieces[0]]
+    for value, piece in zip(params, pieces[1:]):
+        lit = _literal(value)
+        if lit is None:
+            return None
+        out.append(lit)
+        out.append(piece)
+    return "".join(out)
+
+
 class _NoRows:
     rowcount = -1
     description = None
@@ -239,6 +298,37 @@ class _NoRows:
 _NO_ROWS = _NoRows()
 
 
+class _Queued:
+    """A statement of a batched transaction (``PgConnection``), or its result once sent: the
+    first read of its rows or ``rowcount`` sends it, with every statement queued before it, in
+    one round trip."""
+
+    __slots__ = ("_conn", "_rows", "rowcount", "description")
+
+    def __init__(self, conn: PgConnection) -> None:
+        self._conn = conn
+        self._rows: list[Any] | None = None
+        self.rowcount = -1
+        self.description: Any = None
+
+    def _done(self) -> list[Any]:
+        if self._rows is None:
+            self._conn._send_batch()
+        assert self._rows is not None
+        return self._rows
+
+    def fetchone(self) -> Any:
+        rows = self._done()
+        return rows.pop(0) if rows else None
+
+    def fetchall(self) -> list[Any]:
+        rows, self._rows = self._done(), []
+        return rows
+
+    def __iter__(self) -> Any:
+        return iter(self.fetchall())
+
+
 class PgConnection:
     """One psycopg connection, autocommit, with transactions begun and ended by SQL as the
     engine's SQLite connections are (``isolation_level=None``)."""
@@ -248,15 +338,30 @@ class PgConnection:
         self.url = url
         self.row_factory: Any = None  # accepted for sqlite3 compatibility: rows always have names
         self._sync_off = False
+        self._batch: list[str] | None = None
+        """The statements of an open ``RUN_WRITE_BATCHED`` transaction not sent yet."""
+        self._queued: list[_Queued | None] = []
+        """Their cursors, one per statement (``None``: nobody reads its result)."""
+        self._client: psycopg.ClientCursor[Any] | None = None
+        """psycopg's client-side binding, for a value ``bind`` does not write."""
+        self._standard = raw.info.parameter_status("standard_conforming_strings") == "on"
+        """Backslashes in string literals are plain characters (``bind`` relies on it)."""
 
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
         head = sql.lstrip()[:8].upper()
-        if head.startswith("BEGIN"):
+        if self._batch is not None:
+            if head.startswith(("COMMIT", "ROLLBACK")):
+                return self._end_batch(head.startswith("COMMIT"))
+        elif head.startswith("BEGIN"):
+            if BATCHED_TAG in sql:
+                return self._begin_batch()
             sql, parameters = self._begin(sql), ()
-        elif head.startswith("PRAGMA"):
+        if head.startswith("PRAGMA"):
             return self._pragma(sql)
         params = tuple(parameters) if parameters else None
         try:
+            if self._batch is not None:
+                return self._queue(sql, params)
             return self._raw.execute(translate(sql, params is not None), params)
         except Exception as exc:
             import psycopg
@@ -283,6 +388,87 @@ class PgConnection:
             return f"BEGIN; {local}SELECT {_MARKER}"
         return f"BEGIN; {local}SELECT {_MARKER}, pg_advisory_xact_lock({LOCK_KEY})"
 
+    def _begin_batch(self) -> Any:
+        """``RUN_WRITE_BATCHED``: the transaction's statements are queued, bound here (client
+        side), and sent together, as one simple query, when a result is first read (the fence's:
+        ``BEGIN``, the marker and the fence in one round trip) and at the ``COMMIT`` (the rest and
+        the ``COMMIT`` in another). PostgreSQL runs a simple query's statements in order and
+        stops at the first error, which leaves the transaction aborted; it is not prepared, so
+        the server parses each statement: cheaper here than a round trip each."""
+        self._batch = ["BEGIN"]
+        self._queued = [None]
+        if self._sync_off:
+            self._batch.append("SET LOCAL synchronous_commit = off")
+            self._queued.append(None)
+        self._batch.append(f"SELECT {_MARKER}")
+        self._queued.append(None)
+        return _NO_ROWS
+
+    def _queue(self, sql: str, params: tuple[Any, ...] | None) -> _Queued:
+        assert self._batch is not None
+        if not params:
+            text: str | None = translate(sql, False)
+        else:
+            text = bind(sql, params) if self._standard else None
+        if text is None:  # a value of another type: psycopg's own quoting
+            if self._client is None:
+                import psycopg
+
+                self._client = psycopg.ClientCursor(self._raw)
+            text = self._client.mogrify(translate(sql, True), params)
+        self._batch.append(text)
+        q = _Queued(self)
+        self._queued.append(q)
+        return q
+
+    def _send_batch(self) -> None:
+        """Send the queued statements in one round trip; each cursor gets its result. An error
+        is raised here (and the transaction is left aborted, for the caller to roll back)."""
+        import psycopg
+
+        batch, queued = self._batch, self._queued
+        if not batch:
+            return
+        self._batch, self._queued = [], []
+        try:
+            cur = self._raw.execute(";\n".join(batch), prepare=False)
+        except psycopg.Error as exc:
+            self._batch = None  # the transaction is over (aborted or gone): no more batching
+            raise _wrap(exc) from exc
+        for q in queued:
+            if q is not None:
+                q.description = cur.description
+                q.rowcount = cur.rowcount
+                q._rows = cur.fetchall() if cur.description is not None else []
+            cur.nextset()
+
+    def _end_batch(self, commit: bool) -> Any:
+        """``COMMIT``: sent with what is still queued (the second round trip); ``ROLLBACK``:
+        the queue dropped, and a transaction already begun on the server rolled back."""
+        batch = self._batch
+        assert batch is not None
+        if commit:
+            batch.append("COMMIT")
+            self._queued.append(None)
+            try:
+                self._send_batch()
+            finally:
+                self._batch, self._queued = None, []
+            return _NO_ROWS
+        from psycopg.pq import TransactionStatus
+
+        self._batch, self._queued = None, []
+        if self._raw.info.transaction_status != TransactionStatus.IDLE:
+            try:
+                self._raw.execute("ROLLBACK")
+            except Exception as exc:
+                import psycopg
+
+                if isinstance(exc, psycopg.Error):
+                    raise _wrap(exc) from exc
+                raise
+        return _NO_ROWS
+
     def _pragma(self, sql: str) -> Any:
         m = re.fullmatch(r"\s*PRAGMA\s+synchronous\s*=\s*(\w+)\s*;?\s*", sql, re.I)
         if not m:
@@ -294,6 +480,8 @@ class PgConnection:
     def in_transaction(self) -> bool:
         from psycopg.pq import TransactionStatus
 
+        if self._batch is not None:
+            return True  # begun, whether or not its BEGIN is sent yet
         return self._raw.info.transaction_status in (
             TransactionStatus.INTRANS,
             TransactionStatus.INERROR,
