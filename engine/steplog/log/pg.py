@@ -250,9 +250,8 @@ def _literal(value: Any) -> str | None:
     is stored as ``NUL_STAND_IN`` as in ``execute``."""
     t = type(value)
     if t is str:
-        if "\x00" in value:
-            value = value.replace("\x00", NUL_STAND_IN)
-        return "'" + value.replace("'", "''") + "'"
+        text = str.replace(value, "\x00", NUL_STAND_IN) if "\x00" in value else value
+        return "'" + str.replace(text, "'", "''") + "'"
     if t is int:
         return str(value) if value >= 0 else f"({value})"
     if t is float:
@@ -272,7 +271,7 @@ def bind(sql: str, params: Sequence[Any]) -> str | None:
     if len(pieces) != len(params) + 1:
         raise PgError(f"{len(params)} values for {len(pieces) - 1} placeholders in {sql!r}")
     out = [pieces[0]]
-    for value, piece in zip(params, pieces[1:]):
+    for value, piece in zip(params, pieces[1:], strict=True):
         lit = _literal(value)
         if lit is None:
             return None
