@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 from steplog.errors import ForeignDatabase, LogError, LogUnavailable
 from steplog.log.connection import LogConnection, Synchronous, set_synchronous
 from steplog.log.jsonsql import JsonSql, PgJsonSql
-from steplog.log.pgschema import PG_ONLY, migrate, read_state, read_version
+from steplog.log.pgschema import PG_ONLY, QUEUE_CHANNEL, migrate, read_state, read_version
 from steplog.log.pgschema import check as check_schema
 from steplog.log.pgschema import tables as tables
 from steplog.log.schema import SCHEMA_VERSION
@@ -725,6 +725,11 @@ class PostgresBackend:
 
     def lock_run(self, conn: LogConnection, run_id: str) -> None:
         lock_run(conn, run_id)
+
+    def announce_claimable(self, conn: LogConnection, run_id: str) -> None:
+        """``NOTIFY`` on ``QUEUE_CHANNEL`` with the run's id: delivered when (and only if) the
+        transaction commits."""
+        conn.execute("SELECT pg_notify(?, ?)", (QUEUE_CHANNEL, run_id)).fetchall()
 
     def settled_upto(self, conn: LogConnection) -> int | None:
         return event_horizon(conn)
