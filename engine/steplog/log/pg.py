@@ -298,30 +298,49 @@ _NO_ROWS = _NoRows()
 
 
 class _Queued:
-    """A statement of a batched transaction (``PgConnection``), or its result once sent: the
-    first read of its rows or ``rowcount`` sends it, with every statement queued before it, in
-    one round trip."""
+    """A statement of a batched transaction (``PgConnection``), then its result: the first read
+    of its rows or ``rowcount`` sends it, with every statement queued before it, in one round
+    trip. Only the result of the last statement sent is kept: read a result before queuing the
+    next statement (reading one later is refused, never answered wrongly)."""
 
-    __slots__ = ("_conn", "_rows", "rowcount", "description")
+    __slots__ = ("_conn", "_rows", "_rowcount", "_state")
+
+    QUEUED, DONE, PASSED = 0, 1, 2
+    """Not sent yet; sent, its result here; sent, its result not kept (a later one's is)."""
 
     def __init__(self, conn: PgConnection) -> None:
         self._conn = conn
-        self._rows: list[Any] | None = None
-        self.rowcount = -1
-        self.description: Any = None
+        self._rows: list[Any] = []
+        self._rowcount = -1
+        self._state = self.QUEUED
 
-    def _done(self) -> list[Any]:
-        if self._rows is None:
+    def _done(self) -> None:
+        if self._state == self.QUEUED:
             self._conn._send_batch()
-        assert self._rows is not None
-        return self._rows
+        if self._state == self.PASSED:
+            raise PgError(
+                "a batched statement's result was read after a later statement was sent; read "
+                "it before queuing the next one"
+            )
+
+    def _got(self, rows: list[Any], rowcount: int) -> None:
+        self._rows, self._rowcount, self._state = rows, rowcount, self.DONE
+
+    def _passed(self) -> None:
+        self._state = self.PASSED
+
+    @property
+    def rowcount(self) -> int:
+        self._done()
+        return self._rowcount
 
     def fetchone(self) -> Any:
-        rows = self._done()
-        return rows.pop(0) if rows else None
+        self._done()
+        return self._rows.pop(0) if self._rows else None
 
     def fetchall(self) -> list[Any]:
-        rows, self._rows = self._done(), []
+        self._done()
+        rows, self._rows = self._rows, []
         return rows
 
     def __iter__(self) -> Any:
@@ -344,6 +363,9 @@ class PgConnection:
         self._client: psycopg.ClientCursor[Any] | None = None
         """psycopg's client-side binding, for a value ``bind`` does not write."""
         self._standard = raw.info.parameter_status("standard_conforming_strings") == "on"
+        self._encoding = raw.info.encoding
+        self.round_trips = 0
+        """Requests sent and waited for, each one round trip to the server (for measurements)."""
         """Backslashes in string literals are plain characters (``bind`` relies on it)."""
 
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
@@ -361,6 +383,7 @@ class PgConnection:
         try:
             if self._batch is not None:
                 return self._queue(sql, params)
+            self.round_trips += 1
             return self._raw.execute(translate(sql, params is not None), params)
         except Exception as exc:
             import psycopg
@@ -421,25 +444,45 @@ class PgConnection:
         return q
 
     def _send_batch(self) -> None:
-        """Send the queued statements in one round trip; each cursor gets its result. An error
-        is raised here (and the transaction is left aborted, for the caller to roll back)."""
+        """Send the queued statements in one round trip, as one simple query straight through
+        libpq (``PQexec``: a few µs of client time where a psycopg ``execute`` and its results
+        take ~100), and give the last one its result. An error is raised here; the transaction
+        is then aborted, for the caller to roll back."""
         import psycopg
+        from psycopg.errors import error_from_result
+        from psycopg.pq import ExecStatus
 
         batch, queued = self._batch, self._queued
         if not batch:
             return
         self._batch, self._queued = [], []
         try:
-            cur = self._raw.execute(";\n".join(batch), prepare=False)
+            self.round_trips += 1
+            res = self._raw.pgconn.exec_(";\n".join(batch).encode(self._encoding))
+            if res.status == ExecStatus.FATAL_ERROR:
+                raise error_from_result(res, encoding=self._encoding)
         except psycopg.Error as exc:
             self._batch = None  # the transaction is over (aborted or gone): no more batching
             raise _wrap(exc) from exc
-        for q in queued:
+        for q in queued[:-1]:
             if q is not None:
-                q.description = cur.description
-                q.rowcount = cur.rowcount
-                q._rows = cur.fetchall() if cur.description is not None else []
-            cur.nextset()
+                q._passed()
+        last = queued[-1]
+        if last is not None:
+            last._got(
+                self._rows_of(res), res.command_tuples if res.command_tuples is not None else -1
+            )
+
+    def _rows_of(self, res: Any) -> list[Any]:
+        """The rows of a result, loaded as psycopg's cursors load them, indexable by name."""
+        if not res.ntuples:
+            return []
+        from psycopg.adapt import Transformer
+
+        tx = Transformer(self._raw)
+        tx.set_pgresult(res)
+        make = _row_class(tuple(res.fname(i).decode() for i in range(res.nfields)))
+        return list(tx.load_rows(0, res.ntuples, make))
 
     def _end_batch(self, commit: bool) -> Any:
         """``COMMIT``: sent with what is still queued (the second round trip); ``ROLLBACK``:
@@ -459,6 +502,7 @@ class PgConnection:
         self._batch, self._queued = None, []
         if self._raw.info.transaction_status != TransactionStatus.IDLE:
             try:
+                self.round_trips += 1
                 self._raw.execute("ROLLBACK")
             except Exception as exc:
                 import psycopg

@@ -9,7 +9,6 @@ nothing of its transaction, and that a plain step is two round trips.
 from __future__ import annotations
 
 import sqlite3
-import threading
 from typing import Any
 
 import pytest
@@ -107,6 +106,13 @@ def test_an_error_anywhere_in_a_batch_leaves_nothing_of_its_transaction(db: PgUr
         conn.execute("INSERT INTO scratch (k) VALUES (?)", (4,))
         assert conn.execute("SELECT count(*) FROM scratch").fetchone()[0] == 2
         conn.execute("ROLLBACK")  # begun on the server: rolled back there
+        # a result is read before the next statement is queued; read after, it is refused
+        conn.execute(RUN_WRITE_BATCHED)
+        early = conn.execute("SELECT count(*) FROM scratch")
+        assert conn.execute("SELECT 41 + 1").fetchone()[0] == 42
+        with pytest.raises(sqlite3.DatabaseError, match="read it before queuing the next one"):
+            early.fetchall()
+        conn.execute("ROLLBACK")
         assert query_log(db, "SELECT k FROM scratch ORDER BY k") == [(1,)]
         conn.execute(RUN_WRITE_BATCHED)
         conn.execute("INSERT INTO scratch (k) VALUES (?)", (5,))
@@ -127,27 +133,24 @@ def _noop(run: steplog.Run, n: int = 10) -> int:
 def test_a_plain_step_is_two_round_trips_to_the_server(
     db: PgUrl, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each ``psycopg`` ``execute`` is one round trip; the engine's thread's are counted (the
-    heartbeat's connection is its own)."""
-    import psycopg
-
+    """Counted on the engine's own connection (``PgConnection.round_trips``): 10 steps more are
+    20 round trips more."""
+    from steplog.log import pg
     from steplog.log.db import location, open_log
     from steplog.runtime.engine import execute
 
     open_log(location(db)).close()  # the schema made: each run below opens the log alike
-    main = threading.current_thread()
-    sent = [0]
-    real = psycopg.Connection.execute
+    opened: list[pg.PgConnection] = []
+    real = pg.open_log
 
-    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread() is main:
-            sent[0] += 1
-        return real(self, *args, **kwargs)
+    def kept(url: str) -> pg.PgConnection:
+        opened.append(real(url))
+        return opened[-1]
 
-    monkeypatch.setattr(psycopg.Connection, "execute", counted)
+    monkeypatch.setattr(pg, "open_log", kept)
     trips: dict[int, int] = {}
-    for n in (10, 50):
-        sent[0] = 0
+    for n in (10, 20):
+        opened.clear()
         execute(_noop, run_id=f"r{n}", db=location(db), params={"n": n})
-        trips[n] = sent[0]
-    assert (trips[50] - trips[10]) / 40 == 2
+        trips[n] = sum(c.round_trips for c in opened)
+    assert trips[20] - trips[10] == 20
