@@ -249,7 +249,7 @@ def _literal(value: Any) -> str | None:
     PostgreSQL 9.1 and checked at connect): only ``'`` is doubled; a NUL, which text cannot hold,
     is stored as ``NUL_STAND_IN`` as in ``execute``."""
     t = type(value)
-    if t is str:
+    if t is str or isinstance(value, str):  # and a str enum (``EventKind``): its text
         text = str.replace(value, "\x00", NUL_STAND_IN) if "\x00" in value else value
         return "'" + str.replace(text, "'", "''") + "'"
     if t is int:
@@ -364,6 +364,8 @@ class PgConnection:
         """psycopg's client-side binding, for a value ``bind`` does not write."""
         self._standard = raw.info.parameter_status("standard_conforming_strings") == "on"
         self._encoding = raw.info.encoding
+        self._loader: Any = None
+        """psycopg's loader of a batch's result rows (``_rows_of``), made once."""
         self.round_trips = 0
         """Requests sent and waited for, each one round trip to the server (for measurements)."""
         """Backslashes in string literals are plain characters (``bind`` relies on it)."""
@@ -477,9 +479,11 @@ class PgConnection:
         """The rows of a result, loaded as psycopg's cursors load them, indexable by name."""
         if not res.ntuples:
             return []
-        from psycopg.adapt import Transformer
+        if self._loader is None:
+            from psycopg.adapt import Transformer
 
-        tx = Transformer(self._raw)
+            self._loader = Transformer(self._raw)
+        tx = self._loader
         tx.set_pgresult(res)
         make = _row_class(tuple(res.fname(i).decode() for i in range(res.nfields)))
         return list(tx.load_rows(0, res.ntuples, make))
