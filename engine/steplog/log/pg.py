@@ -459,8 +459,13 @@ class PgConnection:
             return
         self._batch, self._queued = [], []
         try:
+            text = ";\n".join(batch).encode(self._encoding)
+        except UnicodeEncodeError as exc:  # as psycopg refuses such a value: nothing sent
+            self._batch = None
+            raise PgError(f"a value cannot be sent in the connection's encoding ({exc})") from exc
+        try:
             self.round_trips += 1
-            res = self._raw.pgconn.exec_(";\n".join(batch).encode(self._encoding))
+            res = self._raw.pgconn.exec_(text)
             if res.status == ExecStatus.FATAL_ERROR:
                 raise error_from_result(res, encoding=self._encoding)
         except psycopg.Error as exc:
