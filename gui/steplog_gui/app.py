@@ -8,7 +8,9 @@ import sys
 from collections.abc import Sequence
 
 from steplog.log.follow import WHERE
-from steplog_gui.processes.demo import DemoConfig
+
+FIRST_PAINT_WAIT_MS = 1000
+"""The plots are built after the window's first paint, or this long after it was shown."""
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -39,6 +41,18 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
+def _stop_signals() -> list[signal.Signals]:
+    """Ctrl-C, SIGTERM and SIGHUP (logout, `kill`, a closed terminal)."""
+    stops = [signal.SIGINT, signal.SIGTERM]
+    if sys.platform != "win32":
+        stops.append(signal.SIGHUP)
+    return stops
+
+
+def _exit_now(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
 def _stop_and_close(window: object) -> None:
     window.close_policy = "stop"  # type: ignore[attr-defined]
     window.close()  # type: ignore[attr-defined]
@@ -55,41 +69,72 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"steplog: {exc}", file=sys.stderr)
         return 2
 
-    import pyqtgraph as pg
+    params = {"tickets": str(args.demo_tickets)} if args.demo_tickets else {}
+    if args.demo_approve:
+        params["approve"] = "true"
+    early = None
+    if args.demo or args.compare:
+        # The outbox and the demo's engine start while this interpreter imports Qt and builds
+        # the window (``demo_start``); compare mode starts its own engines, later.
+        from steplog_gui.processes.demo_start import DemoConfig, EarlyDemo
+
+        # Until the window's handlers are in place (below), SIGTERM or SIGHUP ends this process
+        # through SystemExit: the exit handler then stops what EarlyDemo started (in sessions of
+        # their own, they would outlive it) instead of the signal killing it outright.
+        for signum in _stop_signals():
+            signal.signal(signum, _exit_now)
+        early = EarlyDemo(db, None if args.compare else DemoConfig(params=params))
+
+    # Only what the first paint needs: pyqtgraph, numpy's drawing, the plots, the file watcher
+    # and the compare window come once the window is painted (``after_first_paint``).
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from steplog_gui import resources
+    from steplog_gui import resources, startup_trace
     from steplog_gui.feeds.monitor import Monitor
     from steplog_gui.main_window import MainWindow
+    from steplog_gui.processes.demo_start import DemoConfig
     from steplog_gui.settings import Settings
 
     existing = QApplication.instance()
     app = existing if isinstance(existing, QApplication) else QApplication([sys.argv[0]])
+    startup_trace.mark("qapplication")
     app.setApplicationName("steplog monitor")
     app.setOrganizationName("steplog")
     app.setDesktopFileName("steplog")
     app.setWindowIcon(resources.app_icon())
-    pg.setConfigOptions(antialias=False)
     monitor = Monitor(db)
-    window = MainWindow(monitor, Settings())
-    monitor.start()
-    params = {"tickets": str(args.demo_tickets)} if args.demo_tickets else {}
-    if args.demo_approve:
-        params["approve"] = "true"
+    window = MainWindow(monitor, Settings(), defer_views=True)
+    if early is not None:
+        window.demo_launcher().take_early(early)
     if args.demo and not args.compare:
         window.start_demo(DemoConfig(params=params))
+    startup_trace.mark("window_built")
     window.show()
-    if args.compare:
-        window.open_compare(DemoConfig(params=params))
+
+    started = []
+
+    def after_first_paint() -> None:
+        if started:
+            return
+        started.append(True)
+        import pyqtgraph as pg
+
+        pg.setConfigOptions(antialias=False)
+        monitor.start()
+        window.build_views(charts_later=True)
+        if args.compare:
+            window.open_compare(DemoConfig(params=params))
+
+    # Once the first paint is done (a zero timer from inside the paint runs after it), or after
+    # a second if no paint comes (a window that is never exposed still gets its views).
+    window.first_painted.connect(lambda: QTimer.singleShot(0, after_first_paint))
+    QTimer.singleShot(FIRST_PAINT_WAIT_MS, after_first_paint)
     # Ctrl-C in the terminal, SIGTERM and SIGHUP (logout, `kill`, a closed terminal) quit as "Stop
     # it" does: the engine is stopped at a step boundary and the demo's outbox with it, no dialog,
     # nothing left running behind a window that is gone. The handler only schedules the close:
     # Python runs it between any two bytecodes, possibly in the middle of a paint event.
-    stops = [signal.SIGINT, signal.SIGTERM]
-    if sys.platform != "win32":
-        stops.append(signal.SIGHUP)
-    for signum in stops:
+    for signum in _stop_signals():
         signal.signal(signum, lambda *_: QTimer.singleShot(0, lambda: _stop_and_close(window)))
     keepalive = QTimer()  # lets Python see the signal while Qt's loop runs
     keepalive.start(250)

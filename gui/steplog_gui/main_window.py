@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QItemSelection, Qt, QTimer
+from PySide6.QtCore import QItemSelection, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -28,8 +28,7 @@ from steplog.log.location import LogLocation
 from steplog.log.location import parse as parse_location
 from steplog.log.reader import LogRepository
 from steplog.log.runstatus import RunStatus
-from steplog_gui import jobs, resources, theme
-from steplog_gui.compare.window import CompareWindow
+from steplog_gui import jobs, resources, startup_trace, theme
 from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.feeds.outbox_watcher import OutboxWatcher
 from steplog_gui.feeds.verdict_watcher import VerdictWatcher
@@ -37,10 +36,7 @@ from steplog_gui.processes.demo import DEMO_AGENTS, DEMO_PACE, DemoConfig, DemoL
 from steplog_gui.processes.engine_process import EngineProcess, LaunchSpec
 from steplog_gui.processes.kill_switch import KillSwitch
 from steplog_gui.settings import Settings
-from steplog_gui.timeline.view import TimelineView
-from steplog_gui.views.budget_charts import BudgetCharts
 from steplog_gui.views.kill_controls import auto_kill_controls, kill_now_button
-from steplog_gui.views.new_run_dialog import NewRunDialog
 from steplog_gui.views.outbox_panel import OutboxPanel
 from steplog_gui.views.problem_banner import ProblemBanner
 from steplog_gui.views.prune_action import Pruner, ask_and_prune
@@ -48,6 +44,11 @@ from steplog_gui.views.run_control import RunControl
 from steplog_gui.views.runs_model import RUN_ID_ROLE, RunsModel
 from steplog_gui.views.step_detail import StepDetailLoader, StepDetailView
 from steplog_gui.views.verdict_strip import VerdictStrip
+
+if TYPE_CHECKING:  # pyqtgraph's views, imported once the window is up (``build_views``)
+    from steplog_gui.compare.window import CompareWindow
+    from steplog_gui.timeline.view import TimelineView
+    from steplog_gui.views.budget_charts import BudgetCharts
 
 
 def _read_run_row(path: LogLocation, run_id: str) -> dict[str, Any] | None:
@@ -92,8 +93,25 @@ def about_text(version: str, path: LogLocation) -> str:
 
 
 class MainWindow(QMainWindow):
+    """The monitor's window. ``defer_views``: the timeline and budget charts (pyqtgraph, numpy
+    drawing) are left out until ``build_views`` is called, so the window can be painted before
+    pyqtgraph is imported (``app.main`` does, issue 29); otherwise they are built here."""
+
+    first_painted = Signal()
+    """The window was painted for the first time (``app.main`` builds the views then)."""
+
+    timeline: TimelineView
+    """The step timeline (from ``build_views`` on)."""
+    charts: BudgetCharts
+    """The budget charts (from ``build_views`` on)."""
+
     def __init__(
-        self, monitor: Monitor, settings: Settings, *, engine_env: dict[str, str] | None = None
+        self,
+        monitor: Monitor,
+        settings: Settings,
+        *,
+        engine_env: dict[str, str] | None = None,
+        defer_views: bool = False,
     ) -> None:
         super().__init__()
         theme.choose(settings.theme)  # before any view reads the palette
@@ -115,12 +133,16 @@ class MainWindow(QMainWindow):
         self.banner = ProblemBanner()
         self.judge = VerdictWatcher(monitor, self.watcher, self)
         self.verdict = VerdictStrip(self.judge)
-        self.timeline = TimelineView(monitor)
-        self.charts = BudgetCharts(monitor)
+        self.views_ready = False
+        """Whether the timeline is built (``build_views``)."""
+        self.charts_ready = False
+        """Whether the budget charts are (``build_views``, with the timeline or just after)."""
+        self._painted = False
         split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(self.timeline)
-        split.addWidget(self.charts)
+        split.addWidget(QWidget())  # the timeline's place until it is built
+        split.addWidget(QWidget())  # the charts'
         split.setSizes([400, 300])
+        self._split = split
         central = QWidget()
         box = QVBoxLayout(central)
         box.setContentsMargins(4, 4, 4, 4)
@@ -171,8 +193,6 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self.statusBar().showMessage(_ready_text(monitor.path))
 
-        self.timeline.step_selected.connect(lambda rid, seq: self.loader.load(rid, seq))
-        self.timeline.step_selected.connect(self.control.set_step)
         self.control.notice.connect(self.statusBar().showMessage)
         self.control.problem.connect(self._show_problem)
         self.control.launch.connect(self.launch_run)
@@ -209,8 +229,50 @@ class MainWindow(QMainWindow):
         settings.add_recent(f"{monitor.path}")  # formatted: a URL without its password
         self._rebuild_recent()
         self._update_actions()
+        if not defer_views:
+            self.build_views()
 
-    # -- construction -----------------------------------------------------------------------
+    def build_views(self, *, charts_later: bool = False) -> None:
+        """Import pyqtgraph and put the timeline and the budget charts in their places, showing
+        the selected run; ``charts_later``: the charts on the next turn of the event loop, so the
+        timeline draws its first steps before they are built. A second call does nothing."""
+        if self.views_ready:
+            return
+        from steplog_gui.timeline.view import TimelineView
+
+        self.timeline = TimelineView(self.monitor)
+        self._split.replaceWidget(0, self.timeline).deleteLater()
+        self.timeline.step_selected.connect(lambda rid, seq: self.loader.load(rid, seq))
+        self.timeline.step_selected.connect(self.control.set_step)
+        self.views_ready = True
+        if self._run_id is not None:
+            self.timeline.set_run(self._run_id)
+        startup_trace.mark("views_ready")
+        if charts_later:
+            QTimer.singleShot(0, self._build_charts)
+        else:
+            self._build_charts()
+
+    def _build_charts(self) -> None:
+        from steplog_gui.views.budget_charts import BudgetCharts
+
+        self.charts = BudgetCharts(self.monitor)
+        self._split.replaceWidget(1, self.charts).deleteLater()
+        self._split.setSizes([400, 300])
+        self.charts_ready = True
+        if self._run_id is not None:
+            self.charts.set_run(self._run_id)
+
+    def paintEvent(self, event: Any) -> None:  # noqa: N802 (Qt's name)
+        super().paintEvent(event)
+        if not self._painted:
+            self._painted = True
+            startup_trace.mark("window_painted")
+            if startup_trace.enabled():
+                import sys
+
+                startup_trace.mark_loaded(sys.modules)
+            self.first_painted.emit()
 
     def showEvent(self, event: Any) -> None:  # noqa: N802 (Qt's name)
         super().showEvent(event)
@@ -406,8 +468,10 @@ class MainWindow(QMainWindow):
         self.watcher.set_run(
             run_id
         )  # its own deliveries: another run's equal message is no duplicate
-        self.timeline.set_run(run_id)
-        self.charts.set_run(run_id)
+        if self.views_ready:
+            self.timeline.set_run(run_id)
+        if self.charts_ready:
+            self.charts.set_run(run_id)
         self.judge.set_run(run_id)
         self.control.set_run(run_id)
         self._update_actions()
@@ -476,6 +540,8 @@ class MainWindow(QMainWindow):
         outbox = (
             self.demo.outbox.url if self.demo is not None and self.demo.outbox is not None else None
         )
+        from steplog_gui.views.new_run_dialog import NewRunDialog
+
         dialog = NewRunDialog(self, outbox=outbox, settings=self.settings)
         if dialog.exec():
             self.start_spec(dialog.spec(self.monitor.path))
@@ -551,6 +617,8 @@ class MainWindow(QMainWindow):
     def open_compare(self, config: DemoConfig | None = None) -> CompareWindow:
         """Compare mode (its own window): start a comparison unless one is shown already."""
         if self.compare is None:
+            from steplog_gui.compare.window import CompareWindow
+
             self.compare = CompareWindow(
                 self.monitor, self.demo_launcher(), engine_env=self._engine_env
             )
@@ -662,8 +730,10 @@ class MainWindow(QMainWindow):
     def _apply_palette(self, pal: theme.Palette) -> None:
         if self.compare is not None:
             self.compare.apply_palette(pal)
-        self.timeline.apply_palette(pal)
-        self.charts.apply_palette(pal)
+        if self.views_ready:
+            self.timeline.apply_palette(pal)
+        if self.charts_ready:
+            self.charts.apply_palette(pal)
         # The strip colours its figures from its own palette, which the application's new one
         # reaches only once this event is handled: shown again after that, or "Duplicates: 0"
         # kept the old theme's text colour (black on the dark theme's grey).

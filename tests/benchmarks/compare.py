@@ -1,7 +1,7 @@
 """steplog side by side with DBOS and LangGraph on SQLite: one command, one table.
 
     pip install -e ".[bench]" python tests/benchmarks/compare.py [--rounds 5] [--json results.json]
-    [--figures steps,resume,length,monitor]
+    [--figures steps,resume,length,postgres,monitor]
 
 Every measurement runs in a fresh process (``peers.py`` for the peers and floors, the real
 ``steplog`` CLI for steplog's resumes), and peers take turns: A B C A B C ... for ``--rounds``
@@ -21,8 +21,14 @@ Figures (issue 14):
 - ``length``: resume against log length: a run killed after L committed no-op steps, started
   again: imports done -> first new step committed (opening the log, loading and replaying the
   recorded steps, one new step), and the whole start -> first new step.
+- ``postgres``: ``postgres_bench.py --figures steps,fleet`` on ``$STEPLOG_TEST_POSTGRES`` (the
+  same rounds): steplog beside DBOS and the psycopg floor on one server, and the fleet 1 -> 4.
 - ``monitor``: the monitor's own benchmarks (``test_gui_bench.py``: commit -> model latency,
-  timeline frame time, opening a 100k-step run), run once, their printed lines kept as they are.
+  timeline frame time, opening a 100k-step run), run once, their printed lines kept as they are;
+  then ``demo_startup.py --rounds 3`` (``steplog demo`` from a cold start: window, first step).
+
+Table 0 puts every figure of issue 29 beside its target (``targets.py``): those measured here and
+those the benchmarks it runs ``record()``.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 from peers import MARK_BEGIN, MARK_END, PEERS, RESUMABLE, as_installed, expected_result  # noqa: E402
+from targets import FIGURES_ENV, print_targets, recorded  # noqa: E402
 
 RESUME_STEPS = 200
 RESUME_PAUSE = 0.01
@@ -411,10 +418,11 @@ def figure_length(
 # -- figure 6: the monitor ------------------------------------------------------------------
 
 
-def figure_monitor(log: Callable[[str], None]) -> dict[str, Any]:
-    """The monitor's own benchmarks (``test_gui_bench.py``, issue 8 owns their targets), run once
-    as they are and their printed figures kept verbatim."""
+def figure_monitor(log: Callable[[str], None], tmp: Path) -> dict[str, Any]:
+    """The monitor's own benchmarks (``test_gui_bench.py``), run once as they are, their printed
+    figures kept verbatim and the ones with a target of issue 29 recorded (``targets.record``)."""
     log("monitor: running tests/benchmarks/test_gui_bench.py")
+    figures_file = tmp / "monitor-figures.jsonl"
     done = subprocess.run(
         [
             sys.executable,
@@ -427,7 +435,7 @@ def figure_monitor(log: Callable[[str], None]) -> dict[str, Any]:
             str(HERE / "test_gui_bench.py"),
         ],
         cwd=ROOT,
-        env={**env(), "QT_QPA_PLATFORM": "offscreen"},
+        env={**env(), "QT_QPA_PLATFORM": "offscreen", FIGURES_ENV: str(figures_file)},
         capture_output=True,
         text=True,
         timeout=3600,
@@ -438,11 +446,58 @@ def figure_monitor(log: Callable[[str], None]) -> dict[str, Any]:
         if any(w in line for w in (" ms", " s ", " s,", " fps", "MB", "%"))
         and not line.startswith(("=", "FAILED", "ERROR"))
     ]
+    log("monitor: running tests/benchmarks/demo_startup.py (steplog demo from a cold start)")
+    demo = subprocess.run(
+        [sys.executable, str(HERE / "demo_startup.py"), "--rounds", "3"],
+        cwd=ROOT,
+        env={**env(), FIGURES_ENV: str(figures_file)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    figures += [
+        line.strip()
+        for line in demo.stdout.splitlines()
+        if line.startswith("  ") and ("window_painted" in line or "first_step_drawn" in line)
+    ]
     return {
         "returncode": done.returncode,
+        "demo_returncode": demo.returncode,
         "figures": figures,
         "tail": done.stdout.splitlines()[-3:],
+        "recorded": recorded(figures_file),
     }
+
+
+# -- figure 4: PostgreSQL ----------------------------------------------------------------------
+
+
+def figure_postgres(rounds: int, n: int, tmp: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    """``postgres_bench.py`` (steps and fleet) as it is, its raw numbers and printed table kept."""
+    log("postgres: running tests/benchmarks/postgres_bench.py --figures steps,fleet")
+    out = tmp / "postgres.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "postgres_bench.py"),
+            "--figures",
+            "steps,fleet",
+            "--rounds",
+            str(rounds),
+            "--n",
+            str(n),
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if done.returncode != 0 or not out.exists():
+        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+    return {"results": json.loads(out.read_text()), "printed": done.stdout.rstrip().splitlines()}
 
 
 # -- the table -------------------------------------------------------------------------------
@@ -574,8 +629,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lengths", default="100,1000,10000,100000", help="log lengths for figure 3")
     p.add_argument(
         "--figures",
-        default="steps,resume,length,monitor",
-        help="any of steps,resume,length,monitor",
+        default="steps,resume,length,postgres,monitor",
+        help="any of steps,resume,length,postgres,monitor",
     )
     p.add_argument("--peers", default=",".join(PEERS), help=f"any of {','.join(PEERS)}")
     p.add_argument("--json", type=Path, help="write every raw number to this file")
@@ -592,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     peers = [x for x in a.peers.split(",") if x]
     unknown = set(peers) - set(PEERS)
     figures = set(a.figures.split(","))
-    known = {"steps", "resume", "length", "monitor"}
+    known = {"steps", "resume", "length", "postgres", "monitor"}
     if unknown or not figures <= known or a.rounds < 1:
         print(
             f"compare.py: unknown peer(s) {sorted(unknown)} or figure(s) "
@@ -616,8 +671,10 @@ def main(argv: list[str] | None = None) -> int:
             res["length"] = figure_length(
                 peers, a.rounds, [int(x) for x in a.lengths.split(",")], tmp, log
             )
+        if "postgres" in figures:
+            res["postgres"] = figure_postgres(a.rounds, a.n, tmp, log)
         if "monitor" in figures:
-            res["monitor"] = figure_monitor(log)
+            res["monitor"] = figure_monitor(log, tmp)
     finally:
         if not a.keep:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -637,9 +694,103 @@ def print_results(res: dict[str, Any]) -> int:
         f"steplog vs peers — Python {m['python']}, SQLite {m['sqlite']}, {m['cpus']} CPUs, "
         f"{m['platform']}, {m['when']}; {', '.join(f'{k} {v}' for k, v in m['versions'].items())}"
     )
+    measured, why = issue_29_figures(res)
+    print_targets(measured, why, print)
     print_tables(res, print)
+    if "postgres" in res:
+        pg = res["postgres"]
+        print("\n4. PostgreSQL (postgres_bench.py --figures steps,fleet as it prints them)")
+        for line in pg.get("printed", [f"   failed: {pg.get('error')}"]):
+            print(f"   {line}")
     print_monitor(res, print)
     return 0
+
+
+def issue_29_figures(res: dict[str, Any]) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Issue 29's figures from this run's results (ratios within one run), and why any is not."""
+    got: dict[str, float | None] = {}
+    why: dict[str, str] = {}
+
+    def median(d: dict[str, Any] | None, key: str) -> float | None:
+        return d[key]["median"] if d and key in d and d[key]["median"] else None
+
+    if "steps" in res:
+        ps = res["steps"]["peers"]
+        me = median(ps.get("steplog"), "steps_per_s_FULL")
+        peers = [
+            v
+            for p, d in ps.items()
+            if p not in ("steplog", "sqlite3", "sqlmodel")
+            and (v := median(d, "steps_per_s_FULL")) is not None
+        ]
+        floor_ = median(ps.get("sqlite3"), "steps_per_s_FULL")
+        if me and peers:
+            got["steps_full_vs_fastest_peer"] = me / max(peers)
+        if me and floor_:
+            got["steps_full_vs_raw_floor"] = me / floor_
+        mine, dbos = (
+            median(ps.get("steplog"), "bytes_per_step"),
+            median(ps.get("dbos"), "bytes_per_step"),
+        )
+        if mine and dbos:
+            got["bytes_vs_dbos"] = mine / dbos
+        for k in ("steps_full_vs_fastest_peer", "steps_full_vs_raw_floor", "bytes_vs_dbos"):
+            why.setdefault(k, "needs steplog and the peers (--peers) in figure steps")
+    if "resume" in res:
+        ps = res["resume"]["peers"]
+        me, imp = (
+            median(ps.get("steplog"), "total"),
+            median(ps.get("python -c 'import steplog'"), "total"),
+        )
+        if me and imp:
+            got["relaunch_vs_import"] = me / imp
+    if "postgres" in res:
+        pg = res["postgres"].get("results")
+        if pg is None:
+            for k in ("pg_steps_vs_dbos", "pg_steps_vs_floor", "pg_fleet_4_vs_1"):
+                why[k] = f"postgres_bench.py failed: {res['postgres'].get('error')}"
+        else:
+            table = pg.get("steps", {}).get("peers", {})
+
+            def full(peer: str) -> float | None:
+                runs = table.get(peer, {}).get("FULL", {}).get("steps_per_s")
+                return statistics.median(runs) if runs else None
+
+            me, dbos, floor_ = full("steplog-pg"), full("dbos-pg"), full("psycopg")
+            if me and dbos:
+                got["pg_steps_vs_dbos"] = me / dbos
+            else:
+                why["pg_steps_vs_dbos"] = "DBOS not installed (pip install -e '.[bench]')"
+            if me and floor_:
+                got["pg_steps_vs_floor"] = me / floor_
+            fleet = pg.get("fleet", {}).get("table", {}).get("postgres", {})
+            if "1" in fleet and "4" in fleet:
+                got["pg_fleet_4_vs_1"] = (
+                    fleet["4"]["FULL"]["steps_per_s"]["median"]
+                    / fleet["1"]["FULL"]["steps_per_s"]["median"]
+                )
+    if "monitor" in res:
+        got.update(res["monitor"].get("recorded", {}))
+        for k in ("monitor_commit_to_pixel_p95_ms", "open_100k_s", "open_1m_s", "open_1m_mb"):
+            why[k] = (
+                f"test_gui_bench.py did not record it (pytest exit {res['monitor']['returncode']})"
+            )
+    for k in (
+        "monitor_commit_to_pixel_p95_ms",
+        "open_100k_s",
+        "open_1m_s",
+        "open_1m_mb",
+        "resume_1m_s",
+    ):
+        why.setdefault(k, "in figure monitor (test_gui_bench.py)")
+    if "monitor" in res:
+        for k in ("demo_window_s", "demo_first_step_s"):
+            why[k] = (
+                f"demo_startup.py did not record it (exit {res['monitor'].get('demo_returncode')})"
+            )
+    for k in ("demo_window_s", "demo_first_step_s"):
+        why.setdefault(k, "in figure monitor (demo_startup.py)")
+    return got, why
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ class Engine:
 
     def events(self, kind: str, seq: int | None = None) -> int:
         """How many events of ``kind`` (for step ``seq``) the log holds; 0 before it exists."""
-        if not self.db.exists():
+        if isinstance(self.db, Path) and not self.db.exists():
             return 0
         try:
             sql = "SELECT count(*) FROM event WHERE kind = ?" + (

@@ -960,7 +960,7 @@ def prune(
 
     Select runs by RUN_ID and/or the options (all given criteria must hold); at least one is needed.
     """
-    from steplog.log.db import default_db_path, log_file
+    from steplog.log.db import default_db_path
     from steplog.log.prune import FINISHED, Selection, describe
     from steplog.log.prune import prune as prune_log
 
@@ -989,13 +989,9 @@ def prune(
         selection = Selection(
             statuses=frozenset()
         )  # --reclaim alone: give space back, prune nothing
-    log = log_file(db or default_db_path())
-    if log is None:
-        raise UsageError(
-            "steplog prune works on a SQLite log only, for now; on PostgreSQL, export the runs you "
-            "keep (steplog export) and delete old ones with the database's own tools"
-        )
-    report = prune_log(log, selection, archive=archive, dry_run=dry_run, reclaim=reclaim)
+    report = prune_log(
+        db or default_db_path(), selection, archive=archive, dry_run=dry_run, reclaim=reclaim
+    )
     click.echo(json.dumps(report.as_json()) if as_json else describe(report))
 
 
@@ -1083,14 +1079,9 @@ def import_file(file: str, db: LogLocation | None) -> None:
     A run id the log already has is refused, and then nothing is imported.
     """
     from steplog.log.archive import import_runs
-    from steplog.log.db import default_db_path, log_file
+    from steplog.log.db import default_db_path
 
-    path = log_file(db or default_db_path())
-    if path is None:
-        raise UsageError(
-            "steplog import loads into a SQLite log only, for now; import into a file and run from "
-            "there"
-        )
+    path = db or default_db_path()
     loaded = import_runs(file, path)
     n = len(loaded)
     click.echo(

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 from steplog.log.connection import LogConnection, Synchronous
 from steplog.log.jsonsql import JsonSql
 from steplog.log.location import LogLocation, PgUrl
+from steplog.log.space import Space
 from steplog.log.sqlite import SQLITE
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ class Backend(Protocol):
     """A database server that many hosts may share (PostgreSQL), not a file on this machine."""
     notifies_commits: bool
     """Readers learn of commits from the log's notifications, not by polling the file."""
+    space: Space
+    """The room the log takes, and how ``steplog prune`` gives freed room back."""
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -98,6 +101,15 @@ class Backend(Protocol):
 
     def primary_key(self, conn: LogConnection, table: str) -> list[str]:
         """``table``'s primary key columns, in key order."""
+        ...
+
+    def columns(self, conn: LogConnection, table: str) -> list[str]:
+        """``table``'s columns, in table order."""
+        ...
+
+    def new_ids(self, conn: LogConnection, table: str) -> str | None:
+        """The column of ``table`` whose values the database makes up (an id that only grows:
+        ``INTEGER PRIMARY KEY`` on SQLite, an identity column on PostgreSQL), if it has one."""
         ...
 
     def for_update(self, *, skip_locked: bool = False) -> str:

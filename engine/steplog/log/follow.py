@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from steplog.errors import UsageError
 from steplog.log.location import LogLocation, PgUrl, resolve
 
 WHERE = "a file or a postgresql:// URL"
@@ -108,11 +107,3 @@ def locate(db: str | os.PathLike[str] | None) -> LogLocation:
         inspect(where)
         return where
     return where.resolve()
-
-
-def prunable(location: LogLocation) -> Path:
-    """The log's file, for ``steplog.log.prune``; ``UsageError`` for a log that pruning does not
-    reach yet (as ``steplog prune --db`` refuses it)."""
-    if isinstance(location, PgUrl):
-        raise UsageError("pruning a PostgreSQL log is not supported yet")
-    return location

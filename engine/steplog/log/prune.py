@@ -1,68 +1,56 @@
 """``steplog prune``: remove whole finished runs from the log, archive them first if asked, and
 give the space back.
 
-The one audited way rows leave the log. For each run, inside one ``BEGIN IMMEDIATE``
-transaction: a ``pruned`` row is inserted in state 'pruning' (the schema's trigger refuses it
-unless the run is finished: a queued, running or waiting run can never lose a row); only while
-that row exists may the run's events and run row be deleted (the append-only triggers say so);
-every per-run table of ``schema.RUN_TABLES`` is emptied of the run; the row becomes 'done' with
-the counts. A ``runs_pruned`` event (run id ``""``) tells tailing readers which runs are gone. A
-run is never pruned in part: either the transaction commits or nothing changed.
+The one audited way rows leave the log. For each run, inside one write transaction: a ``pruned``
+row is inserted in state 'pruning' (the schema's trigger refuses it unless the run is finished: a
+queued, running or waiting run can never lose a row); only while that row exists may the run's
+events and run row be deleted (the append-only triggers say so); every per-run table of
+``schema.RUN_TABLES`` is emptied of the run; the row becomes 'done' with the counts. A
+``runs_pruned`` event (run id ``""``) tells tailing readers which runs are gone. A run is never
+pruned in part: either the transaction commits or nothing changed.
 
-Runs are deleted in batches of about ``BATCH_ROWS`` rows, one transaction each, so an engine
-writing to the same log waits milliseconds, never its busy timeout. Then the space (``Reclaim``):
-- ``vacuum``: ``VACUUM`` rewrites the log with only its kept pages (and switches an older log to
-  incremental auto-vacuum). It holds the write lock throughout, but it is fast: it copies kept
-  data only (measured: 62 MB kept of 662 MB in 1.1 s);
-- ``incremental``: ``PRAGMA incremental_vacuum`` in short paced transactions, for logs made with
-  ``auto_vacuum = INCREMENTAL`` (every log this steplog creates). Nothing waits long, but each
-  kept page near the end of the file is moved with a search of the free list, so it is slow
-  when much is freed (measured: 548 MB given back in 11 minutes beside a busy engine);
-- ``none``: the freed pages stay inside the file and new rows reuse them (the file stops growing);
-- ``auto`` (the default): ``vacuum`` when the kept data is at most ``VACUUM_MAX_BYTES`` (a rewrite
-  of a couple of seconds, which an engine waits out well within its busy timeout), else
-  ``incremental`` where the log supports it, else ``none``.
+Runs are deleted in batches of about ``BATCH_ROWS`` rows, one transaction each, that locks only
+the runs it prunes (``db.run_locked``'s lock of each, then its row): on PostgreSQL engines of
+other runs go on side by side; on SQLite, whose writers take turns on the file's lock, an engine
+waits milliseconds, never its busy timeout. Then the space: ``--reclaim`` is the log's own
+(``space`` for a file, ``pgspace`` for PostgreSQL).
 """
 
 from __future__ import annotations
 
-import os
-import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from steplog.errors import RunNotFinished, UnknownRun, UsageError
 from steplog.log.archive import durable_output, refuse_existing, write_runs
-from steplog.log.db import immediate, open_log, open_readonly
+from steplog.log.backend import backend_for, backend_of
+from steplog.log.connection import LogConnection
+from steplog.log.db import for_update, inspect, log_file, open_log, open_readonly, run_write
 from steplog.log.events import EventKind
 from steplog.log.journal import append_event, dumps
 from steplog.log.lease import LEASE_COLUMNS, lease_vacancy
+from steplog.log.location import LogLocation
 from steplog.log.runstatus import ACTIVE, TERMINAL
 from steplog.log.schema import RUN_TABLES
+from steplog.log.space import FILE_SPACE, RECLAIM, VACUUM_MAX_BYTES, Pacer, file_bytes
 
 FINISHED = TERMINAL
 """Statuses a run can be pruned in: the terminal ones. The schema's trigger holds the same list."""
 
 NOT_PRUNABLE = ACTIVE
 
-RECLAIM = ("auto", "vacuum", "incremental", "none")
-"""How prune gives the freed space back (module docstring)."""
-
-VACUUM_MAX_BYTES = 128 * 1024 * 1024
-"""``auto`` rewrites the log (``VACUUM``) when it keeps at most this much data: about two
-seconds."""
+__all__ = ["RECLAIM", "VACUUM_MAX_BYTES"]  # re-exported: where ``prune``'s callers find them
 
 BATCH_ROWS = 5_000
 """Rows deleted per transaction (whole runs only): tens of milliseconds of holding the write
 lock."""
 
-VACUUM_PAGES = 128
-"""Pages given back per ``incremental_vacuum`` transaction. Each page still in use near the end of
-the file is moved down into a free one, and SQLite searches its free list for each move, so with
-a large free list a move costs milliseconds: small transactions keep an engine's wait short."""
+BATCH_RUNS = 200
+"""At most this many runs per transaction: each is locked (``db.run_locked``'s lock), and
+PostgreSQL keeps such locks in a shared table of a few thousand for all sessions."""
 
 _PER_RUN_QUERIES = 64
 """Up to this many runs are sized one by one through the run index; more by one grouped scan."""
@@ -131,7 +119,11 @@ class Report:
     freed_pages: int = 0
     auto_vacuum: str = "incremental"
     reclaimed_by: str = "none"
-    """"vacuum", "incremental" or "none": how the freed pages were given back (``Reclaim``)."""
+    """"vacuum", "incremental" or "none": how the freed pages were given back (``space``)."""
+    reclaim_words: Mapping[str, str] = field(default_factory=lambda: FILE_SPACE.words)
+    """How the summary names each way of reclaiming, on this log (``Space.words``)."""
+    left_in_place: str | None = None
+    """The summary's line when the freed room stays where it is (``Space.left_in_place``)."""
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
     """Seconds spent choosing, archiving, deleting and giving space back."""
@@ -165,32 +157,29 @@ class Report:
 
 
 def log_bytes(path: Path) -> int:
-    """The log's size on disk: the file and its -wal."""
-    return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if p.exists())
+    """A log file's size on disk: the file and its -wal."""
+    return file_bytes(path)
 
 
 # -- choosing ----------------------------------------------------------------------------------
 
 
-def _live(lease: sqlite3.Row | tuple[Any, ...], now: float) -> bool:
+def _live(lease: Sequence[Any], now: float) -> bool:
     """Does a live engine hold the run? ``lease``: its ``LEASE_COLUMNS``."""
     return lease[0] is not None and lease_vacancy(lease, now) is None
 
 
 def _sizes(
-    conn: sqlite3.Connection, run_ids: set[str], *, measure: bool
+    conn: LogConnection, run_ids: set[str], *, measure: bool
 ) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
     """Rows per table of each run in ``run_ids`` and, if ``measure``, the bytes they take (which
     reads every value: the dry run and the monitor's offer need it, the prune itself does not)."""
     rows: dict[str, dict[str, int]] = {r: {} for r in run_ids}
     size: dict[str, int] = dict.fromkeys(run_ids, 0)
+    backend = backend_of(conn)
     for table, column in RUN_TABLES:
-        cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
-        width = (
-            " + ".join(f'coalesce(length(CAST("{c}" AS BLOB)), 0)' for c in cols)
-            if measure
-            else "0"
-        )
+        cols = backend.columns(conn, table)
+        width = " + ".join(backend.space.value_bytes(f'"{c}"') for c in cols) if measure else "0"
         found: Iterable[tuple[Any, ...]]
         if len(run_ids) <= _PER_RUN_QUERIES:
             found = (
@@ -211,7 +200,7 @@ def _sizes(
 
 
 def select(
-    conn: sqlite3.Connection,
+    conn: LogConnection,
     selection: Selection,
     *,
     now: float | None = None,
@@ -268,9 +257,9 @@ def select(
     return candidates, skipped
 
 
-def estimate(path: Path, run_ids: Sequence[str]) -> list[Candidate]:
+def estimate(location: LogLocation, run_ids: Sequence[str]) -> list[Candidate]:
     """What pruning these runs would free, read-only (the monitor asks before it offers)."""
-    conn = open_readonly(path, one_shot=True)
+    conn = open_readonly(location, one_shot=True)
     try:
         return select(conn, Selection(run_ids=tuple(run_ids)))[0]
     finally:
@@ -280,31 +269,13 @@ def estimate(path: Path, run_ids: Sequence[str]) -> list[Candidate]:
 # -- pruning -----------------------------------------------------------------------------------
 
 
-class _Pacer:
-    """Leaves the write lock free after each transaction for as long as the transaction held it.
-
-    SQLite's lock is not fair: a writer waiting on ``busy_timeout`` sleeps and retries (every
-    100 ms once it has waited a while), and a loop that takes the lock again at once wins nearly
-    every time, so an engine on the same log would starve (measured: steps waiting seconds).
-    Half the time free makes prune take about twice as long and keeps an engine's steps going."""
-
-    def __init__(self) -> None:
-        self._t = 0.0
-
-    def __enter__(self) -> None:
-        self._t = time.monotonic()
-
-    def __exit__(self, *exc: object) -> None:
-        time.sleep(min(0.25, time.monotonic() - self._t))
-
-
 def _batches(candidates: list[Candidate]) -> Iterable[list[Candidate]]:
     batch: list[Candidate] = []
     rows = 0
     for c in candidates:
         batch.append(c)
         rows += sum(c.rows.values())
-        if rows >= BATCH_ROWS:
+        if rows >= BATCH_ROWS or len(batch) >= BATCH_RUNS:
             yield batch
             batch, rows = [], 0
     if batch:
@@ -312,7 +283,7 @@ def _batches(candidates: list[Candidate]) -> Iterable[list[Candidate]]:
 
 
 def _prune_batch(
-    conn: sqlite3.Connection,
+    conn: LogConnection,
     batch: list[Candidate],
     archive: str | None,
     report: Report,
@@ -323,10 +294,16 @@ def _prune_batch(
     again in between) is left alone, so nothing is deleted that the archive does not hold."""
     now = time.time()
     done: list[str] = []
-    with immediate(conn):
+    backend = backend_of(conn)
+    with run_write(conn):
+        # Each run's own lock, in one order (two prunes never wait for each other in a ring),
+        # then its row: what ``db.run_locked`` takes for one run, here for the batch's runs only.
+        for run_id in sorted({c.run_id for c in batch}):
+            backend.lock_run(conn, run_id)
         for c in batch:
             row = conn.execute(
-                f"SELECT status, {LEASE_COLUMNS} FROM run WHERE id = ?", (c.run_id,)
+                f"SELECT status, {LEASE_COLUMNS} FROM run WHERE id = ?{for_update(conn)}",
+                (c.run_id,),
             ).fetchone()
             if row is None:
                 report.skipped.append((c.run_id, "it was gone already"))
@@ -350,12 +327,11 @@ def _prune_batch(
                     )
                 )
                 continue
-            cur = conn.execute(
+            record = conn.execute(
                 "INSERT INTO pruned (run_id, agent, status, created_at, finished_at, pruned_at, "
-                "archive) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "archive) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (c.run_id, c.agent, c.status, c.created_at, c.finished_at, now, archive),
-            )
-            record = cur.lastrowid
+            ).fetchone()[0]
             counts: dict[str, int] = {}
             for table, column in reversed(RUN_TABLES):  # the run row last
                 counts[table] = conn.execute(
@@ -375,7 +351,7 @@ def _prune_batch(
             )
 
 
-def _rows_now(conn: sqlite3.Connection, run_id: str) -> dict[str, int]:
+def _rows_now(conn: LogConnection, run_id: str) -> dict[str, int]:
     """The run's rows per table, counted as ``archive.run_lines`` counts them (zeros included)."""
     count = 'SELECT count(*) FROM "{}" WHERE "{}" = ?'
     return {
@@ -384,63 +360,13 @@ def _rows_now(conn: sqlite3.Connection, run_id: str) -> dict[str, int]:
     }
 
 
-def _reclaim(conn: sqlite3.Connection, how: str, report: Report) -> None:
-    """Give the freed pages back to the file system as ``how`` says (module docstring)."""
-    mode = int(conn.execute("PRAGMA auto_vacuum").fetchone()[0])
-    report.auto_vacuum = {0: "none", 1: "full", 2: "incremental"}.get(mode, str(mode))
-    free = report.freed_pages = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
-    kept = (int(conn.execute("PRAGMA page_count").fetchone()[0]) - free) * int(
-        conn.execute("PRAGMA page_size").fetchone()[0]
-    )
-    if how == "auto":
-        how = (
-            "vacuum"
-            if free and kept <= VACUUM_MAX_BYTES
-            else "incremental"
-            if mode == 2
-            else "none"
-        )
-    if how == "vacuum":
-        conn.execute(
-            "PRAGMA auto_vacuum = INCREMENTAL"
-        )  # an older log becomes incremental on the way
-        conn.execute("VACUUM")
-        report.auto_vacuum = "incremental"
-    elif how == "incremental" and mode == 2:
-        pacer = _Pacer()
-        while int(conn.execute("PRAGMA freelist_count").fetchone()[0]) > 0:
-            with pacer, immediate(conn):
-                conn.execute(f"PRAGMA incremental_vacuum({VACUUM_PAGES})").fetchall()
-    else:
-        how = "none"
-    report.reclaimed_by = how
-
-
-def _truncate_wal(conn: sqlite3.Connection, *, patience: float = 5.0) -> None:
-    """Copy the WAL into the log and cut it to zero, which is when the file on disk shrinks. It
-    needs a moment with no reader inside the WAL; with engines at work that may take a few tries
-    (each waits out a write, then lets the writers go on). If there is none, the WAL is reused
-    from its start by the next writes and cut at a later quiet checkpoint."""
-    deadline = time.monotonic() + patience
-    while (
-        int(conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0])
-        and time.monotonic() < deadline
-    ):
-        time.sleep(0.05)
-
-
-def _check_reclaim(conn: sqlite3.Connection, how: str) -> None:
-    """Refuse, before anything is deleted, a reclaim this log cannot do now: incremental on a log
-    made without it, or a rewrite of a big log (more than ``VACUUM_MAX_BYTES`` now) while an
-    engine works on it (``VACUUM`` would hold the write lock past the engine's busy timeout)."""
-    if how == "incremental" and int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]) != 2:
-        raise UsageError(
-            "--reclaim incremental: this log was made before incremental vacuum; use --reclaim "
-            "vacuum once (it switches the log over), or auto"
-        )
-    size = int(conn.execute("PRAGMA page_count").fetchone()[0]) * int(
-        conn.execute("PRAGMA page_size").fetchone()[0]
-    )
+def _check_reclaim(conn: LogConnection, location: LogLocation, how: str) -> None:
+    """Refuse, before anything is deleted, a reclaim this log cannot do now (``Space.refuse``),
+    or a rewrite of a big log (more than ``VACUUM_MAX_BYTES`` now) while an engine works on it:
+    the rewrite would hold every table past the engine's patience (SQLite's busy timeout)."""
+    space = backend_of(conn).space
+    space.refuse(conn, how)
+    size = space.size(conn, location)
     if how != "vacuum" or size <= VACUUM_MAX_BYTES:
         return
     now = time.time()
@@ -459,8 +385,15 @@ def _check_reclaim(conn: sqlite3.Connection, how: str) -> None:
         )
 
 
+def _there(location: LogLocation) -> bool:
+    """Is there a log at ``location`` (a file, or a database holding a log's schema)? Opening
+    it for writing would make one."""
+    path = log_file(location)
+    return path.exists() if path is not None else inspect(location) > 0
+
+
 def prune(
-    path: Path,
+    path: LogLocation,
     selection: Selection,
     *,
     archive: Path | None = None,
@@ -468,7 +401,8 @@ def prune(
     reclaim: str = "auto",
     progress: Callable[[int, int], None] | None = None,
 ) -> Report:
-    """Prune the runs ``selection`` names from the log at ``path``; see the module docstring.
+    """Prune the runs ``selection`` names from the log at ``path`` (a file or a PostgreSQL
+    URL); see the module docstring.
 
     ``archive``: first write them (``steplog.log.archive`` format, gzip) to this new file, fsynced.
     ``dry_run``: only say what would go (the log is opened read-only). ``reclaim``: one of
@@ -476,8 +410,11 @@ def prune(
     if reclaim not in RECLAIM:
         raise UsageError(f"--reclaim {reclaim!r}: use one of {', '.join(RECLAIM)}")
     started = time.monotonic()
-    report = Report(dry_run=dry_run, archive=str(archive) if archive else None)
-    if not path.exists():  # open_log would make an empty log there
+    space = backend_for(path).space
+    report = Report(
+        dry_run=dry_run, archive=str(archive) if archive else None, reclaim_words=space.words
+    )
+    if not _there(path):  # open_log would make an empty log there
         raise UsageError(f"no log at {path}; pass --db with the log to prune (nothing was created)")
     if archive is not None:
         refuse_existing(archive, "prune --archive")
@@ -485,10 +422,8 @@ def prune(
         conn = open_readonly(path, one_shot=True)
         try:
             report.pruned, report.skipped = select(conn, selection)
-            report.file_bytes_before = report.file_bytes_after = log_bytes(path)
-            report.auto_vacuum = {0: "none", 1: "full", 2: "incremental"}.get(
-                int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]), "?"
-            )
+            report.file_bytes_before = report.file_bytes_after = space.size(conn, path)
+            report.auto_vacuum = space.mode(conn)
         finally:
             conn.close()
         report.seconds = time.monotonic() - started
@@ -503,8 +438,8 @@ def prune(
         clock = now
 
     try:
-        report.file_bytes_before = log_bytes(path)
-        _check_reclaim(conn, reclaim)
+        report.file_bytes_before = space.size(conn, path)
+        _check_reclaim(conn, path, reclaim)
         candidates, report.skipped = select(conn, selection, measure=False)
         phase("choosing")
         written: dict[str, dict[str, int]] | None = None
@@ -522,7 +457,7 @@ def prune(
             candidates = [c for c in candidates if c.run_id in written]
         archived = str(archive.resolve()) if archive is not None else None
         done = 0
-        pacer = _Pacer()
+        pacer = Pacer(space.writers_take_turns)
         for batch in _batches(candidates):
             with pacer:
                 _prune_batch(conn, batch, archived, report, written)
@@ -530,10 +465,13 @@ def prune(
             if progress is not None:
                 progress(done, len(candidates))
         phase("deleting")
-        _reclaim(conn, reclaim, report)
-        _truncate_wal(conn)
+        report.reclaimed_by, report.freed_pages = space.reclaim(conn, reclaim)
+        report.auto_vacuum = space.mode(conn)
+        if report.reclaimed_by == "none" and (report.pruned or report.freed_pages):
+            report.left_in_place = space.left_in_place(report.freed_pages)
+        space.settle(conn)
         phase("reclaiming")
-        report.file_bytes_after = log_bytes(path)
+        report.file_bytes_after = space.size(conn, path)
     finally:
         conn.close()
     report.seconds = time.monotonic() - started
@@ -558,15 +496,10 @@ def describe(report: Report) -> str:
         lines.append(
             f"  log {_mb(report.file_bytes_before)} -> {_mb(report.file_bytes_after)} (reclaimed "
             f"{_mb(max(0, report.file_bytes_before - report.file_bytes_after))})"
-            + {"vacuum": ", rewritten by VACUUM", "incremental": ", by incremental vacuum"}.get(
-                report.reclaimed_by, ""
-            )
+            + report.reclaim_words.get(report.reclaimed_by, "")
         )
-        if report.reclaimed_by == "none" and report.freed_pages:
-            lines.append(
-                f"  {report.freed_pages:,} freed pages stay in the file for new rows; "
-                "`steplog prune --reclaim vacuum` gives them back (when no engine is working)"
-            )
+        if report.left_in_place:
+            lines.append(f"  {report.left_in_place}")
     for run_id, why in report.skipped:
         lines.append(f"  left {run_id}: {why}")
     return "\n".join(lines)

@@ -29,6 +29,7 @@ from steplog.log.connection import LogConnection, Synchronous, immediate
 from steplog.log.jsonsql import JsonSql
 from steplog.log.location import private_dir
 from steplog.log.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, split_statements
+from steplog.log.space import FILE_SPACE, Space
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -458,6 +459,16 @@ def has_column(conn: LogConnection, table: str, column: str) -> bool:
     )
 
 
+def columns(conn: LogConnection, table: str) -> list[str]:
+    return [str(r[1]) for r in conn.execute(f'PRAGMA table_info("{table}")')]
+
+
+def new_ids(conn: LogConnection, table: str) -> str | None:
+    """The table's ``INTEGER PRIMARY KEY``, SQLite's alias of the rowid, if it has one."""
+    pk = [r for r in conn.execute(f'PRAGMA table_info("{table}")') if r[5]]
+    return str(pk[0][1]) if len(pk) == 1 and str(pk[0][2]).upper() == "INTEGER" else None
+
+
 def primary_key(conn: LogConnection, table: str) -> list[str]:
     """The table's primary key columns, in key order (none: a rowid table without one)."""
     pk = sorted((r[5], r[1]) for r in conn.execute(f"PRAGMA table_info({table})") if r[5])
@@ -556,6 +567,7 @@ class SqliteBackend:
     json: JsonSql = JsonSql()
     is_server = False
     notifies_commits = False
+    space: Space = FILE_SPACE
 
     def load_driver(self) -> None:
         """Nothing: SQLite's module is loaded with the log package."""
@@ -599,6 +611,12 @@ class SqliteBackend:
 
     def primary_key(self, conn: LogConnection, table: str) -> list[str]:
         return primary_key(conn, table)
+
+    def columns(self, conn: LogConnection, table: str) -> list[str]:
+        return columns(conn, table)
+
+    def new_ids(self, conn: LogConnection, table: str) -> str | None:
+        return new_ids(conn, table)
 
     def for_update(self, *, skip_locked: bool = False) -> str:
         """None: a write transaction holds the whole file's write lock."""

@@ -85,9 +85,13 @@ class OutboxWatcher(QObject):
         self.source = ""
         """Where ``shown`` came from: the URL, or ``outbox file PATH``."""
         self.problem = ""
+        self.settled = True
+        """Whether ``shown`` and ``problem`` are the answer for the current URL and run: False
+        from ``set_url``/``set_run`` until the first poll for them came back."""
         self._log = log
         self._busy = False
         self._transport: Any = None
+        self._transport_tls = False
         self._quiet = 0
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
@@ -121,6 +125,7 @@ class OutboxWatcher(QObject):
     def _forget(self) -> None:
         self.ledger = self.shown = None
         self.source = ""
+        self.settled = self.url is None
         self.ledger_changed.emit(None)
 
     def poke(self) -> None:
@@ -142,17 +147,10 @@ class OutboxWatcher(QObject):
         url, run_id = self.url, self.run_id
         log = self._log() if self._log is not None and run_id is not None else None
 
-        if self._transport is None:
-            import httpx
-
-            # One transport for every poll: a fresh httpx client per poll builds an SSL context
-            # each time (most of the idle CPU measured here) and reconnects.
-            self._transport = httpx.HTTPTransport()
-        transport = self._transport
-
         def fetch() -> Any:
             from steplog.outbox import fetch_ledger
 
+            transport = self._transport_for(url)  # (one fetch at a time: ``_busy``)
             try:
                 return fetch_ledger(url, timeout=2.0, transport=transport)
             except Exception as exc:  # not answering, refused, not an outbox: its file, if any
@@ -167,6 +165,24 @@ class OutboxWatcher(QObject):
             owner=self,
         )
 
+    def _transport_for(self, url: str) -> Any:
+        """The transport the polls share, made on the first poll (and again if ``url`` needs TLS
+        and it has none): a fresh httpx client per poll built an SSL context each time (most of
+        the idle CPU measured here) and reconnected. Made in the poll's job, off the GUI thread,
+        and for plain ``http://`` (the demo's outbox on 127.0.0.1) without loading the CA bundle
+        it would never use: httpx's import and that context held the demo's GUI thread ~0.3 s
+        (1.2 s at load 12) just as its engine was to start, and then 0.35 s of CPU against the
+        window's own imports (issue 29)."""
+        tls = url.startswith("https:")
+        if self._transport is None or (tls and not self._transport_tls):
+            import httpx
+
+            old, self._transport = self._transport, httpx.HTTPTransport(verify=tls)
+            self._transport_tls = tls
+            if old is not None:
+                old.close()
+        return self._transport
+
     def _done(self, url: str, run_id: str | None, got: Any) -> None:
         self._busy = False
         if url != self.url or run_id != self.run_id:
@@ -180,7 +196,8 @@ class OutboxWatcher(QObject):
             self.ledger = shown = got.for_run(run_id) if run_id is not None else got
             source = url
             self._set_problem("")
-        if shown != self.shown or source != self.source:
+        first, self.settled = not self.settled, True
+        if first or shown != self.shown or source != self.source:
             self.shown, self.source = shown, source
             self._quiet = 0
             if self.ledger is not None:
@@ -195,15 +212,18 @@ class OutboxWatcher(QObject):
         self._busy = False
         if url != self.url:
             return  # (what was shown stays, with the reason beside it)
+        first, self.settled = not self.settled, True
         if isinstance(exc, _Unreachable):
             self._set_problem(str(exc))
-            return
-        from steplog.verdict.evidence import plain_error
+        else:
+            from steplog.verdict.evidence import plain_error
 
-        self._set_problem(
-            f"the outbox at {url} is not answering ({plain_error(exc)}); "
-            "the verdict reads its file beside the log instead, if there is one"
-        )
+            self._set_problem(
+                f"the outbox at {url} is not answering ({plain_error(exc)}); "
+                "the verdict reads its file beside the log instead, if there is one"
+            )
+        if first:
+            self.ledger_changed.emit(self.shown)  # the first answer: the verdict waits for it
 
     def _set_problem(self, text: str) -> None:
         if text != self.problem:

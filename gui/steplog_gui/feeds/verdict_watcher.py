@@ -69,6 +69,8 @@ class VerdictWatcher(QObject):
     def _start(self) -> None:
         if self.run_id is None or self._monitor.run(self.run_id) is None:
             return
+        if not self._outbox.settled:
+            return  # judged once the outbox's first poll is back (its ledger_changed schedules)
         self._busy, self._again = True, False
         run_id, db = self.run_id, self._monitor.path
         # The outbox the panel polls (the window points it at the selected run's outbox), read by

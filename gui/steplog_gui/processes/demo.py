@@ -10,45 +10,27 @@ brings the outbox back, on the port the run recorded when it is free.
 
 from __future__ import annotations
 
-import atexit
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
 from PySide6.QtCore import QObject, Signal
 
 from steplog.log.location import LogLocation, parse
-from steplog.verdict.evidence import outbox_file_for
-from steplog_gui import jobs
+from steplog_gui import jobs, startup_trace
+from steplog_gui.processes.demo_start import (
+    DEMO_AGENTS,
+    DEMO_PACE,
+    DemoConfig,
+    EarlyDemo,
+    Started,
+    adopt,
+    new_run_id,
+    start_demo_outbox,
+)
 from steplog_gui.processes.engine_process import EngineProcess, LaunchSpec
 
-_unadopted: set[Any] = set()
-"""Demo outboxes started off the GUI thread that no launcher has taken yet. An outbox runs in a
-session of its own and would outlive this process: one still here at exit (the window closed, and
-the process ended, before the GUI thread took it) is stopped then."""
-
-
-@atexit.register
-def _stop_unadopted() -> None:
-    for outbox in list(_unadopted):
-        outbox.stop(grace=1.0)
-    _unadopted.clear()
-
-
-DEMO_PACE = 3.5
-"""Seconds of simulated thinking per model call: the 16-ticket demo lasts about a minute, long
-enough for a person to press Kill now several times, each in the middle of a step."""
-DEMO_AGENTS = ("demo", "naive")
-"""Built-in agents that post to the demo outbox."""
-
-
-@dataclass
-class DemoConfig:
-    agent: str = "demo"
-    params: dict[str, str] = field(default_factory=dict)
-    pace: float = DEMO_PACE
+__all__ = ["DEMO_AGENTS", "DEMO_PACE", "DemoConfig", "DemoLauncher"]
 
 
 def _port_of(url: str | None) -> int:
@@ -83,6 +65,8 @@ class DemoLauncher(QObject):
         """Every demo run this launcher started, oldest first."""
         self._closed = False
         self._starting: list[Callable[[str], None]] = []
+        self._early: EarlyDemo | None = None
+        self._early_engine: Started | None = None
 
     def start(self) -> None:
         """Start a new demo run (the outbox first, if it is not running)."""
@@ -112,56 +96,72 @@ class DemoLauncher(QObject):
         self._starting.append(then)
         if len(self._starting) > 1:
             return  # already starting: ``then`` runs once it listens
-        outbox_db = outbox_file_for(self._db)
+        early = None if prefer_port else self._early  # a resume wants its own port back
+        if early is not None:
+            self._early = None
+        db = self._db
 
-        def start_outbox() -> Any:
-            from steplog.errors import UsageError
-            from steplog.log.db import private_dir
-            from steplog.outbox import start_outbox as start
-
-            private_dir(outbox_db.parent)
-            try:
-                outbox = start(outbox_db, port=prefer_port)
-            except UsageError:  # the old port is taken now: any free one will do
-                if not prefer_port:
-                    raise
-                outbox = start(outbox_db)
-            _unadopted.add(outbox)  # until _ready takes it: see _stop_unadopted
-            if (
-                self._closed
-            ):  # the window closed while it started: it may be gone before _ready runs
-                _unadopted.discard(outbox)
-                outbox.stop(grace=2.0)
-                return None
-            return outbox
+        def start_outbox() -> Started | None:
+            started = (
+                early.result() if early is not None else Started(start_demo_outbox(db, prefer_port))
+            )
+            if self._closed:  # the window closed while it started: it may be gone before _ready
+                adopt(started.outbox)
+                started.outbox.stop(grace=2.0)
+                return None  # (an engine started with it is stopped at exit: demo_start)
+            return started
 
         # No owner: if the window is gone when the outbox is up, _ready must still stop it.
         jobs.submit(start_outbox, self._ready, self._failed)
+
+    def take_early(self, early: EarlyDemo) -> None:
+        """Use what ``early`` started as the monitor started: its outbox as the demo outbox, and
+        its engine, if it started one, as the next demo run's (``start``)."""
+        self._early = early
 
     def _failed(self, exc: BaseException) -> None:
         self._starting.clear()
         if not self._closed:
             self.demo_failed.emit(f"the demo outbox did not start: {exc}")
 
-    def _ready(self, outbox: Any) -> None:
-        if outbox is None:
+    def _ready(self, started: Started | None) -> None:
+        if started is None:
             return  # stopped already: the window closed while it was starting
-        _unadopted.discard(outbox)
+        outbox = started.outbox
+        adopt(outbox)
         if self._closed:  # the window closed while the outbox was starting
             outbox.stop(grace=2.0)
             return
         self.outbox = outbox
-        self.outbox_ready.emit(outbox.url)
+        self._early_engine = started if started.engine or started.engine_error else None
+        startup_trace.mark("outbox_listening")
+        # The engine first (``_launch_new``): the panels that follow the outbox can wait.
         waiting, self._starting = self._starting, []
         for then in waiting:
             then(outbox.url)
+        self.outbox_ready.emit(outbox.url)
 
     # -- runs -------------------------------------------------------------------------------
 
     def _launch_new(self, url: str) -> None:
-        run_id = time.strftime("demo-%Y%m%d-%H%M%S")
-        if run_id in self.run_ids:  # twice in one second
-            run_id += f"-{len(self.run_ids) + 1}"
+        early, self._early_engine = self._early_engine, None
+        if early is not None and early.engine_error is not None:
+            self.demo_failed.emit(f"the engine did not start: {early.engine_error}")
+            return
+        if early is not None and early.engine is not None and early.engine[0].outbox == url:
+            spec, proc, output = early.engine  # started with the outbox, before the window
+            adopt(proc)
+            self.run_id = spec.run_id
+            self.run_ids.append(spec.run_id)
+            try:
+                self._engine.adopt(spec, proc, output)
+            except RuntimeError as exc:  # another engine runs: this one must not
+                from steplog.control.procs import stop_group
+
+                stop_group(proc, 3.0)
+                self.demo_failed.emit(f"the engine did not start: {exc}")
+            return
+        run_id = new_run_id(self.run_ids)
         self.run_id = run_id
         self.run_ids.append(run_id)
         self._start_engine(

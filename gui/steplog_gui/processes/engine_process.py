@@ -13,70 +13,21 @@ When to kill (Kill now for all of a window's engines, auto-kill, the act→recor
 
 from __future__ import annotations
 
-import os
 import subprocess
-import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from steplog.control.procs import (
-    child_env,
-    hard_kill,
-    outside_env,
-    python_argv,
-    request_stop,
-    spawn,
-    stop_group,
-)
+from steplog.control.procs import hard_kill, request_stop, stop_group
 from steplog.errors import exit_meaning
-from steplog.log.location import LogLocation
+from steplog_gui import startup_trace
+from steplog_gui.processes.launch import LaunchSpec, spawn_engine
+
+__all__ = ["EngineProcess", "LaunchSpec"]
 
 POLL_MS = 50
 STOP_GRACE_S = 5.0
-
-
-@dataclass
-class LaunchSpec:
-    """What to run: the same spec relaunches the run after every kill."""
-
-    agent: str
-    run_id: str
-    db: LogLocation
-    outbox: str | None = None
-    pace: float = 0.0
-    params: dict[str, str] = field(default_factory=dict)
-    limits: dict[str, float] = field(default_factory=dict)
-    """CLI limit options without the leading dashes, e.g. {"max-steps": 100}."""
-    python: str | None = None
-    """The interpreter for a person's own agent (``steplog_gui.processes.interpreter``);
-    ``None``: the monitor's."""
-
-    def argv(self, killed_at: float | None = None) -> list[str]:
-        """The command; ``killed_at`` (a relaunch after Kill now) is recorded with the takeover."""
-        args = python_argv(
-            "steplog",
-            "run",
-            self.agent,
-            "--run-id",
-            self.run_id,
-            "--db",
-            str(self.db),
-            python=self.python,
-        )
-        if killed_at is not None:
-            args += ["--killed-at", repr(killed_at)]
-        if self.outbox:
-            args += ["--outbox", self.outbox]
-        if self.pace:
-            args += ["--pace", repr(float(self.pace))]
-        for k, v in self.params.items():
-            args += ["--param", f"{k}={v}"]
-        for name, limit in self.limits.items():
-            args += [f"--{name}", str(limit)]
-        return args
 
 
 class EngineProcess(QObject):
@@ -143,18 +94,26 @@ class EngineProcess(QObject):
     def _launch(self) -> None:
         assert self.spec is not None
         self._forget_output()
-        fd, name = tempfile.mkstemp(prefix="steplog-engine-", suffix=".log")
-        self._output_path = Path(name)
         killed_at, self._last_kill = self._last_kill, None
-        try:
-            # Another interpreter gets the environment as it is, none of the monitor's paths.
-            env = child_env(self._env) if self.spec.python is None else outside_env(self._env)
-            # Both streams in one file: the engine says how its run ended on stdout, why it
-            # refused on stderr; the last line of either is shown with the exit code's meaning.
-            self._proc = spawn(self.spec.argv(killed_at), stdout=fd, stderr=fd, env=env)
-        finally:
-            os.close(fd)
+        self._proc, self._output_path = spawn_engine(self.spec, self._env, killed_at)
+        self._started()
+
+    def adopt(self, spec: LaunchSpec, proc: subprocess.Popen[bytes], output: Path) -> None:
+        """Take over an engine already started for ``spec`` (``spawn_engine`` on another thread:
+        the demo's, started before the window was up) as if ``start`` had launched it."""
+        if self.running:
+            raise RuntimeError("an engine is already running; stop it first")
+        self.kills = 0
+        self.spec = spec
+        self._stopping = False
+        self._forget_output()
+        self._proc, self._output_path = proc, output
+        self._started()
+
+    def _started(self) -> None:
+        assert self.spec is not None and self._proc is not None
         self._killed_by_us = False
+        startup_trace.mark("engine_spawned")
         self._poll.start()
         self.engine_started.emit(self.spec.run_id, self._proc.pid)
         self.state_changed.emit()

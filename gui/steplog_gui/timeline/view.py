@@ -21,7 +21,7 @@ from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QToolTip, QVBoxLayout, QWidget
 
 from steplog.log.runstatus import RunStatus
-from steplog_gui import theme
+from steplog_gui import startup_trace, theme
 from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.model.run_state import (
     COMMITTED,
@@ -292,6 +292,8 @@ class TimelineView(QWidget):
         self._draw_fork(run)
         self._draw_selection()
         self._draw_empty(run)
+        if run is not None and len(run.executions):
+            startup_trace.mark("first_step_drawn")
         if run is not None:
             lanes = max(1, run.incarnation)
             ax = self.plot.getAxis("left")

@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 
 from steplog.control.procs import child_env, python_argv, spawn
-from steplog.log.follow import prunable
+from steplog.log.db import hand_over
 from steplog.log.location import LogLocation
 from steplog.log.prune import Candidate, estimate
 from steplog_gui import jobs
@@ -71,7 +71,7 @@ class Pruner(QObject):
         follows."""
         path, ids = self._log(), tuple(run_ids)
         jobs.submit(
-            lambda: estimate(prunable(path), ids),
+            lambda: estimate(path, ids),
             self.estimated.emit,
             lambda exc: self.refused.emit(str(exc)),
             owner=self,
@@ -81,7 +81,9 @@ class Pruner(QObject):
         """Start ``steplog prune RUN_ID... --db LOG [--archive FILE]``; ``finished`` follows."""
         if self._proc is not None:
             raise RuntimeError("a prune is already running")
-        args = ["prune", *run_ids, "--db", str(self._log())]
+        # A file on the command line; a URL in the environment (it may carry a password).
+        where, env = hand_over(self._log())
+        args = ["prune", *run_ids, *where]
         if archive is not None:
             args += ["--archive", str(archive)]
         out_fd, out = tempfile.mkstemp(prefix="steplog-prune-", suffix=".out")
@@ -92,7 +94,7 @@ class Pruner(QObject):
                 python_argv("steplog", *args),
                 stdout=out_fd,
                 stderr=err_fd,
-                env=child_env(self._env),
+                env={**child_env(self._env), **env},
             )
         finally:
             os.close(out_fd)

@@ -416,7 +416,7 @@ def test_a_running_run_is_not_exported_and_its_export_once_it_ended_round_trips(
             "--pace",
             "0.5",
             "--param",
-            "tickets=4",
+            "tickets=12",  # long enough to outlast two exports on a loaded machine
         )
         try:
             deadline = time.monotonic() + 60

@@ -1,5 +1,6 @@
 """Pruning from the monitor: the size it frees is shown first, ``steplog prune`` runs as a child
-process (the window never writes the log), and the live tail drops the pruned runs and goes on."""
+process (the window never writes the log), and the live tail drops the pruned runs and goes on.
+The same on a SQLite file and on a PostgreSQL log (its URL handed over in the environment)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from steplog_gui.main_window import MainWindow
 from steplog_gui.views.runs_model import RUN_ID_ROLE
 
 NOOP = f"{AGENTS}:noop"
+
+pytestmark = pytest.mark.backends("sqlite", "postgres")
 
 
 def finished_runs(engine: Engine, *ids: str) -> None:
