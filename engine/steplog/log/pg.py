@@ -266,6 +266,24 @@ def _literal(value: Any) -> str | None:
     return None
 
 
+def literals(params: Sequence[Any]) -> list[str] | None:
+    """``params`` as SQL literals (``_literal``), or ``None`` if one cannot be written so."""
+    out = []
+    for value in params:
+        lit = _literal(value)
+        if lit is None:
+            return None
+        out.append(lit)
+    return out
+
+
+@lru_cache(maxsize=256)
+def numbered(sql: str) -> str:
+    """SQLite-flavoured ``sql`` with ``$1``, ``$2``... for its placeholders: a ``PREPARE``'s."""
+    pieces = _pieces(sql)
+    return pieces[0] + "".join(f"${i}{p}" for i, p in enumerate(pieces[1:], 1))
+
+
 def bind(sql: str, params: Sequence[Any]) -> str | None:
     """SQLite-flavoured ``sql`` with ``params`` bound into it, as PostgreSQL SQL to send as a
     simple query (a batch, ``PgConnection``); ``None`` if a value is of a type ``_literal`` does
@@ -298,6 +316,11 @@ class _NoRows:
 
 
 _NO_ROWS = _NoRows()
+
+
+PREPARE_AFTER = 3
+"""A batched statement is prepared on the server the third time it is queued (the engine's
+per-step statements at its first steps; a rare one never)."""
 
 
 class _Queued:
@@ -367,6 +390,13 @@ class PgConnection:
         """psycopg's client-side binding, for a value ``bind`` does not write."""
         self._standard = raw.info.parameter_status("standard_conforming_strings") == "on"
         self._encoding = raw.info.encoding
+        self._prepared: dict[str, str] = {}
+        """Batched statements (SQLite-flavoured SQL) prepared on this connection, by name."""
+        self._preparing: list[tuple[str, str]] = []
+        """Those whose ``PREPARE`` is in the batch not sent yet."""
+        self._names = 0
+        self._seen: dict[str, int] = {}
+        """How often each batched statement not prepared yet was queued."""
         self._loader: Any = None
         """psycopg's loader of a batch's result rows (``_rows_of``), made once."""
         self.round_trips = 0
@@ -435,8 +465,15 @@ class PgConnection:
         assert self._batch is not None
         if not params:
             text: str | None = translate(sql, False)
+        elif not self._standard:
+            text = None
         else:
-            text = bind(sql, params) if self._standard else None
+            name = self._prepared.get(sql) or self._prepare(sql, len(params))
+            if name is None:
+                text = bind(sql, params)
+            else:
+                lits = literals(params)
+                text = None if lits is None else f"EXECUTE {name}({', '.join(lits)})"
         if text is None:  # a value of another type: psycopg's own quoting
             if self._client is None:
                 import psycopg
@@ -447,6 +484,27 @@ class PgConnection:
         q = _Queued(self)
         self._queued.append(q)
         return q
+
+    def _prepare(self, sql: str, n: int) -> str | None:
+        """A name to ``EXECUTE`` ``sql`` by, once it is seen ``PREPARE_AFTER`` times in batches:
+        its ``PREPARE`` is queued first (the server then parses and plans it once per
+        connection, as psycopg does for its statements). Recorded as prepared once its batch
+        went through; one whose batch failed is not prepared again on this connection (a
+        ``PREPARE`` that cannot infer a parameter's type must not fail every write of it)."""
+        seen = self._seen.get(sql, 0) + 1
+        if seen < PREPARE_AFTER:
+            if len(self._seen) >= 512:  # SQL made on the fly: count afresh
+                self._seen.clear()
+            self._seen[sql] = seen
+            return None
+        assert self._batch is not None
+        self._names += 1  # never a name used before: a failed batch's PREPARE may have run
+        name = f"steplog_{self._names}"
+        self._batch.append(f"PREPARE {name} AS {numbered(sql)}")
+        self._queued.append(None)
+        self._preparing.append((sql, name))
+        self._seen[sql] = -(2**62)  # prepared (or failed): never counted again
+        return name
 
     def _send_batch(self) -> None:
         """Send the queued statements in one round trip, as one simple query straight through
@@ -464,8 +522,9 @@ class PgConnection:
         try:
             text = ";\n".join(batch).encode(self._encoding)
         except UnicodeEncodeError as exc:  # as psycopg refuses such a value: nothing sent
-            self._batch = None
+            self._batch, self._preparing = None, []
             raise PgError(f"a value cannot be sent in the connection's encoding ({exc})") from exc
+        preparing, self._preparing = self._preparing, []
         try:
             self.round_trips += 1
             res = self._raw.pgconn.exec_(text)
@@ -474,6 +533,7 @@ class PgConnection:
         except psycopg.Error as exc:
             self._batch = None  # the transaction is over (aborted or gone): no more batching
             raise _wrap(exc) from exc
+        self._prepared.update(preparing)
         for q in queued[:-1]:
             if q is not None:
                 q._passed()

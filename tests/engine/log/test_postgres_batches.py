@@ -60,6 +60,8 @@ def test_values_written_in_a_batch_read_back_as_a_plain_statement_stores_them(db
                 column = "t" if isinstance(v, str) else "i" if isinstance(v, int) else "f"
                 conn.execute(f"INSERT INTO scratch (k, {column}) VALUES (?, ?)", (base + k, v))
             conn.execute("COMMIT")
+        # the batches' statements seen thrice were prepared: the later values went by EXECUTE
+        assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] >= 3
     finally:
         conn.close()
     batched = query_log(db, "SELECT t, i, f FROM scratch WHERE k < 1000 ORDER BY k")
@@ -121,6 +123,28 @@ def test_an_error_anywhere_in_a_batch_leaves_nothing_of_its_transaction(db: PgUr
     finally:
         conn.close()
     assert query_log(db, "SELECT k FROM scratch ORDER BY k") == [(1,)]
+
+
+def test_a_statement_whose_prepare_fails_is_sent_unprepared_from_then_on(db: PgUrl) -> None:
+    """A batched statement is prepared the third time it is queued; one the server cannot
+    prepare (a parameter whose type it cannot infer) fails that once, never again."""
+    from steplog.log.db import RUN_WRITE_BATCHED, rollback
+    from steplog.log.pg import PREPARE_AFTER, connect
+
+    conn = connect(db)
+    try:
+        for i in range(1, PREPARE_AFTER + 3):
+            conn.execute(RUN_WRITE_BATCHED)
+            cur = conn.execute("SELECT ? IS NULL", (f"x{i}",))
+            if i == PREPARE_AFTER:
+                with pytest.raises(sqlite3.DatabaseError, match="data type of parameter"):
+                    cur.fetchall()
+                rollback(conn)
+                continue
+            assert cur.fetchall() == [(False,)]
+            conn.execute("COMMIT")
+    finally:
+        conn.close()
 
 
 @steplog.agent(budget=steplog.Budget(max_steps=1000, max_retries=None, max_recoveries=None))
