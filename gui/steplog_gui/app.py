@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     startup_trace.mark("window_built")
     window.show()
 
-    started = []
+    started: list[bool] = []
 
     def after_first_paint() -> None:
         if started:

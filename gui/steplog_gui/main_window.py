@@ -250,7 +250,9 @@ class MainWindow(QMainWindow):
         from steplog_gui.timeline.view import TimelineView
 
         self.timeline = TimelineView(self.monitor)
-        self._split.replaceWidget(0, self.timeline).deleteLater()
+        placeholder = self._split.replaceWidget(0, self.timeline)
+        if placeholder is not None:
+            placeholder.deleteLater()
         self.timeline.step_selected.connect(lambda rid, seq: self._step_selected(rid, seq))
         self.timeline.step_selected.connect(self.control.set_step)
         self.views_ready = True
@@ -266,7 +268,9 @@ class MainWindow(QMainWindow):
         from steplog_gui.views.budget_charts import BudgetCharts
 
         self.charts = BudgetCharts(self.monitor)
-        self._split.replaceWidget(1, self.charts).deleteLater()
+        placeholder = self._split.replaceWidget(1, self.charts)
+        if placeholder is not None:
+            placeholder.deleteLater()
         self._split.setSizes([400, 300])
         self.charts_ready = True
         if self._run_id is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 
 ENV = "STEPLOG_TRACE_STARTUP"
 LATER = ("pyqtgraph", "watchdog")
@@ -44,7 +45,7 @@ def mark(name: str, when: float | None = None) -> None:
         pass  # a trace that cannot be written must not stop the monitor
 
 
-def mark_loaded(modules: dict[str, object], names: tuple[str, ...] = LATER) -> None:
+def mark_loaded(modules: Mapping[str, object], names: tuple[str, ...] = LATER) -> None:
     """``loaded_at_paint:NAME`` for each of ``names`` in ``modules`` (``sys.modules``)."""
     for name in names:
         if name in modules:

@@ -3,7 +3,7 @@ resume after a worker's kill; a fleet of engines writing one database.
 
     pip install -e ".[test,bench]"
     python tests/benchmarks/postgres_bench.py [--rounds 3] [--n 2000] [--json results.json]
-                                              [--figures steps,resume,fleet] [--fleet 1,2,4]
+                                              [--figures steps,resume,fleet,claim] [--fleet 1,2,4]
                                               [--fleet-n 500]
 
 The server is ``$STEPLOG_TEST_POSTGRES`` (default
@@ -26,6 +26,10 @@ process group is SIGKILLed (its engine dies with it: ``procs.die_with_parent``) 
 (``run.step`` returned), kill -> the new worker's claim (its ``worker_claimed`` event), steps
 redone (body log lines - 200), and the result checked; on PostgreSQL and on a SQLite file, in
 turns, each in a fresh log.
+
+``claim`` (submit -> claim): runs submitted one at a time, at random moments, to an idle
+``steplog worker``: from each run's ``run_created`` event to its ``worker_claimed``. On
+PostgreSQL the worker is woken by the submit's ``NOTIFY``; on SQLite it polls (0.2 s).
 
 ``fleet``: K engines (K = 1, 2, 4), each a process running a run of its own of ``--fleet-n``
 no-op steps, started together on one fresh PostgreSQL database: aggregate steps/s = K x N /
@@ -51,8 +55,9 @@ from urllib.parse import urlsplit, urlunsplit
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 PEERS = ("steplog-pg", "steplog-sqlite", "dbos-pg", "psycopg")
-FIGURES = ("steps", "resume", "fleet")
+FIGURES = ("steps", "resume", "fleet", "claim")
 RESUME_STEPS, RESUME_PAUSE, RESUME_KILL_AFTER = 200, 0.01, 100
+CLAIM_RUNS = 10
 SERVER = os.environ.get("STEPLOG_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
@@ -176,16 +181,19 @@ def drop_db(name: str) -> None:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+ENGINE = Path(os.environ.get("BENCH_STEPLOG_ENGINE", ROOT / "engine"))
+"""The steplog measured: this checkout's, or another's ``engine`` folder (``BENCH_STEPLOG_ENGINE``,
+to measure a before and an after with one script)."""
+
+
 def bench_env(**extra: str) -> dict[str, str]:
-    """This checkout's steplog and this folder, imported from bytecode as installed code is."""
+    """The measured steplog and this folder, imported from bytecode as installed code is."""
     from peers import as_installed  # this folder: sys.path[0] when run as a script
 
     return {
-        **as_installed(dict(os.environ), ROOT / "engine" / "steplog", HERE),
+        **as_installed(dict(os.environ), ENGINE / "steplog", HERE),
         **extra,
-        "PYTHONPATH": os.pathsep.join(
-            [str(ROOT / "engine"), str(HERE), os.environ.get("PYTHONPATH", "")]
-        ),
+        "PYTHONPATH": os.pathsep.join([str(ENGINE), str(HERE), os.environ.get("PYTHONPATH", "")]),
     }
 
 
@@ -287,6 +295,99 @@ def claim_times(db: str) -> list[float]:
         ]
     finally:
         conn.close()
+
+
+# -- submit -> claim: how soon an idle worker claims a submitted run ------------------------------
+
+
+def one_claim(backend: str, tmp: Path) -> list[float]:
+    """``CLAIM_RUNS`` runs submitted one by one (``steplog submit``, at random moments) to an idle
+    ``steplog worker`` (the default poll, 0.2 s): seconds from each run's ``run_created`` to its
+    ``worker_claimed`` event, both stamped by this machine's clock."""
+    import random
+    import signal
+
+    d = Path(tempfile.mkdtemp(prefix=f"claim-{backend}-", dir=tmp))
+    name = create_db() if backend == "postgres" else ""
+    db = with_db(SERVER, name) if name else str(d / "log.db")
+    env = bench_env()
+    try:
+        steplog_cli(
+            "submit",
+            f"{HERE / 'bench_agents.py'}:noop",
+            "--run-id",
+            "c0",
+            "--db",
+            db,
+            "--param",
+            "n=1",
+            env=env,
+        )  # the log made before the worker opens it
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "steplog", "worker", "--db", db, "--concurrency", "4"],
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            while len(kinds(db, "worker_claimed")) < 1:
+                time.sleep(0.05)
+            for i in range(1, CLAIM_RUNS + 1):
+                time.sleep(random.uniform(0.1, 0.4))
+                steplog_cli(
+                    "submit",
+                    f"{HERE / 'bench_agents.py'}:noop",
+                    "--run-id",
+                    f"c{i}",
+                    "--db",
+                    db,
+                    "--param",
+                    "n=1",
+                    env=env,
+                )
+            deadline = time.monotonic() + 60
+            while len(kinds(db, "worker_claimed")) < CLAIM_RUNS + 1:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{backend}: the worker did not claim every run")
+                time.sleep(0.05)
+        finally:
+            os.killpg(worker.pid, signal.SIGTERM)
+            worker.wait(timeout=60)
+        created, claimed = kinds(db, "run_created"), kinds(db, "worker_claimed")
+    finally:
+        if name:
+            drop_db(name)
+    return [claimed[rid] - created[rid] for rid in created if rid != "c0"]
+
+
+def kinds(db: str, kind: str) -> dict[str, float]:
+    """The first event of ``kind`` of each run: its time."""
+    from steplog.log.db import location, open_readonly
+
+    conn = open_readonly(location(db), one_shot=True)
+    try:
+        out: dict[str, float] = {}
+        for rid, ts in conn.execute(
+            "SELECT run_id, ts FROM event WHERE kind = ? ORDER BY id", (kind,)
+        ):
+            out.setdefault(str(rid), float(ts))
+        return out
+    finally:
+        conn.close()
+
+
+def figure_claim(rounds: int, tmp: Path) -> dict[str, Any]:
+    raw: dict[str, list[float]] = {"postgres": [], "sqlite": []}
+    for r in range(rounds):
+        for backend in raw:
+            raw[backend].extend(one_claim(backend, tmp))
+        print(f"claim: round {r + 1}/{rounds} done", file=sys.stderr)
+    return {
+        "runs": CLAIM_RUNS,
+        "rounds": rounds,
+        "backends": {b: summary(v) for b, v in raw.items()},
+    }
 
 
 def lines(path: Path) -> list[int]:
@@ -484,12 +585,18 @@ def print_table(res: dict[str, Any]) -> None:
             f"{steps['server']}"
             " (median (min-max))"
         )
-        print(f"{'peer':<16} {'steps/s FULL':<24} {'steps/s NORMAL':<24} {'CPU µs/step FULL':<20}")
+        print(
+            f"{'peer':<16} {'steps/s FULL':<24} {'steps/s NORMAL':<24} {'CPU µs/step FULL':<22}"
+            "CPU µs/step NORMAL"
+        )
         for peer, by in steps["peers"].items():
             print(
                 f"{peer:<16} {fmt(by['FULL']['steps_per_s']):<24} "
-                f"{fmt(by['NORMAL']['steps_per_s']):<24} {fmt(by['FULL']['cpu_us_per_step']):<20}"
+                f"{fmt(by['NORMAL']['steps_per_s']):<24} {fmt(by['FULL']['cpu_us_per_step']):<22}"
+                f"{fmt(by['NORMAL']['cpu_us_per_step'])}"
             )
+        for line in ratios(steps["peers"]):
+            print(line)
     if "resume" in res:
         rs = res["resume"]
         print(
@@ -509,6 +616,16 @@ def print_table(res: dict[str, Any]) -> None:
                 f"{fmt_s(by['engine_start'], 1000):<24} {fmt_s(by['total'], 1000):<22} "
                 f"{fmt_s(by['redone']):<8} {'ok' if by['correct'] else 'WRONG'}"
             )
+    if "claim" in res:
+        cl = res["claim"]
+        print(
+            "\n"
+            f"submit -> claim: {cl['runs']} runs submitted one at a time to an idle worker (poll "
+            f"0.2 s), x {cl['rounds']} round(s); ms from run_created to worker_claimed, median "
+            "(min-max)"
+        )
+        for backend, by in cl["backends"].items():
+            print(f"{backend:<10} {fmt_s(by, 1000)}")
     if "fleet" in res:
         fl = res["fleet"]
         print(
@@ -538,6 +655,27 @@ def print_table(res: dict[str, Any]) -> None:
             f"(the last engine to start began {late * 1000:,.0f} ms after the common start at "
             "worst)"
         )
+
+
+def ratios(peers: dict[str, Any]) -> list[str]:
+    """steplog-pg against DBOS and against the psycopg floor, beside issue 29's targets
+    (``targets.py``, which are at FULL; NORMAL is shown against the same bound): ratios of the
+    medians of the same run."""
+    from targets import BY_KEY  # this folder: sys.path[0] when run as a script
+
+    if "steplog-pg" not in peers:
+        return []
+    out = []
+    for peer, key in (("dbos-pg", "pg_steps_vs_dbos"), ("psycopg", "pg_steps_vs_floor")):
+        if peer not in peers:
+            continue
+        target, cells = BY_KEY[key], []
+        for sync in ("FULL", "NORMAL"):
+            ours = statistics.median(peers["steplog-pg"][sync]["steps_per_s"])
+            r = ours / statistics.median(peers[peer][sync]["steps_per_s"])
+            cells.append(f"{sync} {r:.2f}x ({'met' if target.met(r) else 'NOT met'})")
+        out.append(f"steplog-pg / {peer}: {', '.join(cells)}; target {target.describe()}")
+    return out
 
 
 def fmt_s(s: dict[str, float], scale: float = 1.0) -> str:
@@ -581,6 +719,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="steplog-pgbench-") as tmp:
         if "resume" in figures:
             res["resume"] = figure_resume(a.rounds, Path(tmp))
+        if "claim" in figures:
+            res["claim"] = figure_claim(a.rounds, Path(tmp))
         if "fleet" in figures:
             res["fleet"] = figure_fleet(
                 [int(k) for k in a.fleet.split(",")], a.fleet_n, a.rounds, Path(tmp)

@@ -8,6 +8,7 @@ import Engine``. Fixtures live in the ``conftest.py`` files and are built from t
   ``storm`` (SIGKILL at random moments, relaunch until the run ends).
 - ``logs``: reading a log the way a test checks it (``query_log``, ``log_bytes``) and building
   one (``synthetic_events``).
+- ``synthetic_log``: a big log written fast with the rows a real engine writes (``write_log``).
 - ``witness``: the far side the test agents' effects go to (``witness_args``, ``applied``).
 - ``waiting``: ``wait_until`` a condition holds, or fail saying what never happened.
 - ``gui``: the real main window offscreen, modal dialogs answered, two run states compared.

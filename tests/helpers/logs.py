@@ -43,78 +43,19 @@ def log_bytes(db: Any) -> bytes:
         conn.close()
 
 
-def synthetic_events(
-    run_id: str, steps: int, *, kill_every: int = 0, step_seconds: float = 0.01
-) -> list[object]:
-    """Events of a run with ``steps`` committed steps (a kill every ``kill_every``), for scale
-    tests."""
-    from steplog.log.logread import Event
+def synthetic_events(run_id: str, steps: int, *, kill_every: int = 0) -> list[object]:
+    """The events of a run of ``steps`` no-op steps as a real engine writes them today
+    (``helpers.synthetic_log``), killed after every ``kill_every``-th step, parsed as the
+    monitor folds them: for scale tests that need no log file."""
+    from helpers.synthetic_log import SyntheticRun, rows
+    from steplog.log.logread import Event, payload
 
-    events: list[Event] = []
-    t, inc = 1_000.0, 1
-
-    def add(
-        kind: str,
-        seq: int | None = None,
-        data: dict[str, object] | None = None,
-        incarnation: int | None = None,
-    ) -> None:
-        events.append(
-            Event(
-                len(events) + 1,
-                run_id,
-                t,
-                inc if incarnation is None else incarnation,
-                kind,
-                seq,
-                data or {},
-            )
-        )
-
-    add("run_created", data={"agent": "synthetic", "budget": {"steps": steps * 2}}, incarnation=0)
-    add("lease_acquired", data={"pid": 1, "previous_pid": None})
-    executions = 0
-    for s in range(1, steps + 1):
-        executions += 1
-        add(
-            "step_started",
-            s,
-            {
-                "name": f"step {s}",
-                "kind": "call",
-                "usage": {"steps": s - 1, "executions": executions},
-            },
-        )
-        t += step_seconds
-        if kill_every and s % kill_every == 0:
-            inc += 1
-            add(
-                "lease_acquired",
-                data={
-                    "pid": inc,
-                    "previous_pid": inc - 1,
-                    "takeover": f"holder pid {inc - 1} is dead",
-                },
-            )
-            executions += 1
-            add(
-                "step_started",
-                s,
-                {
-                    "name": f"step {s}",
-                    "kind": "call",
-                    "usage": {"steps": s - 1, "executions": executions},
-                },
-            )
-            t += step_seconds
-        add("step_committed", s, {"usage": {"steps": s, "executions": executions}})
-        t += step_seconds / 10
-    add(
-        "run_finished",
-        None,
-        {"status": "succeeded", "usage": {"steps": steps, "executions": executions}},
-    )
-    return events
+    kills = range(kill_every, steps, kill_every) if kill_every else ()
+    run = SyntheticRun(run_id, steps, kills=kills, max_steps=steps * 2)
+    return [
+        Event(i, rid, ts, inc, kind, seq, payload(data))
+        for i, (rid, ts, inc, kind, seq, data) in enumerate(rows(run).events, start=1)
+    ]
 
 
 def takeover_reasons(db: Any, run_ids: str = "%") -> list[str]:

@@ -7,7 +7,11 @@ tied to the thread that started them):
 2. while a slot is free, claim the oldest run nobody works on (``queue.claim_next_run``) and
    start ``steplog run AGENT --run-id ID --exit-when-waiting`` with the options the run was
    queued with, in a process group of its own (``procs.spawn``) that dies with the worker;
-3. sleep ``poll`` seconds.
+3. wait ``poll`` seconds, or less: on a log that announces claimable runs (PostgreSQL's
+   ``NOTIFY``, ``follow.claimable_notices``) until one is announced, so a submitted run is
+   claimed within milliseconds. The announcements are a shortcut, not the source of truth: the
+   poll goes on, and while the listening connection is lost the worker polls only, connecting
+   again at most every ``LISTEN_RETRY_SECONDS``.
 
 Losing the log (a PostgreSQL server restarting, a file locked past its busy timeout: what
 ``db.is_transient`` calls away for now) does not end the worker. It says so in one line, closes
@@ -61,6 +65,7 @@ from steplog.errors import (
     first_line,
 )
 from steplog.log.db import LogConnection, LogFailure, is_transient, open_log
+from steplog.log.follow import Announcements, claimable_notices
 from steplog.log.interrupts import STOP_SIGNALS
 from steplog.log.launch import DIE_WITH_PARENT_ENV
 from steplog.log.lease import DEFAULT_LEASE_SECONDS, me
@@ -74,6 +79,11 @@ FIRST_RECONNECT_SECONDS = 0.5
 """The longest first wait before opening a lost log again; each further wait is twice as long..."""
 MAX_RECONNECT_SECONDS = 10.0
 """...up to this (a log back after a long outage is found within 10 s)."""
+LISTEN_RETRY_SECONDS = 5.0
+"""How long a worker polls only, once its listening connection was lost or refused, before it
+tries to listen again."""
+WAKE_SLICE_SECONDS = 0.05
+"""The longest one wait for an announcement: a stop signal is seen within it."""
 
 _ENDED = {
     EXIT_OK: "succeeded",
@@ -137,6 +147,9 @@ class Worker:
         """When the log was found away (``time.monotonic``); ``None`` while it answers."""
         self._wait = FIRST_RECONNECT_SECONDS
         self._rng = random.Random()
+        self._notices: Announcements | None = claimable_notices(db)
+        self._listen_at = 0.0
+        """When to try listening again (``time.monotonic``) while not connected."""
         self.stats = WorkerStats()
         self.name = f"{me().host}:{me().pid}"
 
@@ -173,8 +186,11 @@ class Worker:
                 if self.drain and not self._engines and not claimed and not self._backing_off():
                     self._stopping = "drained"
                     break
-                time.sleep(self.poll)
+                self._idle()
         finally:
+            if self._notices is not None:
+                with contextlib.suppress(Exception):
+                    self._notices.close()
             # Also when the loop failed (the log became unwritable): no engine is left behind.
             self._stop_engines(conn)
             if conn is not None:
@@ -189,6 +205,31 @@ class Worker:
             + (f"; left alone: {', '.join(self.stats.parked)}" if self.stats.parked else "")
         )
         return 0
+
+    def _idle(self) -> None:
+        """Wait ``poll`` seconds, or until a run is announced claimable (see the module)."""
+        notices = self._notices
+        if notices is None:
+            time.sleep(self.poll)
+            return
+        if not notices.connected:
+            if time.monotonic() < self._listen_at:
+                time.sleep(self.poll)
+                return
+            try:
+                notices.connect()
+            except SteplogError:
+                self._listen_at = time.monotonic() + LISTEN_RETRY_SECONDS
+                time.sleep(self.poll)
+                return
+            return  # what was announced before LISTEN took effect was not heard: claim now
+        until = time.monotonic() + self.poll
+        try:
+            while self._stopping is None and (left := until - time.monotonic()) > 0:
+                if notices.wait(min(left, WAKE_SLICE_SECONDS)) is not None:
+                    return
+        except SteplogError:  # lost (and closed): poll meanwhile, listen again later
+            self._listen_at = time.monotonic() + LISTEN_RETRY_SECONDS
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self._stopping is None:

@@ -121,6 +121,11 @@ class Backend(Protocol):
         every other transaction that locks it so (``db.run_locked``)."""
         ...
 
+    def announce_claimable(self, conn: LogConnection, run_id: str) -> None:
+        """Tell the workers waiting for work (``follow.claimable_notices``) that ``run_id`` may
+        be claimed, once the caller's write transaction commits."""
+        ...
+
     def settled_upto(self, conn: LogConnection) -> int | None:
         """The event id up to which a reader may read without passing one yet to commit
         (``None``: all of them)."""

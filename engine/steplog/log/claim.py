@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from steplog.errors import LeaseHeld, UsageError
-from steplog.log.db import LogConnection, LogRow, for_update, run_locked
+from steplog.log.db import LogConnection, LogRow, announce_claimable, for_update, run_locked
 from steplog.log.events import EventKind
 from steplog.log.integrity import probe
 from steplog.log.journal import append_event, dumps
@@ -180,6 +180,8 @@ def create_run(
             ),
         },
     )
+    if launch is not None:
+        announce_claimable(conn, req.run_id)  # an idle worker claims it at once, not at its poll
     created = _select(conn, req.run_id)
     assert created is not None
     return created

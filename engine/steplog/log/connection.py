@@ -88,6 +88,14 @@ RUN_WRITE = "BEGIN IMMEDIATE -- run_write"
 (``steplog.log.pg``): the transaction must lock the run row before it reads anything it decides on,
 with the fence ``UPDATE`` or ``db.for_update``."""
 
+RUN_WRITE_BATCHED = "BEGIN IMMEDIATE -- run_write, batched"
+"""A ``RUN_WRITE`` whose statements need not wait for each other (the engine's fenced writes,
+``journal``). SQLite reads it as ``BEGIN IMMEDIATE``. On PostgreSQL its statements are queued and
+sent together when a result is first read and at the ``COMMIT`` (``pg.PgConnection``): a step's
+``BEGIN``, marker and fence travel in one round trip, its inserts and the ``COMMIT`` in another
+(two round trips, not five). The price: an error of one statement may be raised by a later read
+or by the ``COMMIT``; so only for transactions that roll back whole on any error."""
+
 
 @contextmanager
 def immediate(conn: C) -> Iterator[C]:

@@ -22,6 +22,7 @@ from steplog.errors import LogUnavailable
 from steplog.log.backend import backend_for, backend_of
 from steplog.log.connection import (
     RUN_WRITE,
+    RUN_WRITE_BATCHED,
     C,
     LogConnection,
     LogCursor,
@@ -124,6 +125,12 @@ def has_column(conn: LogConnection, table: str, column: str) -> bool:
     return backend_of(conn).has_column(conn, table, column)
 
 
+def announce_claimable(conn: LogConnection, run_id: str) -> None:
+    """In a write transaction that makes ``run_id`` claimable: wake the workers waiting for one
+    when it commits (PostgreSQL's ``NOTIFY``; on SQLite they poll)."""
+    backend_of(conn).announce_claimable(conn, run_id)
+
+
 def for_update(conn: object, *, skip_locked: bool = False) -> str:
     """The row-locking clause for a ``SELECT`` in a write transaction: none on SQLite, where the
     write lock covers the database; ``FOR UPDATE`` on PostgreSQL (``SKIP LOCKED``: rows another
@@ -179,6 +186,7 @@ __all__ = [
     "BUSY_TIMEOUT_MS",
     "PAGE_SIZE",
     "RUN_WRITE",
+    "RUN_WRITE_BATCHED",
     "SQLITE_HEADER",
     "C",
     "LogConnection",
@@ -187,6 +195,7 @@ __all__ = [
     "LogOperationFailed",
     "LogRow",
     "Synchronous",
+    "announce_claimable",
     "connect_plain",
     "connect_readonly",
     "default_db_path",

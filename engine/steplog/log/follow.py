@@ -82,6 +82,19 @@ def notifier(location: LogLocation) -> Notifier:
     return Notifier(hint_files=(path, Path(f"{path}-wal")))
 
 
+def claimable_notices(location: LogLocation) -> Announcements | None:
+    """Where a worker hears that a run became claimable (submitted, retried, handed back), to
+    claim it at once instead of at its next poll: a listener on the log's own connection, or
+    ``None`` for a log that announces nothing (a file: poll). A notice is a hint (another worker
+    may claim the run first), and none comes while the connection is down: keep polling."""
+    if isinstance(location, PgUrl):
+        from steplog.log.pglisten import Listener
+        from steplog.log.pgschema import QUEUE_CHANNEL
+
+        return Listener(location, QUEUE_CHANNEL)
+    return None
+
+
 def locate(db: str | os.PathLike[str] | None) -> LogLocation:
     """The log a reader is pointed at (``--db``, else ``$STEPLOG_DB``, else the default), ready
     to follow: a file made absolute (it may not exist yet: a run will create it); a database on

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from steplog.errors import Fenced, LogWriteError, first_line
 from steplog.log import interrupts
-from steplog.log.db import RUN_WRITE, LogConnection, rollback
+from steplog.log.db import RUN_WRITE, RUN_WRITE_BATCHED, LogConnection, rollback
 from steplog.log.events import EventKind, StepCommitted, StepStarted
 from steplog.log.lease import boot_clock
 
@@ -286,7 +286,9 @@ class Journal:
             try:
                 self._set_sync(self._base_sync if durable else "NORMAL")
                 now = self._clock()
-                conn.execute(RUN_WRITE)  # the fence below locks the run row first
+                # The fence below locks the run row first; on PostgreSQL the statements up to
+                # it go in one round trip, the rest with the COMMIT in another.
+                conn.execute(RUN_WRITE_BATCHED)
                 u = self.usage
                 args: tuple[Any, ...] = (
                     now,

@@ -18,7 +18,7 @@ a bookmark never passes an event that is yet to commit.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from steplog.log.backend import backend_of
@@ -93,6 +93,19 @@ def events_since(
         sql += " LIMIT ?"
         args.append(limit)
     return [Event.from_row(r) for r in conn.execute(sql, tuple(args)).fetchall()]
+
+
+def iter_events(conn: Connection, run_id: str) -> Iterator[Event]:
+    """The run's events, oldest first, none beyond ``settled_upto``, one at a time from the
+    cursor (a reader that folds them as they pass holds no list of a million of them)."""
+    sql = f"SELECT {EVENT_COLUMNS} FROM event WHERE run_id = ?"
+    args: list[Any] = [run_id]
+    upto = settled_upto(conn)
+    if upto is not None:
+        sql += " AND id <= ?"
+        args.append(upto)
+    for row in conn.execute(sql + " ORDER BY id", tuple(args)):
+        yield Event.from_row(row)
 
 
 def events_of_kind(conn: Connection, kind: str, run_ids: Sequence[str]) -> list[Event]:

@@ -47,6 +47,7 @@ cost stays where it was.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sqlite3
@@ -58,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 from steplog.errors import ForeignDatabase, LogError, LogUnavailable
 from steplog.log.connection import LogConnection, Synchronous, set_synchronous
 from steplog.log.jsonsql import JsonSql, PgJsonSql
-from steplog.log.pgschema import PG_ONLY, migrate, read_state, read_version
+from steplog.log.pgschema import PG_ONLY, QUEUE_CHANNEL, migrate, read_state, read_version
 from steplog.log.pgschema import check as check_schema
 from steplog.log.pgschema import tables as tables
 from steplog.log.pgspace import PG_SPACE
@@ -70,6 +71,8 @@ NUL_STAND_IN = "\ufffd"
 (SQLite's can). An exception message with a NUL in it is then still recorded, not a failed write."""
 
 RUN_WRITE_TAG = "run_write"
+BATCHED_TAG = "batched"
+"""In a ``RUN_WRITE`` (``db.RUN_WRITE_BATCHED``): its statements are sent in batches."""
 """In a ``BEGIN IMMEDIATE`` (``db.RUN_WRITE``): a write of one run's rows, locked row by row."""
 
 if TYPE_CHECKING:
@@ -225,6 +228,79 @@ def translate(sql: str, with_params: bool) -> str:
     return sql
 
 
+@lru_cache(maxsize=256)
+def _pieces(sql: str) -> tuple[str, ...]:
+    """``translate(sql)`` split at its placeholders (``?`` outside string literals)."""
+    out: list[str] = []
+    piece: list[str] = []
+    quoted = False
+    for ch in translate(sql, False):
+        if ch == "'":
+            quoted = not quoted
+        if ch == "?" and not quoted:
+            out.append("".join(piece))
+            piece = []
+        else:
+            piece.append(ch)
+    out.append("".join(piece))
+    return tuple(out)
+
+
+def _literal(value: Any) -> str | None:
+    """``value`` as an SQL literal, for the types the engine's writes carry (``None``: another
+    type). Strings as standard-conforming literals (``standard_conforming_strings``, on since
+    PostgreSQL 9.1 and checked at connect): only ``'`` is doubled; a NUL, which text cannot hold,
+    is stored as ``NUL_STAND_IN`` as in ``execute``."""
+    t = type(value)
+    if t is str or isinstance(value, str):  # and a str enum (``EventKind``): its text
+        text = str.replace(value, "\x00", NUL_STAND_IN) if "\x00" in value else value
+        return "'" + str.replace(text, "'", "''") + "'"
+    if t is int:
+        return str(value) if value >= 0 else f"({value})"
+    if t is float:
+        if not math.isfinite(value):
+            return "'NaN'::float8" if value != value else f"'{value:+}inity'::float8"
+        return repr(value) if value >= 0 else f"({value!r})"
+    if value is None:
+        return "NULL"
+    return None
+
+
+def literals(params: Sequence[Any]) -> list[str] | None:
+    """``params`` as SQL literals (``_literal``), or ``None`` if one cannot be written so."""
+    out = []
+    for value in params:
+        lit = _literal(value)
+        if lit is None:
+            return None
+        out.append(lit)
+    return out
+
+
+@lru_cache(maxsize=256)
+def numbered(sql: str) -> str:
+    """SQLite-flavoured ``sql`` with ``$1``, ``$2``... for its placeholders: a ``PREPARE``'s."""
+    pieces = _pieces(sql)
+    return pieces[0] + "".join(f"${i}{p}" for i, p in enumerate(pieces[1:], 1))
+
+
+def bind(sql: str, params: Sequence[Any]) -> str | None:
+    """SQLite-flavoured ``sql`` with ``params`` bound into it, as PostgreSQL SQL to send as a
+    simple query (a batch, ``PgConnection``); ``None`` if a value is of a type ``_literal`` does
+    not write."""
+    pieces = _pieces(sql)
+    if len(pieces) != len(params) + 1:
+        raise PgError(f"{len(params)} values for {len(pieces) - 1} placeholders in {sql!r}")
+    out = [pieces[0]]
+    for value, piece in zip(params, pieces[1:], strict=True):
+        lit = _literal(value)
+        if lit is None:
+            return None
+        out.append(lit)
+        out.append(piece)
+    return "".join(out)
+
+
 class _NoRows:
     rowcount = -1
     description = None
@@ -242,6 +318,61 @@ class _NoRows:
 _NO_ROWS = _NoRows()
 
 
+PREPARE_AFTER = 3
+"""A batched statement is prepared on the server the third time it is queued (the engine's
+per-step statements at its first steps; a rare one never)."""
+
+
+class _Queued:
+    """A statement of a batched transaction (``PgConnection``), then its result: the first read
+    of its rows or ``rowcount`` sends it, with every statement queued before it, in one round
+    trip. Only the result of the last statement sent is kept: read a result before queuing the
+    next statement (reading one later is refused, never answered wrongly)."""
+
+    __slots__ = ("_conn", "_rows", "_rowcount", "_state")
+
+    QUEUED, DONE, PASSED = 0, 1, 2
+    """Not sent yet; sent, its result here; sent, its result not kept (a later one's is)."""
+
+    def __init__(self, conn: PgConnection) -> None:
+        self._conn = conn
+        self._rows: list[Any] = []
+        self._rowcount = -1
+        self._state = self.QUEUED
+
+    def _done(self) -> None:
+        if self._state == self.QUEUED:
+            self._conn._send_batch()
+        if self._state == self.PASSED:
+            raise PgError(
+                "a batched statement's result was read after a later statement was sent; read "
+                "it before queuing the next one"
+            )
+
+    def _got(self, rows: list[Any], rowcount: int) -> None:
+        self._rows, self._rowcount, self._state = rows, rowcount, self.DONE
+
+    def _passed(self) -> None:
+        self._state = self.PASSED
+
+    @property
+    def rowcount(self) -> int:
+        self._done()
+        return self._rowcount
+
+    def fetchone(self) -> Any:
+        self._done()
+        return self._rows.pop(0) if self._rows else None
+
+    def fetchall(self) -> list[Any]:
+        self._done()
+        rows, self._rows = self._rows, []
+        return rows
+
+    def __iter__(self) -> Any:
+        return iter(self.fetchall())
+
+
 class PgConnection:
     """One psycopg connection, autocommit, with transactions begun and ended by SQL as the
     engine's SQLite connections are (``isolation_level=None``)."""
@@ -251,15 +382,43 @@ class PgConnection:
         self.url = url
         self.row_factory: Any = None  # accepted for sqlite3 compatibility: rows always have names
         self._sync_off = False
+        self._batch: list[str] | None = None
+        """The statements of an open ``RUN_WRITE_BATCHED`` transaction not sent yet."""
+        self._queued: list[_Queued | None] = []
+        """Their cursors, one per statement (``None``: nobody reads its result)."""
+        self._client: psycopg.ClientCursor[Any] | None = None
+        """psycopg's client-side binding, for a value ``bind`` does not write."""
+        self._standard = raw.info.parameter_status("standard_conforming_strings") == "on"
+        self._encoding = raw.info.encoding
+        self._prepared: dict[str, str] = {}
+        """Batched statements (SQLite-flavoured SQL) prepared on this connection, by name."""
+        self._preparing: list[tuple[str, str]] = []
+        """Those whose ``PREPARE`` is in the batch not sent yet."""
+        self._names = 0
+        self._seen: dict[str, int] = {}
+        """How often each batched statement not prepared yet was queued."""
+        self._loader: Any = None
+        """psycopg's loader of a batch's result rows (``_rows_of``), made once."""
+        self.round_trips = 0
+        """Requests sent and waited for, each one round trip to the server (for measurements)."""
+        """Backslashes in string literals are plain characters (``bind`` relies on it)."""
 
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
         head = sql.lstrip()[:8].upper()
-        if head.startswith("BEGIN"):
+        if self._batch is not None:
+            if head.startswith(("COMMIT", "ROLLBACK")):
+                return self._end_batch(head.startswith("COMMIT"))
+        elif head.startswith("BEGIN"):
+            if BATCHED_TAG in sql:
+                return self._begin_batch()
             sql, parameters = self._begin(sql), ()
-        elif head.startswith("PRAGMA"):
+        if head.startswith("PRAGMA"):
             return self._pragma(sql)
         params = tuple(parameters) if parameters else None
         try:
+            if self._batch is not None:
+                return self._queue(sql, params)
+            self.round_trips += 1
             return self._raw.execute(translate(sql, params is not None), params)
         except Exception as exc:
             import psycopg
@@ -286,6 +445,145 @@ class PgConnection:
             return f"BEGIN; {local}SELECT {_MARKER}"
         return f"BEGIN; {local}SELECT {_MARKER}, pg_advisory_xact_lock({LOCK_KEY})"
 
+    def _begin_batch(self) -> Any:
+        """``RUN_WRITE_BATCHED``: the transaction's statements are queued, bound here (client
+        side), and sent together, as one simple query, when a result is first read (the fence's:
+        ``BEGIN``, the marker and the fence in one round trip) and at the ``COMMIT`` (the rest and
+        the ``COMMIT`` in another). PostgreSQL runs a simple query's statements in order and
+        stops at the first error, which leaves the transaction aborted; it is not prepared, so
+        the server parses each statement: cheaper here than a round trip each."""
+        self._batch = ["BEGIN"]
+        self._queued = [None]
+        if self._sync_off:
+            self._batch.append("SET LOCAL synchronous_commit = off")
+            self._queued.append(None)
+        self._batch.append(f"SELECT {_MARKER}")
+        self._queued.append(None)
+        return _NO_ROWS
+
+    def _queue(self, sql: str, params: tuple[Any, ...] | None) -> _Queued:
+        assert self._batch is not None
+        if not params:
+            text: str | None = translate(sql, False)
+        elif not self._standard:
+            text = None
+        else:
+            name = self._prepared.get(sql) or self._prepare(sql, len(params))
+            if name is None:
+                text = bind(sql, params)
+            else:
+                lits = literals(params)
+                text = None if lits is None else f"EXECUTE {name}({', '.join(lits)})"
+        if text is None:  # a value of another type: psycopg's own quoting
+            if self._client is None:
+                import psycopg
+
+                self._client = psycopg.ClientCursor(self._raw)
+            text = self._client.mogrify(translate(sql, True), params)
+        self._batch.append(text)
+        q = _Queued(self)
+        self._queued.append(q)
+        return q
+
+    def _prepare(self, sql: str, n: int) -> str | None:
+        """A name to ``EXECUTE`` ``sql`` by, once it is seen ``PREPARE_AFTER`` times in batches:
+        its ``PREPARE`` is queued first (the server then parses and plans it once per
+        connection, as psycopg does for its statements). Recorded as prepared once its batch
+        went through; one whose batch failed is not prepared again on this connection (a
+        ``PREPARE`` that cannot infer a parameter's type must not fail every write of it)."""
+        seen = self._seen.get(sql, 0) + 1
+        if seen < PREPARE_AFTER:
+            if len(self._seen) >= 512:  # SQL made on the fly: count afresh
+                self._seen.clear()
+            self._seen[sql] = seen
+            return None
+        assert self._batch is not None
+        self._names += 1  # never a name used before: a failed batch's PREPARE may have run
+        name = f"steplog_{self._names}"
+        self._batch.append(f"PREPARE {name} AS {numbered(sql)}")
+        self._queued.append(None)
+        self._preparing.append((sql, name))
+        self._seen[sql] = -(2**62)  # prepared (or failed): never counted again
+        return name
+
+    def _send_batch(self) -> None:
+        """Send the queued statements in one round trip, as one simple query straight through
+        libpq (``PQexec``: a few µs of client time where a psycopg ``execute`` and its results
+        take ~100), and give the last one its result. An error is raised here; the transaction
+        is then aborted, for the caller to roll back."""
+        import psycopg
+        from psycopg.errors import error_from_result
+        from psycopg.pq import ExecStatus
+
+        batch, queued = self._batch, self._queued
+        if not batch:
+            return
+        self._batch, self._queued = [], []
+        try:
+            text = ";\n".join(batch).encode(self._encoding)
+        except UnicodeEncodeError as exc:  # as psycopg refuses such a value: nothing sent
+            self._batch, self._preparing = None, []
+            raise PgError(f"a value cannot be sent in the connection's encoding ({exc})") from exc
+        preparing, self._preparing = self._preparing, []
+        try:
+            self.round_trips += 1
+            res = self._raw.pgconn.exec_(text)
+            if res.status == ExecStatus.FATAL_ERROR:
+                raise error_from_result(res, encoding=self._encoding)
+        except psycopg.Error as exc:
+            self._batch = None  # the transaction is over (aborted or gone): no more batching
+            raise _wrap(exc) from exc
+        self._prepared.update(preparing)
+        for q in queued[:-1]:
+            if q is not None:
+                q._passed()
+        last = queued[-1]
+        if last is not None:
+            last._got(
+                self._rows_of(res), res.command_tuples if res.command_tuples is not None else -1
+            )
+
+    def _rows_of(self, res: Any) -> list[Any]:
+        """The rows of a result, loaded as psycopg's cursors load them, indexable by name."""
+        if not res.ntuples:
+            return []
+        if self._loader is None:
+            from psycopg.adapt import Transformer
+
+            self._loader = Transformer(self._raw)
+        tx = self._loader
+        tx.set_pgresult(res)
+        make = _row_class(tuple(res.fname(i).decode() for i in range(res.nfields)))
+        return list(tx.load_rows(0, res.ntuples, make))
+
+    def _end_batch(self, commit: bool) -> Any:
+        """``COMMIT``: sent with what is still queued (the second round trip); ``ROLLBACK``:
+        the queue dropped, and a transaction already begun on the server rolled back."""
+        batch = self._batch
+        assert batch is not None
+        if commit:
+            batch.append("COMMIT")
+            self._queued.append(None)
+            try:
+                self._send_batch()
+            finally:
+                self._batch, self._queued = None, []
+            return _NO_ROWS
+        from psycopg.pq import TransactionStatus
+
+        self._batch, self._queued = None, []
+        if self._raw.info.transaction_status != TransactionStatus.IDLE:
+            try:
+                self.round_trips += 1
+                self._raw.execute("ROLLBACK")
+            except Exception as exc:
+                import psycopg
+
+                if isinstance(exc, psycopg.Error):
+                    raise _wrap(exc) from exc
+                raise
+        return _NO_ROWS
+
     def _pragma(self, sql: str) -> Any:
         m = re.fullmatch(r"\s*PRAGMA\s+synchronous\s*=\s*(\w+)\s*;?\s*", sql, re.I)
         if not m:
@@ -297,6 +595,8 @@ class PgConnection:
     def in_transaction(self) -> bool:
         from psycopg.pq import TransactionStatus
 
+        if self._batch is not None:
+            return True  # begun, whether or not its BEGIN is sent yet
         return self._raw.info.transaction_status in (
             TransactionStatus.INTRANS,
             TransactionStatus.INERROR,
@@ -567,6 +867,11 @@ class PostgresBackend:
 
     def lock_run(self, conn: LogConnection, run_id: str) -> None:
         lock_run(conn, run_id)
+
+    def announce_claimable(self, conn: LogConnection, run_id: str) -> None:
+        """``NOTIFY`` on ``QUEUE_CHANNEL`` with the run's id: delivered when (and only if) the
+        transaction commits."""
+        conn.execute("SELECT pg_notify(?, ?)", (QUEUE_CHANNEL, run_id)).fetchall()
 
     def settled_upto(self, conn: LogConnection) -> int | None:
         return event_horizon(conn)

@@ -25,10 +25,13 @@ if TYPE_CHECKING:
 
 
 class Listener:
-    """One ``LISTEN steplog_event`` connection to ``url``; not thread-safe (one thread owns it)."""
+    """One ``LISTEN`` connection to ``url`` (on ``channel``: by default the ``event`` trigger's;
+    ``QUEUE_CHANNEL`` for a worker, whose notifications carry run ids); not thread-safe (one
+    thread owns it)."""
 
-    def __init__(self, url: PgUrl) -> None:
+    def __init__(self, url: PgUrl, channel: str = NOTIFY_CHANNEL) -> None:
         self.url = url
+        self.channel = channel
         self._raw: Any = None
 
     @property
@@ -42,7 +45,7 @@ class Listener:
         self.close()
         conn = connect(self.url)
         try:
-            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            conn.execute(f"LISTEN {self.channel}")
         except Exception as exc:
             conn.close()
             raise LogError(f"cannot listen for events on {self.url} ({exc})") from exc
@@ -50,7 +53,8 @@ class Listener:
 
     def wait(self, timeout: float) -> int | None:
         """The newest event id notified within ``timeout`` seconds (several notifications that are
-        already there are read at once, the highest id kept), or ``None`` if none came.
+        already there are read at once, the highest id kept; 0 on a channel whose payloads are
+        not ids), or ``None`` if none came.
         ``LogError`` if the connection is lost (it is closed: ``connect()`` again)."""
         import psycopg
 

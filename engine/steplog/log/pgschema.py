@@ -81,6 +81,10 @@ _OVERRIDDEN: dict[int, re.Pattern[str]] = {
 NOTIFY_CHANNEL = "steplog_event"
 """What the ``event`` trigger notifies on commit; the payload is the newest event id inserted."""
 
+QUEUE_CHANNEL = "steplog_queue"
+"""What a transaction that makes a run claimable (``submit``, a retry, a hand-back) notifies;
+the payload is the run's id. Idle workers listen to it (``follow.claimable_notices``)."""
+
 PG_ONLY: tuple[tuple[str, ...], ...] = (
     (
         "CREATE OR REPLACE FUNCTION steplog_notify_event() RETURNS trigger LANGUAGE plpgsql AS $$ "

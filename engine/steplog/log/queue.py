@@ -12,10 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from steplog.log.db import LogConnection, LogRow, for_update, named_rows, run_write
+from steplog.log.db import (
+    LogConnection,
+    LogRow,
+    announce_claimable,
+    for_update,
+    named_rows,
+    run_write,
+)
 from steplog.log.events import EventKind
 from steplog.log.journal import append_event
 from steplog.log.lease import Holder
+from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL
 
 # The claimable rows, oldest first, prefiltered in SQL; whether a holder on this host is dead
@@ -118,6 +126,8 @@ def hand_back(
                 "worker_proc_start = NULL, worker_claimed_at = NULL, updated_at = ? WHERE id = ?",
                 (now, run_id),
             )
+            if status != RunStatus.WAITING:  # stopped, or held elsewhere: claimable again
+                announce_claimable(conn, run_id)
         append_event(
             conn,
             run_id,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,25 @@ _CODE_SQL = (
     + " ELSE 0 END"
 )
 _IDS_PER_QUERY = 500
+_NAMES_PER_CHUNK = 10_000
+_CHUNK = 8192
+"""Rows per fetch when a query's rows are read into columns."""
+NAME_SEPARATOR = "\x00"
+"""Between two names in ``NameColumns.text``: a search for text without it never matches across
+two names (offsets come from the lengths, so a name holding one is still read back whole)."""
+
+
+@dataclass(frozen=True)
+class NameColumns:
+    """Step names in columns, in event order (the same step may come more than once: the last
+    wins): name ``i`` is ``text[start:start + length[i]]``, the names joined by
+    ``NAME_SEPARATOR``; its kind ``kinds[kind[i]]``."""
+
+    seq: npt.NDArray[np.int64]
+    length: npt.NDArray[np.int64]
+    kind: npt.NDArray[np.int16]
+    kinds: tuple[str, ...]
+    text: str
 
 
 class LogUnavailable(Exception):
@@ -233,22 +253,28 @@ class LogRepository:
         )
         return [r[0] for r in rows]
 
-    def event_columns(self, run_id: str, upto: int) -> npt.NDArray[Any]:
-        """The run's events up to ``upto`` as one ``EVENT_ARRAY`` array, ids ascending (not
-        necessarily dense: pruning may delete rows). The kind is coded in SQL (``KIND_CODES``)
-        and the payload is read for one field only, ``started``, of the steps' starts and
-        commits that carry it (a deferred start)."""
+    def event_columns(self, run_id: str, upto: int) -> dict[str, npt.NDArray[Any]]:
+        """The run's events up to ``upto`` as ``EVENT_ARRAY``'s fields, one contiguous array
+        each, ids ascending (not necessarily dense: pruning may delete rows). The kind is coded
+        in SQL (``KIND_CODES``) and the payload is read for one field only, ``started``, of the
+        steps' starts and commits that carry it (a deferred start)."""
         j = self._json
+        where = " FROM event WHERE run_id = ? AND id <= ?"
         sql = (
             f"SELECT id, ts, incarnation, {_CODE_SQL}, coalesce(seq, {NULL_SEQ}), CASE WHEN kind"
-            f" IN (?, ?) AND {j.valid} THEN {j.number('started', 'REAL')} END FROM event"
-            " WHERE run_id = ? AND id <= ? ORDER BY id"
+            f" IN (?, ?) AND {j.valid} THEN {j.number('started', 'REAL')} END"
+            + where
+            + " ORDER BY id"
         )
         kinds = (EventKind.STEP_STARTED.value, EventKind.STEP_COMMITTED.value)
         try:
-            return np.fromiter(self._c().execute(sql, (*kinds, run_id, upto)), dtype=EVENT_ARRAY)
+            rows = int(self._query("SELECT count(*)" + where, (run_id, upto))[0][0])
+            cols, n = _read_columns(
+                self._c().execute(sql, (*kinds, run_id, upto)), EVENT_ARRAY, rows
+            )
         except sqlite3.DatabaseError as exc:
             raise self._unavailable(exc) from exc
+        return {name: col[:n] for name, col in cols.items()}
 
     def events_by_id(self, ids: npt.NDArray[np.int64]) -> list[Event]:
         """The events with these ids (the few whose payload a bulk load needs), ids ascending."""
@@ -295,27 +321,40 @@ class LogRepository:
 
     def usage_columns(self, run_id: str, upto: int) -> npt.NDArray[Any]:
         """The budget charts' points (``USAGE_COLUMNS``): every event up to ``upto`` that carries
-        usage, but a step's start (it repeats the last commit's usage), ids ascending."""
+        usage, but a step's start (it repeats the last commit's usage), ids ascending. Filled in
+        chunks into an array sized by a count of the run's events (an upper bound), with no
+        copy: the rows past the points are room for the live ones."""
         j = self._json
         fields = ", ".join(f"coalesce({j.number(f'usage.{f}', 'REAL')}, 0)" for f in USAGE_KEYS)
+        where = " FROM event WHERE run_id = ? AND id <= ? AND kind != ?"
         sql = (
-            f"SELECT ts, {fields} FROM event WHERE run_id = ? AND id <= ? AND kind != ? AND "
-            f"{j.valid} AND {j.is_object('usage')} ORDER BY id"
+            f"SELECT ts, {fields}"
+            + where
+            + f" AND {j.valid} AND {j.is_object('usage')} ORDER BY id"
         )
+        args = (run_id, upto, EventKind.STEP_STARTED.value)
         try:
-            return np.fromiter(
-                self._c().execute(sql, (run_id, upto, EventKind.STEP_STARTED.value)),
-                dtype=USAGE_COLUMNS,
-            )
+            bound = int(self._query("SELECT count(*)" + where, args)[0][0])
+            buffer = np.zeros(bound, dtype=USAGE_COLUMNS)
+            n = 0
+            cur = self._c().execute(sql, args)
+            while chunk := cur.fetchmany(_CHUNK):
+                if n + len(chunk) > len(buffer):  # more than counted: a writer got in between
+                    buffer = np.concatenate([buffer, np.zeros(len(chunk), USAGE_COLUMNS)])
+                buffer[n : n + len(chunk)] = chunk
+                n += len(chunk)
         except sqlite3.DatabaseError as exc:
             raise self._unavailable(exc) from exc
+        return buffer[:n]
 
-    def step_names(self, run_id: str, upto: int) -> dict[int, tuple[str, str]]:
-        """seq -> (name, kind) as the run's ``step_started`` events (a fork's ``step_copied``, and
-        the ``step_committed`` of a step whose start it is) up to ``upto`` say (the last wins).
+    def step_names(self, run_id: str, upto: int) -> NameColumns:
+        """The names and kinds the run's ``step_started`` events (a fork's ``step_copied``, and
+        the ``step_committed`` of a step whose start it is) up to ``upto`` give their steps, in
+        event order (a later one for the same step wins: ``NameColumns``).
 
-        Read row by row into the dict (no list of 100k rows on the way), each kind string kept
-        once: a 100k-step run's names are most of what the monitor holds for it."""
+        Read row by row into one string and three arrays, never a Python object per step kept:
+        a million steps' names as a dict of tuples were 230 MB of the monitor's memory; as
+        columns they are about 35 MB."""
         j = self._json
         sql = (
             f"SELECT seq, coalesce({j.text('name')}, ''), coalesce({j.text('kind')}, '')"
@@ -323,9 +362,11 @@ class LogRepository:
             f" AND {j.valid} AND (kind != ? OR {j.text('name')} IS NOT NULL)"
             " ORDER BY id"
         )
-        names: dict[int, tuple[str, str]] = {}
-        kinds: dict[str, str] = {}
         committed = EventKind.STEP_COMMITTED.value
+        seqs, lengths, codes = array("q"), array("q"), array("h")
+        kinds: dict[str, int] = {}
+        chunks: list[str] = []
+        names: list[str] = []
         try:
             for seq, name, kind in self._c().execute(
                 sql,
@@ -338,11 +379,25 @@ class LogRepository:
                     committed,
                 ),
             ):
-                kind = str(kind)
-                names[seq] = (str(name), kinds.setdefault(kind, kind))
+                name = str(name)
+                seqs.append(seq)
+                lengths.append(len(name))
+                codes.append(kinds.setdefault(str(kind), len(kinds)))
+                names.append(name)
+                if len(names) == _NAMES_PER_CHUNK:
+                    chunks.append(NAME_SEPARATOR.join(names))
+                    names = []
         except sqlite3.DatabaseError as exc:
             raise self._unavailable(exc) from exc
-        return names
+        if names:
+            chunks.append(NAME_SEPARATOR.join(names))
+        return NameColumns(
+            seq=np.frombuffer(seqs, dtype=np.int64) if seqs else np.zeros(0, np.int64),
+            length=np.frombuffer(lengths, dtype=np.int64) if lengths else np.zeros(0, np.int64),
+            kind=np.frombuffer(codes, dtype=np.int16) if codes else np.zeros(0, np.int16),
+            kinds=tuple(kinds),
+            text=NAME_SEPARATOR.join(chunks),
+        )
 
     def _unavailable(self, exc: sqlite3.DatabaseError) -> LogUnavailable:
         self.close()
@@ -398,6 +453,26 @@ class LogRepository:
             return read_step(conn, run_id, seq)
         except sqlite3.DatabaseError as exc:
             raise self._unavailable(exc) from exc
+
+
+def _read_columns(
+    cursor: Any, dtype: np.dtype[Any], rows: int
+) -> tuple[dict[str, npt.NDArray[Any]], int]:
+    """A query's rows into one contiguous array per field of ``dtype``, sized for ``rows`` (a
+    count made just before; grown if more came), a chunk at a time: no structured copy of the
+    whole result beside the columns (a 1M-event run's 41 MB), no list of its tuples."""
+    names = dtype.names or ()
+    cols = {name: np.empty(rows, dtype=dtype[name]) for name in names}
+    n = 0
+    while chunk := cursor.fetchmany(_CHUNK):
+        part = np.array(chunk, dtype=dtype)
+        if n + len(part) > len(cols[names[0]]):
+            for name in names:
+                cols[name] = np.concatenate([cols[name][:n], np.empty(len(part), dtype[name])])
+        for name in names:
+            cols[name][n : n + len(part)] = part[name]
+        n += len(part)
+    return cols, n
 
 
 def _size(path: Path) -> int:

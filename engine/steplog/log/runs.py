@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from steplog.log.claim import finish_cancelled
-from steplog.log.db import LogConnection, LogRow, for_update, named_rows
+from steplog.log.db import LogConnection, LogRow, announce_claimable, for_update, named_rows
 from steplog.log.events import EventKind
 from steplog.log.journal import append_event, dumps
 from steplog.log.launch import Launch
@@ -183,6 +183,7 @@ def enqueue(conn: LogConnection, run_id: str, launch: Launch | None) -> None:
         "UPDATE run SET status = 'queued', launch = COALESCE(?, launch) WHERE id = ?",
         (None if launch is None else launch.to_json(), run_id),
     )
+    announce_claimable(conn, run_id)
 
 
 # -- fork ------------------------------------------------------------------------------------

@@ -625,6 +625,9 @@ class SqliteBackend:
     def lock_run(self, conn: LogConnection, run_id: str) -> None:
         """Nothing: the transaction holds the whole file's write lock."""
 
+    def announce_claimable(self, conn: LogConnection, run_id: str) -> None:
+        """Nothing: a file has no one to tell; its workers poll."""
+
     def settled_upto(self, conn: LogConnection) -> int | None:
         """All of it: an event id is taken under the write lock, so ids commit in order."""
         return None

@@ -11,6 +11,7 @@ holds all of them to the schema. The engine writes step rows inside its fenced t
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
@@ -77,6 +78,23 @@ class Committed(NamedTuple):
     result: str | None
 
 
+_SCAN = json.JSONDecoder().raw_decode
+
+
+def result_of(text: str | None) -> Any:
+    """A recorded step result (the log's JSON text; ``None``: no result) as the value a replay
+    returns. The log's one encoder writes compact JSON, so the C scanner is called directly:
+    ``json.loads`` first matches whitespace with a regex on both sides, half its cost on a
+    no-op step's result, and a resume replays every step of the run."""
+    if not text:
+        return None
+    try:
+        value, end = _SCAN(text)
+    except ValueError:
+        return json.loads(text)  # leading space or not JSON: json's own answer, or its error
+    return value if end == len(text) else json.loads(text)
+
+
 def as_stored(name: str) -> str:
     """A step's name as a PostgreSQL log reads it back: a NUL character as ``pg.NUL_STAND_IN``
     (its text cannot hold one; a SQLite log keeps the name as it is). A resumed run compares its
@@ -113,6 +131,14 @@ def step_record(conn: LogConnection, run_id: str, seq: int) -> StepRecord | None
         f"SELECT {STEP_SELECT} FROM step WHERE run_id = ? AND seq = ?", (run_id, seq)
     ).fetchone()
     return StepRecord.from_row(row) if row is not None else None
+
+
+def step_name(conn: LogConnection, run_id: str, seq: int) -> str | None:
+    """The name of step ``seq`` of the run, or ``None``."""
+    row = conn.execute(
+        "SELECT name FROM step WHERE run_id = ? AND seq = ?", (run_id, seq)
+    ).fetchone()
+    return str(row[0]) if row is not None else None
 
 
 def steps_in_order(conn: LogConnection, run_id: str) -> list[tuple[int, str, str]]:

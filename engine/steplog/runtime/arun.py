@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from steplog.errors import UsageError
 from steplog.llm.base import ChatReply, Estimate, Message
 from steplog.log import interrupts
-from steplog.log.steps import Committed
+from steplog.log.steps import Committed, result_of
 from steplog.runtime.run import EffectCall, Run, StepContext, _current, effect_key
 
 T = TypeVar("T")
@@ -69,7 +69,7 @@ class AsyncRun:
         """``await run.step(name, fn, ...)``: ``fn`` sync (run in a worker thread) or async."""
         seq, prior = self._enter(name, "call")
         if isinstance(prior, Committed):
-            return _recorded(json.loads(prior.result or "null"))
+            return _recorded(result_of(prior.result))
 
         async def body(_ctx: StepContext) -> Any:
             return await _call(fn, *args, **kwargs)
@@ -185,7 +185,7 @@ class AsyncRun:
     def _effect_step(self, call: EffectCall) -> Awaitable[Any]:
         seq, prior = self._enter(call.name, call.step_kind)
         if isinstance(prior, Committed):
-            return _recorded(json.loads(prior.result or "null"))
+            return _recorded(result_of(prior.result))
 
         async def act(ctx: StepContext) -> Any:
             key, done = ctx.effect_begin(

@@ -44,7 +44,7 @@ from steplog.log.journal import (
     why_not_json,
 )
 from steplog.log.ledger import EffectRecord, carried_effect, load_effect, released_effects
-from steplog.log.steps import Committed, StepRecord, as_stored
+from steplog.log.steps import Committed, StepRecord, as_stored, result_of
 from steplog.log.streams import STREAM_NAME_MAX, Pending
 from steplog.policies import Budget, RetryPolicy
 from steplog.runtime import crashpoints, effects
@@ -353,7 +353,7 @@ class Run:
         """
         seq, prior = self._enter(name, "call")
         if isinstance(prior, Committed):
-            return json.loads(prior.result or "null")  # type: ignore[no-any-return]
+            return result_of(prior.result)  # type: ignore[no-any-return]
         return self._execute(seq, name, "call", prior, lambda ctx: fn(*args, **kwargs))  # type: ignore[no-any-return]
 
     def effect(
@@ -560,7 +560,7 @@ class Run:
         todo = []
         for i, (step_name, item, seq, prior) in enumerate(entered):
             if isinstance(prior, Committed):
-                results[i] = json.loads(prior.result or "null")
+                results[i] = result_of(prior.result)
             else:
                 todo.append((i, step_name, item, seq, prior))
         if todo:
@@ -706,7 +706,7 @@ class Run:
     def _effect_step(self, call: EffectCall) -> Any:
         seq, prior = self._enter(call.name, call.step_kind)
         if isinstance(prior, Committed):
-            return json.loads(prior.result or "null")
+            return result_of(prior.result)
         return self._execute(
             seq,
             call.name,

@@ -28,23 +28,26 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from steplog.log.db import location, open_readonly
 from steplog.log.events import EventKind
 from steplog.log.ledger import completed_post_keys, post_count
 from steplog.log.location import LogLocation
-from steplog.log.logread import Event, events_since
+from steplog.log.logread import Event, iter_events
 from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL, run_status
-from steplog.log.steps import steps_in_order
+from steplog.log.steps import step_name, steps_in_order
 from steplog.outbox.ledger import Delivery, Ledger, canonical_json
 from steplog.verdict.evidence import read_ledger
 from steplog.verdict.kills import Account, account
 from steplog.verdict.outputs import Finding, Outputs, compare, snapshot
+from steplog.verdict.trail import Trail
 
 __all__ = [
     "Check",
@@ -420,17 +423,18 @@ def collect(
     conn = open_readonly(db, one_shot=one_shot)
     try:
         status = run_status(conn, run_id, db=db)
-        events = events_since(conn, run_id=run_id)
-        steps = {seq: name for seq, name, _ in steps_in_order(conn, run_id)}
+        trail = Trail()  # the events streamed once: folded as they pass, a few numbers kept
+        found = account(trail.record(iter_events(conn, run_id)))
         posts = post_count(conn, run_id)
         completed = completed_post_keys(conn, run_id)
+        given = [KillMark(d.at) for d in found.deaths] if kill_times is None else kill_times
+        marks = sorted(
+            (m if isinstance(m, KillMark) else KillMark(float(m)) for m in given),
+            key=lambda m: m.at,
+        )
+        kills = _kills(trail, marks, lambda seq: step_name(conn, run_id, seq), found)
     finally:
         conn.close()
-    found = account(events)
-    given = [KillMark(d.at) for d in found.deaths] if kill_times is None else kill_times
-    marks = sorted(
-        (m if isinstance(m, KillMark) else KillMark(float(m)) for m in given), key=lambda m: m.at
-    )
     outputs = (
         snapshot(Path(status["workdir"]))
         if reference is not None and status["status"] in TERMINAL
@@ -438,7 +442,7 @@ def collect(
     )
     return Evidence(
         status=status,
-        kills=_kills(events, marks, steps, found),
+        kills=kills,
         ledger=ledger,
         reference=reference,
         outputs=outputs,
@@ -495,26 +499,33 @@ def logged_kills(events: Sequence[Event]) -> list[KillMark]:
 
 
 def _kills(
-    events: list[Event], marks: list[KillMark], steps: dict[int, str], found: Account
+    trail: Trail, marks: list[KillMark], name_of: Callable[[int], str | None], found: Account
 ) -> list[Kill]:
+    """Where each kill landed and how soon a new engine was back, from the run's ``trail``."""
     out: list[Kill] = []
+    lease = trail.of_kind(EventKind.LEASE_ACQUIRED)
+    started = trail.of_kind(EventKind.STEP_STARTED)
+    ended = trail.of_kind(EventKind.STEP_COMMITTED, EventKind.STEP_ATTEMPT_FAILED)
+    back_kinds = trail.of_kind(EventKind.STEP_COMMITTED, EventKind.WAITING)
     for i, m in enumerate(marks):
         since = marks[i - 1].at if i else -math.inf
-        window = [e for e in events if since < e.ts <= m.at]
-        leases = [e for e in window if e.kind == EventKind.LEASE_ACQUIRED]
+        window = (trail.ts > since) & (trail.ts <= m.at)
+        leases = np.flatnonzero(window & lease)
         seq: int | None = None
         incarnation: int | None = None
         in_flight, redone = 0, 0
-        if not leases:
+        if not len(leases):
             phase = "start-up"
         else:
-            incarnation = leases[-1].incarnation
-            last = [e for e in window if e.incarnation == incarnation][-1]
-            phase, seq = PHASES.get(last.kind, last.kind), last.seq
-            if last.kind == EventKind.STEP_STARTED and last.data.get("kind") == "chat":
+            incarnation = int(trail.inc[leases[-1]])
+            mine = window & (trail.inc == incarnation)
+            last = int(np.flatnonzero(mine)[-1])
+            kind = trail.kind_at(last)
+            phase, seq = PHASES.get(kind, kind), trail.seq_at(last)
+            if kind == EventKind.STEP_STARTED and trail.chat[last]:
                 phase = "deciding"
             inside = found.inferred.get(incarnation)
-            if inside is not None and last.kind in (
+            if inside is not None and kind in (
                 EventKind.STEP_COMMITTED,
                 EventKind.LEASE_ACQUIRED,
             ):
@@ -524,33 +535,23 @@ def _kills(
             if death is not None:
                 in_flight = max(len(death.in_flight), int(inside is not None))
             else:  # not taken over yet (or it ended cleanly): what it had started and not finished
-                mine = [e for e in window if e.incarnation == incarnation]
                 in_flight = len(
-                    {e.seq for e in mine if e.kind == EventKind.STEP_STARTED}
-                    - {
-                        e.seq
-                        for e in mine
-                        if e.kind in (EventKind.STEP_COMMITTED, EventKind.STEP_ATTEMPT_FAILED)
-                    }
+                    set(trail.seq[mine & started].tolist()) - set(trail.seq[mine & ended].tolist())
                 )
             redone = found.redone_after(incarnation)
-        nexts = [e for e in events if e.ts > m.at and e.kind == EventKind.LEASE_ACQUIRED]
+        nexts = np.flatnonzero((trail.ts > m.at) & lease)
         latency = None
-        if nexts:
-            inc = nexts[0].incarnation
+        if len(nexts):
+            inc = int(trail.inc[nexts[0]])
             # Back where it was: its first step committed, or a wait taken up again (the time a
             # person then takes to answer is no resume latency).
-            back = [
-                e.ts
-                for e in events
-                if e.incarnation == inc and e.kind in (EventKind.STEP_COMMITTED, EventKind.WAITING)
-            ]
-            latency = back[0] - m.at if back else None
+            back = np.flatnonzero((trail.inc == inc) & back_kinds)
+            latency = float(trail.ts[back[0]]) - m.at if len(back) else None
         out.append(
             Kill(
                 at=m.at,
                 seq=seq,
-                step_name=steps.get(seq) if seq is not None else None,
+                step_name=name_of(seq) if seq is not None else None,
                 phase=phase,
                 incarnation=incarnation,
                 resume_latency=latency,

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from steplog.log.events import EventKind
 from steplog.log.logread import Event
-from steplog.log.reader import KIND_CODES, NULL_SEQ, LogRepository
+from steplog.log.reader import KIND_CODES, NULL_SEQ, LogRepository, NameColumns
 from steplog.log.runstatus import RunStatus
 from steplog_gui.model.run_state import (
     COMMITTED,
@@ -40,6 +40,7 @@ from steplog_gui.model.run_state import (
     Kill,
     RunState,
 )
+from steplog_gui.model.step_names import StepNames
 
 Positions = npt.NDArray[np.int64]
 """Positions in a run's event columns."""
@@ -92,7 +93,7 @@ class RunDetails:
     """The second pass for one run: what the step detail, hover and charts need."""
 
     run_id: str
-    step_names: dict[int, tuple[str, str]]
+    step_names: NameColumns
     usage_series: npt.NDArray[Any]
 
 
@@ -101,11 +102,11 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
     the details (step names, usage series: ``load_details``)."""
     cols = _with_deferred_starts(repo.event_columns(run_id, upto))
     run = RunState(run_id)
-    if not len(cols):
+    if not len(cols["id"]):
         return run
     code, seq, ts = cols["code"], cols["seq"], cols["ts"]
     inc = cols["incarnation"]
-    n = len(cols)
+    n = len(cols["id"])
     last_before = _LastOfIncarnation(inc)
     controls = repo.events_by_id(cols["id"][np.isin(code, CONTROL)])
     lease_end: dict[
@@ -187,20 +188,64 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
     return run
 
 
-def _with_deferred_starts(cols: npt.NDArray[Any]) -> npt.NDArray[Any]:
+EventCols = dict[str, npt.NDArray[Any]]
+"""A run's event columns by ``EVENT_ARRAY`` field name, each one contiguous array (operations on
+the fields of a structured array stride over whole rows: several times slower at 1M events)."""
+
+
+def _with_deferred_starts(rows: EventCols) -> EventCols:
     """A commit that is its step's start too (``started`` set: a deferred start) as the two
-    events the fold makes of it: a start at ``started``, then the commit."""
-    both = np.flatnonzero(~np.isnan(cols["started"]) & (cols["code"] == COMMIT))
+    events the fold makes of it: a start at ``started``, then the commit. Each start is put
+    just before its commit by computing every row's new position (no ``np.insert`` of a
+    structured array: that doubled a 1M-event run's load time on its own).
+
+    Most such commits are the only event of their step (a plain step, first time through): an
+    execution whole, committed, that nothing else can touch. Those are left as they are and
+    marked ``simple`` (``_executions`` makes their bars directly): the step-by-step matching
+    that the others need cost a 1M-step run 200 MB and a second."""
+    code, started, seq = rows["code"], rows["started"], rows["seq"]
+    deferred = ~np.isnan(started) & (code == COMMIT)
+    simple = deferred & _only_event_of_its_step(code, seq)
+    both = np.flatnonzero(deferred & ~simple)
     if not len(both):
-        return cols
-    starts = cols[both].copy()
-    starts["code"], starts["ts"] = STARTED, starts["started"]
-    return np.insert(cols, both, starts)
+        return {**rows, "simple": simple}
+    n, k = len(code), len(both)
+    moved = np.zeros(n, dtype=np.int64)
+    moved[both] = 1
+    position = np.arange(n) + np.cumsum(moved)  # each row after the starts put before it
+    at = both + np.arange(k)  # where each start goes: just before its commit
+    cols = {}
+    for name, col in rows.items():
+        out = np.empty(n + k, dtype=col.dtype)
+        out[position] = col
+        out[at] = col[both]
+        cols[name] = out
+    cols["code"][at] = STARTED
+    cols["ts"][at] = started[both]
+    cols["simple"] = np.zeros(n + k, dtype=np.bool_)
+    cols["simple"][position] = simple
+    return cols
+
+
+def _only_event_of_its_step(code: npt.NDArray[Any], seq: npt.NDArray[np.int64]) -> Any:
+    """Whether each event is the only step event (``STEP_KINDS``) of its step number."""
+    of_step = np.isin(code, STEP_KINDS) & (seq != NULL_SEQ)
+    steps = seq[of_step]
+    if not len(steps):
+        return np.zeros(len(code), dtype=np.bool_)
+    low, high = int(steps.min()), int(steps.max())
+    if low >= 0 and high <= 4 * len(code) + 1024:  # step numbers are small: count by number
+        counts = np.bincount(steps, minlength=high + 1)
+        return of_step & (counts[np.where(of_step, seq, 0)] == 1)
+    values, inverse, counts = np.unique(steps, return_inverse=True, return_counts=True)
+    once = np.zeros(len(code), dtype=np.bool_)
+    once[of_step] = counts[inverse] == 1
+    return once
 
 
 def _executions(
     run: RunState,
-    cols: npt.NDArray[Any],
+    cols: EventCols,
     n: int,
     lease_end: dict[int, float],
     finishes: dict[int, Event],
@@ -223,10 +268,13 @@ def _executions(
     closers = np.flatnonzero((code == LEASE) | (code == FINISHED))
     k = np.searchsorted(closers, starts, side="right")
     global_close = np.append(closers, n)[k]
+    del closers, k
 
     # 2. Per step number, in id order: each event belongs to the latest start before it.
-    step_events = np.flatnonzero(np.isin(code, STEP_KINDS) & has_seq)
+    simple = cols["simple"]
+    step_events = np.flatnonzero(np.isin(code, STEP_KINDS) & has_seq & ~simple)
     order = step_events[np.lexsort((step_events, seq[step_events]))]
+    del step_events
     is_start = code[order] == STARTED
     last_start = (
         np.maximum.accumulate(np.where(is_start, np.arange(len(order)), -1))
@@ -236,12 +284,14 @@ def _executions(
     owner_pos = order[np.maximum(last_start, 0)] if len(order) else order
     owned = (last_start >= 0) & (seq[owner_pos] == seq[order]) & ~is_start
     ev_pos, owner = order[owned], exec_of[owner_pos[owned]]
+    del last_start, owner_pos, owned  # a 1M-step run's arrays are 16 MB each: freed as used
     # A start again with the step still open (no end in between) leaves the first one running
     # forever, out of the open set, as the fold does.
     s_sorted = order[is_start]
     next_start = np.full(m, n, dtype=np.int64)
     same = seq[s_sorted[1:]] == seq[s_sorted[:-1]]
     next_start[exec_of[s_sorted[:-1][same]]] = s_sorted[1:][same]
+    del order, is_start, s_sorted, same
 
     ends = np.isin(code[ev_pos], (COMMIT, ATTEMPT_FAILED))
     seq_close = np.full(m, n, dtype=np.int64)
@@ -271,6 +321,7 @@ def _executions(
         closing_end[p] = ev.ts
     taken = np.flatnonzero((close == global_close) & (close < n))
     outcome[taken], end[taken] = closing_outcome[close[taken]], closing_end[close[taken]]
+    del closing_outcome, closing_end, exec_of, next_start
 
     # 3. Phase and tokens: the last decision or effect event inside the attempt sets them.
     inside = ev_pos < close[owner]
@@ -314,20 +365,34 @@ def _executions(
         first, last = run.copied_span(ev)
         rows[j] = (first, last, 0, COPIED, ev.seq, 3, 0, False)
         created_at.append(np.array([p]))
-    unseen = _unseen_bars(run, cols, kill_at, dead_last, set(close[taken].tolist()), starts)
+    whole = np.flatnonzero(simple)  # commits that are an execution on their own
+    opened = np.flatnonzero(simple | ((code == STARTED) & has_seq))  # every start, written or not
+    unseen = _unseen_bars(run, cols, kill_at, dead_last, set(close[taken].tolist()), opened)
     if unseen:
         extra = np.zeros(len(unseen), dtype=rows.dtype)
         for j, (_at, bar) in enumerate(unseen):
             extra[j] = bar
         rows = np.concatenate([rows, extra])
         created_at.append(np.array([q - 0.5 for q, _ in unseen]))  # just before the start at q
+    # The bars of the rest, in the order the fold makes them (where their start is), merged
+    # into the simple ones' (in order already: each just before its commit, at p - 0.25).
     at = np.concatenate([a.astype(np.float64) for a in created_at])
-    index = np.argsort(at, kind="stable")
-    rows = rows[index]
-    run.executions = Columns.of(rows)
+    order = np.argsort(at, kind="stable")
+    slots = np.searchsorted(whole - 0.25, at[order]) + np.arange(len(order))
+    total = len(whole) + len(order)
+    buffer = np.zeros(total + max(256, total // 8), dtype=rows.dtype)  # room to grow live
+    filled = buffer[:total]
+    filled[slots] = rows[order]
+    plain = np.ones(total, dtype=np.bool_)
+    plain[slots] = False
+    del opened
+    for name, source in (("start", cols["started"]), ("end", ts), ("lane", inc), ("seq", seq)):
+        filled[name][plain] = source[whole]  # one field at a time: 8 MB, not 32, at 1M steps
+    filled["outcome"][plain], filled["phase"][plain] = COMMITTED, 3
+    run.executions = Columns.adopt(buffer, total)
     still_open = (close == n) & (outcome == RUNNING)
-    position = np.empty(len(index), dtype=np.int64)
-    position[index] = np.arange(len(index))
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = slots
     run._open = {
         int(s): int(i)
         for s, i in zip(seq[starts[still_open]], position[:m][still_open], strict=True)
@@ -336,7 +401,7 @@ def _executions(
 
 def _unseen_bars(
     run: RunState,
-    cols: npt.NDArray[Any],
+    cols: EventCols,
     kill_at: list[tuple[int, Kill]],
     dead_last: dict[int, float],
     closing: set[int],
@@ -374,7 +439,9 @@ class _LastOfIncarnation:
 
     def __init__(self, inc: npt.NDArray[np.int64]) -> None:
         self._span = len(inc) + 1
-        self._keys = np.sort(inc.astype(np.int64) * self._span + np.arange(len(inc)))
+        keys = inc.astype(np.int64) * self._span + np.arange(len(inc))
+        in_order = bool(np.all(keys[1:] >= keys[:-1]))  # one engine after another: sorted
+        self._keys = keys if in_order else np.sort(keys)
 
     def __call__(
         self, incarnation: int, before: int, ts: npt.NDArray[np.float64], *, default: float
@@ -398,7 +465,7 @@ def load_details(repo: LogRepository, run_id: str, upto: int) -> RunDetails:
 
 def add_details(run: RunState, details: RunDetails) -> None:
     """Fill in the second pass (before any live event of the run is folded)."""
-    names = details.step_names  # the bulk of them: updated in place, not copied
-    names.update(run.step_names)
+    names = StepNames(details.step_names)
+    names.update(run.step_names)  # the few the first pass named (a gave-up marker)
     run.step_names = names
     run.usage_series = Columns.of(details.usage_series)

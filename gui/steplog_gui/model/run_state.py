@@ -30,6 +30,7 @@ from steplog.log.reader import USAGE_KEYS
 from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL
 from steplog.verdict.kills import Death, Deaths
+from steplog_gui.model.step_names import StepNames
 
 ALIVE_CHECK_S = 0.5
 """How long an answer to "is the engine's process alive" is kept (see ``RunState.engine_gone``)."""
@@ -77,14 +78,15 @@ class Columns:
     def of(cls, rows: npt.NDArray[Any]) -> Columns:
         """Columns holding ``rows`` (a structured array, e.g. from a bulk load), growable from
         there."""
+        return cls.adopt(rows, len(rows))  # no copy: it grows by an eighth when it must
+
+    @classmethod
+    def adopt(cls, buffer: npt.NDArray[Any], n: int) -> Columns:
+        """Columns over ``buffer`` (a structured array, its first ``n`` rows filled, the rest
+        room to grow), without a copy: a 1M-step run's bars are 40 MB."""
         self = cls.__new__(cls)
-        self._names = tuple(rows.dtype.names or ())
-        self._n = len(rows)
-        self._cap = len(rows) + max(
-            256, len(rows) // 8
-        )  # room to grow live, not double the history
-        self._rows = np.zeros(self._cap, dtype=rows.dtype)
-        self._rows[: self._n] = rows
+        self._names = tuple(buffer.dtype.names or ())
+        self._n, self._cap, self._rows = n, len(buffer), buffer
         return self
 
     def __len__(self) -> int:
@@ -93,7 +95,11 @@ class Columns:
     def append(self, **values: Any) -> int:
         """Append one row; columns not given are 0."""
         if self._n == self._cap:
-            self._cap *= 2
+            # Double while small; a big history (a bulk-loaded 1M-step run) grows by an eighth,
+            # not by another copy of itself.
+            self._cap = max(
+                256, self._cap * 2 if self._cap < 1 << 16 else self._cap + self._cap // 8
+            )
             grown = np.zeros(self._cap, dtype=self._rows.dtype)
             grown[: self._n] = self._rows[: self._n]
             self._rows = grown
@@ -179,7 +185,7 @@ class RunState:
     _copied_shift: float = 0.0
     """Copied steps are drawn just before the fork's start, keeping their own spacing."""
     kills: list[Kill] = field(default_factory=list)
-    step_names: dict[int, tuple[str, str]] = field(default_factory=dict)
+    step_names: StepNames = field(default_factory=StepNames)
     """seq -> (name, kind)"""
     executions: Columns = field(default_factory=lambda: Columns(**EXECUTION_FIELDS))
     usage_series: Columns = field(default_factory=lambda: Columns(**USAGE_FIELDS))
@@ -194,6 +200,9 @@ class RunState:
     _alive: tuple[int | None, float, bool] = field(
         default=(None, 0.0, False), compare=False, repr=False
     )
+    changes: int = field(default=0, compare=False, repr=False)
+    """Events folded in so far: views keep what they computed from the executions until it
+    moves (``timeline_data``)."""
 
     # -- derived ----------------------------------------------------------------------------
 
@@ -275,6 +284,7 @@ class RunState:
     # -- folding ----------------------------------------------------------------------------
 
     def apply(self, ev: Event) -> None:
+        self.changes += 1
         d = ev.data
         self.last_ts = ev.ts
         death = self._deaths.see(ev)

@@ -3,7 +3,11 @@ Qt-free."""
 
 from __future__ import annotations
 
+import math
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -15,6 +19,7 @@ MIN_WIDTH = 0.02
 """Seconds: a step that took microseconds still gets a visible sliver."""
 
 F = npt.NDArray[np.float64]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -37,38 +42,77 @@ def origin(run: RunState) -> float:
     )
 
 
+_KEPT: dict[tuple[int, str], tuple[weakref.ref[RunState], tuple[Any, ...], Any]] = {}
+
+
+def _kept(run: RunState, what: str, key: tuple[Any, ...], make: Callable[[], T]) -> T:
+    """``make()``, kept for ``run`` while ``key`` holds (it names the run's ``changes``): one
+    redraw asks for every outcome's bars, the selection and the overview, and each asked for
+    the same passes over every execution again (44 per redraw, over a second of a 1M-step
+    run's first paint). ``math.nan`` in a key is one object, equal to itself."""
+    slot = (id(run), what)
+    hit = _KEPT.get(slot)
+    if hit is not None and hit[0]() is run and hit[1] == key:
+        return hit[2]  # type: ignore[no-any-return]
+    value = make()
+    if len(_KEPT) > 256:
+        _KEPT.clear()
+    _KEPT[slot] = (weakref.ref(run), key, value)
+    return value
+
+
+def _version(run: RunState) -> tuple[int, int]:
+    ex = run.executions
+    return run.changes, len(ex)
+
+
 def spans(run: RunState, now: float, *, by_step: bool = False) -> tuple[F, F]:
     """(x0, x1) of every execution: seconds since the run started, or step numbers."""
     ex = run.executions
+    version = _version(run)
     if by_step:
-        seq = ex["seq"].astype(np.float64)
-        return seq - STEP_WIDTH / 2, seq + STEP_WIDTH / 2
-    end = np.where(
-        np.isnan(ex["end"]), run.open_until(now), ex["end"]
-    )  # a stopped run's open step stops
+
+        def by_number() -> tuple[F, F]:
+            seq = ex["seq"].astype(np.float64)
+            return seq - STEP_WIDTH / 2, seq + STEP_WIDTH / 2
+
+        return _kept(run, "by_step", version, by_number)
+    still_open = _kept(run, "open", version, lambda: int(np.count_nonzero(np.isnan(ex["end"]))))
+    until = run.open_until(now) if still_open else math.nan  # a stopped run's open step stops
     t0 = origin(run)
-    return ex["start"] - t0, end - t0
+
+    def by_time() -> tuple[F, F]:
+        ends = ex["end"]
+        end = np.where(np.isnan(ends), until, ends) if still_open else ends
+        return ex["start"] - t0, end - t0
+
+    return _kept(run, "by_time", (*version, until, t0), by_time)
 
 
-_SUBLANES: dict[int, tuple[tuple[int, int, float], F, F]] = {}
+def lanes_of(run: RunState) -> F:
+    """Each execution's lane as a float (the bars' y)."""
+    return _kept(run, "lanes", _version(run), lambda: run.executions["lane"].astype(np.float64))
 
 
 def sublanes(run: RunState, now: float) -> tuple[F, F]:
     """(offset from the lane's bar bottom, height) of every execution: steps that overlap in
     time within one engine's lane (parallel steps) share its height in sub-lanes, each in the
     first sub-lane free when it started. Sequential runs: offset 0, full height (cheap check)."""
+    return _kept(run, "sublanes", _version(run), lambda: _sublanes(run))
+
+
+def _sublanes(run: RunState) -> tuple[F, F]:
     ex = run.executions
     n = len(ex)
     ends = ex["end"]
-    key = (n, int(np.isnan(ends).sum()), float(np.nansum(ends)))
-    cached = _SUBLANES.get(id(run))
-    if cached is not None and cached[0] == key:
-        return cached[1], cached[2]
-    offset, height = np.zeros(n), np.full(n, BAR_HEIGHT)
+    # Read-only views of one value: a sequential run's 1M bars cost no 16 MB for them.
+    offset, height = np.broadcast_to(0.0, n), np.broadcast_to(BAR_HEIGHT, n)
     if n > 1:
         start = ex["start"]
         end = np.where(np.isnan(ends), np.inf, ends)
-        order = np.lexsort((start, ex["lane"]))
+        lanes = ex["lane"]
+        in_order = bool(np.all(lanes[1:] >= lanes[:-1])) and bool(np.all(start[1:] >= start[:-1]))
+        order = np.arange(n) if in_order else np.lexsort((start, lanes))  # a sequential run: sorted
         same_lane = ex["lane"][order][1:] == ex["lane"][order][:-1]
         running_end = np.maximum.accumulate(
             end[order]
@@ -88,9 +132,6 @@ def sublanes(run: RunState, now: float) -> tuple[F, F]:
             per_lane = np.array([depth[int(lane)] for lane in ex["lane"]], dtype=np.float64)
             height = BAR_HEIGHT / per_lane
             offset = slot * height
-    if len(_SUBLANES) > 64:
-        _SUBLANES.clear()
-    _SUBLANES[id(run)] = (key, offset, height)
     return offset, height
 
 
@@ -118,7 +159,7 @@ def bars(
     mask = ex["outcome"] == outcome
     if keep is not None:
         mask &= keep
-    lane = ex["lane"].astype(np.float64)
+    lane = lanes_of(run)
     sub, tall = (
         sublanes(run, now) if not by_step else (np.zeros(len(ex)), np.full(len(ex), BAR_HEIGHT))
     )
@@ -136,7 +177,11 @@ def bars(
     narrow = ~wide
     if narrow.any():
         col = np.clip(((start[narrow] - lo) / per_px).astype(np.int64), -1, pixels + 1)
-        key = np.unique(lanes[narrow].astype(np.int64) * (pixels + 4) + (col + 1))
+        key = lanes[narrow].astype(np.int64) * (pixels + 4) + (col + 1)
+        if len(key) and bool(np.all(key[1:] >= key[:-1])):  # a sequential run: in order already
+            key = key[np.append(True, key[1:] != key[:-1])]
+        else:
+            key = np.unique(key)
         lanes_n, cols = np.divmod(key, pixels + 4)
         # Merge runs of adjacent columns in one lane into one bar.
         breaks = np.flatnonzero((np.diff(cols) != 1) | (np.diff(lanes_n) != 0)) + 1
@@ -180,11 +225,7 @@ def name_filter(run: RunState, text: str) -> npt.NDArray[np.bool_] | None:
     text = text.strip().lower()
     if not text:
         return None
-    wanted = np.array(
-        sorted(seq for seq, (name, _kind) in run.step_names.items() if text in name.lower()),
-        dtype=np.int64,
-    )
-    return np.isin(run.executions["seq"], wanted)
+    return np.isin(run.executions["seq"], run.step_names.matching(text))
 
 
 def kill_label(k: Kill) -> str:

@@ -49,6 +49,24 @@ class Projection:
     limit: float
 
 
+MAX_POINTS = 20_000
+"""A chart draws at most about this many points of a usage series: each figure is a running
+total (never falls), so every k-th point draws the same line. A 1M-step run's four charts held
+a copy of each full series for pyqtgraph (about 150 MB)."""
+EXACT_TAIL = 2_000
+"""The newest points are always drawn each (the projection is fitted to the last ones)."""
+
+
+def thinned(n: int) -> slice | npt.NDArray[np.int64]:
+    """The points of an ``n``-point series a chart draws: all of them, or every k-th of the older
+    ones (the first included) and each of the last ``EXACT_TAIL``."""
+    if n <= MAX_POINTS:
+        return slice(None)
+    head = n - EXACT_TAIL
+    step = -(-head // (MAX_POINTS - EXACT_TAIL))
+    return np.concatenate([np.arange(0, head, step), np.arange(head, n)])
+
+
 def project(
     x: npt.NDArray[np.float64], y: npt.NDArray[np.float64], limit: float | None
 ) -> Projection | None:
@@ -211,11 +229,12 @@ class BudgetCharts(QWidget):
             return
         s = run.usage_series
         t0 = run.created if math.isfinite(run.created) else float(s["ts"][0])
-        x = s["ts"] - t0
-        y = s[col]
+        keep = thinned(len(s))
+        x = s["ts"][keep] - t0
+        y = s[col][keep]
         chart.used.setData(x, y)
         if chart.estimated is not None:
-            chart.estimated.setData(x, s["tokens_estimated"])
+            chart.estimated.setData(x, s["tokens_estimated"][keep])
         limit = run.limits.get(key)
         box = chart.widget.getViewBox()
         # Time follows the data: the empty chart's fixed 0..1 (above) turned auto-range off.

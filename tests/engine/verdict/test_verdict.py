@@ -375,6 +375,7 @@ def test_resume_latency_ends_when_the_next_engine_is_back_at_its_wait_not_at_the
     """A run killed while it waits for a person: the next engine is back once it waits again; the
     minutes the person then takes to answer are no resume latency."""
     from steplog.verdict.judge import _kills
+    from steplog.verdict.trail import Trail
 
     events = _events(
         (1.0, 1, "lease_acquired", None, '{"pid": 1, "previous_pid": null}'),
@@ -385,7 +386,8 @@ def test_resume_latency_ends_when_the_next_engine_is_back_at_its_wait_not_at_the
         (3.2, 2, "waiting", None, '{"signal": "approve"}'),
         (90.0, 2, "step_committed", 1, "{}"),  # the answer, 87 s later
     )
-    found = account(events)
-    [k] = _kills(events, logged_kills(events), {1: "approve"}, found)
+    trail = Trail()
+    found = account(trail.record(events))
+    [k] = _kills(trail, logged_kills(events), {1: "approve"}.get, found)
     assert k.resume_latency is not None and abs(k.resume_latency - 0.4) < 1e-9
     assert k.redone == 0  # a wait taken up again redoes nothing

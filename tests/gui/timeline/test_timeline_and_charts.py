@@ -31,7 +31,7 @@ def test_100k_bars_are_a_handful_of_items(qtbot) -> None:  # type: ignore[no-unt
     monitor = Monitor(Path("/nonexistent/never.db"))  # not started: fed by hand
     monitor.apply(synthetic_events("big", 100_000, kill_every=5_000))  # type: ignore[arg-type]
     run = monitor.run("big")
-    assert run is not None and len(run.executions) == 100_020 and len(run.kills) == 20
+    assert run is not None and len(run.executions) == 100_019 and len(run.kills) == 19
     view = TimelineView(monitor)
     qtbot.addWidget(view)
     view.resize(1200, 500)
@@ -39,8 +39,8 @@ def test_100k_bars_are_a_handful_of_items(qtbot) -> None:  # type: ignore[no-unt
     view.set_run("big")
     items = len(view.plot.getPlotItem().items)
     # Seven bar items (one per outcome, "interrupted by a stop" included), the selection, the kill
-    # lines, a fork's line and label, and the 20 kill labels: never one per step.
-    assert items <= 12 + 20
+    # lines, a fork's line and label, and the 19 kill labels: never one per step.
+    assert items <= 12 + 19
     assert not view.plot.grab().isNull()  # and it paints
 
 
@@ -163,9 +163,9 @@ def test_bars_narrower_than_a_pixel_become_per_pixel_aggregates_that_keep_the_st
     whole = (float(x0.min()), float(x1.max()))
     committed = bars(run, COMMITTED, 0.0, visible=whole, pixels=1000)  # type: ignore[arg-type]
     redone = bars(run, REDONE, 0.0, visible=whole, pixels=1000)  # type: ignore[arg-type]
-    lanes = 21  # 20 kills
+    lanes = 20  # 19 kills
     assert 0 < len(committed.x0) <= lanes * 1000  # bounded by lanes x pixels, not by steps
-    assert len(redone.x0) == 20  # each redone step still shows, one per kill
+    assert len(redone.x0) == 19  # each redone step still shows, one per kill
     # The aggregates cover what the steps cover: every committed step lies under some bar of its
     # lane.
     per_px = (whole[1] - whole[0]) / 1000
@@ -199,7 +199,7 @@ def test_a_click_picks_the_nearest_step_at_any_zoom_and_the_filter_and_step_axis
     kept_names = {run.step_names[int(q)][0] for q in ex["seq"][keep]}  # type: ignore[attr-defined]
     assert (
         all(name in n for n in kept_names) and 1 <= len(kept_names) <= 11
-    )  # "step 4321", "step 43210".."43219"
+    )  # "s4320", "s43200".."s43209"
     assert name_filter(run, "  ") is None  # type: ignore[arg-type]
     by_step, _ = spans(run, 0.0, by_step=True)  # type: ignore[arg-type]
     seq = int(ex["seq"][i])
@@ -214,9 +214,9 @@ def test_the_timeline_widget_filters_switches_axis_and_shows_the_visible_range(q
     view.resize(1200, 500)
     view.show()
     view.set_run("big")
-    view.plot.getViewBox().setXRange(100.0, 110.0, padding=0)
-    qtbot.waitUntil(lambda: abs(view.region.getRegion()[0] - 100.0) < 1e-6, timeout=2_000)
-    view.filter.setText("step 99999")
+    view.plot.getViewBox().setXRange(10.0, 11.0, padding=0)
+    qtbot.waitUntil(lambda: abs(view.region.getRegion()[0] - 10.0) < 1e-6, timeout=2_000)
+    view.filter.setText("s99998")
     qtbot.waitUntil(lambda: view._keep is not None and int(view._keep.sum()) == 1, timeout=2_000)
     view.set_axis(by_step=True)
     assert view.plot.getPlotItem().getAxis("bottom").labelText == "step number"
@@ -272,3 +272,14 @@ def test_parallel_steps_are_drawn_in_sub_lanes_and_sequential_ones_use_the_whole
     offset, height = sublanes(seq, time.time())
     assert not offset.any() and (height == BAR_HEIGHT).all()
     monitor.stop()
+
+
+def test_a_long_usage_series_is_drawn_thinned_with_its_first_point_and_its_newest_each() -> None:
+    from steplog_gui.views.budget_charts import EXACT_TAIL, MAX_POINTS, thinned
+
+    assert thinned(MAX_POINTS) == slice(None)  # a series this short is drawn whole
+    n = 1_000_003
+    keep = thinned(n)
+    assert isinstance(keep, np.ndarray) and len(keep) <= MAX_POINTS + 1
+    assert keep[0] == 0 and np.all(np.diff(keep) > 0)
+    assert keep[-EXACT_TAIL:].tolist() == list(range(n - EXACT_TAIL, n))
