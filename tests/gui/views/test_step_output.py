@@ -34,7 +34,7 @@ def test_the_pane_shows_the_step_writing_now_then_its_cut_attempt_struck_through
         # Live: the running step's text appears while it is written, marked as being written.
         qtbot.waitUntil(
             lambda: (
-                pane.attempts
+                bool(pane.attempts)
                 and pane.attempts[-1].state == LIVE
                 and "0.5 " in pane.attempts[-1].text
             ),
