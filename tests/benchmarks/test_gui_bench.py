@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from targets import record
+
 from helpers.logs import synthetic_events
 from helpers.paths import AGENTS
 from steplog.log.db import open_log  # noqa: E402
@@ -374,6 +376,8 @@ def test_commit_to_pixel_and_idle_cpu(qtbot, tmp_path: Path) -> None:  # type: i
             if shown:
                 latencies.append(min(shown) - ts)
         q = statistics.quantiles(latencies, n=20)
+        if what == "pixel":
+            record("monitor_commit_to_pixel_p95_ms", q[-1] * 1000)
         print(
             "\n"
             f"commit -> {what}, {len(latencies)} of {len(commit_ts)} commits: p50 "
@@ -462,6 +466,9 @@ def test_open_100k_and_1m_step_runs_against_their_targets(tmp_path: Path) -> Non
         cpu = statistics.median(p["painted_cpu"] for p in probes)
         rss = max(p["peak_rss_mb"] for p in probes)
         target = OPEN_100K_S if steps == 100_000 else OPEN_1M_S
+        record("open_100k_s" if steps == 100_000 else "open_1m_s", painted)
+        if steps == 1_000_000:
+            record("open_1m_mb", rss)
         line = (
             f"\nopen {steps:>9,} steps: timeline painted {painted:.2f} s (target <= {target} s: "
             f"{_verdict(painted, target)}; {cpu:.2f} CPU-s), details in "
@@ -531,6 +538,8 @@ def test_resume_of_a_killed_1m_step_run_against_its_target(tmp_path: Path) -> No
             time.sleep(0.01)
         assert proc.wait(timeout=600) == 0
         took = first - t
+        if steps == 1_000_000:
+            record("resume_1m_s", took)
         print(
             f"\nresume at {steps:>9,} steps: launch -> first new step committed {took:.2f} s"
             + (
