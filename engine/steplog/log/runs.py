@@ -18,6 +18,7 @@ from steplog.log.journal import append_event, dumps
 from steplog.log.launch import Launch
 from steplog.log.status import TERMINAL
 from steplog.log.steps import copy_committed_steps
+from steplog.log.streams import copy_for_fork
 from steplog.policies import Budget
 
 
@@ -243,6 +244,7 @@ def create_fork(
         ),
     )
     copy_committed_steps(conn, pid, new_id, at_step)
+    copy_for_fork(conn, pid, new_id, at_step)
     row = run_to_change(conn, new_id)
     assert row is not None
     first, last = conn.execute(

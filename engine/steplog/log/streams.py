@@ -198,6 +198,19 @@ class StreamBuffer:
         return True
 
 
+def copy_for_fork(conn: LogConnection, parent: str, child: str, at_step: int) -> None:
+    """A fork's stream starts as its parent's up to ``at_step``: the entries of the steps it
+    copies, each step's recorded attempt only (a fork carries the answers on, not what was cut),
+    numbered from 0 in their order. In the caller's transaction."""
+    conn.execute(
+        "INSERT INTO stream (run_id, pos, name, seq, attempt, incarnation, ts, value) "
+        "SELECT ?, ROW_NUMBER() OVER (ORDER BY s.pos) - 1, s.name, s.seq, s.attempt, 0, s.ts, "
+        "s.value FROM stream s JOIN step st ON st.run_id = s.run_id AND st.seq = s.seq "
+        "WHERE s.run_id = ? AND s.seq < ? AND st.status = 'committed' AND st.attempts = s.attempt",
+        (child, parent, at_step),
+    )
+
+
 # -- reading -------------------------------------------------------------------------------------
 
 

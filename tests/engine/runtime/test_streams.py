@@ -209,3 +209,25 @@ def test_a_run_that_streams_nothing_has_no_stream_thread(engine: Engine, tmp_pat
     threads = engine.status("q")["result"]
     assert "steplog-stream" not in threads, threads
     assert engine.query("SELECT count(*) FROM stream")[0][0] == 0
+
+
+@pytest.mark.backends("sqlite", "postgres")
+def test_a_fork_starts_with_its_parents_recorded_text_and_writes_on_after_it(
+    engine: Engine,
+) -> None:
+    done = engine.run(
+        "run", AGENT, "--run-id", "f", "--db", str(engine.db), "--param", "n=3",
+        "--param", "chunks=2", "--param", "pause=0",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    parent = stream_json(engine, "f")
+    forked = engine.run("fork", "f", "--at-step", "4", "--run-id", "f2", "--db", str(engine.db))
+    assert forked.returncode == 0, forked.stderr
+    child = stream_json(engine, "f2")
+    # Steps 1-3 copied: the start event, step 2's text, "done 0"; then the fork's own entries.
+    copied = [e for e in parent if e["step"] < 4]
+    assert [(e["stream"], e["step"], e["value"]) for e in child[: len(copied)]] == [
+        (e["stream"], e["step"], e["value"]) for e in copied
+    ]
+    assert [e["offset"] for e in child] == list(range(len(child)))
+    check_stream(child, 3, 2)
