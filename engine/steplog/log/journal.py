@@ -255,11 +255,12 @@ class Journal:
                 f"run {self.run_id}: a newer engine took it over; this one (incarnation "
                 f"{self.incarnation}) stops"
             )
-        # One writer of stream entries at a time (taken first: see ``StreamBuffer.busy``).
+        # Stream entries still queued are written first (``StreamBuffer.take`` hands each to one
+        # writer; offsets are numbered under the write lock, so no lock of ours is needed).
         streams = self.streams if self.streams is not None and self.streams.active else None
-        if streams is not None:
-            streams.busy.acquire()
         # The heartbeat must not write the deferred start meanwhile (``record_late_start``).
+        # Nothing may run between taking the lock and the ``try``: a stop landing there (a
+        # signal handler raising) would leave it held (test_stop_signals walks every line).
         lock = self._deferred_lock if self._deferred is not None else None
         if lock is not None:
             lock.acquire()
@@ -268,8 +269,6 @@ class Journal:
         finally:
             if lock is not None:
                 lock.release()
-            if streams is not None:
-                streams.busy.release()
 
     def _tx_body(
         self,

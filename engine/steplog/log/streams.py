@@ -99,10 +99,6 @@ class StreamBuffer:
         self._interval, self._batch, self._clock = interval, batch, clock
         self._waiting: list[Pending] = []
         self._cond = threading.Condition()
-        self.busy = threading.Lock()
-        """Held while a batch is written (by the thread, or by the engine's own transaction that
-        takes the waiting entries): one writer of entries at a time. Taken before the journal's
-        ``_deferred_lock``, never after it."""
         self._thread: threading.Thread | None = None
         self._closing = False
         self.lost = 0
@@ -121,15 +117,17 @@ class StreamBuffer:
                 raise RuntimeError("the run's stream is closed: the run has ended")
             self._waiting.append(entry)
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="steplog-stream", daemon=True
-                )
-                self._thread.start()
+                # Started before it is kept: ``close`` never joins a thread that never started
+                # (a stop may land on any line; one landing between leaves a thread that ends
+                # with ``close`` like the kept one).
+                thread = threading.Thread(target=self._run, name="steplog-stream", daemon=True)
+                thread.start()
+                self._thread = thread
             elif len(self._waiting) >= self._batch:
                 self._cond.notify()
 
     def take(self) -> list[Pending]:
-        """Every entry waiting (the caller holds ``busy`` and writes them)."""
+        """Every entry waiting, for the caller to write (or ``put_back`` if it cannot)."""
         with self._cond:
             taken, self._waiting = self._waiting, []
         return taken
@@ -143,7 +141,7 @@ class StreamBuffer:
         """Write what is waiting and stop the thread (the engine is done with the run)."""
         with self._cond:
             self._closing = True
-            self._cond.notify()
+            self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -158,14 +156,13 @@ class StreamBuffer:
                         return
                 if not self._waiting:
                     continue
-                with self.busy:
-                    entries = self.take()
-                    if not entries:
-                        continue
-                    if conn is None:
-                        conn = self._connect()
-                    if not self._write(conn, entries):
-                        return
+                entries = self.take()  # each entry to one writer: this thread or the engine's
+                if not entries:
+                    continue
+                if conn is None:
+                    conn = self._connect()
+                if not self._write(conn, entries):
+                    return
                 if not self._closing:
                     time.sleep(self._interval)  # a batch per interval, not one per token
         finally:
