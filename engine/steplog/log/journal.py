@@ -255,20 +255,25 @@ class Journal:
                 f"run {self.run_id}: a newer engine took it over; this one (incarnation "
                 f"{self.incarnation}) stops"
             )
-        # Stream entries still queued are written first (``StreamBuffer.take`` hands each to one
-        # writer; offsets are numbered under the write lock, so no lock of ours is needed).
+        # Stream entries still queued are written first, one writer of them at a time (their
+        # batches then commit in the order they were taken): see ``StreamBuffer.busy``.
         streams = self.streams if self.streams is not None and self.streams.active else None
         # The heartbeat must not write the deferred start meanwhile (``record_late_start``).
-        # Nothing may run between taking the lock and the ``try``: a stop landing there (a
-        # signal handler raising) would leave it held (test_stop_signals walks every line).
         lock = self._deferred_lock if self._deferred is not None else None
-        if lock is not None:
-            lock.acquire()
-        try:
-            yield from self._tx_body(durable, run_sets, run_args, settles, streams)
-        finally:
+        # Taken inside a critical section: a stop landing between taking a lock and the ``try``
+        # that lets it go would leave it held for good (test_stop_signals walks every line).
+        with interrupts.critical():
+            if streams is not None:
+                streams.busy.acquire()
             if lock is not None:
-                lock.release()
+                lock.acquire()
+            try:
+                yield from self._tx_body(durable, run_sets, run_args, settles, streams)
+            finally:
+                if lock is not None:
+                    lock.release()
+                if streams is not None:
+                    streams.busy.release()
 
     def _tx_body(
         self,

@@ -99,6 +99,10 @@ class StreamBuffer:
         self._interval, self._batch, self._clock = interval, batch, clock
         self._waiting: list[Pending] = []
         self._cond = threading.Condition()
+        self.busy = threading.Lock()
+        """Held while a batch is written (by the thread, or by the engine's own transaction that
+        takes the waiting entries): batches commit in the order they were taken, so offsets
+        follow the order entries were appended. Taken before the journal's ``_deferred_lock``."""
         self._thread: threading.Thread | None = None
         self._closing = False
         self.lost = 0
@@ -127,7 +131,7 @@ class StreamBuffer:
                 self._cond.notify()
 
     def take(self) -> list[Pending]:
-        """Every entry waiting, for the caller to write (or ``put_back`` if it cannot)."""
+        """Every entry waiting, for the caller (holding ``busy``) to write, or ``put_back``."""
         with self._cond:
             taken, self._waiting = self._waiting, []
         return taken
@@ -150,21 +154,20 @@ class StreamBuffer:
         try:
             while True:
                 with self._cond:
-                    if not self._waiting and not self._closing:
+                    if not self._closing:  # a batch gathers for an interval
                         self._cond.wait(self._interval)
                     if not self._waiting and self._closing:
                         return
                 if not self._waiting:
                     continue
-                entries = self.take()  # each entry to one writer: this thread or the engine's
-                if not entries:
-                    continue
-                if conn is None:
-                    conn = self._connect()
-                if not self._write(conn, entries):
-                    return
-                if not self._closing:
-                    time.sleep(self._interval)  # a batch per interval, not one per token
+                with self.busy:
+                    entries = self.take()
+                    if not entries:
+                        continue
+                    if conn is None:
+                        conn = self._connect()
+                    if not self._write(conn, entries):
+                        return
         finally:
             if conn is not None:
                 conn.close()
