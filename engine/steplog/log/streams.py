@@ -164,13 +164,19 @@ class StreamBuffer:
                     entries = self.take()
                     if not entries:
                         continue
-                    if conn is None:
-                        conn = self._connect()
-                    if not self._write(conn, entries):
-                        return
+                    try:
+                        if conn is None:
+                            conn = self._connect()
+                        if not self._write(conn, entries):
+                            return
+                    except Exception:  # a lost server, a full disk: the entries wait, and
+                        self.put_back(entries)  # go with the next batch or the engine's write
+                        if conn is not None:
+                            _close_quietly(conn)
+                            conn = None
         finally:
             if conn is not None:
-                conn.close()
+                _close_quietly(conn)
 
     def _write(self, conn: LogConnection, entries: list[Pending]) -> bool:
         """One batch in one fenced transaction; False once the run is no longer this engine's."""
@@ -194,7 +200,7 @@ class StreamBuffer:
             conn.execute("COMMIT")
         except LogFailure:
             rollback(conn)
-            self.put_back(entries)  # tried again with the next batch, or the engine's next write
+            raise
         return True
 
 
@@ -209,6 +215,13 @@ def copy_for_fork(conn: LogConnection, parent: str, child: str, at_step: int) ->
         "WHERE s.run_id = ? AND s.seq < ? AND st.status = 'committed' AND st.attempts = s.attempt",
         (child, parent, at_step),
     )
+
+
+def _close_quietly(conn: LogConnection) -> None:
+    try:
+        conn.close()
+    except Exception:  # already broken: nothing to give back
+        pass
 
 
 # -- reading -------------------------------------------------------------------------------------
