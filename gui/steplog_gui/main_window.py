@@ -315,11 +315,13 @@ class MainWindow(QMainWindow):
         left = max(200, min(int(width * 0.24), key_columns))
         # At 1280 px the centre needs ~650 px for the verdict strip's figures on one line.
         right = max(300, min(int(width * 0.235), 560))
-        self.resizeDocks(
-            [self._runs_dock, self._detail_dock], [left, right], Qt.Orientation.Horizontal
+        # The output and the step detail share one place (tabs): size the one in front.
+        place = (
+            self._output_dock if self._detail_dock.visibleRegion().isEmpty() else self._detail_dock
         )
+        self.resizeDocks([self._runs_dock, place], [left, right], Qt.Orientation.Horizontal)
         self.resizeDocks(
-            [self._detail_dock, self._outbox_dock],
+            [place, self._outbox_dock],
             [int(self.height() * 0.55), int(self.height() * 0.4)],
             Qt.Orientation.Vertical,
         )

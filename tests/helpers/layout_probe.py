@@ -136,8 +136,15 @@ def layout_of(window: MainWindow) -> dict[str, Any]:
     return {
         "window": [window.width(), window.height()],
         "docks": {
-            d.objectName(): [d.width(), d.height()]
-            for d in (window._runs_dock, window._detail_dock, window._outbox_dock)
+            **{
+                d.objectName(): [d.width(), d.height()]
+                for d in (window._runs_dock, window._detail_dock, window._outbox_dock)
+            },
+            # The step detail shares its place with the output (tabs): the place is the tab shown.
+            "dock_detail": max(
+                ([d.width(), d.height()] for d in (window._detail_dock, window._output_dock)),
+                key=lambda wh: wh[0] * wh[1],
+            ),
         },
         "runs": {
             "key columns": sum(runs.columnWidth(c) for c in range(3)),
