@@ -125,3 +125,10 @@ def answer_next_modal(act: Callable[[QDialog], None]) -> None:
                 modal.reject()  # type: ignore[attr-defined]
 
     QTimer.singleShot(20, answer)
+
+
+def shown(qtbot: Any, window: Any, run_id: str) -> None:
+    """``run_id`` selected in the window once its runs list has it."""
+    qtbot.waitUntil(lambda: window.runs_model.row_of(run_id) >= 0, timeout=10_000)
+    window.select_run(run_id)
+    qtbot.waitUntil(lambda: window._run_id == run_id, timeout=5_000)

@@ -19,6 +19,14 @@ from helpers.paths import AGENTS
 AGENT = f"{AGENTS}:streamer"
 
 
+def streamer_args(engine: Engine, run_id: str, n: int, chunks: int, pause: float) -> list[str]:
+    """``steplog run`` of the streaming agent: ``n`` steps of ``chunks`` pieces, ``pause`` apart."""
+    return [
+        "run", AGENT, "--run-id", run_id, "--db", str(engine.db), "--param", f"n={n}",
+        "--param", f"chunks={chunks}", "--param", f"pause={pause}",
+    ]  # fmt: skip
+
+
 def stream_json(engine: Engine, run_id: str, *more: str) -> list[dict[str, Any]]:
     done = engine.run("stream", run_id, "--db", str(engine.db), "--json", *more)
     assert done.returncode == 0, done.stderr
@@ -47,10 +55,7 @@ def check_stream(entries: list[dict[str, Any]], n: int, chunks: int) -> None:
 
 @pytest.mark.backends("sqlite", "postgres")
 def test_a_run_streams_its_events_once_and_each_steps_text_in_order(engine: Engine) -> None:
-    done = engine.run(
-        "run", AGENT, "--run-id", "s", "--db", str(engine.db), "--param", "n=3",
-        "--param", "chunks=5", "--param", "pause=0",
-    )  # fmt: skip
+    done = engine.run(*streamer_args(engine, "s", 3, 5, 0))
     assert done.returncode == 0, done.stderr
     entries = stream_json(engine, "s")
     check_stream(entries, 3, 5)
@@ -77,10 +82,7 @@ def test_a_follower_across_kills_prints_exactly_what_a_reader_after_the_run_prin
     n, chunks = 8, 15
     follower = engine.start("stream", "k", "--db", str(engine.db), "--follow", "--json")
     try:
-        args = [
-            "run", AGENT, "--run-id", "k", "--db", str(engine.db), "--param", f"n={n}",
-            "--param", f"chunks={chunks}", "--param", "pause=0.03",
-        ]  # fmt: skip
+        args = streamer_args(engine, "k", n, chunks, 0.03)
         rng = random.Random(30)
         result = storm(engine, args, rng, max_kills=4, low=0.8, high=1.6)
         assert result.exit_code == 0 and result.kills >= 3, result
@@ -99,10 +101,7 @@ def test_a_follower_across_kills_prints_exactly_what_a_reader_after_the_run_prin
 def test_streams_travel_with_the_run_through_export_and_import(
     engine: Engine, tmp_path: Path
 ) -> None:
-    done = engine.run(
-        "run", AGENT, "--run-id", "x", "--db", str(engine.db), "--param", "n=2",
-        "--param", "chunks=3", "--param", "pause=0",
-    )  # fmt: skip
+    done = engine.run(*streamer_args(engine, "x", 2, 3, 0))
     assert done.returncode == 0, done.stderr
     archive = tmp_path / "x.jsonl"
     assert engine.run("export", "x", "--db", str(engine.db), "-o", str(archive)).returncode == 0
@@ -139,10 +138,7 @@ def test_the_python_readers_read_what_the_cli_prints(engine: Engine) -> None:
 
     import steplog
 
-    engine.run(
-        "run", AGENT, "--run-id", "p", "--db", str(engine.db), "--param", "n=2",
-        "--param", "chunks=2", "--param", "pause=0",
-    )  # fmt: skip
+    engine.run(*streamer_args(engine, "p", 2, 2, 0))
     cli = stream_json(engine, "p")
     assert list(steplog.read_stream("p", db=str(engine.db))) == cli
     assert list(steplog.read_stream("p", db=str(engine.db), name="events", from_offset=3)) == [
@@ -161,10 +157,7 @@ def test_an_unfinished_attempt_is_not_printed_until_it_is_over(
     engine: Engine,
 ) -> None:
     """Its entries come out once the step's attempt is over: then, cut or not, for good."""
-    proc = engine.start(
-        "run", AGENT, "--run-id", "u", "--db", str(engine.db), "--param", "n=1",
-        "--param", "chunks=400", "--param", "pause=0.01",
-    )  # fmt: skip
+    proc = engine.start(*streamer_args(engine, "u", 1, 400, 0.01))
     try:
         deadline = 30.0
         import time
@@ -215,10 +208,7 @@ def test_a_run_that_streams_nothing_has_no_stream_thread(engine: Engine, tmp_pat
 def test_a_fork_starts_with_its_parents_recorded_text_and_writes_on_after_it(
     engine: Engine,
 ) -> None:
-    done = engine.run(
-        "run", AGENT, "--run-id", "f", "--db", str(engine.db), "--param", "n=3",
-        "--param", "chunks=2", "--param", "pause=0",
-    )  # fmt: skip
+    done = engine.run(*streamer_args(engine, "f", 3, 2, 0))
     assert done.returncode == 0, done.stderr
     parent = stream_json(engine, "f")
     forked = engine.run("fork", "f", "--at-step", "4", "--run-id", "f2", "--db", str(engine.db))

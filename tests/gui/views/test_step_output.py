@@ -9,17 +9,12 @@ from typing import Any
 from PySide6.QtGui import QTextCursor
 
 from helpers.engine import Engine, kill_group
+from helpers.gui import shown
 from helpers.paths import AGENTS
 from steplog_gui.main_window import MainWindow
 from steplog_gui.model.step_output import CUT, LIVE, RECORDED
 
 AGENT = f"{AGENTS}:streamer"
-
-
-def shown(qtbot: Any, window: MainWindow, run_id: str) -> None:
-    qtbot.waitUntil(lambda: window.runs_model.row_of(run_id) >= 0, timeout=10_000)
-    window.select_run(run_id)
-    qtbot.waitUntil(lambda: window._run_id == run_id, timeout=5_000)
 
 
 def test_the_pane_shows_the_step_writing_now_then_its_cut_attempt_struck_through_above_the_redo(
