@@ -173,7 +173,11 @@ class MainWindow(QMainWindow):
         self.runs_view.selectionModel().selectionChanged.connect(self._on_run_selected)
         self.loader = StepDetailLoader(lambda: self.monitor.path, self)
         self.detail = StepDetailView(self.loader, self.watcher)
-        self.output_feed = StepOutputFeed(lambda: self.monitor.path, self)
+        self.output_feed = StepOutputFeed(
+            lambda: self.monitor.path,
+            lambda run_id: (r := self.monitor.run(run_id)) is not None and r.terminal,
+            self,
+        )
         self.output = StepOutputView(self.output_feed)
         self.outbox_panel = OutboxPanel(self.watcher)
         self._runs_dock = self._dock(

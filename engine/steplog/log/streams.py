@@ -23,6 +23,7 @@ later returns exactly what a reader starting after the run would (``steplog stre
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -250,11 +251,13 @@ class Entry:
         }
 
 
-_READ_SQL = (
+_ENTRIES = (
     "SELECT s.pos, s.name, s.seq, s.attempt, s.incarnation, s.ts, s.value, st.status, st.attempts "
     "FROM stream s LEFT JOIN step st ON st.run_id = s.run_id AND st.seq = s.seq "
-    "WHERE s.run_id = ? AND s.pos >= ? ORDER BY s.pos LIMIT ?"
 )
+"""An entry with what ``settle`` needs of its step; ``_READ_SQL`` and ``_STEP_SQL`` pick them."""
+_READ_SQL = _ENTRIES + "WHERE s.run_id = ? AND s.pos >= ? ORDER BY s.pos LIMIT ?"
+_STEP_SQL = _ENTRIES + "WHERE s.run_id = ? AND s.seq = ? ORDER BY s.pos"
 
 
 def settle(row: Sequence[Any], run_status: str, run_incarnation: int) -> tuple[bool, bool]:
@@ -275,6 +278,17 @@ def settle(row: Sequence[Any], run_status: str, run_incarnation: int) -> tuple[b
     return False, False
 
 
+def _run_now(conn: LogConnection, run_id: str) -> tuple[str, int] | None:
+    """The run's status and incarnation as committed now (what ``settle`` judges by)."""
+    run = conn.execute("SELECT status, incarnation FROM run WHERE id = ?", (run_id,)).fetchone()
+    return None if run is None else (str(run[0]), int(run[1]))
+
+
+def _entry(row: Sequence[Any], cut: bool) -> Entry:
+    """An ``Entry`` of a row read by ``_READ_SQL``'s columns."""
+    return Entry(int(row[0]), row[1], row[2], row[3], cut, json.loads(row[6]), float(row[5]))
+
+
 def read_entries(
     conn: LogConnection,
     run_id: str,
@@ -286,12 +300,10 @@ def read_entries(
     """Settled entries from ``from_offset`` on (those of ``names`` only, if given), the offset to
     read from next time, and whether the stream is complete (the run is over and every entry up
     to the last was returned). Stops at the first unsettled entry, whatever its stream."""
-    import json
-
-    run = conn.execute("SELECT status, incarnation FROM run WHERE id = ?", (run_id,)).fetchone()
+    run = _run_now(conn, run_id)
     if run is None:
         return [], from_offset, True
-    run_status, run_incarnation = str(run[0]), int(run[1])
+    run_status, run_incarnation = run
     wanted = None if names is None else frozenset(names)
     rows = conn.execute(_READ_SQL, (run_id, from_offset, limit)).fetchall()
     out: list[Entry] = []
@@ -302,9 +314,7 @@ def read_entries(
             return out, next_offset, False
         next_offset = int(row[0]) + 1
         if wanted is None or row[1] in wanted:
-            out.append(
-                Entry(int(row[0]), row[1], row[2], row[3], cut, json.loads(row[6]), float(row[5]))
-            )
+            out.append(_entry(row, cut))
     complete = run_status in TERMINAL and len(rows) < limit
     return out, next_offset, complete
 
@@ -322,47 +332,15 @@ def read_step(
         if row is None:
             return None, []
         seq = int(row[0])
-    run = conn.execute("SELECT status, incarnation FROM run WHERE id = ?", (run_id,)).fetchone()
+    run = _run_now(conn, run_id)
     if run is None:
         return seq, []
-    import json
-
-    rows = conn.execute(
-        "SELECT s.pos, s.name, s.seq, s.attempt, s.incarnation, s.ts, s.value, st.status, "
-        "st.attempts FROM stream s LEFT JOIN step st ON st.run_id = s.run_id AND st.seq = s.seq "
-        "WHERE s.run_id = ? AND s.seq = ? ORDER BY s.pos",
-        (run_id, seq),
-    ).fetchall()
+    rows = conn.execute(_STEP_SQL, (run_id, seq)).fetchall()
     out = []
     for r in rows:
-        settled, cut = settle(r, str(run[0]), int(run[1]))
-        out.append(
-            (Entry(int(r[0]), r[1], r[2], r[3], cut, json.loads(r[6]), float(r[5])), settled)
-        )
+        settled, cut = settle(r, *run)
+        out.append((_entry(r, cut), settled))
     return seq, out
-
-
-def read_raw(
-    conn: LogConnection, run_id: str, *, from_offset: int = 0, limit: int = 10_000
-) -> list[tuple[Entry, bool]]:
-    """Every entry from ``from_offset``, settled or not, with whether it is settled: the
-    monitor's live view shows an attempt's text as it comes (its ``cut`` is False until known)."""
-    import json
-
-    run = conn.execute("SELECT status, incarnation FROM run WHERE id = ?", (run_id,)).fetchone()
-    if run is None:
-        return []
-    run_status, run_incarnation = str(run[0]), int(run[1])
-    out = []
-    for row in conn.execute(_READ_SQL, (run_id, from_offset, limit)).fetchall():
-        settled, cut = settle(row, run_status, run_incarnation)
-        out.append(
-            (
-                Entry(int(row[0]), row[1], row[2], row[3], cut, json.loads(row[6]), float(row[5])),
-                settled,
-            )
-        )
-    return out
 
 
 def entries(

@@ -38,20 +38,24 @@ class StepOutputFeed(QObject):
     changed = Signal(object, object)
     """(the step shown or ``None``, its ``AttemptText`` list)."""
 
-    def __init__(self, path_of: Any, parent: QObject | None = None) -> None:
+    def __init__(
+        self, path_of: Any, is_over: Any = lambda _run: False, parent: QObject | None = None
+    ) -> None:
         super().__init__(parent)
         self._path_of = path_of
+        self._is_over = is_over  # run id -> has it ended (the monitor's fold knows)
         self._run: str | None = None
         self._seq: int | None = None
         self._busy = False
         self._last: tuple[Any, ...] | None = None
+        self._final: tuple[str | None, int | None] | None = None
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self._poll)
 
     def show(self, run_id: str | None, seq: int | None = None) -> None:
         """Follow ``run_id``'s step ``seq`` (``None``: whichever step writes)."""
-        self._run, self._seq, self._last = run_id, seq, None
+        self._run, self._seq, self._last, self._final = run_id, seq, None, None
         if run_id is None:
             self._timer.stop()
             self.changed.emit(None, [])
@@ -62,14 +66,19 @@ class StepOutputFeed(QObject):
     def _poll(self) -> None:
         if self._busy or self._run is None:
             return
+        if self._final == (self._run, self._seq):
+            return  # read once after its run had ended: nothing more will be written
         self._busy = True
         wanted = (self._run, self._seq)
+        over = self._is_over(self._run)  # judged before the read: that read is then the last
         path = self._path_of()
 
         def done(found: tuple[int | None, list[AttemptText]]) -> None:
             self._busy = False
             if wanted != (self._run, self._seq):
                 return
+            if over:
+                self._final = wanted
             key = (found[0], tuple(found[1]))
             if key != self._last:
                 self._last = key
