@@ -259,6 +259,7 @@ class MainWindow(QMainWindow):
             placeholder.deleteLater()
         self.timeline.step_selected.connect(lambda rid, seq: self._step_selected(rid, seq))
         self.timeline.step_selected.connect(self.control.set_step)
+        self.output_feed.writing_changed.connect(self.timeline.set_writing)
         self.views_ready = True
         if self._run_id is not None:
             self.timeline.set_run(self._run_id)

@@ -454,6 +454,20 @@ class LogRepository:
         except sqlite3.DatabaseError as exc:
             raise self._unavailable(exc) from exc
 
+    def stream_progress(self, run_id: str, after: int = -1) -> tuple[int, list[Any]]:
+        """When each step attempt's stream entries after offset ``after`` came
+        (``streams.read_progress``) and the last offset read; ``(after, [])`` for a log older
+        than streams."""
+        from steplog.log.streams import read_progress
+
+        conn = self._c()
+        try:
+            if not has_column(conn, "stream", "pos"):
+                return after, []
+            return read_progress(conn, run_id, after)
+        except sqlite3.DatabaseError as exc:
+            raise self._unavailable(exc) from exc
+
 
 def _read_columns(
     cursor: Any, dtype: np.dtype[Any], rows: int

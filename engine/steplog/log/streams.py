@@ -343,6 +343,34 @@ def read_step(
     return seq, out
 
 
+_PROGRESS_SQL = (
+    "SELECT seq, incarnation, attempt, MIN(ts), MAX(ts), MAX(pos) FROM stream "
+    "WHERE run_id = ? AND pos > ? AND seq IS NOT NULL GROUP BY seq, incarnation, attempt"
+)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """When one step attempt's entries came: the first and the latest (engine clock)."""
+
+    seq: int
+    incarnation: int
+    attempt: int
+    first: float
+    last: float
+
+
+def read_progress(conn: LogConnection, run_id: str, after: int = -1) -> tuple[int, list[Progress]]:
+    """Per step attempt, when the entries after offset ``after`` came, and the last offset read
+    (the next call's ``after``): the monitor's timeline fills a running model call's bar from
+    this without reading the text. One indexed range of the run's newest entries."""
+    rows = conn.execute(_PROGRESS_SQL, (run_id, after)).fetchall()
+    last = max((int(r[5]) for r in rows), default=after)
+    return last, [
+        Progress(int(r[0]), int(r[1]), int(r[2] or 0), float(r[3]), float(r[4])) for r in rows
+    ]
+
+
 def entries(
     location: LogLocation,
     run_id: str,

@@ -47,3 +47,25 @@ def attempts_of(entries: Iterable[tuple[Any, bool]]) -> list[AttemptText]:
         texts.setdefault(attempt, []).append(_piece(entry.value, entry.stream))
         states[attempt] = (CUT if entry.cut else RECORDED) if settled else LIVE
     return [AttemptText(a, "".join(texts[a]), states[a]) for a in sorted(texts)]
+
+
+Writing = dict[tuple[int, int], tuple[int, float, float]]
+"""(seq, engine incarnation) -> (attempt, first entry's time, latest entry's time): when a step
+attempt's stream entries came, newest attempt per step and engine."""
+
+
+def merge_progress(writing: Writing, progress: Iterable[Any]) -> bool:
+    """Fold ``streams.Progress`` rows (``LogRepository.stream_progress``) into ``writing``; whether
+    anything changed. An older attempt's rows never replace a newer one's."""
+    changed = False
+    for p in progress:
+        key = (int(p.seq), int(p.incarnation))
+        old = writing.get(key)
+        if old is None or p.attempt > old[0]:
+            writing[key] = (int(p.attempt), float(p.first), float(p.last))
+        elif p.attempt == old[0] and p.last > old[2]:
+            writing[key] = (old[0], min(old[1], float(p.first)), float(p.last))
+        else:
+            continue
+        changed = True
+    return changed

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from steplog_gui.model.run_state import OUTCOME_NAMES, PHASES, Kill, RunState
+from steplog_gui.model.run_state import OUTCOME_NAMES, PHASES, RUNNING, Kill, RunState
 
 BAR_HEIGHT = 0.7
 MIN_WIDTH = 0.02
@@ -194,6 +194,66 @@ def bars(
     return Bars(
         np.concatenate(out_x), np.concatenate(out_w), np.concatenate(out_y), np.concatenate(out_h)
     )
+
+
+MODEL_CALL = "chat"
+"""The step kind of a model call (``run.chat``)."""
+
+
+def writing_bars(
+    run: RunState,
+    writing: Mapping[tuple[int, int], tuple[int, float, float]],
+    now: float,
+    *,
+    by_step: bool = False,
+) -> tuple[Bars, Bars]:
+    """(veil, fill) over the bars of model calls still waiting for their answer: the veil pales
+    the whole bar, the fill covers it again from the first streamed piece to the latest. So a
+    call shows how long the model thought (pale, left), wrote (solid) and has been silent since
+    (pale, right), and its bar fills as tokens come. ``writing``: ``step_output.Writing``.
+
+    A step in progress counts when it is a model call whose answer is not recorded yet, or when
+    its attempt has streamed anything (a step body's ``emit``); once the answer is recorded the
+    bar is plain again."""
+    ex = run.executions
+    empty = Bars(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0))
+    if not len(ex):
+        return empty, empty
+    running = np.flatnonzero((ex["outcome"] == RUNNING) & (ex["phase"] == 0))
+    if not len(running):
+        return empty, empty
+    x0, x1 = spans(run, now, by_step=by_step)
+    t_end = run.open_until(now)
+    sub, tall = (
+        sublanes(run, now) if not by_step else (np.zeros(len(ex)), np.full(len(ex), BAR_HEIGHT))
+    )
+    veil: list[tuple[float, float, float, float]] = []
+    fill: list[tuple[float, float, float, float]] = []
+    for i in running.tolist():
+        seq, lane, start = int(ex["seq"][i]), int(ex["lane"][i]), float(ex["start"][i])
+        mark = writing.get((seq, lane))
+        if mark is not None and mark[2] < start - 1e-3:
+            mark = None  # an earlier attempt's entries: this one has written nothing yet
+        if mark is None and run.step_names.get(seq, ("", ""))[1] != MODEL_CALL:
+            continue
+        y, h = lane - BAR_HEIGHT / 2 + float(sub[i]), float(tall[i])
+        left, right = float(x0[i]), float(x1[i])
+        veil.append((left, right - left, y, h))
+        if mark is None:
+            continue
+        # Times to x along the bar: on the time axis its own times, on the step axis its share.
+        span = max(t_end - start, 1e-9)
+        a = left + (max(mark[1], start) - start) / span * (right - left)
+        b = left + (min(mark[2], t_end) - start) / span * (right - left)
+        fill.append((a, max(b - a, 0.0), y, h))
+
+    def as_bars(rows: list[tuple[float, float, float, float]]) -> Bars:
+        if not rows:
+            return empty
+        x, w, y, h = (np.array(c, dtype=np.float64) for c in zip(*rows, strict=True))
+        return Bars(x, w, y, h)
+
+    return as_bars(veil), as_bars(fill)
 
 
 def nearest(

@@ -41,6 +41,7 @@ from steplog_gui.model.timeline_data import (
     name_filter,
     nearest,
     spans,
+    writing_bars,
 )
 
 REFRESH_MS = 100
@@ -121,6 +122,17 @@ class TimelineView(QWidget):
             brush=None,
             pen=pg.mkPen("#000000", width=2),
         )
+        # Over a model call in progress: a veil paling its bar, and the stretch its streamed
+        # pieces came in drawn solid again on top (``writing_bars``).
+        self._veil = pg.BarGraphItem(
+            x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT, pen=None
+        )
+        self._fill = pg.BarGraphItem(
+            x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT, pen=None
+        )
+        self.plot.addItem(self._veil)
+        self.plot.addItem(self._fill)
+        self._writing: dict[tuple[int, int], tuple[int, float, float]] = {}
         self.plot.addItem(self._selected)
         self._kills = pg.PlotDataItem(connect="pairs")
         self.plot.addItem(self._kills)
@@ -182,6 +194,8 @@ class TimelineView(QWidget):
     # -- public -----------------------------------------------------------------------------
 
     def set_run(self, run_id: str | None) -> None:
+        if run_id != self._run_id:
+            self._writing = {}
         self._run_id = run_id
         self._selected_seq = None
         run = self.run()
@@ -190,6 +204,17 @@ class TimelineView(QWidget):
             self.plot.setXRange(0.0, 1.0, padding=0)
         self.refresh()
         self.plot.enableAutoRange()
+
+    def set_writing(
+        self, run_id: str, writing: dict[tuple[int, int], tuple[int, float, float]]
+    ) -> None:
+        """When the shown run's step attempts streamed (``StepOutputFeed.writing_changed``)."""
+        if run_id != self._run_id:
+            return
+        self._writing = writing
+        run = self.run()
+        if run is not None and run.in_progress:
+            self._draw_writing(run, time.time())
 
     def set_axis(self, *, by_step: bool) -> None:
         """x by time (default) or by step number."""
@@ -243,6 +268,10 @@ class TimelineView(QWidget):
             self._overview_items[outcome].setOpts(brush=pg.mkBrush(pal.outcome[outcome]), pen=None)
         self.overview.setBackground(pal.background)
         self._selected.setOpts(pen=pg.mkPen(pal.foreground, width=2), brush=None)
+        veil = theme.qcolor(pal.background)
+        veil.setAlpha(150)
+        self._veil.setOpts(brush=pg.mkBrush(veil), pen=None)
+        self._fill.setOpts(brush=pg.mkBrush(pal.outcome[RUNNING]), pen=None)
         self._kills.setPen(pg.mkPen(pal.kill, width=3))
         self._palette = pal
         self._dirty = True
@@ -269,7 +298,9 @@ class TimelineView(QWidget):
         if self._dirty:
             self.refresh()
         elif run.in_progress:
-            self._draw(RUNNING, run, time.time())  # running bars grow with the clock
+            now = time.time()
+            self._draw(RUNNING, run, now)  # running bars grow with the clock
+            self._draw_writing(run, now)
         if self._overview_stale and time.monotonic() - self._overview_at >= OVERVIEW_EVERY_S:
             self._draw_overview(run, time.time())
 
@@ -281,6 +312,7 @@ class TimelineView(QWidget):
         self._keep = name_filter(run, self.filter.text()) if run is not None else None
         for outcome in OUTCOMES:
             self._draw(outcome, run, now)
+        self._draw_writing(run, now)
         if (
             run is not self._overview_run
             or time.monotonic() - self._overview_at >= OVERVIEW_EVERY_S
@@ -363,6 +395,21 @@ class TimelineView(QWidget):
             np.maximum(b.width, MIN_BAR_PIXELS * unit),
         )
         item.setOpts(x0=b.x0, width=width, y0=b.y0, height=self._with_gaps(b.height))
+
+    def _draw_writing(self, run: RunState | None, now: float) -> None:
+        """The veil and fill over model calls in progress (none once the run is over)."""
+        if run is None or not run.in_progress:
+            veil = fill = None
+        else:
+            veil, fill = writing_bars(run, self._writing, now, by_step=self._by_step)
+        box = self.plot.getViewBox()
+        (lo, hi), _ = box.viewRange()
+        least = MIN_BAR_PIXELS * (hi - lo) / max(1.0, box.width())
+        for item, b in ((self._veil, veil), (self._fill, fill)):
+            if b is None or not len(b.x0):
+                item.setOpts(x0=np.zeros(0), width=np.zeros(0), y0=np.zeros(0), height=BAR_HEIGHT)
+            else:
+                item.setOpts(x0=b.x0, width=np.maximum(b.width, least), y0=b.y0, height=b.height)
 
     def _with_gaps(self, height: Heights) -> Heights:
         """Parallel steps share their lane in sub-lanes: a pixel of background between them."""

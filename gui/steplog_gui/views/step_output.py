@@ -16,19 +16,30 @@ from PySide6.QtWidgets import QLabel, QTextEdit, QVBoxLayout, QWidget
 from steplog.log.reader import LogRepository
 from steplog_gui import jobs, theme
 from steplog_gui.model.run_state import COPIED
-from steplog_gui.model.step_output import CUT, LIVE, AttemptText, attempts_of
+from steplog_gui.model.step_output import (
+    CUT,
+    LIVE,
+    AttemptText,
+    Writing,
+    attempts_of,
+    merge_progress,
+)
 
 POLL_MS = 100
 """How often the pane reads the step's entries while a run is shown (off the GUI thread)."""
 
 
-def _read(path: Any, run_id: str, seq: int | None) -> tuple[int | None, list[AttemptText]]:
+def _read(
+    path: Any, run_id: str, seq: int | None, after: int
+) -> tuple[int | None, list[AttemptText], int, list[Any]]:
+    """The shown step's attempts, and when the run's newer entries came (for the timeline)."""
     repo = LogRepository(path)
     try:
         shown, entries = repo.step_stream(run_id, seq)
+        last, progress = repo.stream_progress(run_id, after)
     finally:
         repo.close()
-    return shown, attempts_of(entries)
+    return shown, attempts_of(entries), last, progress
 
 
 class StepOutputFeed(QObject):
@@ -37,6 +48,9 @@ class StepOutputFeed(QObject):
 
     changed = Signal(object, object)
     """(the step shown or ``None``, its ``AttemptText`` list)."""
+    writing_changed = Signal(str, object)
+    """(run id, ``step_output.Writing``): when its step attempts' entries came, for the
+    timeline's bars of model calls in progress (a copy: the receiver may keep it)."""
 
     def __init__(
         self, path_of: Any, is_over: Any = lambda _run: False, parent: QObject | None = None
@@ -49,12 +63,16 @@ class StepOutputFeed(QObject):
         self._busy = False
         self._last: tuple[Any, ...] | None = None
         self._final: tuple[str | None, int | None] | None = None
+        self._writing: Writing = {}
+        self._after = -1
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self._poll)
 
     def show(self, run_id: str | None, seq: int | None = None) -> None:
         """Follow ``run_id``'s step ``seq`` (``None``: whichever step writes)."""
+        if run_id != self._run:
+            self._writing, self._after = {}, -1
         self._run, self._seq, self._last, self._final = run_id, seq, None, None
         if run_id is None:
             self._timer.stop()
@@ -72,22 +90,28 @@ class StepOutputFeed(QObject):
         wanted = (self._run, self._seq)
         over = self._is_over(self._run)  # judged before the read: that read is then the last
         path = self._path_of()
+        after = self._after
 
-        def done(found: tuple[int | None, list[AttemptText]]) -> None:
+        def done(found: tuple[int | None, list[AttemptText], int, list[Any]]) -> None:
             self._busy = False
+            shown, attempts, last, progress = found
+            if wanted[0] == self._run and after == self._after:
+                self._after = last
+                if merge_progress(self._writing, progress):
+                    self.writing_changed.emit(wanted[0], dict(self._writing))
             if wanted != (self._run, self._seq):
                 return
             if over:
                 self._final = wanted
-            key = (found[0], tuple(found[1]))
+            key = (shown, tuple(attempts))
             if key != self._last:
                 self._last = key
-                self.changed.emit(*found)
+                self.changed.emit(shown, attempts)
 
         def failed(_exc: BaseException) -> None:
             self._busy = False  # a log being replaced or a lost server: the next poll tries
 
-        jobs.submit(lambda: _read(path, *wanted), done, failed, owner=self)
+        jobs.submit(lambda: _read(path, *wanted, after), done, failed, owner=self)
 
 
 class StepOutputView(QWidget):
