@@ -11,6 +11,7 @@ from PySide6.QtGui import QTextCursor
 from helpers.engine import Engine, kill_group
 from helpers.gui import shown
 from helpers.paths import AGENTS
+from steplog.log.reader import LogRepository
 from steplog_gui.main_window import MainWindow
 from steplog_gui.model.step_output import CUT, LIVE, RECORDED
 
@@ -86,3 +87,67 @@ def test_markup_in_a_stream_is_shown_as_text(
     shown(qtbot, window, "m")
     qtbot.waitUntil(lambda: bool(window.output.attempts), timeout=10_000)
     assert '<b>bold?</b> <a href="x">link</a>' in window.output.text.toPlainText()
+
+
+TALKER = """\
+import time
+import steplog
+
+def talk(run, chunks, pause):
+    for c in range(chunks):
+        run.emit(f"{run.id}:{c} ", stream="tokens")
+        time.sleep(pause)
+    return chunks
+
+@steplog.agent
+def talker(run, chunks: int = 400, pause: float = 0.02):
+    return run.step("talk", talk, run, chunks, pause)
+"""
+
+
+def test_two_runs_streaming_in_one_log_each_shows_only_its_own_text_when_switched(
+    qtbot: Any, window: MainWindow, engine: Engine, tmp_path: Any
+) -> None:
+    agent = tmp_path / "talker.py"
+    agent.write_text(TALKER)
+    procs = [
+        engine.start("run", f"{agent}:talker", "--run-id", rid, "--db", str(engine.db))
+        for rid in ("left", "right")
+    ]
+    pane = window.output
+
+    def writing(rid: str) -> bool:
+        text = pane.attempts[-1].text if pane.attempts else ""
+        return pane.attempts[-1].state == LIVE and f"{rid}:30 " in text if pane.attempts else False
+
+    try:
+        for rid, other in (("left", "right"), ("right", "left"), ("left", "right")):
+            shown(qtbot, window, rid)
+            qtbot.waitUntil(lambda rid=rid: writing(rid), timeout=20_000)  # type: ignore[misc]
+            before = len(pane.attempts[-1].text)
+            qtbot.waitUntil(lambda b=before: len(pane.attempts[-1].text) > b, timeout=10_000)
+            text = pane.text.toPlainText()
+            assert f"{other}:" not in text, f"{other}'s text in {rid}'s pane"
+            # The timeline fills this run's bar from this run's entries (the switch dropped
+            # the other's): the first piece's time is the one this run's log holds.
+            repo = LogRepository(engine.db)
+            try:
+                _last, progress = repo.stream_progress(rid)
+            finally:
+                repo.close()
+            first = {(p.seq, p.incarnation): p.first for p in progress}
+            qtbot.waitUntil(lambda: bool(window.timeline._writing), timeout=5_000)
+            assert {k: v[1] for k, v in window.timeline._writing.items()} == first
+    finally:
+        for proc in procs:
+            proc.wait(timeout=60)
+    assert [p.returncode for p in procs] == [0, 0]
+    # Both over: each pane shows its run's whole recorded text, nothing of the other's.
+    for rid, other in (("right", "left"), ("left", "right")):
+        shown(qtbot, window, rid)
+        whole = "".join(f"{rid}:{c} " for c in range(400))
+        qtbot.waitUntil(
+            lambda w=whole: [(a.state, a.text) for a in pane.attempts] == [(RECORDED, w)],
+            timeout=10_000,
+        )
+        assert f"{other}:" not in pane.text.toPlainText()
