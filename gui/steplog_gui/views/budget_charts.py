@@ -101,6 +101,9 @@ class _Chart:
         # The projection may reach far past the data: it must not drag the autorange with it.
         self.projection = pg.PlotDataItem([], [])
         self.widget.addItem(self.projection, ignoreBounds=True)
+        self.follow = True
+        """Time axis from the run's start to its last point (until the person pans or zooms)."""
+        self.widget.getViewBox().sigRangeChangedManually.connect(self._manual)
         self.full_title = title
         self._shown: tuple[str, str] = ("", "")
         self._palette: theme.Palette | None = None
@@ -116,6 +119,9 @@ class _Chart:
             label.setMinimumWidth(0)
 
         label.updateMin = title_min_size
+
+    def _manual(self, *_args: object) -> None:
+        self.follow = False
 
     def _recut(self) -> None:
         if self._palette is not None:
@@ -199,6 +205,7 @@ class BudgetCharts(QWidget):
         self._run_id = run_id
         for chart in self.charts.values():
             chart.widget.enableAutoRange()  # first: the refresh may fix the y range (see ``_draw``)
+            chart.follow = True
         self.refresh()
 
     def _tick(self) -> None:
@@ -237,14 +244,19 @@ class BudgetCharts(QWidget):
             chart.estimated.setData(x, s["tokens_estimated"][keep])
         limit = run.limits.get(key)
         box = chart.widget.getViewBox()
-        # Time follows the data: the empty chart's fixed 0..1 (above) turned auto-range off.
-        box.enableAutoRange(axis=pg.ViewBox.XAxis)
+        # Time from the run's start to its last point: auto-range would stretch points a few
+        # milliseconds apart (a first commit and the next step's start) to the whole width, on
+        # an axis of "4.0115 4.0120 ...". Once the person pans or zooms, it is theirs.
+        if chart.follow:
+            end = float(x[-1])
+            box.setXRange(0.0, end if end > 0 else 1.0, padding=0.02)
         top = float(np.max(y))
         if not limit and not top:  # all zero, no limit: 0..1, not auto-range's -0.4..0.4
             box.setYRange(0, 1, padding=0)
-        elif limit and top < limit * LIMIT_IN_VIEW:
-            # Far from its limit (15 steps of 100,000): the usage fills the chart, not a flat line
-            # along its floor; the title gives the limit, and the line comes into view later.
+        elif not limit or top < limit * LIMIT_IN_VIEW:
+            # Far from its limit (15 steps of 100,000), or none: the usage fills the chart, not a
+            # flat line along its floor; the title gives the limit, and the line comes into view
+            # later. From 0: a usage of 4.0 s is not drawn on an axis of 4.009 .. 4.011.
             box.setYRange(0, top * 1.15 if top else 1.0, padding=0)
         else:
             box.enableAutoRange(axis=pg.ViewBox.YAxis)

@@ -284,3 +284,52 @@ def test_a_long_usage_series_is_drawn_thinned_with_its_first_point_and_its_newes
     assert isinstance(keep, np.ndarray) and len(keep) <= MAX_POINTS + 1
     assert keep[0] == 0 and np.all(np.diff(keep) > 0)
     assert keep[-EXACT_TAIL:].tolist() == list(range(n - EXACT_TAIL, n))
+
+
+SLOW_START = """\
+import time
+import steplog
+
+def wait(seconds):
+    time.sleep(seconds)
+    return seconds
+
+@steplog.agent
+def slow_start(run):
+    run.step("slow", wait, 1.5)
+    for i in range(3):
+        run.step(f"quick {i}", wait, 0.0)
+"""
+
+
+def test_charts_time_starts_at_the_run_and_usage_at_zero_however_close_the_points(
+    qtbot, engine: Engine, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """The first usage points of a run whose first step took 1.5 s come milliseconds apart: the
+    charts still read from the run's start and from zero ("1.5 s" on an axis of 1.5008 .. 1.5012
+    reads as nothing). Panning the time axis by hand keeps it where the person put it."""
+    agent = tmp_path / "slow_start.py"
+    agent.write_text(SLOW_START)
+    done = engine.run("run", f"{agent}:slow_start", "--run-id", "S", "--db", str(engine.db))
+    assert done.returncode == 0, done.stderr
+    monitor = folded(qtbot, engine.db, "S")
+    charts = BudgetCharts(monitor)
+    qtbot.addWidget(charts)
+    charts.show()
+    charts.set_run("S")
+    try:
+        for key in ("steps", "seconds"):
+            box = charts.charts[key].widget.getViewBox()
+            x, y = charts.charts[key].used.getData()
+            assert x is not None and y is not None
+            assert x[0] > 1.4 and x[-1] - x[0] < 0.5, "the points are close, far from the start"
+            (x_lo, x_hi), (y_lo, y_hi) = box.viewRange()
+            assert x_lo <= 0.0 and x[-1] <= x_hi < 1.1 * x[-1]
+            assert y_lo <= 0.0 and y.max() <= y_hi
+        box = charts.charts["steps"].widget.getViewBox()
+        box.setXRange(1.4, 1.6, padding=0)
+        box.sigRangeChangedManually.emit([True, False])  # what a drag or wheel says
+        charts.refresh()
+        assert box.viewRange()[0] == [1.4, 1.6]
+    finally:
+        monitor.stop()
