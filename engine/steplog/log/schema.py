@@ -310,7 +310,22 @@ WHEN NOT EXISTS (SELECT 1 FROM pruned WHERE run_id = OLD.run_id AND state = 'pru
 BEGIN SELECT RAISE(ABORT, 'the stream table is append-only (only steplog prune removes a finished run''s entries)'); END;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+# Reserved while issues 31-33 are built side by side (filled in before any release writes them):
+# v8 code versions (issue 31), v9 time and messages (issue 33), v10 finding runs: tags and the
+# runs list's index (issue 32).
+_V8 = """
+-- reserved: code versions (issue 31)
+"""
+
+_V9 = """
+-- reserved: time and messages (issue 33)
+"""
+
+_V10 = """
+-- reserved: finding runs (issue 32)
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 """``MIGRATIONS[i]`` takes a log from ``user_version`` i to i + 1. Append only; never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
