@@ -6,7 +6,8 @@ Importing this module imports ``openai`` (about 0.6 s), so ``steplog.llm`` only 
 One model object holds one SDK client (one connection pool, one SSL context) for all its calls; the
 engine makes one model per run and ``close()``s it when the run ends.
 
-One ``complete`` is exactly one HTTP request: the SDK's own retries are off (``max_retries=0``)
+One ``complete`` (or ``stream``: the same call, its answer read as it comes, ``openai_stream``)
+is exactly one HTTP request: the SDK's own retries are off (``max_retries=0``)
 because the engine owns the retry policy, and a call that timed out on our side may still have
 been billed on theirs, so it must not be silently sent twice. Each request carries the step's
 ``Idempotency-Key`` header (ignored by servers that do not support it).
@@ -17,7 +18,9 @@ Errors, all with a one-line message that says what to do and never contains the 
   409, 429 (with ``retry_after`` from ``Retry-After``), 5xx, and a *malformed* 200 answer (body not
   JSON, no ``choices``, no message content). Malformed is treated as transient on purpose: in
   practice it is a proxy or gateway glitch far more often than a stable server bug, and the retry
-  policy bounds how often we try.
+  policy bounds how often we try. Streamed, also a stream that breaks midway (the connection
+  dropped, nothing for ``timeout`` seconds, an error event, a chunk that is not JSON, no finish
+  reason): the attempt's streamed text stays in the run's stream, marked cut.
 - ``ModelError`` (final): a missing or rejected API key, 403, 404 (unknown model or wrong base URL),
   400/422 (bad request), a 429 that says the quota is exhausted, and a refusal by the model.
 """
@@ -28,8 +31,8 @@ import email.utils
 import os
 import re
 import time
-from collections.abc import Sequence
-from typing import cast
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import openai
@@ -45,6 +48,7 @@ from steplog.llm.base import (
     estimate_messages,
     estimate_tokens,
 )
+from steplog.llm.openai_stream import malformed, read_answer, reported_usage
 from steplog.llm.prices import Price, PriceTable, is_local
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -107,21 +111,9 @@ class OpenAICompatModel:
         self, messages: Sequence[Message], *, max_tokens: int, idempotency_key: str
     ) -> ChatReply:
         where = _display_url(self.base_url)
-        if self._missing_key:
-            raise ModelError(f"no API key for {where}: set OPENAI_API_KEY (or pass api_key=...)")
-        params = cast(
-            "list[ChatCompletionMessageParam]",
-            [{"role": m.get("role", "user"), "content": m.get("content", "")} for m in messages],
-        )
-        # OpenAI's reasoning models reject max_tokens and take max_completion_tokens instead.
-        reasoning = bool(_REASONING_MODEL.match(self.name))
         try:
             completion = self._client.chat.completions.create(
-                model=self.name,
-                messages=params,
-                max_tokens=openai.omit if reasoning else max_tokens,
-                max_completion_tokens=max_tokens if reasoning else openai.omit,
-                extra_headers={"Idempotency-Key": idempotency_key},
+                **self._request(messages, max_tokens, idempotency_key, where)
             )
         except openai.APIError as exc:
             raise self._map_error(exc, where) from None
@@ -130,8 +122,94 @@ class OpenAICompatModel:
         except (
             ValueError
         ) as exc:  # the body said JSON and was not (json.JSONDecodeError), or failed validation
-            raise _malformed(where, type(exc).__name__) from None
+            raise malformed(where, type(exc).__name__) from None
         return self._reply(completion, messages, where)
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int,
+        idempotency_key: str,
+        on_text: Callable[[str], None],
+        pace: float = 0.0,
+    ) -> ChatReply:
+        """``complete``, streamed: each piece of the answer's text goes to ``on_text`` as it
+        arrives (``openai_stream``); the reply is the one ``complete`` gives for that answer.
+        Still one request; a stream that breaks midway is ``ModelUnavailable``. ``pace``
+        (``--pace``) is waited before asking: a real model's thinking needs no simulation."""
+        where = _display_url(self.base_url)
+        if pace > 0:
+            time.sleep(pace)
+        try:
+            chunks = self._client.chat.completions.create(
+                **self._request(messages, max_tokens, idempotency_key, where),
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        except openai.APIError as exc:
+            raise self._map_error(exc, where) from None
+        except openai.OpenAIError as exc:
+            raise ModelError(f"model call to {where} failed: {self._scrub(str(exc))}") from None
+        with chunks:
+            text, usage, model, finish = read_answer(
+                self._chunks(chunks, where),
+                on_text=on_text,
+                messages=messages,
+                name=self.name,
+                where=where,
+                scrub=self._scrub,
+            )
+        return ChatReply(
+            text=text,
+            usage=usage,
+            model=model,
+            cost_usd=self.price.cost_of(usage) if self.price is not None else 0.0,
+            finish_reason=finish,
+        )
+
+    def _chunks(self, chunks: Iterable[object], where: str) -> Iterator[object]:
+        """The stream's chunks, a break on the way mapped to ``ModelUnavailable`` (never what
+        the chunks' reader raises: its ``on_text`` runs outside this generator)."""
+        try:
+            yield from chunks
+        except openai.APITimeoutError:
+            raise ModelUnavailable(
+                f"the answer from {where} stalled: nothing came for {self.timeout:g}s; "
+                "transient; if it keeps happening, raise the timeout or check the server"
+            ) from None
+        except openai.APIConnectionError:
+            raise ModelUnavailable(
+                f"the connection to {where} broke in the middle of the answer: transient; "
+                "if it keeps happening, check the server or any proxy in front of it"
+            ) from None
+        except openai.APIError as exc:  # an error event in the stream
+            raise ModelUnavailable(
+                f"{where} sent an error in the middle of the answer: treated as transient"
+                f"{self._server_said(exc.body) or self._server_said(exc.message)}"
+            ) from None
+        except ValueError:  # a chunk that is not JSON
+            raise malformed(where, "a streamed chunk is not JSON") from None
+
+    def _request(
+        self, messages: Sequence[Message], max_tokens: int, idempotency_key: str, where: str
+    ) -> dict[str, Any]:
+        """The arguments of one chat request, streamed or not."""
+        if self._missing_key:
+            raise ModelError(f"no API key for {where}: set OPENAI_API_KEY (or pass api_key=...)")
+        params = cast(
+            "list[ChatCompletionMessageParam]",
+            [{"role": m.get("role", "user"), "content": m.get("content", "")} for m in messages],
+        )
+        # OpenAI's reasoning models reject max_tokens and take max_completion_tokens instead.
+        reasoning = bool(_REASONING_MODEL.match(self.name))
+        return {
+            "model": self.name,
+            "messages": params,
+            "max_tokens": openai.omit if reasoning else max_tokens,
+            "max_completion_tokens": max_tokens if reasoning else openai.omit,
+            "extra_headers": {"Idempotency-Key": idempotency_key},
+        }
 
     def _reply(self, completion: object, messages: Sequence[Message], where: str) -> ChatReply:
         choices = getattr(completion, "choices", None)
@@ -140,7 +218,7 @@ class OpenAICompatModel:
             or not isinstance(choices, list)
             or not choices
         ):
-            raise _malformed(where, "no choices")
+            raise malformed(where, "no choices")
         choice = choices[0]
         message = getattr(choice, "message", None)
         text = getattr(message, "content", None)
@@ -150,8 +228,8 @@ class OpenAICompatModel:
                 raise ModelError(
                     f"the model declined to answer: {self._scrub(refusal)}; rephrase the prompt"
                 )
-            raise _malformed(where, "no message content")
-        usage = _usage(getattr(completion, "usage", None))
+            raise malformed(where, "no message content")
+        usage = reported_usage(getattr(completion, "usage", None))
         if usage is None:
             usage = Usage(estimate_messages(messages), estimate_tokens(text), 0, estimated=True)
         model = getattr(completion, "model", None)
@@ -175,7 +253,7 @@ class OpenAICompatModel:
                 f"cannot reach {where}: is the server running? (check OPENAI_BASE_URL)"
             )
         if not isinstance(exc, openai.APIStatusError):  # APIResponseValidationError and the like
-            return _malformed(where, type(exc).__name__)
+            return malformed(where, type(exc).__name__)
         status = exc.status_code
         said = self._server_said(exc.body)
         retry_after = _retry_after(exc.response.headers)
@@ -236,16 +314,6 @@ class OpenAICompatModel:
         return text if len(text) <= 200 else text[:199] + "…"
 
 
-def _usage(raw: object) -> Usage | None:
-    """Provider-reported usage, or None when the server sent none (or nonsense)."""
-    prompt = getattr(raw, "prompt_tokens", None)
-    completion = getattr(raw, "completion_tokens", None)
-    if not isinstance(prompt, int) or not isinstance(completion, int):
-        return None
-    cached = getattr(getattr(raw, "prompt_tokens_details", None), "cached_tokens", None)
-    return Usage(prompt, completion, cached if isinstance(cached, int) else 0, estimated=False)
-
-
 def _retry_after(headers: object) -> float | None:
     """Seconds the server asked us to wait: ``retry-after-ms``, ``retry-after`` seconds or HTTP
     date."""
@@ -267,13 +335,6 @@ def _retry_after(headers: object) -> float | None:
             return None
         return max(0.0, when.timestamp() - time.time())
     return None
-
-
-def _malformed(where: str, what: str) -> ModelUnavailable:
-    return ModelUnavailable(
-        f"malformed response from {where} ({what}): treated as transient; "
-        "if it persists, check the server or any proxy in front of it"
-    )
 
 
 def _display_url(url: str) -> str:

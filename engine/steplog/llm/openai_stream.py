@@ -1,0 +1,99 @@
+"""An OpenAI-compatible answer read as it streams: chunks in, text handed on, one ``ChatReply`` out.
+
+``OpenAICompatModel.stream`` asks with ``stream=True`` and ``stream_options={"include_usage":
+True}``; this module reads what comes back. Each chunk's ``delta.content`` goes to ``on_text`` as
+it arrives; the reply it returns is the one ``complete`` would have returned for the same answer:
+the whole text, the usage of the final usage chunk (estimated, and marked so, only when the
+server sent none), the model the server named and the finish reason.
+
+An answer is whole only once a choice has said why it finished. A stream that ends without a
+finish reason, breaks (connection dropped, a timeout between chunks), sends an error event or a
+chunk that is not JSON is *broken*: ``ModelUnavailable``, retried by the engine's policy like any
+transient failure (the cut attempt's streamed text stays in the run's stream, marked cut). A
+refusal is final (``ModelError``), as it is unstreamed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from steplog.llm.base import (
+    Message,
+    ModelError,
+    ModelUnavailable,
+    Usage,
+    estimate_messages,
+    estimate_tokens,
+)
+
+
+def read_answer(
+    chunks: Iterable[object],
+    *,
+    on_text: Callable[[str], None],
+    messages: Sequence[Message],
+    name: str,
+    where: str,
+    scrub: Callable[[str], str],
+) -> tuple[str, Usage, str, str]:
+    """The streamed answer's text, usage, model and finish reason; ``on_text`` has had every
+    piece of the text, in order, by the time it returns. Errors as the module says."""
+    pieces: list[str] = []
+    refused: list[str] = []
+    usage: Usage | None = None
+    model = ""
+    finish: str | None = None
+    for chunk in chunks:
+        if not model:
+            named = getattr(chunk, "model", None)
+            model = named if isinstance(named, str) else ""
+        raw_usage = getattr(chunk, "usage", None)
+        if raw_usage is not None:
+            usage = reported_usage(raw_usage) or usage
+        choices = getattr(chunk, "choices", None)
+        if not choices:
+            continue  # the usage chunk (include_usage) has no choices
+        if not isinstance(choices, list):
+            raise malformed(where, "a chunk's choices are not a list")
+        choice = choices[0]
+        delta = getattr(choice, "delta", None)
+        text = getattr(delta, "content", None)
+        if isinstance(text, str) and text:
+            pieces.append(text)
+            on_text(text)
+        refusal = getattr(delta, "refusal", None)
+        if isinstance(refusal, str) and refusal:
+            refused.append(refusal)
+        reason = getattr(choice, "finish_reason", None)
+        if isinstance(reason, str) and reason:
+            finish = reason
+    if refused and not pieces:
+        raise ModelError(
+            f"the model declined to answer: {scrub(''.join(refused))}; rephrase the prompt"
+        )
+    if finish is None:
+        raise ModelUnavailable(
+            f"the answer from {where} stopped before it was finished (no finish reason): "
+            "treated as transient; if it persists, check the server or any proxy in front of it"
+        )
+    text = "".join(pieces)
+    if usage is None:
+        usage = Usage(estimate_messages(messages), estimate_tokens(text), 0, estimated=True)
+    return text, usage, model or name, finish
+
+
+def reported_usage(raw: object) -> Usage | None:
+    """Provider-reported usage, or None when the server sent none (or nonsense)."""
+    prompt = getattr(raw, "prompt_tokens", None)
+    completion = getattr(raw, "completion_tokens", None)
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        return None
+    cached = getattr(getattr(raw, "prompt_tokens_details", None), "cached_tokens", None)
+    return Usage(prompt, completion, cached if isinstance(cached, int) else 0, estimated=False)
+
+
+def malformed(where: str, what: str) -> ModelUnavailable:
+    return ModelUnavailable(
+        f"malformed response from {where} ({what}): treated as transient; "
+        "if it persists, check the server or any proxy in front of it"
+    )
