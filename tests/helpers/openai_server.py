@@ -400,3 +400,19 @@ def _payload(
             "refusal": REFUSAL,
         }
     return 200, completion, {}
+
+
+def serve(default: str = "ok") -> None:
+    """``python -m helpers.openai_server [DEFAULT]``: a fake in a process of its own (the
+    benchmarks', so its CPU is not the client's); prints its base URL, serves until stdin closes."""
+    import sys
+
+    with FakeOpenAI(default=default) as fake:
+        print(fake.base_url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    import sys
+
+    serve(*sys.argv[1:2])

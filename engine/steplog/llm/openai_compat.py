@@ -141,11 +141,23 @@ class OpenAICompatModel:
         where = _display_url(self.base_url)
         if pace > 0:
             time.sleep(pace)
+        request = self._request(messages, max_tokens, idempotency_key, where)
+        body = {
+            key: value
+            for key, value in request.items()
+            if key != "extra_headers" and value is not openai.omit
+        }
         try:
-            chunks = self._client.chat.completions.create(
-                **self._request(messages, max_tokens, idempotency_key, where),
+            # The SDK's documented way to a raw endpoint: the same client, auth, timeout and
+            # error mapping as ``chat.completions.create``, its server-sent events decoded, each
+            # chunk's JSON left a dict (``openai_stream.read_answer`` says why).
+            chunks = self._client.post(
+                "/chat/completions",
+                cast_to=object,
+                body={**body, "stream": True, "stream_options": {"include_usage": True}},
+                options={"headers": request["extra_headers"]},
                 stream=True,
-                stream_options={"include_usage": True},
+                stream_cls=openai.Stream[object],
             )
         except openai.APIError as exc:
             raise self._map_error(exc, where) from None

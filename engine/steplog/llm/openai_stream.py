@@ -37,35 +37,41 @@ def read_answer(
     scrub: Callable[[str], str],
 ) -> tuple[str, Usage, str, str]:
     """The streamed answer's text, usage, model and finish reason; ``on_text`` has had every
-    piece of the text, in order, by the time it returns. Errors as the module says."""
+    piece of the text, in order, by the time it returns. Errors as the module says.
+
+    ``chunks`` are the events' JSON as decoded (dicts): read as they are, not built into the
+    SDK's typed chunk objects, which cost ~0.3 ms each (more than the rest of a chunk's way)."""
     pieces: list[str] = []
     refused: list[str] = []
     usage: Usage | None = None
     model = ""
     finish: str | None = None
     for chunk in chunks:
+        if not isinstance(chunk, dict):
+            raise malformed(where, "a streamed chunk is not a JSON object")
         if not model:
-            named = getattr(chunk, "model", None)
+            named = chunk.get("model")
             model = named if isinstance(named, str) else ""
-        raw_usage = getattr(chunk, "usage", None)
+        raw_usage = chunk.get("usage")
         if raw_usage is not None:
-            usage = reported_usage(raw_usage) or usage
-        choices = getattr(chunk, "choices", None)
+            usage = usage_of(raw_usage) or usage
+        choices = chunk.get("choices")
         if not choices:
             continue  # the usage chunk (include_usage) has no choices
-        if not isinstance(choices, list):
-            raise malformed(where, "a chunk's choices are not a list")
-        choice = choices[0]
-        delta = getattr(choice, "delta", None)
-        text = getattr(delta, "content", None)
-        if isinstance(text, str) and text:
-            pieces.append(text)
-            on_text(text)
-        refusal = getattr(delta, "refusal", None)
-        if isinstance(refusal, str) and refusal:
-            refused.append(refusal)
-        reason = getattr(choice, "finish_reason", None)
-        if isinstance(reason, str) and reason:
+        choice = choices[0] if isinstance(choices, list) else None
+        if not isinstance(choice, dict):
+            raise malformed(where, "a streamed chunk's choices are not a list of objects")
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            text = delta.get("content")
+            if text and isinstance(text, str):
+                pieces.append(text)
+                on_text(text)
+            refusal = delta.get("refusal")
+            if refusal and isinstance(refusal, str):
+                refused.append(refusal)
+        reason = choice.get("finish_reason")
+        if reason and isinstance(reason, str):
             finish = reason
     if refused and not pieces:
         raise ModelError(
@@ -80,6 +86,18 @@ def read_answer(
     if usage is None:
         usage = Usage(estimate_messages(messages), estimate_tokens(text), 0, estimated=True)
     return text, usage, model or name, finish
+
+
+def usage_of(raw: object) -> Usage | None:
+    """``reported_usage`` of a usage object as decoded JSON (a streamed usage chunk's)."""
+    if not isinstance(raw, dict):
+        return None
+    prompt, completion = raw.get("prompt_tokens"), raw.get("completion_tokens")
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        return None
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(prompt, completion, cached if isinstance(cached, int) else 0, estimated=False)
 
 
 def reported_usage(raw: object) -> Usage | None:
