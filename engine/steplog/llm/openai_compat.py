@@ -30,8 +30,9 @@ from __future__ import annotations
 import email.utils
 import os
 import re
+import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -48,7 +49,13 @@ from steplog.llm.base import (
     estimate_messages,
     estimate_tokens,
 )
-from steplog.llm.openai_stream import malformed, read_answer, reported_usage
+from steplog.llm.openai_stream import (
+    ErrorEvent,
+    malformed,
+    read_answer,
+    reported_usage,
+    sse_chunks,
+)
 from steplog.llm.prices import Price, PriceTable, is_local
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -180,25 +187,27 @@ class OpenAICompatModel:
             finish_reason=finish,
         )
 
-    def _chunks(self, chunks: Iterable[object], where: str) -> Iterator[object]:
-        """The stream's chunks, a break on the way mapped to ``ModelUnavailable`` (never what
-        the chunks' reader raises: its ``on_text`` runs outside this generator)."""
+    def _chunks(self, stream: openai.Stream[object], where: str) -> Iterator[object]:
+        """The stream's chunks (``openai_stream.sse_chunks`` of the response's bytes), a break on
+        the way mapped to ``ModelUnavailable`` (never what the chunks' reader raises: its
+        ``on_text`` runs outside this generator)."""
+        timeouts, transport = _transport_errors()
         try:
-            yield from chunks
-        except openai.APITimeoutError:
+            yield from sse_chunks(stream.response.iter_bytes())
+        except timeouts:
             raise ModelUnavailable(
                 f"the answer from {where} stalled: nothing came for {self.timeout:g}s; "
                 "transient; if it keeps happening, raise the timeout or check the server"
             ) from None
-        except openai.APIConnectionError:
+        except transport:
             raise ModelUnavailable(
                 f"the connection to {where} broke in the middle of the answer: transient; "
                 "if it keeps happening, check the server or any proxy in front of it"
             ) from None
-        except openai.APIError as exc:  # an error event in the stream
+        except ErrorEvent as exc:
             raise ModelUnavailable(
                 f"{where} sent an error in the middle of the answer: treated as transient"
-                f"{self._server_said(exc.body) or self._server_said(exc.message)}"
+                f"{self._server_said({'error': exc.error})}"
             ) from None
         except ValueError:  # a chunk that is not JSON
             raise malformed(where, "a streamed chunk is not JSON") from None
@@ -347,6 +356,16 @@ def _retry_after(headers: object) -> float | None:
             return None
         return max(0.0, when.timestamp() - time.time())
     return None
+
+
+def _transport_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], ...]]:
+    """The HTTP library's exceptions for a read that timed out, and for any broken transfer
+    (the SDK's client is built on ``httpx``, or on its fork ``httpx2`` in newer releases: both
+    name them alike)."""
+    libraries = [m for m in (sys.modules.get("httpx2"), sys.modules.get("httpx")) if m is not None]
+    timeouts = tuple(m.TimeoutException for m in libraries)
+    transport = (*(m.HTTPError for m in libraries), OSError)
+    return timeouts, transport
 
 
 def _display_url(url: str) -> str:

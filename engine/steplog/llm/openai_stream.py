@@ -15,7 +15,8 @@ refusal is final (``ModelError``), as it is unstreamed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from steplog.llm.base import (
     Message,
@@ -86,6 +87,44 @@ def read_answer(
     if usage is None:
         usage = Usage(estimate_messages(messages), estimate_tokens(text), 0, estimated=True)
     return text, usage, model or name, finish
+
+
+class ErrorEvent(Exception):
+    """The server sent an error in the stream (``{"error": ...}`` as a chunk)."""
+
+    def __init__(self, error: object) -> None:
+        super().__init__("error event")
+        self.error = error
+
+
+def sse_chunks(data: Iterable[bytes]) -> Iterator[object]:
+    """The JSON of each ``data:`` event of a server-sent event stream, up to ``data: [DONE]``.
+
+    Decoded here from the response's bytes, one ``split`` per read and one ``json.loads`` per
+    event: the SDK's line-by-line decoder took ~40 % of a long answer's streaming overhead.
+    ``ValueError`` for an event that is not JSON, ``ErrorEvent`` for an error event; comments,
+    ``event:``, ``id:`` and ``retry:`` lines are ignored (lines end in LF or CRLF)."""
+    pending = b""
+    lines: list[bytes] = []
+    for raw in data:
+        pending += raw
+        if b"\n" not in raw:
+            continue
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if line.startswith(b"data:"):
+                lines.append(line[6:] if line.startswith(b"data: ") else line[5:])
+            elif not line and lines:  # a blank line ends the event
+                payload = lines[0] if len(lines) == 1 else b"\n".join(lines)
+                lines = []
+                if payload.startswith(b"[DONE]"):
+                    return
+                chunk = json.loads(payload)
+                if isinstance(chunk, dict) and chunk.get("error"):
+                    raise ErrorEvent(chunk["error"])
+                yield chunk
 
 
 def usage_of(raw: object) -> Usage | None:

@@ -136,3 +136,24 @@ def test_refusals_and_http_errors_map_as_they_do_unstreamed(
     rendered = "".join(traceback.format_exception(caught.value)) + repr(caught.value)
     assert SECRET not in rendered and SECRET[10:] not in rendered
     assert fake_openai.call_count == 1
+
+
+def test_server_sent_events_are_decoded_however_the_bytes_are_split() -> None:
+    from steplog.llm.openai_stream import ErrorEvent, sse_chunks
+
+    wire = (
+        b": keep-alive comment\r\n\r\n"
+        b'event: message\r\ndata: {"a": 1}\r\n\r\n'
+        b'data: {"b":\ndata: 2}\n\n'  # one event's data on two lines
+        b"id: 7\nretry: 100\n\n"  # no data: no event
+        b'data:{"c": 3}\n\n'
+        b"data: [DONE]\n\n"
+        b'data: {"after": "done"}\n\n'
+    )
+    whole = list(sse_chunks([wire]))
+    assert whole == [{"a": 1}, {"b": 2}, {"c": 3}]
+    assert list(sse_chunks(wire[i : i + 1] for i in range(len(wire)))) == whole
+    with pytest.raises(ErrorEvent):
+        list(sse_chunks([b'data: {"ok": 1}\n\ndata: {"error": {"message": "down"}}\n\n']))
+    with pytest.raises(ValueError):
+        list(sse_chunks([b"data: {not json\n\n"]))
