@@ -771,6 +771,51 @@ def check(db: LogLocation | None) -> None:
 
 
 @cli.command()
+@db_option
+@click.option(
+    "--by",
+    default="model",
+    show_default=True,
+    metavar="model|agent|day|run|tag:KEY",
+    help="How to group: the run's model, agent, the local day a step finished, run, or a tag.",
+)
+@click.option("--since", default=None, metavar="ISO|SPAN", help="From this time (2026-12-01, 2h).")
+@click.option("--until", default=None, metavar="ISO|SPAN", help="Before this time.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="A JSON list of rows: the group's key, tokens, cost_usd, runs, steps (most cost first).",
+)
+@guard
+def cost(
+    db: LogLocation | None, by: str, since: str | None, until: str | None, as_json: bool
+) -> None:
+    """What the runs cost: tokens and dollars by model, agent, day, run or tag, steps that
+    finished in the window counted (a fork's copied steps count in its parent)."""
+    from steplog.cli.cost_table import cost_lines
+    from steplog.cli.when import parse_when
+    from steplog.log.cost import check_grouping, cost_by
+    from steplog.log.integrity import probe, refusing_damage
+
+    check_grouping(by)
+    start = None if since is None else parse_when(since, option="--since")
+    end = None if until is None else parse_when(until, option="--until")
+    path, conn = _open_for_reading(db)
+    try:
+        with refusing_damage(path):
+            probe(conn, path, None)
+            rows = cost_by(conn, by, since=start, until=end)
+    finally:
+        conn.close()
+    if as_json:
+        click.echo(json.dumps([r.as_json(by) for r in rows], ensure_ascii=False))
+        return
+    for text in cost_lines(rows, by):
+        click.echo(text)
+
+
+@cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option(
     "--port",
