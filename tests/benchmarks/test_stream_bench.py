@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 ROUNDS = int(os.environ.get("STEPLOG_BENCH_ROUNDS", "5"))
 NOOP_STEPS = 1000
-ANSWERS = {"short": ("ok+words:10", 100), "long": ("ok+words:200", 30)}
+ANSWERS = {"short": ("ok+words:10", 60), "long": ("ok+words:200", 20)}
 """Answer length: the fake's behaviour (chunks = ~10 + words) and the calls per run."""
 
 
@@ -91,6 +91,7 @@ def med(values: list[float]) -> str:
     return f"{statistics.median(values):,.2f} ({min(values):,.2f}-{max(values):,.2f})"
 
 
+@pytest.mark.timeout(3600)
 def test_what_streaming_costs(tmp_path: Path, fakes: dict[str, str], main_engine: Path) -> None:
     here, main = tree_env(ROOT / "engine"), tree_env(main_engine)
     steps: dict[str, list[float]] = {"main": [], "branch": []}
