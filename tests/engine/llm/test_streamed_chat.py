@@ -7,6 +7,7 @@ the whole redo."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -156,3 +157,33 @@ def test_a_kill_midway_through_an_answer_then_resume(engine: Engine) -> None:
     assert engine.query("SELECT attempts, status FROM step WHERE run_id = 'kill'") == [
         (2, "committed")
     ]
+
+
+@pytest.mark.backends("sqlite")
+def test_stream_true_with_a_model_that_cannot_stream_is_refused_before_anything_is_written(
+    engine: Engine, tmp_path: Path
+) -> None:
+    agent = tmp_path / "plain_model.py"
+    agent.write_text(
+        "import steplog\n\n"
+        "class Plain:  # a ChatModel of the user's own, without stream(...)\n"
+        "    def __init__(self, inner):\n"
+        "        self.name, self.inner = inner.name, inner\n"
+        "    def estimate(self, messages, *, max_tokens):\n"
+        "        return self.inner.estimate(messages, max_tokens=max_tokens)\n"
+        "    def complete(self, messages, *, max_tokens, idempotency_key):\n"
+        "        return self.inner.complete(messages, max_tokens=max_tokens,\n"
+        "                                   idempotency_key=idempotency_key)\n"
+        "    def __repr__(self):\n"
+        "        return 'Plain()'\n\n"
+        "@steplog.agent\n"
+        "def plain(run):\n"
+        "    run.model = Plain(run.model)\n"
+        "    return run.chat([{'role': 'user', 'content': 'hi'}], stream=True).text\n"
+    )
+    done = engine.run("run", f"{agent}:plain", "--run-id", "p", "--db", str(engine.db))
+    assert done.returncode == 4, done.stderr
+    assert "run.chat(stream=True) needs a model that streams" in done.stdout, done.stdout
+    assert "Plain()" in done.stdout
+    assert engine.query("SELECT count(*) FROM step WHERE run_id = 'p'") == [(0,)]
+    assert stream_json(engine, "p") == []
