@@ -135,7 +135,7 @@ def test_a_missing_key_or_model_id_is_refused_before_anything_runs(
     check_ready("gpt-4o-mini")  # not Anthropic's to judge
 
 
-# --- real `steplog run` processes ------------------------------------------------------------------
+# --- real `steplog run` processes -----------------------------------------------------------------
 
 
 def chatty(engine: Engine, run_id: str, n: int) -> list[str]:
