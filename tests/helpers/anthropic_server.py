@@ -13,7 +13,7 @@ does. Behaviours (one per call, taken in order from the script queue):
 
 ``ok``          200, a reply whose text is a deterministic function of the request, with usage
 ``ok_cached``   like ``ok``, with ``CACHE_READ`` tokens read from and ``CACHE_WRITE`` written to the
-                prompt cache
+                prompt cache (``CACHE_WRITE_1H`` of them to the 1-hour cache)
 ``slow``        like ``ok``, streamed: the first piece at once, the rest after ``SLOW_S`` seconds
 ``cut``         streamed: ``message_start`` and one piece of text, then the connection is closed
 ``sse_error``   streamed: ``message_start``, then an ``error`` event (``overloaded_error``), as the
@@ -41,6 +41,8 @@ BEHAVIOURS = frozenset(
 )
 CACHE_READ = 11
 CACHE_WRITE = 5
+CACHE_WRITE_1H = 2
+"""Of the ``CACHE_WRITE`` tokens, how many went to the 1-hour cache (billed at 2x input)."""
 SLOW_S = 30.0
 """How long a ``slow`` stream stops after its first piece (a kill lands inside the call)."""
 
@@ -69,7 +71,7 @@ def pieces(text: str) -> list[str]:
     return [w + " " for w in words[:-1]] + [words[-1]]
 
 
-def usage_for(body: Mapping[str, Any] | None, text: str, cached: bool) -> dict[str, int]:
+def usage_for(body: Mapping[str, Any] | None, text: str, cached: bool) -> dict[str, Any]:
     """Anthropic's usage: ``input_tokens`` counts only the prompt tokens *not* read from or
     written to the cache."""
     prompt = 10 + len(str((body or {}).get("system", ""))) // 4
@@ -79,6 +81,10 @@ def usage_for(body: Mapping[str, Any] | None, text: str, cached: bool) -> dict[s
         "output_tokens": 1 + len(text) // 4,
         "cache_read_input_tokens": CACHE_READ if cached else 0,
         "cache_creation_input_tokens": CACHE_WRITE if cached else 0,
+        "cache_creation": {
+            "ephemeral_5m_input_tokens": CACHE_WRITE - CACHE_WRITE_1H if cached else 0,
+            "ephemeral_1h_input_tokens": CACHE_WRITE_1H if cached else 0,
+        },
     }
 
 
@@ -217,7 +223,7 @@ class FakeAnthropic:
                 self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
                 self.wfile.flush()
 
-            def _stream(self, b: str, model: str, text: str, usage: Mapping[str, int]) -> None:
+            def _stream(self, b: str, model: str, text: str, usage: Mapping[str, Any]) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
@@ -288,7 +294,7 @@ def _error(status: int, kind: str, message: str) -> tuple[int, dict[str, Any], d
     return status, _error_body(kind, message), {}
 
 
-def _message(model: str, text: str, usage: Mapping[str, int]) -> dict[str, Any]:
+def _message(model: str, text: str, usage: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "id": "msg_fake",
         "type": "message",

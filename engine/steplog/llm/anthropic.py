@@ -162,7 +162,9 @@ class AnthropicModel:
         cost = 0.0
         if self.price is not None:
             # 1-hour cache writes bill at 2x input, the 5-minute rate is in the table.
-            extra = one_hour * (2 * self.price.input - (self.price.cache_write or 0.0))
+            five_minute = self.price.cache_write
+            written_at = self.price.input if five_minute is None else five_minute
+            extra = one_hour * (2 * self.price.input - written_at)
             cost = self.price.cost_of(usage) + max(0.0, extra) / 1_000_000
         return ChatReply(
             text=text,

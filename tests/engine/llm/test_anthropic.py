@@ -14,6 +14,7 @@ import pytest
 from helpers.anthropic_server import (
     CACHE_READ,
     CACHE_WRITE,
+    CACHE_WRITE_1H,
     FakeAnthropic,
     pieces,
     reply_text,
@@ -69,10 +70,11 @@ def test_a_reply_carries_the_text_the_usage_with_the_cache_and_the_claude_price(
         sent["output_tokens"],
     )
     assert not u.estimated
-    # Haiku 4.5: $1 in, $5 out, cache reads $0.10, 5-minute cache writes $1.25 per 1M tokens.
-    expected = (sent["input_tokens"] * 1.0 + CACHE_READ * 0.10 + CACHE_WRITE * 1.25) + sent[
-        "output_tokens"
-    ] * 5.0
+    # Haiku 4.5, per 1M tokens: $1 in, $5 out, cache reads $0.10, cache writes $1.25 (5 minutes)
+    # and $2 (1 hour).
+    writes = (CACHE_WRITE - CACHE_WRITE_1H) * 1.25 + CACHE_WRITE_1H * 2.0
+    fresh = sent["input_tokens"] * 1.0 + CACHE_READ * 0.10
+    expected = fresh + writes + sent["output_tokens"] * 5.0
     assert reply.cost_usd == pytest.approx(expected / 1e6)
     assert model.estimate(PROMPT, max_tokens=64).cost_usd >= reply.cost_usd
 
