@@ -382,6 +382,10 @@ class MainWindow(QMainWindow):
             "a new demo run on the same outbox: about a minute, ready for Kill now",
         )
         self.act_about = self._action("&About steplog", self.about)
+        self.act_costs = self._action(
+            "&Costs…", self.show_costs, "Ctrl+Shift+C", "what the runs spent, by model or agent"
+        )
+        self.costs_view: Any = None
         self.act_prune = self._action(
             "&Prune selected runs…",
             self.prune_selected,
@@ -441,6 +445,8 @@ class MainWindow(QMainWindow):
         for dock in self.findChildren(QDockWidget):
             view_menu.addAction(dock.toggleViewAction())
         view_menu.addSeparator()
+        view_menu.addAction(self.act_costs)
+        view_menu.addSeparator()
         theme_menu = view_menu.addMenu("&Theme")
         group = QActionGroup(self)
         self.theme_actions: dict[str, QAction] = {}
@@ -462,6 +468,21 @@ class MainWindow(QMainWindow):
             )
 
     # -- runs -------------------------------------------------------------------------------
+
+    def show_costs(self) -> None:
+        """The Costs window over this log (one per main window; raised if open)."""
+        from steplog_gui.views.costs_view import CostsView
+
+        if self.costs_view is None or self.costs_view.location != self.monitor.path:
+            if self.costs_view is not None:
+                self.costs_view.close()
+            self.costs_view = CostsView(self.monitor.path, self)
+            self.costs_view.run_chosen.connect(self.select_run)
+            self.monitor.runs_changed.connect(lambda _ids: self.costs_view.log_changed())
+            self.monitor.runs_added.connect(lambda *_a: self.costs_view.log_changed())
+        self.costs_view.show()
+        self.costs_view.raise_()
+        self.costs_view.activateWindow()
 
     def select_run(self, run_id: str) -> None:
         row = self.runs_model.row_of(run_id)
