@@ -36,6 +36,7 @@ from steplog_gui.processes.demo import DEMO_AGENTS, DEMO_PACE, DemoConfig, DemoL
 from steplog_gui.processes.engine_process import EngineProcess, LaunchSpec
 from steplog_gui.processes.kill_switch import KillSwitch
 from steplog_gui.settings import Settings
+from steplog_gui.views.approvals import ApprovalsPanel
 from steplog_gui.views.kill_controls import auto_kill_controls, kill_now_button
 from steplog_gui.views.outbox_panel import OutboxPanel
 from steplog_gui.views.problem_banner import ProblemBanner
@@ -195,6 +196,24 @@ class MainWindow(QMainWindow):
         )
         self.tabifyDockWidget(self._detail_dock, self._output_dock)
         self._output_dock.raise_()
+        # The approvals inbox shares the outbox's place, behind it; its title counts the waiting.
+        self.approvals = ApprovalsPanel(monitor.path)
+        self._approvals_dock = self._dock(
+            "Approvals", "approvals", self.approvals, Qt.DockWidgetArea.RightDockWidgetArea
+        )
+        self.tabifyDockWidget(self._outbox_dock, self._approvals_dock)
+        self._outbox_dock.raise_()
+        self.approvals.loaded.connect(
+            lambda: self._approvals_dock.setWindowTitle(
+                f"Approvals ({len(self.approvals.waiting)})"
+                if self.approvals.waiting
+                else "Approvals"
+            )
+        )
+        self.approvals.notice.connect(self.statusBar().showMessage)
+        monitor.runs_changed.connect(lambda _ids: self.approvals.log_changed())
+        monitor.runs_added.connect(lambda *_a: self.approvals.log_changed())
+        self.approvals.refresh()
         self.pruner = Pruner(lambda: self.monitor.path, self, env=engine_env)
         self.pruner.estimated.connect(
             lambda found: ask_and_prune(self, self.pruner, [c.run_id for c in found], found)
@@ -711,6 +730,7 @@ class MainWindow(QMainWindow):
         self._run_id = None
         self.watcher.set_url(None)
         self.monitor.switch_to(path)
+        self.approvals.set_location(path)
         self.setWindowTitle(f"steplog monitor — {path}")
         self.statusBar().showMessage(_ready_text(path))
         self.settings.add_recent(f"{path}")
