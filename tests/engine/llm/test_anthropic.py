@@ -213,6 +213,10 @@ def test_a_kill_inside_a_call_resumes_to_exactly_one_recorded_answer(
     wait_until(lambda: fake.call_count == 1, "the model call began")
     wait_until(lambda: engine.events("step_started") >= 1, "the step began")
     kill_group(first)
+    keyless = engine.run(
+        *args, env={**env_for(fake), "ANTHROPIC_BASE_URL": "", "ANTHROPIC_API_KEY": ""}
+    )
+    assert keyless.returncode == 2 and "set ANTHROPIC_API_KEY" in keyless.stderr  # still resumable
     done = engine.run(*args, env=env_for(fake))
     assert done.returncode == 0, done.stderr
     assert fake.calls_by_key() == {"kill:1": 2}  # asked again once, with the same key
