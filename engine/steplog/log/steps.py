@@ -51,6 +51,9 @@ class StepRecord:
     finished_at: float | None
     incarnation: int
     """The engine that last worked on it."""
+    args_hash: str | None = None
+    """The hash of its name, kind and arguments (``steplog.runtime.callhash``); ``None`` for a
+    step recorded before schema 8 (checked on replay by name and kind only)."""
 
     @classmethod
     def from_row(cls, row: Any) -> StepRecord:
