@@ -673,8 +673,24 @@ def stream(
 @click.option(
     "--json", "as_json", is_flag=True, help="A JSON list of status objects, newest first."
 )
+@click.option(
+    "--version",
+    "version",
+    default=None,
+    metavar="V",
+    help="Only runs on code version V (the version that last worked on them; docs/versions.md).",
+)
+@click.option(
+    "--patch",
+    default=None,
+    metavar="NAME",
+    help=(
+        "Only the live runs that have no run.patched(NAME) marker: those the old branch may "
+        "still be needed for (docs/versions.md)."
+    ),
+)
 @guard
-def runs(db: LogLocation | None, as_json: bool) -> None:
+def runs(db: LogLocation | None, as_json: bool, version: str | None, patch: str | None) -> None:
     """List the runs in the log."""
     from steplog.log.integrity import probe, refusing_damage
     from steplog.log.status import all_runs
@@ -684,8 +700,15 @@ def runs(db: LogLocation | None, as_json: bool) -> None:
         with refusing_damage(path):
             probe(conn, path, None)
             rows = all_runs(conn)
+            if patch is not None:
+                from steplog.log.versions import runs_before_patch
+
+                wanted = set(runs_before_patch(conn, patch))
+                rows = [r for r in rows if r["run_id"] in wanted]
     finally:
         conn.close()
+    if version is not None:
+        rows = [r for r in rows if r.get("version") == version]
     if as_json:
         click.echo(json.dumps(rows, ensure_ascii=False))
         return
@@ -698,9 +721,10 @@ def runs(db: LogLocation | None, as_json: bool) -> None:
             else s["status"]
         )
         worker = f"  worker {s['worker']['host']}:{s['worker']['pid']}" if s.get("worker") else ""
+        blocked = f"  blocked: {s['blocked']['reason']}" if s.get("blocked") else ""
         click.echo(
             f"{s['run_id']:<28} {s['agent']:<20} {state:<10} steps {s['steps_committed']:>5}  "
-            f"incarnations {s['incarnations']}{worker}"
+            f"incarnations {s['incarnations']}{worker}{blocked}"
         )
 
 

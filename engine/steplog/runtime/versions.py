@@ -62,6 +62,10 @@ def describe_call(name: str, args: Any = None, *, limit: int = 60) -> str:
     """``name(args…)`` for a person, cut at ``limit`` characters of arguments."""
     if args is None or args == {} or args == []:
         inner = ""
+    elif isinstance(args, dict) and set(args) == {"args", "kwargs"}:  # a run.step call's
+        inner = ", ".join(
+            [repr(a) for a in args["args"]] + [f"{k}={v!r}" for k, v in args["kwargs"].items()]
+        )
     elif isinstance(args, dict):
         inner = ", ".join(f"{k}={v!r}" for k, v in args.items())
     elif isinstance(args, (list, tuple)):
