@@ -906,6 +906,14 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
     "only its verdict counts; they stay in the database. Outbox and workdirs stay in the kill "
     "test's folder.",
 )
+@click.option(
+    "--upgrade",
+    "upgrade",
+    default=None,
+    metavar="NEW_AGENT",
+    help="Kill runs of AGENT and resume them on NEW_AGENT's code (a new version of the same "
+    "agent): compatible, or refused at the step named (docs/versions.md).",
+)
 @guard
 def killtest(
     agent: str,
@@ -921,12 +929,14 @@ def killtest(
     workers: int | None,
     runs: int,
     db: LogLocation | None,
+    upgrade: str | None,
 ) -> None:
     """Kill AGENT's engine again and again; PASS if nothing was duplicated, lost or redone twice.
 
     With --workers N: kill whole workers that share a queue of --runs runs instead; PASS if every
-    run succeeded and the outbox holds every message once. Exit 0 on PASS, 1 on FAIL, 2 on bad
-    usage.
+    run succeeded and the outbox holds every message once. With --upgrade NEW_AGENT: kill runs of
+    AGENT and resume them on NEW_AGENT's code; PASS if it resumes them all. Exit 0 on PASS, 1 on
+    FAIL, 2 on bad usage.
     """
     from steplog.killtest.command import run_command, run_worker_storm_command
     from steplog.log.db import is_server
@@ -935,6 +945,24 @@ def killtest(
         raise UsageError(
             "killtest --db takes a postgresql:// URL; with SQLite each run of the kill test gets a "
             "file of its own (see --keep)"
+        )
+    if upgrade is not None:
+        from steplog.killtest.command import run_upgrade_command
+
+        if workers is not None or sweep or junit is not None or db is not None:
+            raise UsageError(
+                "--upgrade runs the upgrade test, which has no --workers, --sweep, --junit or "
+                "--db; drop those"
+            )
+        sys.exit(
+            run_upgrade_command(
+                agent,
+                upgrade,
+                as_json=as_json,
+                params=parse_params(params),
+                time_limit=time_limit,
+                keep=keep,
+            )
         )
     if workers is not None:
         if sweep or junit is not None:
