@@ -609,6 +609,8 @@ def _describe(s: dict[str, Any]) -> str:
         + f"\n  tokens {fmt(budget['tokens'])}"
         + (" (estimated)" if budget["tokens"]["estimated"] else "")
         + f"  cost ${fmt(budget['cost_usd'])}  seconds {fmt(budget['seconds'])}"
+        + (f"\n  version {s['version']}" if s.get("version") else "")
+        + (f"\n  blocked: {s['blocked']['reason']}" if s.get("blocked") else "")
     )
 
 

@@ -749,9 +749,10 @@ class Run:
         self, name: str, kind: str, args: Any = None
     ) -> tuple[int, Committed | StepRecord | None]:
         """Number the step the code calls now and compare it with the step the log has at that
-        number (``docs/versions.md``): by the hash of its name, kind and ``args``
-        (``versions.call_hash``), or by name and kind for a step recorded before hashes were
-        (schema 7 and older). A difference is ``Blocked``: nothing of the step runs."""
+        number (``docs/versions.md``): by name and kind, and by the hash of its name, kind and
+        ``args`` (``versions.call_hash``) on a probe and for a step not committed (a step
+        recorded before hashes were, schema 7 and older, has none). A difference is
+        ``Blocked``: nothing of the step runs."""
         if self._refused is not None:
             raise self._refused
         if self._frontier:
@@ -783,20 +784,24 @@ class Run:
         self._seq += 1
         seq = self._seq
         prior = self._steps.get(seq)
-        digest = call_hash(name, kind, args)
-        if prior is not None:
-            recorded = prior.args_hash
-            if (
-                recorded != digest
-                if recorded is not None
-                else (prior.name != name or prior.kind != kind)
-                and not _same_as_stored(prior, name, kind)
-            ):
+        if prior is None:
+            if self._probe:
+                self._frontier = True
+                raise _Frontier()
+            self._journal.hashes[seq] = call_hash(name, kind, args)
+            return seq, None
+        if (prior.name != name or prior.kind != kind) and not _same_as_stored(prior, name, kind):
+            raise self._refuse(seq, prior, name, kind, args)
+        if prior.args_hash is not None and (self._probe or not isinstance(prior, Committed)):
+            # A committed step is compared by its arguments too on a probe only: the engine runs
+            # one before it claims a run last worked on by another version, and on the same
+            # version the code is the same (hashing every replayed step would double the time
+            # a long run takes to resume).
+            if call_hash(name, kind, args) != prior.args_hash:
                 raise self._refuse(seq, prior, name, kind, args)
         if self._probe and not isinstance(prior, Committed):
             self._frontier = True
             raise _Frontier()
-        self._journal.hashes[seq] = digest
         return seq, prior
 
     def _refuse(

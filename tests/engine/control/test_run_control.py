@@ -468,7 +468,7 @@ def test_changed_code_blocks_a_run_instead_of_failing_it_and_retry_has_nothing_t
         env={"STEPLOG_CRASH_AT": "after_step_record@1"},
     )
     assert crashed.returncode == 86
-    agent.write_text(source.format("uno"))  # the code changed under a run in progress
+    agent.write_text(source.format("one, renamed"))  # the code changed under a run in progress
     blocked = engine.run("run", f"{agent}:a", "--run-id", "nd", "--db", db)
     assert blocked.returncode == 6 and "step 1: recorded `one(…)`" in blocked.stderr
     assert engine.status("nd")["status"] == "running"
