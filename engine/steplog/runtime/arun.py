@@ -124,9 +124,16 @@ class AsyncRun:
         return self._effect_step(self._run._merge_call(db, table, key, values, name))
 
     def chat(
-        self, messages: Sequence[Message], *, name: str = "chat", max_tokens: int = 512
+        self,
+        messages: Sequence[Message],
+        *,
+        name: str = "chat",
+        max_tokens: int = 512,
+        stream: bool | None = None,
     ) -> Awaitable[ChatReply]:
+        """``await run.chat(...)``: as ``Run.chat``, ``stream=`` included."""
         run = self._run
+        streaming = run._streams_chat(stream)
         seq, prior = self._enter(name, "chat", chat_args(messages, max_tokens))
         if isinstance(prior, Committed):
             return _recorded(ChatReply.from_json(json.loads(prior.result or "{}")))
@@ -140,7 +147,7 @@ class AsyncRun:
         estimate: Estimate = run.model.estimate(messages, max_tokens=max_tokens)
 
         async def ask(ctx: StepContext) -> Any:
-            if run._pace and not callable(getattr(run.model, "stream", None)):
+            if run._pace and not streaming:
                 await asyncio.sleep(run._pace)  # a streaming model spreads it over its pieces
                 reply = await asyncio.to_thread(
                     run.model.complete,
@@ -149,7 +156,7 @@ class AsyncRun:
                     idempotency_key=effect_key(run.id, seq),
                 )
             else:
-                reply = await asyncio.to_thread(run._ask, ctx, messages, max_tokens)
+                reply = await asyncio.to_thread(run._ask, ctx, messages, max_tokens, streaming)
             return run._decided(ctx, reply, estimate)
 
         return _as_reply(self._drive(seq, name, "chat", prior, ask, reserve=estimate))

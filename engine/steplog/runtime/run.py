@@ -16,7 +16,7 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 from steplog.errors import (
     Blocked,
@@ -33,7 +33,7 @@ from steplog.errors import (
     UsageError,
     WaitTimeout,
 )
-from steplog.llm.base import ChatModel, ChatReply, Estimate, Message
+from steplog.llm.base import ChatModel, ChatReply, Estimate, Message, StreamingChatModel
 from steplog.log import interrupts
 from steplog.log.journal import (
     Journal,
@@ -46,7 +46,7 @@ from steplog.log.journal import (
 )
 from steplog.log.ledger import EffectRecord, carried_effect, load_effect, released_effects
 from steplog.log.steps import Committed, StepRecord, as_stored, result_of
-from steplog.log.streams import STREAM_NAME_MAX, Pending
+from steplog.log.streams import STREAM_NAME_MAX, TOKENS, Pending
 from steplog.policies import Budget, RetryPolicy
 from steplog.runtime import crashpoints, effects
 from steplog.runtime.redact import redact
@@ -183,6 +183,14 @@ class StepContext:
         if streams is None:
             raise UsageError("run.emit() needs a run started by the steplog engine")
         streams.append(stream, _entry_json(value, stream), self.seq, self.attempt)
+
+    def emit_text(self, text: str) -> None:
+        """A piece of a model's answer, to the stream ``tokens``: pieces that come within one
+        batch are written as one entry (their text joined), JSON-encoded once, when written."""
+        streams = self.run._journal.streams
+        if streams is None:
+            raise UsageError("run.chat() streams only in a run started by the steplog engine")
+        streams.append_text(TOKENS, text, self.seq, self.attempt)
 
     def effect(
         self,
@@ -477,10 +485,21 @@ class Run:
         )
 
     def chat(
-        self, messages: Sequence[Message], *, name: str = "chat", max_tokens: int = 512
+        self,
+        messages: Sequence[Message],
+        *,
+        name: str = "chat",
+        max_tokens: int = 512,
+        stream: bool | None = None,
     ) -> ChatReply:
         """Ask the model once. The answer (the *decision*) is committed before anything acts on
-        it; on resume a recorded decision is reused and the model is never asked again."""
+        it; on resume a recorded decision is reused and the model is never asked again.
+
+        ``stream``: ``None`` streams the answer's text to the run's stream ``tokens`` when the
+        model can (``StreamingChatModel``), ``False`` never does, ``True`` requires it (a
+        ``UsageError`` before anything is written if the model cannot). The recorded reply is
+        the same either way."""
+        streaming = self._streams_chat(stream)
         seq, prior = self._enter(name, "chat", chat_args(messages, max_tokens))
         if isinstance(prior, Committed):
             return ChatReply.from_json(json.loads(prior.result or "{}"))
@@ -492,21 +511,35 @@ class Run:
         estimate = self.model.estimate(messages, max_tokens=max_tokens)
 
         def ask(ctx: StepContext) -> dict[str, Any]:
-            return self._decided(ctx, self._ask(ctx, messages, max_tokens), estimate)
+            reply = self._ask(ctx, messages, max_tokens, streaming)
+            return self._decided(ctx, reply, estimate)
 
         return ChatReply.from_json(self._execute(seq, name, "chat", prior, ask, reserve=estimate))
 
-    def _ask(self, ctx: StepContext, messages: Sequence[Message], max_tokens: int) -> ChatReply:
+    def _streams_chat(self, stream: bool | None) -> bool:
+        """Whether a chat call with ``stream=`` streams (``run.chat``), or ``UsageError``."""
+        if stream is not None and not isinstance(stream, bool):
+            raise UsageError(f"run.chat(stream=...) is None, False or True (got {stream!r})")
+        can = callable(getattr(self.model, "stream", None))
+        if stream and not can:
+            raise UsageError(
+                f"run.chat(stream=True) needs a model that streams, and {self.model!r} has no "
+                "stream(...) method: leave stream out (None) to stream only when the model can"
+            )
+        return can if stream is None else stream
+
+    def _ask(
+        self, ctx: StepContext, messages: Sequence[Message], max_tokens: int, streaming: bool
+    ) -> ChatReply:
         """One call of the model (on any thread): streamed to the run's stream ``tokens`` when
-        the model can (``StreamingChatModel``), the whole reply returned either way."""
+        ``streaming`` (``_streams_chat``), the whole reply returned either way."""
         key = effect_key(self.id, ctx.seq)
-        stream = getattr(self.model, "stream", None)
-        if callable(stream):
-            reply: ChatReply = stream(
+        if streaming:
+            reply: ChatReply = cast("StreamingChatModel", self.model).stream(
                 messages,
                 max_tokens=max_tokens,
                 idempotency_key=key,
-                on_text=lambda text: ctx.emit(text, "tokens"),
+                on_text=ctx.emit_text,
                 pace=self._pace,
             )
             return reply
