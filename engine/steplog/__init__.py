@@ -15,12 +15,13 @@ Implementation lives in private-by-convention modules; this is the public surfac
 
 from __future__ import annotations
 
-from steplog.api import aread_stream, cancel, fork, read_stream, signal
+from steplog.api import aread_stream, cancel, fork, get_event, read_stream, send, signal
 from steplog.errors import (
     AgentSpecError,
     Cancelled,
     ControlRefused,
     CorruptDatabase,
+    EventNotSet,
     Fenced,
     ForeignDatabase,
     GaveUp,
@@ -58,6 +59,7 @@ __all__ = [
     "ChatModel",
     "ChatReply",
     "CorruptDatabase",
+    "EventNotSet",
     "Fenced",
     "ForeignDatabase",
     "GaveUp",
@@ -85,5 +87,7 @@ __all__ = [
     "cancel",
     "current_key",
     "fork",
+    "get_event",
+    "send",
     "signal",
 ]
