@@ -63,8 +63,10 @@ def test_a_sleep_keeps_its_wake_up_time_across_two_kills_and_wakes_within_a_seco
         kills += 1
         proc = engine.start(*args)
         wait_until(
-            lambda: engine.query("SELECT max(ts) FROM event WHERE kind = 'waiting'")[0][0] > killed
-            or time.time() > wake,
+            lambda at=killed: (
+                engine.query("SELECT max(ts) FROM event WHERE kind = 'waiting'")[0][0] > at
+                or time.time() > wake
+            ),
             "the relaunched engine sleeps again",
             60,
         )
