@@ -5,7 +5,8 @@ The engine is driven, as real processes, through every kind of event there is: a
 mid-effect and resumed, a model decision, a failed attempt, a wait answered by a signal, a
 cancel asked of a live engine, a stop that releases the lease, a budget raised on a run that gave
 up, a retry, a fork, the queue and a worker, a prune, a message received, a sleep. Then each
-logged payload is checked against its type: no required key missing, no key the type does not document.
+logged payload is checked against its type: no required key missing, no key the type does not
+document.
 """
 
 from __future__ import annotations
