@@ -35,8 +35,9 @@ the same host takes their runs over at once and one elsewhere when the leases ex
 Not spun on: a run whose engine exited waiting (exit 6) is claimable again only once its signal
 or message is in or its wait timed out (a sleep: once it is due, ``queue.WAKE_LEAD_SECONDS``
 early, so its engine is up to wake it on time); one that ended (exit 0, 3, 4, 5) is finished;
-one whose engine keeps exiting abnormally (a crash, exit 1 or 2: an agent that no longer imports, a full disk) is tried again after 1, 2,
-4... s and left alone by this worker after ``MAX_ABNORMAL`` exits in a row.
+one whose engine keeps exiting abnormally (a crash, exit 1 or 2: an agent that no longer
+imports, a full disk) is tried again after 1, 2, 4... s and left alone by this worker after
+``MAX_ABNORMAL`` exits in a row.
 """
 
 from __future__ import annotations
