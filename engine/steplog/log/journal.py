@@ -109,6 +109,13 @@ _COMMITTED_SQL = (
 )
 """A step whose start was deferred and never written: inserted committed, in one row."""
 
+_PUBLISH_SQL = (
+    "INSERT INTO run_event (run_id, key, value, seq, set_at) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, seq = excluded.seq, "
+    "set_at = excluded.set_at"
+)
+"""A run's event set by a step (``run.set_event``): the latest value wins."""
+
 _EVENT_SQL = (
     "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?)"
 )
@@ -633,9 +640,7 @@ class Journal:
 
                 insert(self.conn, self.run_id, self.incarnation, [entry])
             if publish is not None:
-                from steplog.log.mailbox import publish as set_event
-
-                set_event(self.conn, self.run_id, publish[0], publish[1], seq, now)
+                self.conn.execute(_PUBLISH_SQL, (self.run_id, *publish, seq, now))
             if d is not None and not d.written:
                 # Its start was never written: one row, inserted committed, and one event.
                 self.conn.execute(

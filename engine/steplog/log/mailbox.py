@@ -5,7 +5,8 @@
   recv step in the transaction that records the step (``Journal.commit_wait``), oldest first per
   topic. The same ``key`` for the same run is one message (a retried send is harmless).
 - **run_event** (``run.set_event`` / ``steplog.get_event``): the latest value of each key of a
-  run, upserted by the step that set it, in that step's transaction.
+  run, upserted by the step that set it, in that step's transaction (an engine's write:
+  ``Journal.commit_step``); read here.
 
 ``steplog.control.mail`` decides (is the run there, is it finished); these functions only read and
 write, inside the caller's transaction where they write.
@@ -72,19 +73,6 @@ def pending_message(conn: LogConnection, run_id: str, topic: str) -> tuple[int, 
         (run_id, topic),
     ).fetchone()
     return (int(row[0]), str(row[1])) if row else None
-
-
-def publish(
-    conn: LogConnection, run_id: str, key: str, value_json: str, seq: int, now: float
-) -> None:
-    """Set the run's event ``key`` to ``value_json`` (inside the step's transaction): the latest
-    value wins."""
-    conn.execute(
-        "INSERT INTO run_event (run_id, key, value, seq, set_at) VALUES (?, ?, ?, ?, ?) "
-        "ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, seq = excluded.seq, "
-        "set_at = excluded.set_at",
-        (run_id, key, value_json, seq, now),
-    )
 
 
 def read_event(conn: LogConnection, run_id: str, key: str) -> str | None:
