@@ -46,6 +46,7 @@ from steplog.log.journal import (
 )
 from steplog.log.ledger import EffectRecord, carried_effect, load_effect, released_effects
 from steplog.log.location import LogLocation
+from steplog.log.queue import WAKE_LEAD_SECONDS
 from steplog.log.steps import Committed, StepRecord, as_stored, result_of
 from steplog.log.streams import STREAM_NAME_MAX, Pending
 from steplog.policies import Budget, RetryPolicy
@@ -755,7 +756,11 @@ class Run:
                     )
                     j.pause_clock()
                     waiting = True
-                    if self._exit_when_waiting:
+                    # A wait that ends within the worker's lead (it claims such a run that much
+                    # early) is waited out here: letting it go would only be claimed back.
+                    if self._exit_when_waiting and (
+                        deadline is None or deadline - time.time() > WAKE_LEAD_SECONDS
+                    ):
                         self._parked = RunWaiting(
                             on.says(self.id, seq, deadline),
                             run_id=self.id,

@@ -60,3 +60,7 @@ def test_one_worker_slot_serves_other_runs_while_one_sleeps_and_one_waits_for_a_
         "SELECT ts FROM event WHERE run_id = 'other' AND kind = 'run_finished'"
     )
     assert other_done < wake, "the one slot ran another run while nap slept"
+    claims = engine.query(
+        "SELECT count(*) FROM event WHERE run_id = 'nap' AND kind = 'worker_claimed'"
+    )
+    assert claims == [(2,)], "claimed when queued and once more when due: no spinning"
