@@ -30,6 +30,21 @@ from helpers.engine import Engine
 
 ILLUSTRATIVE: dict[tuple[str, str], str] = {
     (
+        "docs/versions.md",
+        "steplog: step 2: recorded",
+    ): "the line the refused run above prints on stderr; tests/engine/runtime/test_versions.py "
+    "checks such a line word for word",
+    (
+        "docs/versions.md",
+        "blocked: blocked for the code of worker",
+    ): "the runs list during a deploy; tests/engine/control/test_worker_versions.py runs two "
+    "fleets on two versions",
+    (
+        "docs/versions.md",
+        "steplog killtest refund_v1.py:refund --upgrade",
+    ): "a synopsis (this agent waits for a person); tests/engine/killtest/"
+    "test_killtest_upgrade.py runs the upgrade test",
+    (
         "docs/streams.md",
         "def summarise(run, text):",
     ): "an agent to read, not a run: tests/engine/runtime/test_streams.py runs its like",
@@ -76,6 +91,11 @@ ILLUSTRATIVE: dict[tuple[str, str], str] = {
         "docs/architecture.md",
         "steplog (the engine, no Qt)",
     ): "a picture of the layers; tests/engine/test_the_house.py holds it to the contracts",
+    (
+        "docs/anthropic.md",
+        'pip install "steplog[anthropic]"',
+    ): "needs a real Anthropic key and spends money; tests/engine/llm/test_anthropic.py runs "
+    "the same command against a fake Messages API",
     (
         "docs/benchmarks.md",
         "python tests/benchmarks/compare.py",

@@ -313,8 +313,16 @@ BEGIN SELECT RAISE(ABORT, 'the stream table is append-only (only steplog prune r
 # Reserved while issues 31-33 are built side by side (filled in before any release writes them):
 # v8 code versions (issue 31), v9 time and messages (issue 33), v10 finding runs: tags and the
 # runs list's index (issue 32).
+# Code versions (``docs/versions.md``): ``run.version`` is the version of the code that last
+# worked on the run (its start's is in ``run_created``, each change a ``version_changed`` event);
+# ``run.blocked`` is the last refusal of incompatible code (JSON ``{"reason", "at_step"}``),
+# cleared when compatible code resumes the run; ``step.args_hash`` is the hash of the step's
+# name, kind and arguments that a resume compares its code's calls with (NULL: a step recorded
+# before schema 8, checked by name and kind only).
 _V8 = """
--- reserved: code versions (issue 31)
+ALTER TABLE run ADD COLUMN version TEXT;
+ALTER TABLE run ADD COLUMN blocked TEXT;
+ALTER TABLE step ADD COLUMN args_hash TEXT;
 """
 
 _V9 = """

@@ -23,7 +23,16 @@ from steplog.errors import UsageError
 from steplog.llm.base import ChatReply, Estimate, Message
 from steplog.log import interrupts
 from steplog.log.steps import Committed, result_of
-from steplog.runtime.run import EffectCall, Run, StepContext, _current, effect_key
+from steplog.runtime.run import (
+    EffectCall,
+    Run,
+    StepContext,
+    _current,
+    chat_args,
+    effect_args,
+    effect_key,
+    step_args,
+)
 from steplog.runtime.waits import WaitOn, check_name, check_seconds, check_timeout, wake_time
 
 T = TypeVar("T")
@@ -52,12 +61,12 @@ class AsyncRun:
 
     # -- the public steps -------------------------------------------------------------------
 
-    def _enter(self, name: str, kind: str) -> tuple[int, Any]:
+    def _enter(self, name: str, kind: str, args: Any = None) -> tuple[int, Any]:
         """Number a step now. Only the agent's own task may: a step called from a task that
         ``gather`` started runs after an await, so its number would depend on which awaits
         finished first, and a replay would number the steps differently."""
         self._own_task(name)
-        return self._run._enter(name, kind)
+        return self._run._enter(name, kind, args)
 
     def _own_task(self, name: str) -> None:
         if self._task is not None and asyncio.current_task() is not self._task:
@@ -70,7 +79,7 @@ class AsyncRun:
 
     def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
         """``await run.step(name, fn, ...)``: ``fn`` sync (run in a worker thread) or async."""
-        seq, prior = self._enter(name, "call")
+        seq, prior = self._enter(name, "call", step_args(args, kwargs))
         if isinstance(prior, Committed):
             return _recorded(result_of(prior.result))
 
@@ -121,7 +130,7 @@ class AsyncRun:
         self, messages: Sequence[Message], *, name: str = "chat", max_tokens: int = 512
     ) -> Awaitable[ChatReply]:
         run = self._run
-        seq, prior = self._enter(name, "chat")
+        seq, prior = self._enter(name, "chat", chat_args(messages, max_tokens))
         if isinstance(prior, Committed):
             return _recorded(ChatReply.from_json(json.loads(prior.result or "{}")))
         if prior is not None and prior.decision is not None:
@@ -147,6 +156,11 @@ class AsyncRun:
             return run._decided(ctx, reply, estimate)
 
         return _as_reply(self._drive(seq, name, "chat", prior, ask, reserve=estimate))
+
+    def patched(self, name: str) -> bool:
+        """As ``Run.patched`` (not awaited: it records at most a marker step, at once)."""
+        self._own_task(f"patch {name}")
+        return self._run.patched(name)
 
     def wait_for(self, name: str, *, timeout: float | None = None) -> Awaitable[Any]:
         """``await run.wait_for(name)``: as ``Run.wait_for``; other steps go on while it waits."""
@@ -229,7 +243,7 @@ class AsyncRun:
     # -- machinery --------------------------------------------------------------------------
 
     def _effect_step(self, call: EffectCall) -> Awaitable[Any]:
-        seq, prior = self._enter(call.name, call.step_kind)
+        seq, prior = self._enter(call.name, call.step_kind, effect_args(call))
         if isinstance(prior, Committed):
             return _recorded(result_of(prior.result))
 

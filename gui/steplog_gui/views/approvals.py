@@ -157,6 +157,7 @@ class ApprovalsPanel(QWidget):
         rows = [i for i, w in enumerate(waiting) if chosen and w.run_id == chosen.run_id]
         if rows or waiting:
             self.table.selectRow(rows[0] if rows else 0)
+        self.empty.setText("No run waits for a signal.")
         self.empty.setVisible(not waiting)
         self.table.setVisible(bool(waiting))
         self._show_selected()
@@ -164,8 +165,15 @@ class ApprovalsPanel(QWidget):
         self.loaded.emit()
 
     def _failed(self, exc: BaseException) -> None:
+        """A log that cannot be read (not made yet, foreign, gone): the window's problem banner
+        says why; the inbox only says it has nothing to show."""
         self._done_reading()
-        self.notice.emit(f"approvals: cannot read the log: {exc}")
+        self.waiting = []
+        self.table.setRowCount(0)
+        self.table.setVisible(False)
+        self.empty.setText("No run waits for a signal (the log cannot be read now).")
+        self.empty.setVisible(True)
+        self._show_selected()
 
     def _done_reading(self) -> None:
         self._reading = False
