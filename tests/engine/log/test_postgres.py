@@ -35,11 +35,19 @@ def test_the_schema_is_made_from_the_one_definition_and_matches_the_sqlmodel_tab
     from steplog.log.db import open_log
     from steplog.log.pgschema import META_TABLE, PG_ONLY, create_statements
     from steplog.log.schema import SCHEMA_VERSION
-    from steplog.log.tables import EffectRow, EventRow, RunRow, SignalRow, StepRow
+    from steplog.log.tables import (
+        EffectRow,
+        EventRow,
+        MessageRow,
+        RunEventRow,
+        RunRow,
+        SignalRow,
+        StepRow,
+    )
 
     assert any("steplog_refuse" in s for s in create_statements())
     open_log(db).close()
-    for model in (RunRow, StepRow, EffectRow, EventRow, SignalRow):
+    for model in (RunRow, StepRow, EffectRow, EventRow, SignalRow, MessageRow, RunEventRow):
         table = model.__table__  # type: ignore[attr-defined]
         actual = [
             r[0]
