@@ -129,8 +129,9 @@ def worker_storm(
 ) -> WorkerStormResult:
     """Queue ``runs`` runs of ``agent`` in a fresh log under ``root`` (or as new runs in the
     shared server log ``db``), work them with ``workers`` workers, SIGKILL a random worker ``kills``
-    times (``gap`` seconds apart, drawn from ``random.Random(seed)``) and start a new one each
-    time; then stop the workers with SIGTERM and judge from the log and the outbox's ledger."""
+    times (one running an engine when any does; ``gap`` seconds apart, drawn from
+    ``random.Random(seed)``) and start a new one each time; then stop the workers with SIGTERM
+    and judge from the log and the outbox's ledger."""
     root.mkdir(parents=True, exist_ok=True)
     log: LogLocation = db if db is not None else root / "steplog.db"
     # On a shared database the storm's runs are told apart from everyone else's by their ids.
@@ -199,8 +200,14 @@ def worker_storm(
                         f"in {root}"
                     )
                 if worker_kills < kills and time.monotonic() >= next_kill:
-                    victim = procs.pop(rng.randrange(len(procs)))
-                    live = [pid for pid in _engine_pids(victim.log) if process_alive(pid)]
+                    # A worker that runs an engine right now, if any does: killing an idle one
+                    # tests nothing (under load most kills fell between runs and too few landed).
+                    engines = [
+                        [pid for pid in _engine_pids(w.log) if process_alive(pid)] for w in procs
+                    ]
+                    busy = [i for i, live in enumerate(engines) if live]
+                    pick = rng.choice(busy) if busy else rng.randrange(len(procs))
+                    victim, live = procs.pop(pick), engines[pick]
                     for pid in live:
                         killed_at[pid] = time.time()
                     kill_group(victim.proc)
