@@ -81,6 +81,7 @@ class RunCreated(TypedDict, total=False):
     launch: dict[str, Any]
     forked_from: dict[str, Any]
     copied_span: list[float | None]
+    tags: dict[str, str]
 
 
 class BudgetChanged(TypedDict, total=False):
