@@ -48,6 +48,8 @@ class RunQuery:
     without versions has no run of any."""
     limit: int | None = None
     """At most this many runs (``None``: all)."""
+    run_ids: tuple[str, ...] = ()
+    """Only these runs (empty: any): which of them match (a list told of new runs asks this)."""
     before: tuple[float, str] | None = None
     """Only runs older than this one, as ``(created_at, run_id)``: the next page after a page
     whose last run it is (``next_page``)."""
@@ -133,6 +135,9 @@ def where_clause(conn: LogConnection, q: RunQuery) -> tuple[str, tuple[Any, ...]
 
     parts: list[str] = []
     args: list[Any] = []
+    if q.run_ids:
+        parts.append(f"id IN ({', '.join('?' for _ in q.run_ids)})")
+        args.extend(q.run_ids)
     if q.statuses:
         parts.append(f"status IN ({', '.join('?' for _ in q.statuses)})")
         args.extend(str(s) for s in q.statuses)
