@@ -60,7 +60,9 @@ def big_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     db = tmp_path_factory.mktemp("find") / "runs.db"
     t = time.perf_counter()
     write_runs(db, RUNS)
-    print(f"\nwrote {RUNS:,} runs in {time.perf_counter() - t:.1f} s ({db.stat().st_size >> 20} MB)")
+    print(
+        f"\nwrote {RUNS:,} runs in {time.perf_counter() - t:.1f} s ({db.stat().st_size >> 20} MB)"
+    )
     return db
 
 

@@ -57,6 +57,13 @@ def count_where(n: int, **want: Any) -> int:
 
 
 _BATCH = 500
+_RUN_COLUMNS = (
+    "id", "agent", "params", "status", "reason", "used_steps", "step_executions", "used_tokens",
+    "used_cost_usd", "used_seconds", "incarnation", "created_at", "updated_at", "finished_at",
+)  # fmt: skip
+_USED = (3, 3, 1200, 0.0012, 30.0)
+"""What each run used: steps, step executions, tokens, cost, seconds (``_finished`` says the
+same)."""
 
 
 def write_runs(
@@ -74,37 +81,10 @@ def write_runs(
             _insert(
                 conn,
                 "run",
-                (
-                    "id",
-                    "agent",
-                    "params",
-                    "status",
-                    "reason",
-                    "used_steps",
-                    "step_executions",
-                    "used_tokens",
-                    "used_cost_usd",
-                    "incarnation",
-                    "created_at",
-                    "updated_at",
-                    "finished_at",
-                ),  # fmt: skip
+                _RUN_COLUMNS,
                 [
-                    (
-                        s.run_id,
-                        s.agent,
-                        json.dumps({"n": 3}),
-                        s.status,
-                        s.reason,
-                        3,
-                        3,
-                        1200,
-                        0.0012,
-                        1,
-                        s.created_at,
-                        s.created_at + 30,
-                        s.created_at + 30,
-                    )  # fmt: skip
+                    (s.run_id, s.agent, json.dumps({"n": 3}), s.status, s.reason, *_USED, 1)
+                    + (s.created_at, s.created_at + 30, s.created_at + 30)
                     for s in shapes
                 ],
             )
@@ -145,7 +125,8 @@ def _created(s: Shape) -> str:
 
 
 def _finished(s: Shape) -> str:
-    return json.dumps({"status": s.status, "reason": s.reason, "engine": None})
+    usage = {"steps": 3, "executions": 3, "tokens": 1200, "cost_usd": 0.0012, "seconds": 30.0}
+    return json.dumps({"status": s.status, "reason": s.reason, "usage": usage})
 
 
 def _insert(conn: Any, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:

@@ -227,7 +227,8 @@ def summary_state(run: dict[str, Any]) -> RunState:
         last_ts=float(run.get("updated_at") or run["created_at"]),
         usage={**used, "executions": float(run.get("step_executions", 0))},
         incarnation=int(run.get("incarnations", 0)),
-        pid=run.get("lease_pid") if run.get("engine") not in ("none", None) else None,
+        # an engine the log names but that is gone reads as none: "stopped", Resume continues it
+        pid=run.get("lease_pid") if run.get("engine") not in ("none", "gone", None) else None,
         forked_from=(parent["run_id"], int(parent["at_step"])) if parent else None,
         waiting_for=run.get("waiting_for"),
         waiting_since=run.get("waiting_since"),
