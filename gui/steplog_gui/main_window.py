@@ -172,8 +172,15 @@ class MainWindow(QMainWindow):
         self.runs_view.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.runs_view.setWordWrap(False)  # cut on one line, not wrapped into a taller row
         self.runs_view.selectionModel().selectionChanged.connect(self._on_run_selected)
+        # A header click sorts the runs read. The arrow shows once the person sorts: shown from
+        # the start, every header would keep room for it and Status and Steps leave the dock.
+        header = self.runs_view.horizontalHeader()
         self.runs_view.setSortingEnabled(True)
-        self.runs_view.horizontalHeader().setSortIndicator(-1, Qt.SortOrder.DescendingOrder)
+        header.setSortIndicator(-1, Qt.SortOrder.DescendingOrder)
+        header.setSortIndicatorShown(False)
+        header.sortIndicatorChanged.connect(
+            lambda column, _order: header.setSortIndicatorShown(column >= 0)
+        )
         self.runs_filter = RunsFilterBar()
         self.runs_filter.query_changed.connect(self.runs_model.set_query)
         runs_box = QWidget()
