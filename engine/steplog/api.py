@@ -11,6 +11,9 @@ from collections.abc import AsyncIterator, Generator
 from pathlib import Path
 from typing import Any
 
+_NOT_EDITED: Any = object()
+"""``fork(set_result=...)`` not given (``None`` is an edit: JSON null)."""
+
 
 def signal(
     run_id: str,
@@ -46,12 +49,16 @@ def fork(
     params: dict[str, Any] | None = None,
     workdir: str | Path | None = None,
     outbox: str | None = None,
+    set_result: Any = _NOT_EDITED,
     **limits: Any,
 ) -> str:
     """Create a new run from ``run_id``'s committed steps ``1..at_step-1`` and return its id; run it
     with the agent's ``.run(new_id)`` or ``steplog run AGENT --run-id NEW_ID``. ``limits`` are
-    ``Budget`` fields (``max_steps=...``) over the parent's budget."""
+    ``Budget`` fields (``max_steps=...``) over the parent's budget. ``set_result``: step
+    ``at_step`` is recorded with this result instead of being run (a chat step's: its answer's
+    text, or a whole answer object), and the fork runs from the step after it."""
     from steplog.control.commands import fork as fork_run
+    from steplog.control.edit import NOT_EDITED
     from steplog.log.location import parse
 
     _agent, prepared = fork_run(
@@ -63,6 +70,7 @@ def fork(
         limits=limits,
         workdir=Path(workdir) if workdir else None,
         outbox=outbox,
+        set_result=NOT_EDITED if set_result is _NOT_EDITED else set_result,
     )
     return prepared.run_id
 

@@ -419,3 +419,16 @@ def streamer(run: steplog.Run, n: int = 6, chunks: int = 20, pause: float = 0.02
         run.step(f"talk {i}", _talk, run, i, chunks, pause)
         run.emit({"done": i})
     return n
+
+
+def _plus_one(value: int) -> int:
+    return value + 1
+
+
+@steplog.agent
+def relay(run: steplog.Run, start: int = 1, n: int = 4) -> int:
+    """Adds one ``n`` times, each addition a step that takes the one before's result."""
+    value = start
+    for i in range(n):
+        value = run.step(f"add {i + 1}", _plus_one, value)
+    return value

@@ -358,6 +358,14 @@ def retry(run_id: str, db: LogLocation | None, force: bool, no_start: bool, **en
     help="Override a parameter of the parent.",
 )
 @click.option(
+    "--set-result",
+    "set_result",
+    default=None,
+    metavar="JSON",
+    help="Record step --at-step with this result instead of running it (a chat step: its answer's "
+    "text as a JSON string); the fork runs from the step after it.",
+)
+@click.option(
     "--no-start",
     is_flag=True,
     help="Only create the fork (its id is printed); run it later with `steplog run`.",
@@ -372,11 +380,25 @@ def fork(
     workdir: Path | None,
     outbox: str | None,
     params: tuple[str, ...],
+    set_result: str | None,
     no_start: bool,
     **engine: Any,
 ) -> None:
-    """Start a new run from RUN_ID's steps before --at-step (copied, not run again), then run it."""
+    """Start a new run from RUN_ID's steps before --at-step (copied, not run again), then run it.
+    With --set-result, step --at-step is recorded with the given result and the fork runs from
+    the step after it."""
     from steplog.control.commands import fork as fork_run
+    from steplog.control.edit import NOT_EDITED
+
+    edit: Any = NOT_EDITED
+    if set_result is not None:
+        try:
+            edit = json.loads(set_result)
+        except json.JSONDecodeError as exc:
+            raise UsageError(
+                f"--set-result is not JSON ({exc.msg} at character {exc.pos}); a text is quoted: "
+                """--set-result '"the corrected answer"'"""
+            ) from None
 
     if not no_start:
         _check_tracing()
@@ -392,12 +414,13 @@ def fork(
         outbox=outbox,
         model=engine["model"],
         launch=_launch_given(engine),
+        set_result=edit,
     )
     click.echo(prepared.run_id)
+    edited = f", step {at_step} recorded with the edited result" if prepared.edited else ""
     click.echo(
         f"steplog: run {prepared.run_id} forked from {run_id} at step {at_step} ({prepared.copied} "
-        "step(s) "
-        f"copied, workdir {prepared.workdir})",
+        f"step(s) copied{edited}, workdir {prepared.workdir})",
         err=True,
     )
     if no_start:
@@ -840,6 +863,51 @@ def check(db: LogLocation | None) -> None:
             click.echo(problem)
         raise CorruptDatabase(report.summary())
     click.echo(report.summary())
+
+
+@cli.command()
+@db_option
+@click.option(
+    "--by",
+    default="model",
+    show_default=True,
+    metavar="model|agent|day|run|tag:KEY",
+    help="How to group: the run's model, agent, the local day a step finished, run, or a tag.",
+)
+@click.option("--since", default=None, metavar="ISO|SPAN", help="From this time (2026-12-01, 2h).")
+@click.option("--until", default=None, metavar="ISO|SPAN", help="Before this time.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="A JSON list of rows: the group's key, tokens, cost_usd, runs, steps (most cost first).",
+)
+@guard
+def cost(
+    db: LogLocation | None, by: str, since: str | None, until: str | None, as_json: bool
+) -> None:
+    """What the runs cost: tokens and dollars by model, agent, day, run or tag, steps that
+    finished in the window counted (a fork's copied steps count in its parent)."""
+    from steplog.cli.cost_table import cost_lines
+    from steplog.log.cost import check_grouping, cost_by
+    from steplog.log.integrity import probe, refusing_damage
+    from steplog.log.when import parse_when
+
+    check_grouping(by)
+    start = None if since is None else parse_when(since, option="--since")
+    end = None if until is None else parse_when(until, option="--until")
+    path, conn = _open_for_reading(db)
+    try:
+        with refusing_damage(path):
+            probe(conn, path, None)
+            rows = cost_by(conn, by, since=start, until=end)
+    finally:
+        conn.close()
+    if as_json:
+        click.echo(json.dumps([r.as_json(by) for r in rows], ensure_ascii=False))
+        return
+    for text in cost_lines(rows, by):
+        click.echo(text)
 
 
 @cli.command()

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from steplog.control.edit import NOT_EDITED, Unset, edited_result
 from steplog.errors import ControlRefused, UnknownRun, UsageError
 from steplog.log import ledger, runs
 from steplog.log.claim import budget_of
@@ -47,7 +48,7 @@ from steplog.log.lease import row_vacancy
 from steplog.log.location import LogLocation
 from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL
-from steplog.log.steps import contiguous_committed, unfinished_steps
+from steplog.log.steps import contiguous_committed, step_record, unfinished_steps
 
 if TYPE_CHECKING:
     from steplog.runtime.agent import Agent
@@ -330,6 +331,8 @@ class ForkPrepared:
     at_step: int
     copied: int
     workdir: Path
+    edited: bool = False
+    """Step ``at_step`` was recorded with an edited result: the fork runs from the one after."""
 
 
 def fork(
@@ -344,6 +347,7 @@ def fork(
     outbox: str | None = None,
     model: str | None = None,
     launch: Launch | None = None,
+    set_result: Any = NOT_EDITED,
 ) -> tuple[Agent[..., Any], ForkPrepared]:
     """``prepare_fork`` with the parent's agent resolved and the new id made or checked: what
     ``steplog fork`` and ``steplog.fork`` do before running the fork."""
@@ -379,6 +383,7 @@ def fork(
         outbox=outbox,
         model=model,
         launch=launch,
+        set_result=set_result,
     )
 
 
@@ -395,9 +400,12 @@ def prepare_fork(
     outbox: str | None = None,
     model: str | None = None,
     launch: Launch | None = None,
+    set_result: Any = NOT_EDITED,
 ) -> ForkPrepared:
     """Create run ``new_run_id`` from ``parent_id``'s committed steps ``1..at_step-1``, ``queued``
-    until an engine takes it (``launch``: how a worker starts it).
+    until an engine takes it (``launch``: how a worker starts it). With ``set_result``, step
+    ``at_step`` is recorded too, with that result instead of the parent's (``control.edit``), and
+    the fork runs from the step after it.
 
     ``params`` override the parent's (bound as for a new run), ``limits`` its budget. The new
     workdir starts as a copy of the parent's as it is now (files its later steps wrote
@@ -433,6 +441,13 @@ def prepare_fork(
                 # The parent's row too, read again locked: no run control changes it meanwhile.
                 parent = _run_row(conn, path, parent_id)
                 _refuse_beyond(conn, parent_id, at_step)
+                edit = (
+                    None
+                    if isinstance(set_result, Unset)
+                    else edited_result(
+                        step_record(conn, parent_id, at_step), parent_id, at_step, set_result
+                    )
+                )
                 copied = runs.create_fork(
                     conn,
                     parent,
@@ -444,6 +459,7 @@ def prepare_fork(
                     outbox=outbox or parent["outbox"],
                     model=model or parent["model"],
                     now=now,
+                    edited_result=edit,
                 )
                 runs.enqueue(conn, new_run_id, launch or Launch.from_json(parent["launch"]))
             _move_into(staged, target)
@@ -451,7 +467,7 @@ def prepare_fork(
             shutil.rmtree(staged, ignore_errors=True)
             raise
     private_dir(target)
-    return ForkPrepared(new_run_id, parent_id, at_step, copied, target)
+    return ForkPrepared(new_run_id, parent_id, at_step, copied, target, edit is not None)
 
 
 _IN_FLIGHT = re.compile(r"^\..+\.[0-9a-f]{12}\.tmp$")

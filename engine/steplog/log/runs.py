@@ -17,7 +17,7 @@ from steplog.log.events import EventKind
 from steplog.log.journal import append_event, dumps
 from steplog.log.launch import Launch
 from steplog.log.status import TERMINAL
-from steplog.log.steps import copy_committed_steps
+from steplog.log.steps import copy_committed_steps, copy_edited_step, result_of, step_record
 from steplog.log.streams import copy_for_fork
 from steplog.log.tags import copy_tags
 from steplog.policies import Budget
@@ -203,10 +203,15 @@ def create_fork(
     outbox: str | None,
     model: str | None,
     now: float,
+    edited_result: str | None = None,
 ) -> int:
     """Insert run ``new_id``, a fork of ``parent`` at ``at_step``: its steps ``1..at_step-1``
     copied as committed (results and decisions, never effects), its usage the sum of theirs, its
-    ``run_created`` and ``step_copied`` events. How many steps were copied."""
+    ``run_created`` and ``step_copied`` events. How many steps were copied.
+
+    ``edited_result`` (JSON text): step ``at_step`` is copied too, committed with this result
+    instead of the parent's (``copy_edited_step``), and its ``step_copied`` event says so and
+    keeps the parent's result; the fork runs from the step after it."""
     pid = parent["id"]
     sums = conn.execute(
         "SELECT COUNT(*), COALESCE(SUM(tokens_in + tokens_out), 0), COALESCE(SUM(tokens_estimated "
@@ -215,6 +220,8 @@ def create_fork(
         (pid, at_step),
     ).fetchone()
     copied, tokens, estimated, cost = int(sums[0]), int(sums[1]), int(sums[2]), float(sums[3])
+    edited = edited_result is not None
+    recorded = copied + edited  # the edited step is a step of the fork, committed, never run
     conn.execute(
         "INSERT INTO run (id, agent, model, params, workdir, outbox, limit_steps, limit_tokens, "
         "limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, used_steps, used_tokens, "
@@ -233,11 +240,11 @@ def create_fork(
             budget.max_cost_usd,
             budget.max_retries,
             budget.max_recoveries,
-            copied,
+            recorded,
             tokens,
             estimated,
             cost,
-            copied,
+            recorded,
             now,
             now,
             pid,
@@ -247,6 +254,11 @@ def create_fork(
     copy_committed_steps(conn, pid, new_id, at_step)
     copy_for_fork(conn, pid, new_id, at_step)
     copy_tags(conn, pid, new_id)  # a fork is found by its parent's tags
+    original: Any = None
+    if edited_result is not None:
+        copy_edited_step(conn, pid, new_id, at_step, edited_result)
+        parents = step_record(conn, pid, at_step)
+        original = result_of(parents.result) if parents is not None else None
     row = run_to_change(conn, new_id)
     assert row is not None
     first, last = conn.execute(
@@ -271,7 +283,8 @@ def create_fork(
                 "retries": budget.max_retries,
                 "recoveries": budget.max_recoveries,
             },
-            "forked_from": {"run_id": pid, "at_step": at_step},
+            "forked_from": {"run_id": pid, "at_step": at_step}
+            | ({"edited_step": at_step} if edited else {}),
         },
     )
     for seq, name, kind, started, finished in conn.execute(
@@ -289,7 +302,8 @@ def create_fork(
                 "from_run": pid,
                 "started_at": started,
                 "finished_at": finished,
-            },
+            }
+            | ({"edited": True, "original_result": original} if edited and seq == at_step else {}),
             seq=seq,
         )
     return copied

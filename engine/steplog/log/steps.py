@@ -194,3 +194,28 @@ def copy_committed_steps(conn: LogConnection, parent: str, child: str, before: i
         " ORDER BY seq",
         (child, parent, before),
     )
+
+
+def copy_edited_step(conn: LogConnection, parent: str, child: str, seq: int, result: str) -> None:
+    """Record ``parent``'s step ``seq`` in run ``child`` as committed with ``result`` (JSON text)
+    in place of whatever it recorded: a fork with an edit (``steplog fork --set-result``). Its
+    usage is zero (the fork spent nothing on it); a chat step's decision is the edited answer."""
+    picks = ", ".join(
+        {
+            **_FORK_COPY,
+            "result": "?",
+            "decision": "CASE WHEN kind = 'chat' THEN ? ELSE NULL END",
+            "tokens_in": "0",
+            "tokens_out": "0",
+            "tokens_cached": "0",
+            "tokens_estimated": "0",
+            "cost_usd": "0",
+            "attempts": "0",
+            "recoveries": "0",
+        }.get(c, c)
+        for c in STEP_COLUMNS
+    )
+    conn.execute(
+        f"INSERT INTO step ({STEP_SELECT}) SELECT {picks} FROM step WHERE run_id = ? AND seq = ?",
+        (child, result, result, parent, seq),
+    )

@@ -122,3 +122,18 @@ def test_python_tags_are_the_same_tags(tmp_path: Path) -> None:
     finally:
         conn.close()
     assert [(r["run_id"], r["tags"]) for r in found] == [("p1", {"team": "py"})]
+
+
+@pytest.mark.backends("sqlite", "postgres")
+def test_cost_by_tag_groups_runs_by_their_tag(engine: Engine) -> None:
+    db = str(engine.db)
+    for rid, team in (("a1", "a"), ("a2", "a"), ("b1", "b")):
+        done = engine.run(
+            "run", NOOP, "--run-id", rid, "--db", db, "--param", "n=2", "--tag", f"team={team}"
+        )
+        assert done.returncode == 0, done.stderr
+    assert engine.run("run", NOOP, "--run-id", "none", "--db", db, "--param", "n=1").returncode == 0
+    done = engine.run("cost", "--db", db, "--by", "tag:team", "--json")
+    assert done.returncode == 0, done.stderr
+    runs = {r["tag"]: r["runs"] for r in json.loads(done.stdout)}
+    assert runs == {"a": 2, "b": 1, "(no tag)": 1}

@@ -1,0 +1,161 @@
+"""What the runs in a log cost: tokens and dollars summed by model, agent, day, run or tag.
+
+The sums come from the step rows (what each step's usage recorded when it committed or failed),
+so a window (``since``/``until``) takes the spending that happened in it, by the time each step
+finished, not by when its run started. A fork's copies of its parent's steps (``incarnation`` 0:
+no engine ran them) are left out: their tokens were spent, and are counted, in the parent.
+
+SQL sums per run (and per 15-minute slot for ``day``); the groups are folded here, in Python,
+because a run's tags are rows of their own (``tags.tags_of``, read once for the runs summed) and
+a local day is a time zone's business: every zone in use is a whole number of 15-minute slots
+from UTC, so a slot lies inside one local day in any of them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from steplog.errors import UsageError
+from steplog.log.db import LogConnection
+from steplog.log.tags import tags_of
+
+SLOT_SECONDS = 900
+"""The time grain of ``by="day"``: a quarter hour (see the module docstring)."""
+
+GROUPINGS = ("model", "agent", "day", "run")
+"""``by`` may be one of these or ``tag:KEY``."""
+
+NO_TAG = "(no tag)"
+"""The group of runs without the tag ``cost --by tag:KEY`` groups by."""
+
+
+@dataclass
+class CostRow:
+    """One group's spending. ``estimated_tokens`` of ``tokens`` were counted by steplog's estimate
+    because the model reported no usage."""
+
+    key: str
+    tokens: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    tokens_cached: int = 0
+    estimated_tokens: int = 0
+    cost_usd: float = 0.0
+    steps: int = 0
+    run_ids: set[str] = field(default_factory=set)
+
+    @property
+    def runs(self) -> int:
+        return len(self.run_ids)
+
+    def as_json(self, by: str) -> dict[str, Any]:
+        """The row as ``steplog cost --json`` prints it: the group's key under the name of the
+        grouping (``model``, ``agent``, ``day``, ``run``, ``tag``) and as ``key``."""
+        name = "tag" if by.startswith("tag:") else by
+        return {
+            name: self.key,
+            "key": self.key,
+            "tokens": self.tokens,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "tokens_cached": self.tokens_cached,
+            "estimated_tokens": self.estimated_tokens,
+            "cost_usd": round(self.cost_usd, 9),
+            "runs": self.runs,
+            "steps": self.steps,
+        }
+
+
+def check_grouping(by: str) -> str:
+    """``by`` as given, or ``UsageError`` naming the choices."""
+    if by in GROUPINGS or (by.startswith("tag:") and by[4:].strip()):
+        return by
+    raise UsageError(
+        f"--by {by!r} is not a grouping; use one of {', '.join(GROUPINGS)} or tag:KEY "
+        "(e.g. --by tag:team)"
+    )
+
+
+def _local_day(slot: int) -> str:
+    return time.strftime("%Y-%m-%d", time.localtime(slot * SLOT_SECONDS))
+
+
+def _tags(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def cost_by(
+    conn: LogConnection,
+    by: str,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+) -> list[CostRow]:
+    """The spending of the steps that finished in ``[since, until)`` (epoch seconds; ``None``:
+    unbounded), grouped ``by`` (``GROUPINGS`` or ``tag:KEY``), most expensive first (then most
+    tokens, then by key). Steps with neither tokens nor cost are counted in ``steps`` too."""
+    check_grouping(by)
+    tag_key = by[4:].strip() if by.startswith("tag:") else None
+    slot = f"CAST(ROUND(s.finished_at / {SLOT_SECONDS} - 0.5) AS INTEGER)" if by == "day" else "0"
+    where = ["s.incarnation > 0", "s.finished_at IS NOT NULL"]
+    args: list[Any] = []
+    if since is not None:
+        where.append("s.finished_at >= ?")
+        args.append(since)
+    if until is not None:
+        where.append("s.finished_at < ?")
+        args.append(until)
+    sql = (
+        f"SELECT s.run_id, r.agent, r.model, NULL, {slot} AS slot, COUNT(*),"
+        " SUM(s.tokens_in), SUM(s.tokens_out), SUM(s.tokens_cached),"
+        " SUM(s.tokens_estimated * (s.tokens_in + s.tokens_out)),"
+        " SUM(s.cost_usd)"
+        " FROM step s JOIN run r ON r.id = s.run_id"
+        f" WHERE {' AND '.join(where)}"
+        " GROUP BY s.run_id, r.agent, r.model, slot"
+    )
+    key_of: Callable[[tuple[Any, ...]], str]
+    if by == "model":
+        key_of = lambda r: r[2] or "offline"  # noqa: E731
+    elif by == "agent":
+        key_of = lambda r: r[1]  # noqa: E731
+    elif by == "run":
+        key_of = lambda r: r[0]  # noqa: E731
+    elif by == "day":
+        key_of = lambda r: _local_day(int(r[4]))  # noqa: E731
+    else:
+        key_of = lambda r: _tag_value(_tags(r[3]), tag_key or "")  # noqa: E731
+    rows = list(conn.execute(sql, args).fetchall())
+    if tag_key is not None:  # one read of the runs' tags, not a join per step row
+        tags = tags_of(conn, (r[0] for r in rows))
+        rows = [(r[0], r[1], r[2], tags[r[0]], *r[4:]) for r in rows]
+    return _fold(rows, key_of)
+
+
+def _tag_value(tags: dict[str, Any], key: str) -> str:
+    value = tags.get(key)
+    return NO_TAG if value is None else str(value)
+
+
+def _fold(
+    rows: Iterable[tuple[Any, ...]], key_of: Callable[[tuple[Any, ...]], str]
+) -> list[CostRow]:
+    groups: dict[str, CostRow] = {}
+    for r in rows:
+        key = key_of(r)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = CostRow(key)
+        tin, tout, cached, est = (int(v or 0) for v in r[6:10])
+        g.steps += int(r[5])
+        g.tokens_in += tin
+        g.tokens_out += tout
+        g.tokens_cached += cached
+        g.tokens += tin + tout
+        g.estimated_tokens += est
+        g.cost_usd += float(r[10] or 0.0)
+        g.run_ids.add(r[0])
+    return sorted(groups.values(), key=lambda g: (-g.cost_usd, -g.tokens, g.key))
