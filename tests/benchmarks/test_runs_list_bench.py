@@ -42,7 +42,7 @@ def test_runs_list_figures(qtbot: Any, tmp_path: Path, runs: int) -> None:
     qtbot.waitUntil(lambda: window.runs_model.rowCount() > 0, timeout=30_000)
     assert window.runs_model.run_id(0) == run_shape(runs - 1).run_id
     shown = time.perf_counter() - t0
-    qtbot.waitUntil(lambda: not monitor.catching_up and monitor.state.runs, timeout=60_000)
+    qtbot.waitUntil(lambda: not monitor.catching_up and bool(monitor.state.runs), timeout=60_000)
     settled = time.perf_counter() - t0
 
     bar = window.runs_filter

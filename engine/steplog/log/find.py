@@ -8,8 +8,9 @@ what page 1 does, where an OFFSET would skip 50,000 rows).
 
 Indexes (schema v10): ``run_by_created`` walks the newest runs without a sort, ``run_by_status``
 and ``run_by_agent`` the newest of a status or an agent, ``run_tag_by_value`` finds the runs of a
-tag. A text search looks at every run (``LIKE`` has no index to use), still well under a second
-for 100,000 runs (``tests/benchmarks/test_find_runs_bench.py``).
+tag. A text search reads runs newest first until it has its page (``LIKE`` has no index to use;
+every run when nothing matches): well under a second for 100,000 runs
+(``tests/benchmarks/test_find_runs_bench.py``).
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def check_limit(limit: int | None) -> int | None:
 
 def _like(text: str) -> str:
     """``text`` as a ``LIKE`` pattern that matches it anywhere, its own ``%`` and ``_`` literal."""
-    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
 
 
@@ -164,15 +165,15 @@ def where_clause(conn: LogConnection, q: RunQuery) -> tuple[str, tuple[Any, ...]
         else:
             parts.append("1 = 0")  # a log before versions: no run has one
     if q.search:
+        from steplog.log.backend import backend_of
+
+        like = f"{backend_of(conn).like_any_case} ? ESCAPE '\\'"
         pattern = _like(q.search)
-        fields = ["id", "agent", "params", "COALESCE(reason, '')"]
-        ors = [f"lower({f}) LIKE ? ESCAPE '\\'" for f in fields]
+        fields = ["id", "agent", "params", "reason"]
+        ors = [f"{f} {like}" for f in fields]
         args.extend(pattern for _ in fields)
         if tagged:
-            ors.append(
-                f"id IN (SELECT run_id FROM {TAG_TABLE} WHERE lower(key) LIKE ? ESCAPE '\\' OR "
-                "lower(value) LIKE ? ESCAPE '\\')"
-            )
+            ors.append(f"id IN (SELECT run_id FROM {TAG_TABLE} WHERE key {like} OR value {like})")
             args.extend((pattern, pattern))
         parts.append(f"({' OR '.join(ors)})")
     return (" AND ".join(parts) or "1 = 1"), tuple(args)
