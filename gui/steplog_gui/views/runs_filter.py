@@ -46,7 +46,7 @@ class RunsFilterBar(QWidget):
         self.agent.setToolTip("Runs of this agent, as the log names it (`steplog runs --agent`)")
         self.tags = QLineEdit()
         self.tags.setPlaceholderText("tag KEY=VALUE")
-        self.status.setMinimumContentsLength(8)
+        self.status.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.tags.setToolTip("Runs with these tags: KEY=VALUE, several separated by spaces")
         self.search = QLineEdit()
         self.search.setPlaceholderText("search runs")
