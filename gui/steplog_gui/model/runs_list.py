@@ -38,7 +38,7 @@ class RunsSource(Protocol):
 
 
 class LogRunsSource:
-    """Pages read from a log (a file or a PostgreSQL URL) through its read API, on one read-only
+    """Pages read from a log (a file or a database URL) through its read API, on one read-only
     connection opened at the first read and kept (no transaction is held between reads)."""
 
     def __init__(self, path: LogLocation) -> None:

@@ -28,7 +28,7 @@ def ids_shown(window: MainWindow) -> list[str]:
 
 
 def test_ten_thousand_runs_open_newest_first_and_load_as_the_list_scrolls(
-    qtbot: Any, qtmodeltester: Any, engine: Engine, settings: Any, gui_env: dict[str, str]
+    qtbot: Any, engine: Engine, settings: Any, gui_env: dict[str, str]
 ) -> None:
     write_runs(engine.db, RUNS)
     t = time.perf_counter()
@@ -46,7 +46,6 @@ def test_ten_thousand_runs_open_newest_first_and_load_as_the_list_scrolls(
         window.runs_view.scrollToBottom()
         qtbot.waitUntil(lambda: model.rowCount() > PAGE_SIZE, timeout=5_000)
         assert ids_shown(window)[PAGE_SIZE] == run_shape(RUNS - 1 - PAGE_SIZE).run_id
-        qtmodeltester.check(model)
     finally:
         window.shutdown(stop_engine=True)
 
@@ -109,14 +108,42 @@ def test_a_run_started_elsewhere_comes_on_top_and_a_cancel_shows(
         window.shutdown(stop_engine=True)
 
 
-def test_columns_sort_the_runs_read(qtbot: Any, window: MainWindow, engine: Engine) -> None:
+def test_columns_sort_the_runs_read(
+    qtbot: Any, qtmodeltester: Any, window: MainWindow, engine: Engine
+) -> None:
     window.monitor.stop()
     write_runs(engine.db, 300)
     model = window.runs_model
     model.set_query(model.query)
+    qtmodeltester.check(model)  # it reads every page of the 300 as it goes
     assert COLUMNS[STEPS] == "Steps"
     window.runs_view.sortByColumn(STATUS, Qt.SortOrder.AscendingOrder)
     statuses = [model.index(r, STATUS).data() for r in range(model.rowCount())]
     assert statuses == sorted(statuses)
     window.runs_view.sortByColumn(-1, Qt.SortOrder.DescendingOrder)
     assert ids_shown(window)[0] == run_shape(299).run_id
+
+
+def test_the_monitor_keeps_the_newest_runs_and_reads_an_old_one_when_selected(
+    qtbot: Any, engine: Engine, settings: Any, gui_env: dict[str, str]
+) -> None:
+    from steplog_gui.feeds.tailer import HISTORY_RUNS
+
+    write_runs(engine.db, 1_000)
+    window = open_window(qtbot, engine, settings, gui_env)
+    try:
+        monitor = window.monitor
+        qtbot.waitUntil(
+            lambda: not monitor.catching_up and bool(monitor.state.runs), timeout=30_000
+        )
+        assert len(monitor.state.runs) == HISTORY_RUNS, "memory: the newest runs, not the log"
+        old = run_shape(42).run_id
+        assert monitor.run(old) is None
+        window.runs_filter.search.setText(old)
+        window.runs_filter.apply()
+        window.select_run(old)
+        qtbot.waitUntil(lambda: monitor.run(old) is not None, timeout=10_000)
+        assert monitor.run(old).status == run_shape(42).status  # type: ignore[union-attr]
+        qtbot.waitUntil(lambda: window._run_id == old, timeout=5_000)
+    finally:
+        window.shutdown(stop_engine=True)
