@@ -36,6 +36,7 @@ from steplog_gui.processes.demo import DEMO_AGENTS, DEMO_PACE, DemoConfig, DemoL
 from steplog_gui.processes.engine_process import EngineProcess, LaunchSpec
 from steplog_gui.processes.kill_switch import KillSwitch
 from steplog_gui.settings import Settings
+from steplog_gui.views.approvals import ApprovalsPanel
 from steplog_gui.views.kill_controls import auto_kill_controls, kill_now_button
 from steplog_gui.views.outbox_panel import OutboxPanel
 from steplog_gui.views.problem_banner import ProblemBanner
@@ -211,6 +212,24 @@ class MainWindow(QMainWindow):
         )
         self.tabifyDockWidget(self._detail_dock, self._output_dock)
         self._output_dock.raise_()
+        # The approvals inbox shares the outbox's place, behind it; its title counts the waiting.
+        self.approvals = ApprovalsPanel(monitor.path)
+        self._approvals_dock = self._dock(
+            "Approvals", "approvals", self.approvals, Qt.DockWidgetArea.RightDockWidgetArea
+        )
+        self.tabifyDockWidget(self._outbox_dock, self._approvals_dock)
+        self._outbox_dock.raise_()
+        self.approvals.loaded.connect(
+            lambda: self._approvals_dock.setWindowTitle(
+                f"Approvals ({len(self.approvals.waiting)})"
+                if self.approvals.waiting
+                else "Approvals"
+            )
+        )
+        self.approvals.notice.connect(self.statusBar().showMessage)
+        monitor.runs_changed.connect(lambda _ids: self.approvals.log_changed())
+        monitor.runs_added.connect(lambda *_a: self.approvals.log_changed())
+        self.approvals.refresh()
         self.pruner = Pruner(lambda: self.monitor.path, self, env=engine_env)
         self.pruner.estimated.connect(
             lambda found: ask_and_prune(self, self.pruner, [c.run_id for c in found], found)
@@ -398,6 +417,10 @@ class MainWindow(QMainWindow):
             "a new demo run on the same outbox: about a minute, ready for Kill now",
         )
         self.act_about = self._action("&About steplog", self.about)
+        self.act_costs = self._action(
+            "&Costs…", self.show_costs, "Ctrl+Shift+C", "what the runs spent, by model or agent"
+        )
+        self.costs_view: Any = None
         self.act_prune = self._action(
             "&Prune selected runs…",
             self.prune_selected,
@@ -457,6 +480,8 @@ class MainWindow(QMainWindow):
         for dock in self.findChildren(QDockWidget):
             view_menu.addAction(dock.toggleViewAction())
         view_menu.addSeparator()
+        view_menu.addAction(self.act_costs)
+        view_menu.addSeparator()
         theme_menu = view_menu.addMenu("&Theme")
         group = QActionGroup(self)
         self.theme_actions: dict[str, QAction] = {}
@@ -478,6 +503,21 @@ class MainWindow(QMainWindow):
             )
 
     # -- runs -------------------------------------------------------------------------------
+
+    def show_costs(self) -> None:
+        """The Costs window over this log (one per main window; raised if open)."""
+        from steplog_gui.views.costs_view import CostsView
+
+        if self.costs_view is None or self.costs_view.location != self.monitor.path:
+            if self.costs_view is not None:
+                self.costs_view.close()
+            self.costs_view = CostsView(self.monitor.path, self)
+            self.costs_view.run_chosen.connect(self.select_run)
+            self.monitor.runs_changed.connect(lambda _ids: self.costs_view.log_changed())
+            self.monitor.runs_added.connect(lambda *_a: self.costs_view.log_changed())
+        self.costs_view.show()
+        self.costs_view.raise_()
+        self.costs_view.activateWindow()
 
     def select_run(self, run_id: str) -> None:
         row = self.runs_model.row_of(run_id)
@@ -710,6 +750,7 @@ class MainWindow(QMainWindow):
         self._run_id = None
         self.watcher.set_url(None)
         self.monitor.switch_to(path)
+        self.approvals.set_location(path)
         self.setWindowTitle(f"steplog monitor — {path}")
         self.statusBar().showMessage(_ready_text(path))
         self.settings.add_recent(f"{path}")

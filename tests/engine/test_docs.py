@@ -77,6 +77,11 @@ ILLUSTRATIVE: dict[tuple[str, str], str] = {
         "steplog (the engine, no Qt)",
     ): "a picture of the layers; tests/engine/test_the_house.py holds it to the contracts",
     (
+        "docs/anthropic.md",
+        'pip install "steplog[anthropic]"',
+    ): "needs a real Anthropic key and spends money; tests/engine/llm/test_anthropic.py runs "
+    "the same command against a fake Messages API",
+    (
         "docs/benchmarks.md",
         "python tests/benchmarks/compare.py",
     ): "benchmarks take minutes and install the peers; never part of the test run, by design",

@@ -14,6 +14,7 @@ import Engine``. Fixtures live in the ``conftest.py`` files and are built from t
 - ``gui``: the real main window offscreen, modal dialogs answered, two run states compared.
 - ``layout_probe`` and ``screenshots``: scripts that open the window in a process of their own.
 - ``openai_server``: a real OpenAI-compatible HTTP server on loopback (the fake model server).
+- ``anthropic_server``: a real Anthropic Messages API server on loopback, streaming included.
 - ``postgres_server``: a real PostgreSQL server for the session (never a mock).
 - ``docs_pages``: the README and ``docs/`` as a reader meets them: their blocks, run as printed.
 - ``agents_for_tests``: the agents the tests run by file path (``AGENTS``), as a user would.

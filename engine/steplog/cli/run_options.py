@@ -148,12 +148,13 @@ ENGINE_OPTIONS = (
         "--model",
         "model",
         "model",
-        help="Chat model: 'offline' (default) or a model name at --base-url.",
+        help="Chat model: 'offline' (default), a model name at --base-url, or anthropic:MODEL.",
     ),
     Option(
         "--base-url",
         "base_url",
-        help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI).",
+        help="The model's endpoint (default: $OPENAI_BASE_URL or OpenAI; for anthropic:MODEL, "
+        "$ANTHROPIC_BASE_URL or Anthropic).",
     ),
     Option(
         "--lease-seconds",

@@ -1,10 +1,11 @@
-"""Chat models for steplog: the seam (``ChatModel``), a scripted offline model and an OpenAI
-adapter.
+"""Chat models for steplog: the seam (``ChatModel``), a scripted offline model, an OpenAI
+adapter and an Anthropic one (``anthropic:MODEL``).
 
-``import steplog.llm`` stays cheap: the ``openai`` SDK (and its HTTP stack) is imported only when an
-``OpenAICompatModel`` is first asked for, so an offline run resumes without paying for it; the
-scripted model's rules (``tickets``) and the price table likewise when first asked for, since
-every ``import steplog`` loads this package (the public ``ChatModel`` lives in ``base``).
+``import steplog.llm`` stays cheap: the ``openai`` and ``anthropic`` SDKs (and their HTTP stacks)
+are imported only when a model of theirs is first asked for, so an offline run resumes without
+paying for them; the scripted model's rules (``tickets``) and the price table likewise when first
+asked for, since every ``import steplog`` loads this package (the public ``ChatModel`` lives in
+``base``).
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from steplog.llm.base import (
 )
 
 if TYPE_CHECKING:
+    from steplog.llm.anthropic import AnthropicModel
     from steplog.llm.offline import OfflineModel
     from steplog.llm.openai_compat import OpenAICompatModel
     from steplog.llm.prices import Price, PriceTable
 
 __all__ = [
+    "AnthropicModel",
     "ChatModel",
     "ChatReply",
     "Estimate",
@@ -39,6 +42,7 @@ __all__ = [
     "PriceTable",
     "Usage",
     "check_model",
+    "check_ready",
     "close_model",
     "make_model",
 ]
@@ -62,23 +66,43 @@ def check_model(name: str | None) -> None:
             f"--model {name!r} has spaces around it or control characters; give the "
             "model's name as the endpoint knows it, e.g. --model gpt-4o-mini"
         )
+    from steplog.llm.setup import check_name
+
+    check_name(name)
+
+
+def check_ready(name: str | None, *, base_url: str | None = None) -> None:
+    """Refuse (``UsageError``) to start a run whose model this machine cannot call: for
+    ``anthropic:MODEL``, the ``anthropic`` package missing or no ``ANTHROPIC_API_KEY``. Asked
+    before the log is opened; ``make_model`` asks again for a resumed run."""
+    from steplog.llm.setup import check_ready as check
+
+    check(name, base_url=base_url)
 
 
 def make_model(name: str | None, *, base_url: str | None = None) -> ChatModel:
     """The model called ``name``: ``None`` or ``"offline"`` is the scripted ``OfflineModel``;
-    anything else is served by an OpenAI-compatible endpoint at ``base_url`` (default
-    ``$OPENAI_BASE_URL``, else OpenAI itself) with the key from ``$OPENAI_API_KEY``.
+    ``anthropic:MODEL`` is Claude at ``base_url`` (default ``$ANTHROPIC_BASE_URL``, else
+    Anthropic's API) with the key from ``$ANTHROPIC_API_KEY``; anything else is served by an
+    OpenAI-compatible endpoint at ``base_url`` (default ``$OPENAI_BASE_URL``, else OpenAI itself)
+    with the key from ``$OPENAI_API_KEY``.
     """
     if name is None or name == "offline":
         from steplog.llm.offline import OfflineModel
 
         return OfflineModel()
+    if name.startswith("anthropic:"):
+        check_ready(name, base_url=base_url)  # before the SDK is imported
+        from steplog.llm.anthropic import AnthropicModel
+
+        return AnthropicModel(name, base_url=base_url)
     from steplog.llm.openai_compat import OpenAICompatModel
 
     return OpenAICompatModel(name, base_url=base_url or os.environ.get("OPENAI_BASE_URL"))
 
 
 _LAZY = {
+    "AnthropicModel": "steplog.llm.anthropic",
     "OfflineModel": "steplog.llm.offline",
     "OpenAICompatModel": "steplog.llm.openai_compat",
     "Price": "steplog.llm.prices",

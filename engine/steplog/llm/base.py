@@ -27,6 +27,9 @@ class Usage:
     """Completion tokens."""
     cached_tokens: int = 0
     """Prompt tokens served from the provider's cache (a subset of ``input_tokens``)."""
+    cache_write_tokens: int = 0
+    """Prompt tokens written to the provider's cache (a subset of ``input_tokens``, disjoint from
+    ``cached_tokens``); Anthropic bills them above the input price."""
     estimated: bool = False
     """True when counted from text length, not reported by the provider."""
 

@@ -24,13 +24,10 @@ Errors, all with a one-line message that says what to do and never contains the 
 
 from __future__ import annotations
 
-import email.utils
 import os
 import re
-import time
 from collections.abc import Sequence
 from typing import cast
-from urllib.parse import urlsplit
 
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
@@ -46,13 +43,15 @@ from steplog.llm.base import (
     estimate_tokens,
 )
 from steplog.llm.prices import Price, PriceTable, is_local
+from steplog.llm.wire import display_url as _display_url
+from steplog.llm.wire import retry_after as _retry_after
+from steplog.llm.wire import scrub
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 LOCAL_PLACEHOLDER_KEY = "not-needed"
 """Sent as the key to a local server when none is configured (most ignore it, the SDK wants one)."""
 
 _REASONING_MODEL = re.compile(r"^(?:openai/)?(?:o\d|gpt-5)")
-_SECRET_LIKE = re.compile(r"\bsk-[A-Za-z0-9_\-*.]+|(?i:bearer)\s+\S+")
 
 
 class OpenAICompatModel:
@@ -228,12 +227,7 @@ class OpenAICompatModel:
 
     def _scrub(self, text: str) -> str:
         """One line, at most 200 characters, with the API key and anything key-like removed."""
-        secret = self._client.api_key
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "[redacted]")
-        text = _SECRET_LIKE.sub("[redacted]", text)
-        text = " ".join(text.split())
-        return text if len(text) <= 200 else text[:199] + "…"
+        return scrub(text, self._client.api_key)
 
 
 def _usage(raw: object) -> Usage | None:
@@ -246,44 +240,8 @@ def _usage(raw: object) -> Usage | None:
     return Usage(prompt, completion, cached if isinstance(cached, int) else 0, estimated=False)
 
 
-def _retry_after(headers: object) -> float | None:
-    """Seconds the server asked us to wait: ``retry-after-ms``, ``retry-after`` seconds or HTTP
-    date."""
-    get = getattr(headers, "get", None)
-    if get is None:
-        return None
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = get(name)
-        if isinstance(value, str) and value.strip():
-            try:
-                return max(0.0, float(value) * scale)
-            except ValueError:
-                pass
-    value = get("retry-after")
-    if isinstance(value, str):
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        return max(0.0, when.timestamp() - time.time())
-    return None
-
-
 def _malformed(where: str, what: str) -> ModelUnavailable:
     return ModelUnavailable(
         f"malformed response from {where} ({what}): treated as transient; "
         "if it persists, check the server or any proxy in front of it"
     )
-
-
-def _display_url(url: str) -> str:
-    """The URL without credentials or query (either may carry a key)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:  # a malformed port: show none rather than fail while reporting an error
-        port = ""
-    return f"{parts.scheme}://{host}{port}{parts.path}" if parts.scheme else url.split("?", 1)[0]

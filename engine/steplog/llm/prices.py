@@ -33,25 +33,76 @@ class Price:
     """Completion tokens (reasoning tokens included, as the providers bill them)."""
     cached_input: float | None = None
     """Prompt tokens served from the provider's cache; ``None`` means the full input price."""
+    cache_write: float | None = None
+    """Prompt tokens written to the provider's cache (Anthropic's 5-minute cache write);
+    ``None`` means the full input price."""
 
-    def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
-        """USD for one call; ``cached_tokens`` is the cached part of ``input_tokens``."""
+    def cost(
+        self,
+        input_tokens: int,
+        output_tokens: int,
+        cached_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> float:
+        """USD for one call; ``cached_tokens`` (read from the cache) and ``cache_write_tokens``
+        (written to it) are parts of ``input_tokens``."""
         cached = min(max(cached_tokens, 0), input_tokens)
+        written = min(max(cache_write_tokens, 0), input_tokens - cached)
         cached_price = self.input if self.cached_input is None else self.cached_input
+        write_price = self.input if self.cache_write is None else self.cache_write
         per_million = (
-            (input_tokens - cached) * self.input
+            (input_tokens - cached - written) * self.input
             + cached * cached_price
+            + written * write_price
             + output_tokens * self.output
         )
         return per_million / 1_000_000
 
     def cost_of(self, usage: Usage) -> float:
         """USD for a call that used ``usage``."""
-        return self.cost(usage.input_tokens, usage.output_tokens, usage.cached_tokens)
+        return self.cost(
+            usage.input_tokens, usage.output_tokens, usage.cached_tokens, usage.cache_write_tokens
+        )
 
 
 FREE = Price(input=0.0, output=0.0, cached_input=0.0)
 """The price of a model served from your own machine."""
+
+
+def _claude(input: float, output: float) -> Price:
+    """A Claude price: cache reads at 0.1x and 5-minute cache writes at 1.25x the input price,
+    the multipliers Anthropic's pricing page states for every model in the table below."""
+    return Price(input, output, cached_input=round(input * 0.1, 6), cache_write=input * 1.25)
+
+
+# Anthropic list prices, USD per 1M tokens (input, output), as published on
+# https://platform.claude.com/docs/en/about-claude/pricing ("Model pricing"; read 2026-12 from
+# copies of that page, which also give each cache price used by _claude). Keys are the API's model
+# ids and aliases (https://platform.claude.com/docs/en/about-claude/models/overview); a dated
+# snapshot such as claude-sonnet-4-5-20250929 is priced as its alias. Batch is cheaper and
+# 1-hour cache writes (2x input) dearer: the adapter charges those (steplog.llm.anthropic).
+# Not verified: the ids claude-opus-4-7 and claude-opus-4-8 (the page names the models, the ids
+# follow the family's pattern). Newer models (Opus 5.5, Sonnet 5.x, Haiku 5.5, Fable, Mythos) are
+# left out: the copies of the page disagree on their prices. Unknown models cost "unknown".
+ANTHROPIC_PRICES: Mapping[str, Price] = {
+    "claude-opus-5": _claude(5.00, 25.00),
+    "claude-opus-4-8": _claude(5.00, 25.00),
+    "claude-opus-4-7": _claude(5.00, 25.00),
+    "claude-opus-4-6": _claude(5.00, 25.00),
+    "claude-opus-4-5": _claude(5.00, 25.00),
+    "claude-opus-4-1": _claude(15.00, 75.00),
+    "claude-opus-4-0": _claude(15.00, 75.00),
+    "claude-opus-4": _claude(15.00, 75.00),
+    "claude-sonnet-4-6": _claude(3.00, 15.00),
+    "claude-sonnet-4-5": _claude(3.00, 15.00),
+    "claude-sonnet-4-0": _claude(3.00, 15.00),
+    "claude-sonnet-4": _claude(3.00, 15.00),
+    "claude-3-7-sonnet": _claude(3.00, 15.00),
+    "claude-haiku-4-5": _claude(1.00, 5.00),
+    "claude-3-5-haiku": _claude(0.80, 4.00),
+    "claude-3-opus": _claude(15.00, 75.00),
+    "claude-3-haiku": Price(0.25, 1.25, cached_input=0.03, cache_write=0.30),
+}
 
 # OpenAI list prices, standard tier, USD per 1M tokens (input, output, cached input), as published
 # on https://openai.com/api/pricing and checked 2025-08; unchanged in third-party snapshots of that
@@ -69,10 +120,12 @@ LIST_PRICES: Mapping[str, Price] = MappingProxyType(
         "gpt-5": Price(1.25, 10.00, 0.125),
         "gpt-5-mini": Price(0.25, 2.00, 0.025),
         "gpt-5-nano": Price(0.05, 0.40, 0.005),
+        **ANTHROPIC_PRICES,
     }
 )
 
-_SNAPSHOT_SUFFIX = re.compile(r"-\d{4}-\d{2}-\d{2}$")
+_SNAPSHOT_SUFFIX = re.compile(r"-\d{4}-\d{2}-\d{2}$|-\d{8}$|-latest$")
+"""A dated snapshot (OpenAI ``-2024-07-18``, Anthropic ``-20250929``) or a ``-latest`` alias."""
 _LOCAL_NAMES = frozenset({"localhost", "host.docker.internal"})
 
 

@@ -46,6 +46,10 @@ class CostRow:
     cost_usd: float = 0.0
     steps: int = 0
     run_ids: set[str] = field(default_factory=set)
+    agent: str = ""
+    """The agent of the group's last run read (for a group of one run: its agent)."""
+    model: str = ""
+    """Likewise its model."""
 
     @property
     def runs(self) -> int:
@@ -97,9 +101,93 @@ def cost_by(
     """The spending of the steps that finished in ``[since, until)`` (epoch seconds; ``None``:
     unbounded), grouped ``by`` (``GROUPINGS`` or ``tag:KEY``), most expensive first (then most
     tokens, then by key). Steps with neither tokens nor cost are counted in ``steps`` too."""
+    key_of = _key_of(by)
+    return _fold(_spending(conn, since, until), key_of)
+
+
+@dataclass(frozen=True)
+class CostReport:
+    """What the monitor's Costs view draws, from one read of the log: the groups' totals, each
+    group's spending per local hour or day (``series``: ``(bucket start, key, tokens, cost)``,
+    in time order), and the most expensive runs (``runs``: ``CostRow`` keyed by run id, with
+    ``agent`` and ``model``)."""
+
+    by: str
+    bucket: str
+    totals: list[CostRow]
+    series: list[tuple[float, str, int, float]]
+    runs: list[CostRow]
+
+
+BUCKETS = ("hour", "day")
+
+
+def read_costs(
+    location: Any,
+    by: str,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    bucket: str = "day",
+    top_runs: int = 20,
+) -> CostReport:
+    """``CostReport`` of the log at ``location`` (opened read-only, closed again; nothing held
+    between calls): spending ``by`` (``GROUPINGS`` but ``day``/``run``, or ``tag:KEY``) per local
+    ``bucket`` (``hour`` or ``day``)."""
+    from steplog.log.db import open_readonly
+
+    key_of = _key_of(by)
+    if bucket not in BUCKETS:
+        raise UsageError(f"bucket {bucket!r}: use hour or day")
+    conn = open_readonly(location, one_shot=True)
+    try:
+        rows = _spending(conn, since, until)
+    finally:
+        conn.close()
+    per_bucket: dict[tuple[float, str], list[float]] = {}
+    starts: dict[int, float] = {}
+    for r in rows:
+        slot = int(r[4])
+        begin = starts.get(slot)
+        if begin is None:
+            begin = starts[slot] = _bucket_start(slot, bucket)
+        cell = per_bucket.setdefault((begin, key_of(r)), [0.0, 0.0])
+        cell[0] += int(r[6] or 0) + int(r[7] or 0)
+        cell[1] += float(r[10] or 0.0)
+    series = [(t, k, int(v[0]), v[1]) for (t, k), v in sorted(per_bucket.items())]
+    runs = _fold(rows, _key_of("run"))[: max(0, top_runs)]
+    return CostReport(by, bucket, _fold(rows, key_of), series, runs)
+
+
+def _bucket_start(slot: int, bucket: str) -> float:
+    moment = time.localtime(slot * SLOT_SECONDS)
+    if bucket == "hour":
+        fields = (*moment[:4], 0, 0, *moment[6:8], -1)
+    else:
+        fields = (*moment[:3], 0, 0, 0, *moment[6:8], -1)
+    return time.mktime(time.struct_time(fields))
+
+
+def _key_of(by: str) -> Callable[[tuple[Any, ...]], str]:
     check_grouping(by)
-    tag_key = by[4:].strip() if by.startswith("tag:") else None
-    slot = f"CAST(ROUND(s.finished_at / {SLOT_SECONDS} - 0.5) AS INTEGER)" if by == "day" else "0"
+    if by == "model":
+        return lambda r: r[2] or "offline"
+    if by == "agent":
+        return lambda r: str(r[1])
+    if by == "run":
+        return lambda r: str(r[0])
+    if by == "day":
+        return lambda r: _local_day(int(r[4]))
+    tag_key = by[4:].strip()
+    return lambda r: _tag_value(_tags(r[3]), tag_key)
+
+
+def _spending(
+    conn: LogConnection, since: float | None, until: float | None
+) -> list[tuple[Any, ...]]:
+    """Per run and 15-minute slot: ``(run id, agent, model, tags, slot, steps, tokens in, tokens
+    out, cached, estimated tokens, cost)``."""
+    slot = f"CAST(ROUND(s.finished_at / {SLOT_SECONDS} - 0.5) AS INTEGER)"
     where = ["s.incarnation > 0", "s.finished_at IS NOT NULL"]
     args: list[Any] = []
     if since is not None:
@@ -117,22 +205,9 @@ def cost_by(
         f" WHERE {' AND '.join(where)}"
         " GROUP BY s.run_id, r.agent, r.model, slot"
     )
-    key_of: Callable[[tuple[Any, ...]], str]
-    if by == "model":
-        key_of = lambda r: r[2] or "offline"  # noqa: E731
-    elif by == "agent":
-        key_of = lambda r: r[1]  # noqa: E731
-    elif by == "run":
-        key_of = lambda r: r[0]  # noqa: E731
-    elif by == "day":
-        key_of = lambda r: _local_day(int(r[4]))  # noqa: E731
-    else:
-        key_of = lambda r: _tag_value(_tags(r[3]), tag_key or "")  # noqa: E731
     rows = list(conn.execute(sql, args).fetchall())
-    if tag_key is not None:  # one read of the runs' tags, not a join per step row
-        tags = tags_of(conn, (r[0] for r in rows))
-        rows = [(r[0], r[1], r[2], tags[r[0]], *r[4:]) for r in rows]
-    return _fold(rows, key_of)
+    tags = tags_of(conn, (r[0] for r in rows))  # one read of the runs' tags, not a join per step
+    return [(r[0], r[1], r[2], tags[r[0]], *r[4:]) for r in rows]
 
 
 def _tag_value(tags: dict[str, Any], key: str) -> str:
@@ -158,4 +233,5 @@ def _fold(
         g.estimated_tokens += est
         g.cost_usd += float(r[10] or 0.0)
         g.run_ids.add(r[0])
+        g.agent, g.model = r[1], r[2] or "offline"
     return sorted(groups.values(), key=lambda g: (-g.cost_usd, -g.tokens, g.key))

@@ -29,7 +29,7 @@ class Launch:
     pace: float = 0.0
     """Seconds of simulated thinking per model call (``--pace``)."""
     base_url: str | None = None
-    """OpenAI-compatible endpoint (``--base-url``); ``None``: the engine's default."""
+    """The model's endpoint (``--base-url``); ``None``: the engine's default."""
     sync: SyncLevel = "full"
     """``--sync``: ``full`` survives power loss, ``normal`` process crashes only."""
     lease_seconds: float | None = None

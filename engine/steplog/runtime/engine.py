@@ -247,6 +247,10 @@ def execute(
             f"--killed-at must be the Unix time of a kill that happened (got {killed_at})"
         )
     check_environment()  # tracing settings: refused before the log is opened, never echoed
+    if model is not None:
+        from steplog.llm import check_ready
+
+        check_ready(model, base_url=base_url)  # a key or SDK missing: refused, nothing written
     db_path = location(db)
     load_driver(db_path)  # before the stop handler: a stop inside an import cannot be handled
     with interrupts.installed():

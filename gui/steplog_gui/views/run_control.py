@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDialog,
     QDialogButtonBox,
     QFormLayout,
@@ -35,7 +36,9 @@ from PySide6.QtWidgets import (
 
 from steplog.control.procs import child_env, python_argv, without_secrets
 from steplog.log.location import LogLocation
+from steplog.log.reader import LogRepository
 from steplog.log.runstatus import RunStatus
+from steplog.log.steps import StepRecord
 from steplog_gui import jobs
 from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.model.run_state import RunState
@@ -134,10 +137,29 @@ class SignalDialog(QDialog):
         self.accept()
 
 
-class ForkDialog(QDialog):
-    """Fork a run from one of its steps: id, step, params and budgets prefilled from the parent."""
+def _read_step(path: LogLocation, run_id: str, seq: int) -> StepRecord | None:
+    repo = LogRepository(path)
+    try:
+        return repo.step_detail(run_id, seq)
+    finally:
+        repo.close()
 
-    def __init__(self, run: RunState, at_step: int, parent: QWidget | None = None) -> None:
+
+class ForkDialog(QDialog):
+    """Fork a run from one of its steps: id, step, params and budgets prefilled from the parent.
+
+    With the step's recorded row (``step``), the dialog also offers to record that step with an
+    edited result instead of running it (``steplog fork --set-result``): the result is shown as
+    JSON to edit, checked as it is typed, and the fork runs from the step after it."""
+
+    def __init__(
+        self,
+        run: RunState,
+        at_step: int,
+        parent: QWidget | None = None,
+        *,
+        step: StepRecord | None = None,
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle(f"Fork {run.run_id}")
         self.run_id = QLineEdit(new_fork_id(run.run_id))
@@ -182,13 +204,62 @@ class ForkDialog(QDialog):
             self.limits[option] = spin
             form.addRow(f"max {name}", spin)
         self._original_limits = {k: s.value() for k, s in self.limits.items()}
-        buttons = QDialogButtonBox(
+        self._step = step
+        self.edit = QCheckBox("Record this step with an edited result instead of running it")
+        self.result_edit = QPlainTextEdit()
+        self.result_edit.setTabChangesFocus(True)
+        self.result_problem = QLabel("")
+        self.result_problem.setTextFormat(Qt.TextFormat.PlainText)
+        self.result_problem.setStyleSheet("color: #d03030")
+        if step is not None:
+            self.edit.setToolTip(
+                f"step {step.seq} ({step.name}) is recorded in the fork with the result below; "
+                "the fork runs from the step after it"
+            )
+            self.result_edit.setPlainText(_pretty(step.result if step.result else step.decision))
+            self.result_edit.setMinimumSize(460, 180)
+            form.addRow(self.edit)
+            form.addRow(f"result of step {step.seq}", self.result_edit)
+            form.addRow(self.result_problem)
+        self.buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
         )
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Fork and run")
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        form.addRow(buttons)
+        self.ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        self.ok.setText("Fork and run")
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        form.addRow(self.buttons)
+        self.edit.toggled.connect(self._check)
+        self.result_edit.textChanged.connect(self._check)
+        self.at_step.valueChanged.connect(self._check)
+        self._check()
+
+    def edited(self) -> str | None:
+        """The edited result as compact JSON, when the edit is asked for and is JSON."""
+        if self._step is None or not self.edit.isChecked():
+            return None
+        try:
+            value = json.loads(self.result_edit.toPlainText())
+        except json.JSONDecodeError:
+            return None
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+    def _check(self) -> None:
+        """Enable what applies; say what is wrong with the edit (and refuse OK) as it is typed."""
+        on = self._step is not None and self.edit.isChecked()
+        self.result_edit.setEnabled(on)
+        problem = ""
+        if on and self._step is not None:
+            if self.at_step.value() != self._step.seq:
+                problem = f"an edited result is for step {self._step.seq}: fork from that step"
+            else:
+                try:
+                    json.loads(self.result_edit.toPlainText())
+                except json.JSONDecodeError as exc:
+                    problem = f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        self.result_problem.setText(problem)
+        self.ok.setEnabled(not problem)
+        self.ok.setText("Fork with the edit and run" if on else "Fork and run")
 
     def arguments(self, parent_id: str) -> tuple[str, ...]:
         """``steplog fork`` arguments: only what the person changed overrides the parent."""
@@ -209,7 +280,20 @@ class ForkDialog(QDialog):
         for option, spin in self.limits.items():
             if spin.value() != self._original_limits[option] and spin.value():
                 args += [f"--{option}", str(spin.value())]
+        edited = self.edited()
+        if edited is not None:
+            args += ["--set-result", edited]
         return tuple(args)
+
+
+def _pretty(text: str | None) -> str:
+    """A recorded result (JSON text) indented for a person to edit."""
+    if not text:
+        return "null"
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except ValueError:
+        return text
 
 
 class WaitingBanner(QFrame):
@@ -417,10 +501,23 @@ class RunControl(QObject):
         )
 
     def fork(self) -> None:
+        """Fork from the selected step: its recorded row is read first (off the GUI thread), so
+        the dialog can offer to edit its result."""
         run = self.run()
         if run is None or self._engine_busy():
             return
-        dialog = ForkDialog(run, self._step or run.steps_committed + 1, self._window)
+        at = self._step or run.steps_committed + 1
+        path = self._monitor.path
+        jobs.submit(
+            lambda: _read_step(path, run.run_id, at),
+            lambda step: self._fork_dialog(run, at, step),
+            lambda _exc: self._fork_dialog(run, at, None),
+            owner=self,
+        )
+
+    def _fork_dialog(self, run: RunState, at: int, step: StepRecord | None) -> None:
+        dialog = ForkDialog(run, at, self._window, step=step)
+        self.fork_dialog = dialog
         if not dialog.exec():
             return
         args = dialog.arguments(run.run_id)

@@ -13,27 +13,7 @@ import pytest
 from helpers.engine import Engine
 from helpers.openai_server import FakeOpenAI
 from helpers.paths import AGENTS
-
-KEY_ENV = {"OPENAI_API_KEY": "sk-test-0000000000000000000000"}
-
-
-def chat_run(engine: Engine, fake: FakeOpenAI, run_id: str, model: str, n: int) -> None:
-    done = engine.run(
-        "run",
-        f"{AGENTS}:chatty",
-        "--run-id",
-        run_id,
-        "--db",
-        str(engine.db),
-        "--param",
-        f"n={n}",
-        "--model",
-        model,
-        "--base-url",
-        fake.base_url,
-        env=KEY_ENV,
-    )
-    assert done.returncode == 0, done.stderr
+from helpers.spending import spend as chat_run
 
 
 def cost(engine: Engine, *args: str, env: dict[str, str] | None = None) -> Any:

@@ -127,6 +127,7 @@ HEAVY = {
     "httpcore",
     "anyio",
     "openai",
+    "anthropic",
     "pydantic",
     # OpenSSL (hashlib, secrets, ssl), event loops and processes a sync agent never uses.
     "hashlib",
@@ -145,6 +146,8 @@ HEAVY_STEPLOG = (
     "steplog.llm.prices",
     "steplog.llm.tickets",
     "steplog.llm.openai_compat",
+    "steplog.llm.anthropic",
+    "steplog.llm.anthropic_errors",
     "steplog.tracing.otel",
     "steplog.tracing.export",
     "steplog.log.pg",

@@ -96,7 +96,8 @@ def test_fork_from_the_selected_step_creates_the_fork_runs_it_and_draws_its_copi
         dialog.accept()
 
     answer_next_modal(fill)
-    window.control.act_fork.trigger()
+    window.control.act_fork.trigger()  # the dialog opens once the step's row is read
+    qtbot.waitUntil(lambda: "step" in captured, timeout=10_000)
     assert captured["step"] == "5"
     qtbot.waitUntil(
         lambda: (r := window.monitor.run("child")) is not None and r.status == "succeeded",
@@ -190,3 +191,36 @@ def test_a_kill_while_waiting_keeps_the_waits_start_and_the_persons_time_is_no_r
     # Resumed once the new engine waits again, before the person answered: their time is not in it.
     assert kill.ts + kill.latency < answered_at, "the resume latency counted the person's time"
     assert kill_label(kill).endswith(f"waiting again in {kill.latency:.2f} s")
+
+
+def test_fork_with_an_edited_result_records_it_and_runs_on_from_the_next_step(
+    qtbot, window: MainWindow, engine: Engine
+) -> None:  # type: ignore[no-untyped-def]
+    done = engine.run("run", f"{AGENTS}:relay", "--run-id", "p", "--db", str(engine.db))
+    assert done.returncode == 0, done.stderr
+    shown(qtbot, window, "p")
+    window.control.set_step("p", 2)  # as a click on step 2's bar does
+    seen: dict[str, object] = {}
+
+    def edit(dialog: QDialog) -> None:
+        d: Any = dialog
+        seen["shown"] = d.result_edit.toPlainText()
+        d.run_id.setText("p-edited")
+        d.edit.setChecked(True)
+        d.result_edit.setPlainText("{oops")
+        seen["refused"] = (d.ok.isEnabled(), d.result_problem.text())
+        d.result_edit.setPlainText("100")
+        seen["accepted"] = d.ok.isEnabled()
+        dialog.accept()
+
+    answer_next_modal(edit)
+    window.control.act_fork.trigger()
+    qtbot.waitUntil(lambda: "accepted" in seen, timeout=10_000)
+    assert seen["shown"] == "3"  # step 2's recorded result, to edit
+    assert seen["refused"][0] is False and "not JSON" in seen["refused"][1]  # type: ignore[index]
+    assert seen["accepted"] is True
+    qtbot.waitUntil(
+        lambda: (r := window.monitor.run("p-edited")) is not None and r.status == "succeeded",
+        timeout=30_000,
+    )
+    assert engine.status("p-edited")["result"] == 102  # 100, then steps 3 and 4

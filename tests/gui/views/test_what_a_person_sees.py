@@ -93,7 +93,8 @@ def test_a_long_run_id_is_cut_in_the_runs_list_and_whole_in_the_fork_dialog(
         dialog.reject()
 
     answer_next_modal(look)
-    window.control.act_fork.trigger()
+    window.control.act_fork.trigger()  # the dialog opens once the step's row is read
+    qtbot.waitUntil(lambda: "room" in seen, timeout=10_000)
     assert seen["room"] >= seen["text"], f"the fork's id is cut: {seen}"
 
 
