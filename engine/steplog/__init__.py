@@ -18,6 +18,7 @@ from __future__ import annotations
 from steplog.api import aread_stream, cancel, fork, read_stream, signal
 from steplog.errors import (
     AgentSpecError,
+    Blocked,
     Cancelled,
     ControlRefused,
     CorruptDatabase,
@@ -52,6 +53,7 @@ __all__ = [
     "read_stream",
     "Agent",
     "AgentSpecError",
+    "Blocked",
     "Cancelled",
     "ControlRefused",
     "Budget",

@@ -26,6 +26,8 @@ SteplogError
 │                            does not allow (a finished run, an unsafe retry)      (exit 2)
 ├── RunWaiting               the run waits for a signal and the engine was asked
 │                            to exit then (``--exit-when-waiting``)               (exit 6)
+├── Blocked                  the code cannot replay the run's recorded steps: nothing
+│                            ran, nothing changed but a ``resume_refused`` event  (exit 6)
 ├── WaitTimeout              ``run.wait_for`` timed out (agent code may catch it)   (exit 4 if not)
 ├── LeaseHeld                another live engine holds the run                      (exit 75)
 │   └── Fenced               this engine lost the run to a newer incarnation        (exit 75)
@@ -66,6 +68,9 @@ EXIT_GAVE_UP = 3
 EXIT_FAILED = 4
 EXIT_CANCELLED = 5
 EXIT_WAITING = 6
+EXIT_BLOCKED = 6
+"""The code no longer matches the run's recorded steps (``Blocked``); shares 6 with
+``EXIT_WAITING``: either way the run is not finished and nothing is wrong with the log."""
 EXIT_LEASE_HELD = 75
 EXIT_STOPPED = 130
 """Stopped by a signal at a safe point (SIGTERM, SIGINT): the run is resumable, nothing is wrong."""
@@ -216,6 +221,23 @@ class RunWaiting(SteplogError):
         super().__init__(reason)
         self.run_id = run_id
         self.waiting_for = waiting_for
+
+
+class Blocked(SteplogError):
+    """The agent's code cannot replay the run's recorded steps (another version changed a step,
+    its arguments or their order). Nothing ran and the run's status did not change: only a
+    ``resume_refused`` event was written. Compatible code resumes it; ``steplog fork RUN_ID
+    --at-step N`` carries its history up to the divergence over to the current code.
+
+    ``at_step`` is the first step where the code and the log differ."""
+
+    exit_code = EXIT_BLOCKED
+
+    def __init__(self, reason: str, *, run_id: str, at_step: int) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.run_id = run_id
+        self.at_step = at_step
 
 
 class WaitTimeout(SteplogError):

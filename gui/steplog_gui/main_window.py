@@ -152,6 +152,7 @@ class MainWindow(QMainWindow):
         box.addWidget(self.banner)
         self.control = RunControl(monitor, self, env=engine_env, engine_busy=self._engine_busy)
         box.addWidget(self.control.banner)
+        box.addWidget(self.control.blocked_banner)
         box.addWidget(self.verdict)
         box.addWidget(split, 1)
         self.setCentralWidget(central)

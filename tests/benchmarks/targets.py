@@ -82,6 +82,27 @@ TARGETS = (
     Target("open_1m_s", "monitor: open a 1M-step run", 3.0, True, "s"),
     Target("open_1m_mb", "monitor: peak memory opening a 1M-step run", 300.0, True, "MB"),
     Target("resume_1m_s", "resume a 1M-step run: start -> first new step", 0.5, True, "s"),
+    Target(
+        "stream_steps_vs_main",
+        "no-op steps/s, nothing streamed / main's (issue 30)",
+        0.95,
+        False,
+        "x",
+    ),
+    Target(
+        "stream_short_cpu_vs_unstreamed",
+        "CPU of a streamed model call / unstreamed, ~20 chunks",
+        1.05,
+        True,
+        "x",
+    ),
+    Target(
+        "stream_long_cpu_vs_unstreamed",
+        "CPU of a streamed model call / unstreamed, ~210 chunks",
+        1.05,
+        True,
+        "x",
+    ),
 )
 BY_KEY = {t.key: t for t in TARGETS}
 
@@ -89,7 +110,7 @@ BY_KEY = {t.key: t for t in TARGETS}
 def record(key: str, value: float) -> None:
     """Report a measured figure to ``compare.py`` when it runs this benchmark (see module doc)."""
     if key not in BY_KEY:
-        raise KeyError(f"{key!r} is not one of issue 29's figures: {', '.join(BY_KEY)}")
+        raise KeyError(f"{key!r} is not one of the targets' figures: {', '.join(BY_KEY)}")
     where = os.environ.get(FIGURES_ENV)
     if where:
         with open(where, "a", encoding="utf-8") as f:

@@ -30,6 +30,21 @@ from helpers.engine import Engine
 
 ILLUSTRATIVE: dict[tuple[str, str], str] = {
     (
+        "docs/versions.md",
+        "steplog: step 2: recorded",
+    ): "the line the refused run above prints on stderr; tests/engine/runtime/test_versions.py "
+    "checks such a line word for word",
+    (
+        "docs/versions.md",
+        "blocked: blocked for the code of worker",
+    ): "the runs list during a deploy; tests/engine/control/test_worker_versions.py runs two "
+    "fleets on two versions",
+    (
+        "docs/versions.md",
+        "steplog killtest refund_v1.py:refund --upgrade",
+    ): "a synopsis (this agent waits for a person); tests/engine/killtest/"
+    "test_killtest_upgrade.py runs the upgrade test",
+    (
         "docs/streams.md",
         "def summarise(run, text):",
     ): "an agent to read, not a run: tests/engine/runtime/test_streams.py runs its like",

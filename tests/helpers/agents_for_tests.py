@@ -103,12 +103,15 @@ def fire_and_forget(run: steplog.Run, outbox_file: str = "") -> str:
 
 
 @steplog.agent
-def chatty(run: steplog.Run, n: int = 5) -> int:
+def chatty(run: steplog.Run, n: int = 5, stream: str = "auto") -> int:
+    """``n`` model calls; ``stream``: ``auto`` (when the model can), ``on`` or ``off``."""
+    streaming = {"auto": None, "on": True, "off": False}[stream]
     for i in range(n):
         run.chat(
             [{"role": "user", "content": f"Say something about item {i}."}],
             name=f"ask {i}",
             max_tokens=50,
+            stream=streaming,
         )
     return n
 

@@ -20,15 +20,29 @@ Behaviours (strings, one per call, taken in order from the script queue):
 ``malformed``   200, ``application/json``, a body that is not JSON
 ``no_choices``  200, a well-formed completion object without ``choices``
 ``no_content``  200, one choice whose message has no content
+``refusal``     200, the model declines: no content, a ``refusal`` (streamed: in the deltas)
 
-``reply_content(body)`` and ``usage_for(body, content, cached)`` give what ``ok`` sends, so tests
-can compute the expected reply.
+A request with ``"stream": true`` gets the same answer as server-sent events (chunked): one
+``data: {chunk}`` per word of the content, a last chunk with the finish reason, a usage chunk when
+``stream_options.include_usage`` (not for ``no_usage``), then ``data: [DONE]``. Modifiers, joined
+to a behaviour with ``+`` (``"ok+words:200+slow:5"``), each with a whole number:
+
+``words:N``        N more words in the content (a long answer: N more chunks when streamed)
+``slow:MS``        MS milliseconds before each streamed chunk
+``cut:K``          streamed: the connection is dropped after K content chunks
+``bad_chunk:K``    streamed: after K content chunks, a chunk that is not JSON (then nothing more)
+``error_event:K``  streamed: after K content chunks, an error event (then nothing more)
+
+``reply_content(body, words)`` and ``usage_for(body, content, cached)`` give what ``ok`` sends, so
+tests can compute the expected reply; ``pieces(content)`` the streamed chunks' texts.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,9 +65,12 @@ BEHAVIOURS = frozenset(
         "malformed",
         "no_choices",
         "no_content",
+        "refusal",
     }
 )
+MODIFIERS = frozenset({"words", "slow", "cut", "bad_chunk", "error_event"})
 CACHED_TOKENS = 7
+REFUSAL = "I can't help with that request."
 HANG_LIMIT_S = 30.0
 """A hanging call gives up after this long even if nobody closes the fake."""
 
@@ -69,11 +86,37 @@ class Call:
     behaviour: str
 
 
-def reply_content(body: Mapping[str, Any] | None) -> str:
-    """The ``ok`` reply's content: names the model and echoes the last message's start."""
+def reply_content(body: Mapping[str, Any] | None, words: int = 0) -> str:
+    """The ``ok`` reply's content: names the model and echoes the last message's start (and
+    ``words`` more words, ``ok+words:N``)."""
     messages = (body or {}).get("messages") or [{}]
     last = str(messages[-1].get("content", ""))
-    return f"fake reply from {(body or {}).get('model', '?')} to: {last[:60]}"
+    more = "".join(f" w{i}" for i in range(words))
+    return f"fake reply from {(body or {}).get('model', '?')} to: {last[:60]}{more}"
+
+
+_PIECE = re.compile(r"\s*\S+|\s+")
+
+
+def pieces(content: str) -> list[str]:
+    """The texts of the content chunks a streamed ``ok`` sends (one per word, its space first)."""
+    return _PIECE.findall(content)
+
+
+def parse_behaviour(behaviour: str) -> tuple[str, dict[str, int]]:
+    """``"ok+words:20+cut:3"`` -> ``("ok", {"words": 20, "cut": 3})``; ValueError if unknown."""
+    base, *mods = behaviour.split("+")
+    if base not in BEHAVIOURS:
+        raise ValueError(f"unknown fake behaviour {base!r}; known: {sorted(BEHAVIOURS)}")
+    found: dict[str, int] = {}
+    for mod in mods:
+        name, _, value = mod.partition(":")
+        if name not in MODIFIERS or not value.isdigit():
+            raise ValueError(
+                f"unknown fake modifier {mod!r}; known: NAME:N for NAME in {sorted(MODIFIERS)}"
+            )
+        found[name] = int(value)
+    return base, found
 
 
 def usage_for(body: Mapping[str, Any] | None, content: str, cached: int) -> dict[str, Any]:
@@ -92,13 +135,16 @@ def usage_for(body: Mapping[str, Any] | None, content: str, cached: int) -> dict
 class FakeOpenAI:
     """A fake ``/v1/chat/completions`` on 127.0.0.1 with a free port, in a background thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, default: str = "ok") -> None:
+        parse_behaviour(default)
+        self.default = default
+        """What a call gets once the script is used up."""
         self.calls: list[Call] = []
         """Every request received, in order (``len(fake.calls)`` is the total)."""
         self._queue: list[str] = []
         self._lock = threading.Lock()
         self._closing = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = _QuietServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -118,12 +164,9 @@ class FakeOpenAI:
             return Counter(call.idempotency_key for call in self.calls)
 
     def script(self, *behaviours: str) -> None:
-        """Queue behaviours for the next calls; once used up, calls get ``ok``."""
-        unknown = set(behaviours) - BEHAVIOURS
-        if unknown:
-            raise ValueError(
-                f"unknown fake behaviours {sorted(unknown)}; known: {sorted(BEHAVIOURS)}"
-            )
+        """Queue behaviours for the next calls; once used up, calls get ``default``."""
+        for behaviour in behaviours:
+            parse_behaviour(behaviour)
         with self._lock:
             self._queue.extend(behaviours)
 
@@ -159,7 +202,7 @@ class FakeOpenAI:
 
     def _take_behaviour(self) -> str:
         with self._lock:
-            return self._queue.pop(0) if self._queue else "ok"
+            return self._queue.pop(0) if self._queue else self.default
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -195,7 +238,7 @@ class FakeOpenAI:
                 self._respond(call)
 
             def _respond(self, call: Call) -> None:
-                behaviour = call.behaviour
+                behaviour, mods = parse_behaviour(call.behaviour)
                 if behaviour == "hang":
                     fake._closing.wait(HANG_LIMIT_S)
                     self.close_connection = True
@@ -203,8 +246,31 @@ class FakeOpenAI:
                 if behaviour == "malformed":
                     self._send(200, b'{"id": "chatcmpl-fake", "choices": [', {})
                     return
-                status, payload, headers = _payload(call)
+                status, payload, headers = _payload(call, behaviour, mods)
+                if status == 200 and (call.body or {}).get("stream"):
+                    self._stream(call, payload, mods)
+                    return
                 self._send(status, json.dumps(payload).encode(), headers)
+
+            def _stream(self, call: Call, completion: dict[str, Any], mods: dict[str, int]) -> None:
+                """The completion as server-sent events, one HTTP chunk per event."""
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for event in _events(call, completion, mods):
+                        if event is None:  # cut: drop the connection, no terminating chunk
+                            self.close_connection = True
+                            self.connection.shutdown(2)
+                            return
+                        if mods.get("slow"):
+                            time.sleep(mods["slow"] / 1000)
+                        data = f"data: {event}\n\n".encode()
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError, OSError):  # the client gave up
+                    self.close_connection = True
 
             def _send(self, status: int, data: bytes, headers: Mapping[str, str]) -> None:
                 try:
@@ -221,14 +287,65 @@ class FakeOpenAI:
         return Handler
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up (after a cut or a broken stream) is no error of the fake's."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 def _error(
     status: int, message: str, kind: str, code: str | None = None
 ) -> tuple[int, dict[str, Any], dict[str, str]]:
     return status, {"error": {"message": message, "type": kind, "param": None, "code": code}}, {}
 
 
-def _payload(call: Call) -> tuple[int, dict[str, Any], dict[str, str]]:
-    behaviour, body = call.behaviour, call.body
+def _events(call: Call, completion: dict[str, Any], mods: dict[str, int]) -> list[str | None]:
+    """The events of a streamed answer (JSON texts; ``None``: drop the connection there)."""
+    head = {k: completion[k] for k in ("id", "created", "model")}
+    head["object"] = "chat.completion.chunk"
+    stream_options = (call.body or {}).get("stream_options") or {}
+    usage = completion.get("usage")
+    with_usage = bool(stream_options.get("include_usage"))
+
+    def chunk(delta: dict[str, Any], finish: str | None) -> str:
+        body = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        if with_usage:
+            body["usage"] = None
+        return json.dumps(body)
+
+    message = completion["choices"][0]["message"]
+    if message.get("refusal"):
+        return [
+            chunk({"role": "assistant", "refusal": ""}, None),
+            *(chunk({"refusal": text}, None) for text in pieces(message["refusal"])),
+            chunk({}, "stop"),
+            "[DONE]",
+        ]
+    texts = pieces(message["content"] or "")
+    events: list[str | None] = [chunk({"role": "assistant", "content": ""}, None)]
+    for i, text in enumerate(texts):
+        if i == mods.get("cut"):
+            return [*events, None]
+        if i == mods.get("bad_chunk"):
+            return [*events, '{"id": "chatcmpl-fake", "choices": [{"delta": {"cont']
+        if i == mods.get("error_event"):
+            error = {"message": "The server had an error while streaming.", "type": "server_error"}
+            return [*events, json.dumps({"error": error})]
+        events.append(chunk({"content": text}, None))
+    events.append(chunk({}, completion["choices"][0]["finish_reason"]))
+    if with_usage and usage is not None:
+        events.append(json.dumps({**head, "choices": [], "usage": usage}))
+    events.append("[DONE]")
+    return events
+
+
+def _payload(
+    call: Call, behaviour: str, mods: dict[str, int]
+) -> tuple[int, dict[str, Any], dict[str, str]]:
+    body = call.body
     if behaviour == "429":
         status, payload, _ = _error(
             429, "Rate limit reached for requests", "requests", "rate_limit_exceeded"
@@ -255,7 +372,7 @@ def _payload(call: Call) -> tuple[int, dict[str, Any], dict[str, str]]:
             "invalid_request_error",
             "model_not_found",
         )
-    content = reply_content(body)
+    content = reply_content(body, mods.get("words", 0))
     completion: dict[str, Any] = {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -276,4 +393,26 @@ def _payload(call: Call) -> tuple[int, dict[str, Any], dict[str, str]]:
         del completion["choices"]
     elif behaviour == "no_content":
         completion["choices"][0]["message"] = {"role": "assistant", "content": None}
+    elif behaviour == "refusal":
+        completion["choices"][0]["message"] = {
+            "role": "assistant",
+            "content": None,
+            "refusal": REFUSAL,
+        }
     return 200, completion, {}
+
+
+def serve(default: str = "ok") -> None:
+    """``python -m helpers.openai_server [DEFAULT]``: a fake in a process of its own (the
+    benchmarks', so its CPU is not the client's); prints its base URL, serves until stdin closes."""
+    import sys
+
+    with FakeOpenAI(default=default) as fake:
+        print(fake.base_url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    import sys
+
+    serve(*sys.argv[1:2])

@@ -652,6 +652,8 @@ def _describe(s: dict[str, Any]) -> str:
         + f"\n  tokens {fmt(budget['tokens'])}"
         + (" (estimated)" if budget["tokens"]["estimated"] else "")
         + f"  cost ${fmt(budget['cost_usd'])}  seconds {fmt(budget['seconds'])}"
+        + (f"\n  version {s['version']}" if s.get("version") else "")
+        + (f"\n  blocked: {s['blocked']['reason']}" if s.get("blocked") else "")
     )
 
 
@@ -748,6 +750,22 @@ def stream(
 @click.option(
     "--json", "as_json", is_flag=True, help="A JSON list of status objects, newest first."
 )
+@click.option(
+    "--version",
+    "version",
+    default=None,
+    metavar="V",
+    help="Only runs on code version V (the version that last worked on them; docs/versions.md).",
+)
+@click.option(
+    "--patch",
+    default=None,
+    metavar="NAME",
+    help=(
+        "Only the live runs that have no run.patched(NAME) marker: those the old branch may "
+        "still be needed for (docs/versions.md)."
+    ),
+)
 @guard
 def runs(
     db: LogLocation | None,
@@ -759,6 +777,8 @@ def runs(
     search: str | None,
     limit: int | None,
     as_json: bool,
+    version: str | None,
+    patch: str | None,
 ) -> None:
     """List the runs in the log, newest first; the options narrow the list."""
     from steplog.log.find import find_runs, query_from_options
@@ -771,15 +791,23 @@ def runs(
         since=since,
         until=until,
         search=search,
-        limit=limit,
+        version=version,
+        limit=None if patch is not None else limit,  # --patch narrows after the query
     )
     path, conn = _open_for_reading(db)
     try:
         with refusing_damage(path):
             probe(conn, path, None)
             rows = find_runs(conn, query)
+            if patch is not None:
+                from steplog.log.versions import runs_before_patch
+
+                wanted = set(runs_before_patch(conn, patch))
+                rows = [r for r in rows if r["run_id"] in wanted][:limit]
     finally:
         conn.close()
+    if version is not None:
+        rows = [r for r in rows if r.get("version") == version]
     if as_json:
         click.echo(json.dumps(rows, ensure_ascii=False))
         return
@@ -793,9 +821,10 @@ def runs(
         )
         worker = f"  worker {s['worker']['host']}:{s['worker']['pid']}" if s.get("worker") else ""
         tagged = "  " + " ".join(f"{k}={v}" for k, v in s["tags"].items()) if s["tags"] else ""
+        blocked = f"  blocked: {s['blocked']['reason']}" if s.get("blocked") else ""
         click.echo(
             f"{s['run_id']:<28} {s['agent']:<20} {state:<10} steps {s['steps_committed']:>5}  "
-            f"incarnations {s['incarnations']}{worker}{tagged}"
+            f"incarnations {s['incarnations']}{worker}{blocked}{tagged}"
         )
 
 
@@ -1022,6 +1051,14 @@ def outbox(host: str, port: int, db: Path | None, port_file: Path | None, delay:
     "only its verdict counts; they stay in the database. Outbox and workdirs stay in the kill "
     "test's folder.",
 )
+@click.option(
+    "--upgrade",
+    "upgrade",
+    default=None,
+    metavar="NEW_AGENT",
+    help="Kill runs of AGENT and resume them on NEW_AGENT's code (a new version of the same "
+    "agent): compatible, or refused at the step named (docs/versions.md).",
+)
 @guard
 def killtest(
     agent: str,
@@ -1037,12 +1074,14 @@ def killtest(
     workers: int | None,
     runs: int,
     db: LogLocation | None,
+    upgrade: str | None,
 ) -> None:
     """Kill AGENT's engine again and again; PASS if nothing was duplicated, lost or redone twice.
 
     With --workers N: kill whole workers that share a queue of --runs runs instead; PASS if every
-    run succeeded and the outbox holds every message once. Exit 0 on PASS, 1 on FAIL, 2 on bad
-    usage.
+    run succeeded and the outbox holds every message once. With --upgrade NEW_AGENT: kill runs of
+    AGENT and resume them on NEW_AGENT's code; PASS if it resumes them all. Exit 0 on PASS, 1 on
+    FAIL, 2 on bad usage.
     """
     from steplog.killtest.command import run_command, run_worker_storm_command
     from steplog.log.db import is_server
@@ -1051,6 +1090,24 @@ def killtest(
         raise UsageError(
             "killtest --db takes a postgresql:// URL; with SQLite each run of the kill test gets a "
             "file of its own (see --keep)"
+        )
+    if upgrade is not None:
+        from steplog.killtest.command import run_upgrade_command
+
+        if workers is not None or sweep or junit is not None or db is not None:
+            raise UsageError(
+                "--upgrade runs the upgrade test, which has no --workers, --sweep, --junit or "
+                "--db; drop those"
+            )
+        sys.exit(
+            run_upgrade_command(
+                agent,
+                upgrade,
+                as_json=as_json,
+                params=parse_params(params),
+                time_limit=time_limit,
+                keep=keep,
+            )
         )
     if workers is not None:
         if sweep or junit is not None:

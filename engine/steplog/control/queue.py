@@ -19,7 +19,7 @@ candidate is free, and judges again the one it chose once that is locked for its
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -161,13 +161,15 @@ def claim_next_run(
     prefix: str = "",
     skip: Collection[str] = (),
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    accept: Callable[[LogRow], bool] | None = None,
 ) -> Job | None:
     """Claim the oldest run nobody works on for ``worker`` (default: this process), or ``None``.
 
     The one place the queue's claim lives. ``agents``: only runs of these agent specs;
     ``prefix``: only runs whose id starts with it (case-sensitive on both logs, unlike ``LIKE``
     in SQLite); ``skip``: run ids this worker will not take now (its own engines' runs, parked
-    ones).
+    ones); ``accept``: asked of each free candidate before it is claimed (a worker's code can
+    replay it: ``Worker._can_replay``); a run it refuses is left for another worker.
     """
     holder = worker or me()
     now = time.time()
@@ -194,6 +196,8 @@ def claim_next_run(
                         why = None
                     elif again is not row:  # read again, locked: judged again
                         row, why = again, _vacant(again, holder, lease_seconds, now)
+                if why is not None and accept is not None and not accept(row):
+                    why = None
                 if why is not None:
                     return row, why
             if len(page) < CLAIM_BATCH:

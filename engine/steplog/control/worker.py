@@ -54,6 +54,7 @@ from types import FrameType
 from steplog.control.procs import child_env, hard_kill, python_argv, request_stop, spawn
 from steplog.control.queue import Job, claim_next_run, hand_back
 from steplog.errors import (
+    EXIT_BLOCKED,
     EXIT_CANCELLED,
     EXIT_FAILED,
     EXIT_GAVE_UP,
@@ -61,15 +62,21 @@ from steplog.errors import (
     EXIT_OK,
     EXIT_STOPPED,
     EXIT_WAITING,
+    Blocked,
     SteplogError,
     first_line,
 )
-from steplog.log.db import LogConnection, LogFailure, is_transient, open_log
+from steplog.log.db import LogConnection, LogFailure, LogRow, is_transient, open_log
 from steplog.log.follow import Announcements, claimable_notices
 from steplog.log.interrupts import STOP_SIGNALS
 from steplog.log.launch import DIE_WITH_PARENT_ENV
 from steplog.log.lease import DEFAULT_LEASE_SECONDS, me
 from steplog.log.location import LogLocation
+from steplog.log.runstatus import RunStatus
+from steplog.log.versions import record_refusal
+from steplog.runtime.agent import resolve
+from steplog.runtime.replaycheck import divergence
+from steplog.runtime.runnable import Runnable
 
 MAX_ABNORMAL = 3
 """Abnormal engine exits in a row after which this worker leaves a run alone."""
@@ -152,6 +159,13 @@ class Worker:
         """When to try listening again (``time.monotonic``) while not connected."""
         self.stats = WorkerStats()
         self.name = f"{me().host}:{me().pid}"
+        self._verdicts: dict[tuple[str, int], bool] = {}
+        """Can this worker's code replay the run, by (run, incarnation): asked once each."""
+        self._blocked: set[str] = set()
+        """Runs this worker's code cannot replay: left for workers whose code can."""
+        self._refusals: list[tuple[str, Blocked, str]] = []
+        """Found while claiming, recorded after it (no write inside the claim's transaction)."""
+        self._agents: dict[str, Runnable | None] = {}
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -247,15 +261,61 @@ class Worker:
                 agents=self.agents,
                 prefix=self.run_prefix,
                 lease_seconds=self.lease_seconds,
-                skip={*self._engines, *self._parked, *waiting},
+                skip={*self._engines, *self._parked, *waiting, *self._blocked},
+                accept=lambda row: self._can_replay(conn, row),
             )
             self._answered()
+            self._record_refusals(conn)
             if job is None:
                 break
             claimed = True
             self.stats.claimed += 1
             self._start(job)
         return claimed
+
+    def _can_replay(self, conn: LogConnection, row: LogRow) -> bool:
+        """Can this worker's code (the agent as its engines will import it) replay the run's
+        recorded steps (``replaycheck.divergence``)? A run with no history, one on this very
+        version, or one whose agent this worker cannot load (its engine will say why) is taken."""
+        if row["version"] is None or row["incarnation"] == 0:
+            return True
+        key = (str(row["id"]), int(row["incarnation"]))
+        if key not in self._verdicts:
+            agent = self._agent(str(row["agent"]))
+            blocked = (
+                divergence(agent, conn, key[0])
+                if agent is not None and agent.version != row["version"]
+                else None
+            )
+            if blocked is not None and agent is not None:
+                self._refusals.append((key[0], blocked, agent.version))
+            self._verdicts[key] = blocked is None
+        return self._verdicts[key]
+
+    def _agent(self, spec: str) -> Runnable | None:
+        if spec not in self._agents:
+            try:
+                self._agents[spec] = resolve(spec)
+            except SteplogError:
+                self._agents[spec] = None
+        return self._agents[spec]
+
+    def _record_refusals(self, conn: LogConnection) -> None:
+        """Say and record (``run.blocked``, one ``resume_refused``) each run this worker's code
+        cannot replay, once: another worker's code may."""
+        while self._refusals:
+            rid, blocked, version = self._refusals.pop(0)
+            self._blocked.add(rid)
+            reason = f"blocked for the code of worker {self.name} (version {version}): {blocked}"
+            record_refusal(
+                conn,
+                rid,
+                reason=reason,
+                at_step=blocked.at_step,
+                version=version,
+                worker={"host": me().host, "pid": me().pid},
+            )
+            self._say(f"steplog worker {self.name}: run {rid} left for another worker: {reason}")
 
     def _start(self, job: Job) -> None:
         argv = python_argv(
@@ -310,6 +370,11 @@ class Worker:
         rid = engine.job.run_id
         what = _ENDED.get(code) or _HANDED_BACK.get(code)
         more = ""
+        if code == EXIT_BLOCKED and status not in (RunStatus.WAITING, None):
+            # The engine's code could not replay the run (the agent's file changed since this
+            # worker loaded it): leave it for a worker whose code can.
+            what = "blocked for this worker's code"
+            self._blocked.add(rid)
         if what is not None:
             self._abnormal.pop(rid, None)
             self._not_before.pop(rid, None)

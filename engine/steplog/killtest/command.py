@@ -135,3 +135,28 @@ def run_worker_storm_command(
     else:
         print(result.summary())
     return EXIT_PASS if result.passed else EXIT_FAIL
+
+
+def run_upgrade_command(
+    agent: str,
+    new: str,
+    *,
+    as_json: bool,
+    params: dict[str, str],
+    time_limit: float,
+    keep: Path | None,
+) -> int:
+    """``steplog killtest AGENT --upgrade NEW_AGENT`` (``killtest.upgrade``): exit 0 when the new
+    code resumes every killed run of the old, 1 when it refuses one."""
+    from steplog.killtest.upgrade import upgrade_test
+
+    def test(root: Path) -> int:
+        report = upgrade_test(agent, new, root, params=params, time_limit=time_limit)
+        print(json.dumps(report.to_json(), ensure_ascii=False) if as_json else report.summary())
+        return EXIT_PASS if report.passed else EXIT_FAIL
+
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        return test(keep)
+    with tempfile.TemporaryDirectory(prefix="steplog-killtest-upgrade-") as tmp:
+        return test(Path(tmp))

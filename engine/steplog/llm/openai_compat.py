@@ -6,7 +6,8 @@ Importing this module imports ``openai`` (about 0.6 s), so ``steplog.llm`` only 
 One model object holds one SDK client (one connection pool, one SSL context) for all its calls; the
 engine makes one model per run and ``close()``s it when the run ends.
 
-One ``complete`` is exactly one HTTP request: the SDK's own retries are off (``max_retries=0``)
+One ``complete`` (or ``stream``: the same call, its answer read as it comes, ``openai_stream``)
+is exactly one HTTP request: the SDK's own retries are off (``max_retries=0``)
 because the engine owns the retry policy, and a call that timed out on our side may still have
 been billed on theirs, so it must not be silently sent twice. Each request carries the step's
 ``Idempotency-Key`` header (ignored by servers that do not support it).
@@ -17,7 +18,9 @@ Errors, all with a one-line message that says what to do and never contains the 
   409, 429 (with ``retry_after`` from ``Retry-After``), 5xx, and a *malformed* 200 answer (body not
   JSON, no ``choices``, no message content). Malformed is treated as transient on purpose: in
   practice it is a proxy or gateway glitch far more often than a stable server bug, and the retry
-  policy bounds how often we try.
+  policy bounds how often we try. Streamed, also a stream that breaks midway (the connection
+  dropped, nothing for ``timeout`` seconds, an error event, a chunk that is not JSON, no finish
+  reason): the attempt's streamed text stays in the run's stream, marked cut.
 - ``ModelError`` (final): a missing or rejected API key, 403, 404 (unknown model or wrong base URL),
   400/422 (bad request), a 429 that says the quota is exhausted, and a refusal by the model.
 """
@@ -26,8 +29,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
-from typing import cast
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, cast
 
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
@@ -41,6 +46,13 @@ from steplog.llm.base import (
     Usage,
     estimate_messages,
     estimate_tokens,
+)
+from steplog.llm.openai_stream import (
+    ErrorEvent,
+    malformed,
+    read_answer,
+    reported_usage,
+    sse_chunks,
 )
 from steplog.llm.prices import Price, PriceTable, is_local
 from steplog.llm.wire import display_url as _display_url
@@ -106,21 +118,9 @@ class OpenAICompatModel:
         self, messages: Sequence[Message], *, max_tokens: int, idempotency_key: str
     ) -> ChatReply:
         where = _display_url(self.base_url)
-        if self._missing_key:
-            raise ModelError(f"no API key for {where}: set OPENAI_API_KEY (or pass api_key=...)")
-        params = cast(
-            "list[ChatCompletionMessageParam]",
-            [{"role": m.get("role", "user"), "content": m.get("content", "")} for m in messages],
-        )
-        # OpenAI's reasoning models reject max_tokens and take max_completion_tokens instead.
-        reasoning = bool(_REASONING_MODEL.match(self.name))
         try:
             completion = self._client.chat.completions.create(
-                model=self.name,
-                messages=params,
-                max_tokens=openai.omit if reasoning else max_tokens,
-                max_completion_tokens=max_tokens if reasoning else openai.omit,
-                extra_headers={"Idempotency-Key": idempotency_key},
+                **self._request(messages, max_tokens, idempotency_key, where)
             )
         except openai.APIError as exc:
             raise self._map_error(exc, where) from None
@@ -129,8 +129,108 @@ class OpenAICompatModel:
         except (
             ValueError
         ) as exc:  # the body said JSON and was not (json.JSONDecodeError), or failed validation
-            raise _malformed(where, type(exc).__name__) from None
+            raise malformed(where, type(exc).__name__) from None
         return self._reply(completion, messages, where)
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int,
+        idempotency_key: str,
+        on_text: Callable[[str], None],
+        pace: float = 0.0,
+    ) -> ChatReply:
+        """``complete``, streamed: each piece of the answer's text goes to ``on_text`` as it
+        arrives (``openai_stream``); the reply is the one ``complete`` gives for that answer.
+        Still one request; a stream that breaks midway is ``ModelUnavailable``. ``pace``
+        (``--pace``) is waited before asking: a real model's thinking needs no simulation."""
+        where = _display_url(self.base_url)
+        if pace > 0:
+            time.sleep(pace)
+        request = self._request(messages, max_tokens, idempotency_key, where)
+        body = {
+            key: value
+            for key, value in request.items()
+            if key != "extra_headers" and value is not openai.omit
+        }
+        try:
+            # The SDK's documented way to a raw endpoint: the same client, auth, timeout and
+            # error mapping as ``chat.completions.create``, its server-sent events decoded, each
+            # chunk's JSON left a dict (``openai_stream.read_answer`` says why).
+            chunks = self._client.post(
+                "/chat/completions",
+                cast_to=object,
+                body={**body, "stream": True, "stream_options": {"include_usage": True}},
+                options={"headers": request["extra_headers"]},
+                stream=True,
+                stream_cls=openai.Stream[object],
+            )
+        except openai.APIError as exc:
+            raise self._map_error(exc, where) from None
+        except openai.OpenAIError as exc:
+            raise ModelError(f"model call to {where} failed: {self._scrub(str(exc))}") from None
+        with chunks:
+            text, usage, model, finish = read_answer(
+                self._chunks(chunks, where),
+                on_text=on_text,
+                messages=messages,
+                name=self.name,
+                where=where,
+                scrub=self._scrub,
+            )
+        return ChatReply(
+            text=text,
+            usage=usage,
+            model=model,
+            cost_usd=self.price.cost_of(usage) if self.price is not None else 0.0,
+            finish_reason=finish,
+        )
+
+    def _chunks(self, stream: openai.Stream[object], where: str) -> Iterator[object]:
+        """The stream's chunks (``openai_stream.sse_chunks`` of the response's bytes), a break on
+        the way mapped to ``ModelUnavailable`` (never what the chunks' reader raises: its
+        ``on_text`` runs outside this generator)."""
+        timeouts, transport = _transport_errors()
+        try:
+            yield from sse_chunks(stream.response.iter_bytes())
+        except timeouts:
+            raise ModelUnavailable(
+                f"the answer from {where} stalled: nothing came for {self.timeout:g}s; "
+                "transient; if it keeps happening, raise the timeout or check the server"
+            ) from None
+        except transport:
+            raise ModelUnavailable(
+                f"the connection to {where} broke in the middle of the answer: transient; "
+                "if it keeps happening, check the server or any proxy in front of it"
+            ) from None
+        except ErrorEvent as exc:
+            raise ModelUnavailable(
+                f"{where} sent an error in the middle of the answer: treated as transient"
+                f"{self._server_said({'error': exc.error})}"
+            ) from None
+        except ValueError:  # a chunk that is not JSON
+            raise malformed(where, "a streamed chunk is not JSON") from None
+
+    def _request(
+        self, messages: Sequence[Message], max_tokens: int, idempotency_key: str, where: str
+    ) -> dict[str, Any]:
+        """The arguments of one chat request, streamed or not."""
+        if self._missing_key:
+            raise ModelError(f"no API key for {where}: set OPENAI_API_KEY (or pass api_key=...)")
+        params = cast(
+            "list[ChatCompletionMessageParam]",
+            [{"role": m.get("role", "user"), "content": m.get("content", "")} for m in messages],
+        )
+        # OpenAI's reasoning models reject max_tokens and take max_completion_tokens instead.
+        reasoning = bool(_REASONING_MODEL.match(self.name))
+        return {
+            "model": self.name,
+            "messages": params,
+            "max_tokens": openai.omit if reasoning else max_tokens,
+            "max_completion_tokens": max_tokens if reasoning else openai.omit,
+            "extra_headers": {"Idempotency-Key": idempotency_key},
+        }
 
     def _reply(self, completion: object, messages: Sequence[Message], where: str) -> ChatReply:
         choices = getattr(completion, "choices", None)
@@ -139,7 +239,7 @@ class OpenAICompatModel:
             or not isinstance(choices, list)
             or not choices
         ):
-            raise _malformed(where, "no choices")
+            raise malformed(where, "no choices")
         choice = choices[0]
         message = getattr(choice, "message", None)
         text = getattr(message, "content", None)
@@ -149,8 +249,8 @@ class OpenAICompatModel:
                 raise ModelError(
                     f"the model declined to answer: {self._scrub(refusal)}; rephrase the prompt"
                 )
-            raise _malformed(where, "no message content")
-        usage = _usage(getattr(completion, "usage", None))
+            raise malformed(where, "no message content")
+        usage = reported_usage(getattr(completion, "usage", None))
         if usage is None:
             usage = Usage(estimate_messages(messages), estimate_tokens(text), 0, estimated=True)
         model = getattr(completion, "model", None)
@@ -174,7 +274,7 @@ class OpenAICompatModel:
                 f"cannot reach {where}: is the server running? (check OPENAI_BASE_URL)"
             )
         if not isinstance(exc, openai.APIStatusError):  # APIResponseValidationError and the like
-            return _malformed(where, type(exc).__name__)
+            return malformed(where, type(exc).__name__)
         status = exc.status_code
         said = self._server_said(exc.body)
         retry_after = _retry_after(exc.response.headers)
@@ -230,18 +330,11 @@ class OpenAICompatModel:
         return scrub(text, self._client.api_key)
 
 
-def _usage(raw: object) -> Usage | None:
-    """Provider-reported usage, or None when the server sent none (or nonsense)."""
-    prompt = getattr(raw, "prompt_tokens", None)
-    completion = getattr(raw, "completion_tokens", None)
-    if not isinstance(prompt, int) or not isinstance(completion, int):
-        return None
-    cached = getattr(getattr(raw, "prompt_tokens_details", None), "cached_tokens", None)
-    return Usage(prompt, completion, cached if isinstance(cached, int) else 0, estimated=False)
-
-
-def _malformed(where: str, what: str) -> ModelUnavailable:
-    return ModelUnavailable(
-        f"malformed response from {where} ({what}): treated as transient; "
-        "if it persists, check the server or any proxy in front of it"
-    )
+def _transport_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], ...]]:
+    """The HTTP library's exceptions for a read that timed out, and for any broken transfer
+    (the SDK's client is built on ``httpx``, or on its fork ``httpx2`` in newer releases: both
+    name them alike)."""
+    libraries = [m for m in (sys.modules.get("httpx2"), sys.modules.get("httpx")) if m is not None]
+    timeouts = tuple(m.TimeoutException for m in libraries)
+    transport = (*(m.HTTPError for m in libraries), OSError)
+    return timeouts, transport

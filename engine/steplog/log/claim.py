@@ -46,7 +46,7 @@ RUN_COLUMNS = (
     "tokens_estimated, reserved_tokens, used_seconds, used_cost_usd, reserved_cost_usd, "
     "used_retries, step_executions, incarnation, lease_pid, lease_host, lease_boot, "
     "lease_proc_start, lease_expires, lease_expires_boot, cancel_requested, waiting_for, "
-    "parent_run_id, parent_step, created_at, finished_at"
+    "parent_run_id, parent_step, created_at, finished_at, version, blocked"
 )
 
 
@@ -68,6 +68,8 @@ class Request:
     """When whoever relaunches this engine killed the previous one (recorded with the claim)."""
     tags: Mapping[str, str] | None = None
     """A new run's tags (``tags.check_tags`` checked them); a resume must not name others."""
+    version: str | None = None
+    """The version of the agent's code (``docs/versions.md``): recorded on the run."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,7 @@ def create_run(
     conn.execute(
         "INSERT INTO run (id, agent, model, params, workdir, outbox, limit_steps, limit_tokens, "
         "limit_seconds, limit_cost_usd, limit_retries, limit_recoveries, created_at, updated_at, "
-        "status, launch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "status, launch, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             req.run_id,
             req.spec,
@@ -164,6 +166,7 @@ def create_run(
             now,
             RunStatus.RUNNING if launch is None else RunStatus.QUEUED,
             None if launch is None else launch.to_json(),
+            req.version,
         ),
     )
     _event(
@@ -178,6 +181,7 @@ def create_run(
             "model": req.model or "offline",
             "budget": _limits_json(b),
             **({"tags": dict(req.tags)} if req.tags else {}),
+            **({"version": req.version} if req.version is not None else {}),
             **(
                 {"queued": True, "launch": json.loads(launch.to_json())}
                 if launch is not None
@@ -247,6 +251,30 @@ def _update_run(
         conn.execute("UPDATE run SET outbox = ? WHERE id = ?", (req.outbox, req.run_id))
     if req.model and req.model != row["model"]:
         conn.execute("UPDATE run SET model = ? WHERE id = ?", (req.model, req.run_id))
+
+
+def _record_version(
+    conn: LogConnection, row: LogRow, req: Request, now: float, incarnation: int
+) -> None:
+    """Code of another version takes the run up (it was checked to replay the recorded steps
+    before the claim, ``steplog.runtime.replaycheck``): the run is on that version now, and a
+    ``version_changed`` event (of the new incarnation: the steps it records are the new
+    version's) keeps the old one. A refusal recorded before is cleared. A new run's row has
+    the version already; a queued one (``submit``) gets it from the engine that starts it."""
+    if row["blocked"] is not None:
+        conn.execute("UPDATE run SET blocked = NULL WHERE id = ?", (req.run_id,))
+    if req.version is None or req.version == row["version"]:
+        return
+    conn.execute("UPDATE run SET version = ? WHERE id = ?", (req.version, req.run_id))
+    if row["incarnation"] > 0 or row["version"] is not None:
+        _event(
+            conn,
+            req.run_id,
+            now,
+            incarnation,
+            EventKind.VERSION_CHANGED,
+            {"old": row["version"], "new": req.version},
+        )
 
 
 def _take_lease(conn: LogConnection, row: LogRow, req: Request, now: float, resumed: bool) -> int:
@@ -361,6 +389,7 @@ def claim(conn: LogConnection, req: Request) -> Claimed | Finished:
                 conn, row, req, raised, now
             )  # rolled back with the rest if the lease is held
         incarnation = _take_lease(conn, row, req, now, resumed)
+        _record_version(conn, row, req, now, incarnation)
         fresh = _select(conn, req.run_id)
         assert fresh is not None
     return Claimed(fresh, incarnation, resumed)

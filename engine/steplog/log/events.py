@@ -65,6 +65,13 @@ class EventKind(StrEnum):
     next."""
     WORKER_RELEASED = "worker_released"
     """That worker handed the run back (its engine stopped, exit code said) or saw it end."""
+    VERSION_CHANGED = "version_changed"
+    """Code of another version (``old`` -> ``new``) took the run up and could replay its
+    recorded steps (``docs/versions.md``)."""
+    RESUME_REFUSED = "resume_refused"
+    """Code that cannot replay the run's recorded steps was refused: nothing ran, the status did
+    not change; ``at_step`` is the first step where the code and the log differ. ``worker`` when a
+    worker left the run for one whose code can."""
 
 
 Usage = dict[str, float]
@@ -82,6 +89,8 @@ class RunCreated(TypedDict, total=False):
     forked_from: dict[str, Any]
     copied_span: list[float | None]
     tags: dict[str, str]
+    version: str
+    """The version of the code that started the run (``docs/versions.md``)."""
 
 
 class BudgetChanged(TypedDict, total=False):
@@ -228,6 +237,19 @@ class WorkerReleased(TypedDict):
     status: str | None
 
 
+class VersionChanged(TypedDict):
+    old: str | None
+    new: str
+
+
+class ResumeRefused(TypedDict, total=False):
+    reason: Required[str]
+    at_step: Required[int]
+    version: Required[str]
+    """The version of the code that was refused."""
+    worker: dict[str, Any]
+
+
 PAYLOADS: dict[EventKind, type] = {
     EventKind.RUN_CREATED: RunCreated,
     EventKind.BUDGET_CHANGED: BudgetChanged,
@@ -248,6 +270,8 @@ PAYLOADS: dict[EventKind, type] = {
     EventKind.RUNS_PRUNED: RunsPruned,
     EventKind.WORKER_CLAIMED: WorkerClaimed,
     EventKind.WORKER_RELEASED: WorkerReleased,
+    EventKind.VERSION_CHANGED: VersionChanged,
+    EventKind.RESUME_REFUSED: ResumeRefused,
 }
 """The payload type of every kind."""
 

@@ -98,14 +98,14 @@ def why_not_json(exc: Exception) -> str:
 
 _STARTED_SQL = (
     "INSERT INTO step (run_id, seq, name, kind, status, phase, attempts, recoveries, started_at, "
-    "incarnation) VALUES (?, ?, ?, ?, 'running', 'started', ?, ?, ?, ?)"
+    "incarnation, args_hash) VALUES (?, ?, ?, ?, 'running', 'started', ?, ?, ?, ?, ?)"
 )
 """A step's row as an attempt of it starts (its start written, deferred or not)."""
 
 _COMMITTED_SQL = (
     "INSERT INTO step (run_id, seq, name, kind, status, phase, result, attempts, recoveries, "
-    "started_at, finished_at, incarnation) VALUES "
-    "(?, ?, ?, ?, 'committed', 'recorded', ?, ?, ?, ?, ?, ?)"
+    "started_at, finished_at, incarnation, args_hash) VALUES "
+    "(?, ?, ?, ?, 'committed', 'recorded', ?, ?, ?, ?, ?, ?, ?)"
 )
 """A step whose start was deferred and never written: inserted committed, in one row."""
 
@@ -212,6 +212,9 @@ class Journal:
         self.streams: StreamBuffer | None = None
         """The run's stream entries waiting to be written (``steplog.log.streams``); every
         transaction here writes them first. Set by the engine."""
+        self.hashes: dict[int, str] = {}
+        """Each new step's ``args_hash`` by number, set by the runtime as it numbers the step
+        (``Run._enter``) and written with the step's row."""
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -431,7 +434,17 @@ class Journal:
             if fresh:
                 self.conn.execute(
                     _STARTED_SQL,
-                    (self.run_id, seq, name, kind, attempt, recoveries, now, self.incarnation),
+                    (
+                        self.run_id,
+                        seq,
+                        name,
+                        kind,
+                        attempt,
+                        recoveries,
+                        now,
+                        self.incarnation,
+                        self.hashes.get(seq),
+                    ),
                 )
             else:
                 self.conn.execute(
@@ -460,7 +473,17 @@ class Journal:
         and its ``step_started`` with ``started`` (when it began)."""
         conn.execute(
             _STARTED_SQL,
-            (self.run_id, d.seq, d.name, d.kind, d.attempt, d.recoveries, d.at, incarnation),
+            (
+                self.run_id,
+                d.seq,
+                d.name,
+                d.kind,
+                d.attempt,
+                d.recoveries,
+                d.at,
+                incarnation,
+                self.hashes.get(d.seq),
+            ),
         )
         data: StepStarted = {
             "name": d.name,
@@ -644,6 +667,7 @@ class Journal:
                         d.at,
                         now,
                         self.incarnation,
+                        self.hashes.get(seq),
                     ),
                 )
                 data: StepCommitted = {
@@ -846,6 +870,21 @@ class Journal:
             )
         if self.observer is not None:
             self.observer.incarnation_ended(status, reason)
+
+    def refuse(self, blocked_json: str, data: Mapping[str, Any]) -> None:
+        """The code cannot replay the run (``steplog.Blocked``), found after the claim: the
+        refusal recorded (``run.blocked``, ``resume_refused``) and the lease let go, in one
+        transaction; the status is left as it is."""
+        if self.streams is not None:
+            self.streams.close()
+        with interrupts.shielded():
+            with self._tx(
+                run_sets="blocked = ?, lease_pid = NULL, lease_expires = NULL",
+                run_args=(blocked_json,),
+            ):
+                self._event(EventKind.RESUME_REFUSED, None, data)
+        if self.observer is not None:
+            self.observer.incarnation_ended(None, "refused: the code cannot replay the run")
 
     def release(self) -> None:
         """Let go of the lease without finishing (the process is stopping for another reason)."""

@@ -31,7 +31,8 @@ from steplog.log.status import TERMINAL
 _CLAIMABLE = (
     "SELECT id, agent, status, launch, lease_pid, lease_host, lease_boot, lease_proc_start, "
     "lease_expires, lease_expires_boot, worker_pid, worker_host, worker_boot, worker_proc_start, "
-    "worker_claimed_at FROM run WHERE status IN ('queued', 'running', 'waiting') AND (lease_pid IS "
+    "worker_claimed_at, version, incarnation FROM run WHERE status IN ('queued', 'running', "
+    "'waiting') AND (lease_pid IS "
     "NULL OR lease_expires IS NULL OR lease_expires <= ? OR lease_host = ?) AND (status <> "
     "'waiting' OR waiting_until <= ? OR EXISTS (SELECT 1 FROM signal WHERE signal.run_id = run.id "
     "AND signal.name = run.waiting_for AND signal.consumed_seq IS NULL))"

@@ -56,6 +56,7 @@ KIND_CODES: tuple[EventKind, ...] = (
     EventKind.STEP_COPIED,
     EventKind.WORKER_CLAIMED,
     EventKind.WORKER_RELEASED,
+    EventKind.RESUME_REFUSED,
 )
 """The kinds a columnar read codes as small integers: ``KIND_CODES[code - 1]``; 0 is any other
 kind."""

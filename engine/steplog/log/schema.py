@@ -322,8 +322,17 @@ BEGIN SELECT RAISE(ABORT, 'the stream table is append-only (only steplog prune r
 # tables (``RUN_TABLES``: export, import, prune). ``run_by_created`` gives the newest page (ties
 # broken by id, the order every runs list uses) without sorting the table; ``run_by_agent`` the
 # newest of one agent. ``run_by_status`` (v4) serves a status filter.
+#
+# Code versions (``docs/versions.md``): ``run.version`` is the version of the code that last
+# worked on the run (its start's is in ``run_created``, each change a ``version_changed`` event);
+# ``run.blocked`` is the last refusal of incompatible code (JSON ``{"reason", "at_step"}``),
+# cleared when compatible code resumes the run; ``step.args_hash`` is the hash of the step's
+# name, kind and arguments that a resume compares its code's calls with (NULL: a step recorded
+# before schema 8, checked by name and kind only).
 _V8 = """
--- reserved: code versions (issue 31)
+ALTER TABLE run ADD COLUMN version TEXT;
+ALTER TABLE run ADD COLUMN blocked TEXT;
+ALTER TABLE step ADD COLUMN args_hash TEXT;
 """
 
 _V9 = """

@@ -44,12 +44,14 @@ _SELECT = (
     "step_executions, incarnation, limit_steps, limit_tokens, limit_seconds, limit_cost_usd, "
     "used_tokens + reserved_tokens, tokens_estimated, used_seconds, used_cost_usd + "
     "reserved_cost_usd, used_retries, limit_retries, created_at, updated_at, finished_at, "
-    "lease_pid, lease_host, {control}, {queue} FROM run"
+    "lease_pid, lease_host, {control}, {queue}, {versions} FROM run"
 )
 _CONTROL = "parent_run_id, parent_step, waiting_for, waiting_since"
 _NO_CONTROL = "NULL, NULL, NULL, NULL"  # a schema-1 log read without migrating it (read-only)
 _QUEUE = "worker_host, worker_pid"
 _NO_QUEUE = "NULL, NULL"  # a schema-1 or -2 log read without migrating it
+_VERSIONS = "version, blocked"
+_NO_VERSIONS = "NULL, NULL"  # a log from before schema 8 read without migrating it
 
 
 def _select_sql(conn: LogConnection) -> str:
@@ -58,6 +60,7 @@ def _select_sql(conn: LogConnection) -> str:
     return _SELECT.format(
         control=_CONTROL if has_column(conn, "run", "parent_run_id") else _NO_CONTROL,
         queue=_QUEUE if has_column(conn, "run", "worker_pid") else _NO_QUEUE,
+        versions=_VERSIONS if has_column(conn, "run", "version") else _NO_VERSIONS,
     )
 
 
@@ -96,6 +99,8 @@ def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
         waiting_since,
         worker_host,
         worker_pid,
+        version,
+        blocked,
     ) = r
     out: dict[str, Any] = {
         "run_id": rid,
@@ -125,7 +130,11 @@ def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
         # The worker (steplog worker) that has the run, or for a finished run the one that ran it
         # last.
         "worker": {"host": worker_host, "pid": worker_pid} if worker_pid is not None else None,
+        # The version of the code that last worked on the run (docs/versions.md).
+        "version": version,
     }
+    if blocked is not None and status not in TERMINAL:
+        out["blocked"] = json.loads(blocked)
     if parent is not None:
         out["forked_from"] = {"run_id": parent, "at_step": parent_step}
     if status == RunStatus.WAITING:

@@ -51,6 +51,9 @@ class StepRecord:
     finished_at: float | None
     incarnation: int
     """The engine that last worked on it."""
+    args_hash: str | None = None
+    """The hash of its name, kind and arguments (``steplog.runtime.callhash``); ``None`` for a
+    step recorded before schema 8 (checked on replay by name and kind only)."""
 
     @classmethod
     def from_row(cls, row: Any) -> StepRecord:
@@ -69,13 +72,15 @@ _ESTIMATED = STEP_COLUMNS.index("tokens_estimated")
 class Committed(NamedTuple):
     """A step the log has committed: on resume its recorded result is returned, nothing runs.
 
-    Kept to the four columns replay needs and built as a plain tuple: a resume loads every step
+    Kept to the five columns replay needs and built as a plain tuple: a resume loads every step
     of the run, and at 100,000 steps the full record of each was most of the time to resume."""
 
     seq: int
     name: str
     kind: str
     result: str | None
+    args_hash: str | None = None
+    """As ``StepRecord.args_hash``."""
 
 
 _SCAN = json.JSONDecoder().raw_decode
@@ -113,7 +118,8 @@ def load_steps(conn: LogConnection, run_id: str) -> dict[int, Committed | StepRe
     steps: dict[int, Committed | StepRecord] = {
         r[0]: make(r)
         for r in conn.execute(
-            "SELECT seq, name, kind, result FROM step WHERE run_id = ? AND status = 'committed'",
+            "SELECT seq, name, kind, result, args_hash FROM step WHERE run_id = ? AND status = "
+            "'committed'",
             (run_id,),
         )
     }

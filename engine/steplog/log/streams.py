@@ -52,6 +52,8 @@ class RunWriter(Protocol):
 
 
 STREAM_NAME_MAX = 64
+TOKENS = "tokens"
+"""The stream a model's answer is written to as it comes."""
 
 _INSERT_SQL = (
     "INSERT INTO stream (run_id, pos, name, seq, attempt, incarnation, ts, value) "
@@ -69,6 +71,24 @@ class Pending:
     seq: int | None
     attempt: int | None
     ts: float
+
+
+class _Text:
+    """Pieces of text of one step attempt appended one after another while a batch gathers: one
+    entry, their text joined, JSON-encoded once when taken (a model's answer in ~50 ms slices,
+    not a row and an encoding per chunk)."""
+
+    __slots__ = ("attempt", "name", "parts", "seq", "ts")
+
+    def __init__(self, name: str, seq: int | None, attempt: int | None, ts: float, text: str):
+        self.name, self.seq, self.attempt, self.ts = name, seq, attempt, ts
+        self.parts = [text]
+
+    def pending(self) -> Pending:
+        text = "".join(self.parts)
+        return Pending(
+            self.name, json.dumps(text, ensure_ascii=False), self.seq, self.attempt, self.ts
+        )
 
 
 def insert(conn: LogConnection, run_id: str, incarnation: int, entries: Sequence[Pending]) -> None:
@@ -98,7 +118,7 @@ class StreamBuffer:
     ) -> None:
         self._journal, self._connect = journal, connect
         self._interval, self._batch, self._clock = interval, batch, clock
-        self._waiting: list[Pending] = []
+        self._waiting: list[Pending | _Text] = []
         self._cond = threading.Condition()
         self.busy = threading.Lock()
         """Held while a batch is written (by the thread, or by the engine's own transaction that
@@ -118,24 +138,44 @@ class StreamBuffer:
         """Queue one entry (``value``: JSON); thread-safe, never blocks on the log."""
         entry = Pending(name, value, seq, attempt, self._clock())
         with self._cond:
-            if self._closing:
-                raise RuntimeError("the run's stream is closed: the run has ended")
-            self._waiting.append(entry)
-            if self._thread is None:
-                # Started before it is kept: ``close`` never joins a thread that never started
-                # (a stop may land on any line; one landing between leaves a thread that ends
-                # with ``close`` like the kept one).
-                thread = threading.Thread(target=self._run, name="steplog-stream", daemon=True)
-                thread.start()
-                self._thread = thread
-            elif len(self._waiting) >= self._batch:
-                self._cond.notify()
+            self._queue(entry)
+
+    def append_text(self, name: str, text: str, seq: int | None, attempt: int | None) -> None:
+        """Queue a piece of text (a model's answer): joined to the entry waiting last when that
+        is text of the same stream and step attempt, else an entry of its own. Thread-safe."""
+        with self._cond:
+            last = self._waiting[-1] if self._waiting else None
+            if (
+                type(last) is _Text
+                and last.seq == seq
+                and last.attempt == attempt
+                and last.name == name
+                and not self._closing
+            ):
+                last.parts.append(text)
+                return
+            self._queue(_Text(name, seq, attempt, self._clock(), text))
+
+    def _queue(self, entry: Pending | _Text) -> None:
+        """``entry`` waiting, the writing thread started or woken as needed (holding ``_cond``)."""
+        if self._closing:
+            raise RuntimeError("the run's stream is closed: the run has ended")
+        self._waiting.append(entry)
+        if self._thread is None:
+            # Started before it is kept: ``close`` never joins a thread that never started
+            # (a stop may land on any line; one landing between leaves a thread that ends
+            # with ``close`` like the kept one).
+            thread = threading.Thread(target=self._run, name="steplog-stream", daemon=True)
+            thread.start()
+            self._thread = thread
+        elif len(self._waiting) >= self._batch:
+            self._cond.notify()
 
     def take(self) -> list[Pending]:
         """Every entry waiting, for the caller (holding ``busy``) to write, or ``put_back``."""
         with self._cond:
             taken, self._waiting = self._waiting, []
-        return taken
+        return [e.pending() if isinstance(e, _Text) else e for e in taken]
 
     def put_back(self, entries: list[Pending]) -> None:
         """Entries taken by a transaction that rolled back: written with the next one."""

@@ -66,6 +66,8 @@ class RunRow(SQLModel, table=True):
     worker_proc_start: float | None = None
     worker_claimed_at: float | None = None
     lease_expires_boot: float | None = None
+    version: str | None = None
+    blocked: str | None = None
 
 
 class StepRow(SQLModel, table=True):
@@ -90,6 +92,7 @@ class StepRow(SQLModel, table=True):
     started_at: float
     finished_at: float | None = None
     incarnation: int
+    args_hash: str | None = None
 
 
 class EffectRow(SQLModel, table=True):

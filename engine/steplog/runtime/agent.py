@@ -49,8 +49,14 @@ class Agent(Generic[P, R]):
         budget: Budget | None = None,
         retry: RetryPolicy | None = None,
         needs_outbox: bool = False,
+        version: str | None = None,
     ) -> None:
         self.fn = fn
+        if version is not None and (not isinstance(version, str) or not version.strip()):
+            raise UsageError(
+                f"@steplog.agent(version=...) must be a non-empty string (got {version!r})"
+            )
+        self._version = version
         self.needs_outbox = needs_outbox
         self.name = name or fn.__name__
         self.budget = budget or Budget()
@@ -58,6 +64,17 @@ class Agent(Generic[P, R]):
         self.spec: str | None = None  # set when resolved from a spec, or derived lazily
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
+
+    @property
+    def version(self) -> str:
+        """The code version runs of this agent record: ``version=`` when given, else a
+        fingerprint of the source file of the agent function's module
+        (``steplog.runtime.versions.fingerprint``: that one file, as it is on disk)."""
+        if self._version is None:
+            from steplog.runtime.versions import fingerprint
+
+            self._version = fingerprint(self.fn)
+        return self._version
 
     def __call__(self, run: Any, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(run, *args, **kwargs)
@@ -147,6 +164,7 @@ def agent(
     budget: Budget | None = None,
     retry: RetryPolicy | None = None,
     needs_outbox: bool = False,
+    version: str | None = None,
 ) -> Callable[[Callable[Concatenate[Any, P], R]], Agent[P, R]]: ...
 
 
@@ -158,14 +176,19 @@ def agent(
     budget: Budget | None = None,
     retry: RetryPolicy | None = None,
     needs_outbox: bool = False,
+    version: str | None = None,
 ) -> Any:
     """Make a function ``f(run, **params)`` a steplog agent (with or without arguments).
 
     ``needs_outbox``: the agent posts to ``run.outbox``; starting it without one is bad input.
+    ``version``: the code version its runs record (``docs/versions.md``); default: a fingerprint
+    of the source file of the function's module.
     """
 
     def wrap(f: Callable[Concatenate[Any, P], R]) -> Agent[P, R]:
-        return Agent(f, name=name, budget=budget, retry=retry, needs_outbox=needs_outbox)
+        return Agent(
+            f, name=name, budget=budget, retry=retry, needs_outbox=needs_outbox, version=version
+        )
 
     return wrap(fn) if fn is not None else wrap
 

@@ -21,7 +21,16 @@ from steplog.errors import UsageError
 from steplog.llm.base import ChatReply, Estimate, Message
 from steplog.log import interrupts
 from steplog.log.steps import Committed, result_of
-from steplog.runtime.run import EffectCall, Run, StepContext, _current, effect_key
+from steplog.runtime.run import (
+    EffectCall,
+    Run,
+    StepContext,
+    _current,
+    chat_args,
+    effect_args,
+    effect_key,
+    step_args,
+)
 
 T = TypeVar("T")
 
@@ -49,12 +58,12 @@ class AsyncRun:
 
     # -- the public steps -------------------------------------------------------------------
 
-    def _enter(self, name: str, kind: str) -> tuple[int, Any]:
+    def _enter(self, name: str, kind: str, args: Any = None) -> tuple[int, Any]:
         """Number a step now. Only the agent's own task may: a step called from a task that
         ``gather`` started runs after an await, so its number would depend on which awaits
         finished first, and a replay would number the steps differently."""
         self._own_task(name)
-        return self._run._enter(name, kind)
+        return self._run._enter(name, kind, args)
 
     def _own_task(self, name: str) -> None:
         if self._task is not None and asyncio.current_task() is not self._task:
@@ -67,7 +76,7 @@ class AsyncRun:
 
     def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
         """``await run.step(name, fn, ...)``: ``fn`` sync (run in a worker thread) or async."""
-        seq, prior = self._enter(name, "call")
+        seq, prior = self._enter(name, "call", step_args(args, kwargs))
         if isinstance(prior, Committed):
             return _recorded(result_of(prior.result))
 
@@ -115,10 +124,17 @@ class AsyncRun:
         return self._effect_step(self._run._merge_call(db, table, key, values, name))
 
     def chat(
-        self, messages: Sequence[Message], *, name: str = "chat", max_tokens: int = 512
+        self,
+        messages: Sequence[Message],
+        *,
+        name: str = "chat",
+        max_tokens: int = 512,
+        stream: bool | None = None,
     ) -> Awaitable[ChatReply]:
+        """``await run.chat(...)``: as ``Run.chat``, ``stream=`` included."""
         run = self._run
-        seq, prior = self._enter(name, "chat")
+        streaming = run._streams_chat(stream)
+        seq, prior = self._enter(name, "chat", chat_args(messages, max_tokens))
         if isinstance(prior, Committed):
             return _recorded(ChatReply.from_json(json.loads(prior.result or "{}")))
         if prior is not None and prior.decision is not None:
@@ -131,7 +147,7 @@ class AsyncRun:
         estimate: Estimate = run.model.estimate(messages, max_tokens=max_tokens)
 
         async def ask(ctx: StepContext) -> Any:
-            if run._pace and not callable(getattr(run.model, "stream", None)):
+            if run._pace and not streaming:
                 await asyncio.sleep(run._pace)  # a streaming model spreads it over its pieces
                 reply = await asyncio.to_thread(
                     run.model.complete,
@@ -140,10 +156,15 @@ class AsyncRun:
                     idempotency_key=effect_key(run.id, seq),
                 )
             else:
-                reply = await asyncio.to_thread(run._ask, ctx, messages, max_tokens)
+                reply = await asyncio.to_thread(run._ask, ctx, messages, max_tokens, streaming)
             return run._decided(ctx, reply, estimate)
 
         return _as_reply(self._drive(seq, name, "chat", prior, ask, reserve=estimate))
+
+    def patched(self, name: str) -> bool:
+        """As ``Run.patched`` (not awaited: it records at most a marker step, at once)."""
+        self._own_task(f"patch {name}")
+        return self._run.patched(name)
 
     def wait_for(self, name: str, *, timeout: float | None = None) -> Awaitable[Any]:
         """``await run.wait_for(name)``: as ``Run.wait_for``; other steps go on while it waits."""
@@ -183,7 +204,7 @@ class AsyncRun:
     # -- machinery --------------------------------------------------------------------------
 
     def _effect_step(self, call: EffectCall) -> Awaitable[Any]:
-        seq, prior = self._enter(call.name, call.step_kind)
+        seq, prior = self._enter(call.name, call.step_kind, effect_args(call))
         if isinstance(prior, Committed):
             return _recorded(result_of(prior.result))
 

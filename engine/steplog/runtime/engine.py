@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from steplog.errors import Fenced, LogWriteError, RunStopped, RunWaiting, UsageError
+from steplog.errors import Blocked, Fenced, LogWriteError, RunStopped, RunWaiting, UsageError
 from steplog.log import interrupts
 from steplog.log.claim import Finished, Request, budget_of, claim
 from steplog.log.db import (
@@ -298,6 +298,13 @@ def _execute(
     conn = open_log(db_path, synchronous=synchronous)
     journal: Journal | None = None
     try:
+        # Code of another version that cannot replay the run is refused before the claim: the
+        # refusal is the only write (``replaycheck``, ``docs/versions.md``).
+        from steplog.runtime.replaycheck import refuse_before_claim
+
+        blocked = refuse_before_claim(agent, conn, run_id)
+        if blocked is not None:
+            raise blocked
         # The claim and the journal that can release it come as one: a stop asked for in
         # between is raised once the journal exists, and the except below releases the lease.
         with interrupts.critical():
@@ -321,6 +328,7 @@ def _execute(
                         lease_seconds=lease_seconds,
                         killed_at=killed_at,
                         tags=tags,
+                        version=agent.version,
                     ),
                 )
             if isinstance(claimed, Finished):
@@ -365,8 +373,8 @@ def _execute(
             on_start=on_start,
             exit_when_waiting=exit_when_waiting,
         )
-    except Fenced:
-        raise  # a newer engine has the run: nothing of ours may be written
+    except (Fenced, Blocked):
+        raise  # a newer engine has the run, or the refusal is recorded (``_drive``)
     except BaseException:
         if journal is not None:
             # A stop signal, a full disk under the workdir, sys.exit in agent code: the next engine
@@ -465,10 +473,13 @@ def _drive(agent: Runnable, run: Run, journal: Journal, resumed: bool) -> Outcom
             result = run_async_agent(agent.fn, run)
         else:
             result = agent.fn(run, **run.params)
+        if run._refused is not None:
+            raise run._refused
         if run._stopping is not None:
             raise run._stopping
         if run._parked is not None:
             raise run._parked
+        run.check_complete()
         try:
             result_json = dumps(result)
         except (TypeError, ValueError, RecursionError) as exc:
@@ -487,6 +498,9 @@ def _drive(agent: Runnable, run: Run, journal: Journal, resumed: bool) -> Outcom
         )
     except (Fenced, LogWriteError):
         raise  # nothing more can be recorded; the run stays resumable
+    except Blocked as blocked:
+        _refused(journal, blocked, agent.version)
+        raise
     except RunWaiting as parked:
         journal.release()  # status stays ``waiting``: a signal and the same command carry it on
         return Outcome(
@@ -531,6 +545,9 @@ def _drive(agent: Runnable, run: Run, journal: Journal, resumed: bool) -> Outcom
             )
         return Outcome(run.id, RunStatus.GAVE_UP, why, None, resumed, journal.incarnation)
     except Exception as exc:
+        if run._refused is not None:  # agent code turned the refusal into another error
+            _refused(journal, run._refused, agent.version)
+            raise run._refused from exc
         # Agent code may have turned our stop into another error; the stop still wins.
         final = run._stopping or outcome_error(
             run.id,
@@ -540,3 +557,12 @@ def _drive(agent: Runnable, run: Run, journal: Journal, resumed: bool) -> Outcom
         with interrupts.shielded():
             journal.finish(final.status, final.reason, None, final.details)
         return Outcome(run.id, final.status, final.reason, None, resumed, journal.incarnation)
+
+
+def _refused(journal: Journal, blocked: Blocked, version: str) -> None:
+    """The code could not replay the run after all (same version, code that drifts by itself;
+    or steps beyond the probe's reach): the refusal recorded, the lease let go, the status kept."""
+    journal.refuse(
+        dumps({"reason": blocked.reason, "at_step": blocked.at_step}),
+        {"reason": blocked.reason, "at_step": blocked.at_step, "version": version},
+    )

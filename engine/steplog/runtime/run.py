@@ -16,9 +16,10 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 from steplog.errors import (
+    Blocked,
     Cancelled,
     Fenced,
     GaveUp,
@@ -32,7 +33,7 @@ from steplog.errors import (
     UsageError,
     WaitTimeout,
 )
-from steplog.llm.base import ChatModel, ChatReply, Estimate, Message
+from steplog.llm.base import ChatModel, ChatReply, Estimate, Message, StreamingChatModel
 from steplog.log import interrupts
 from steplog.log.journal import (
     Journal,
@@ -45,10 +46,14 @@ from steplog.log.journal import (
 )
 from steplog.log.ledger import EffectRecord, carried_effect, load_effect, released_effects
 from steplog.log.steps import Committed, StepRecord, as_stored, result_of
-from steplog.log.streams import STREAM_NAME_MAX, Pending
+from steplog.log.streams import STREAM_NAME_MAX, TOKENS, Pending
 from steplog.policies import Budget, RetryPolicy
 from steplog.runtime import crashpoints, effects
 from steplog.runtime.redact import redact
+from steplog.runtime.versions import call_hash, describe_call, short
+
+PATCH_KIND = "patch"
+"""The kind of ``run.patched(name)``'s marker step (``steplog.log.versions`` reads it so)."""
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -179,6 +184,14 @@ class StepContext:
             raise UsageError("run.emit() needs a run started by the steplog engine")
         streams.append(stream, _entry_json(value, stream), self.seq, self.attempt)
 
+    def emit_text(self, text: str) -> None:
+        """A piece of a model's answer, to the stream ``tokens``: pieces that come within one
+        batch are written as one entry (their text joined), JSON-encoded once, when written."""
+        streams = self.run._journal.streams
+        if streams is None:
+            raise UsageError("run.chat() streams only in a run started by the steplog engine")
+        streams.append_text(TOKENS, text, self.seq, self.attempt)
+
     def effect(
         self,
         kind: str,
@@ -308,8 +321,14 @@ class Run:
         http: effects.HttpClient,
         exit_when_waiting: bool = False,
         forked_from: tuple[str, int] | None = None,
+        probe: bool = False,
     ) -> None:
         self.id = run_id
+        self._probe = probe
+        """Replay only (``steplog.runtime.replaycheck``): the first step the log has not
+        committed raises ``_Frontier`` instead of running; nothing is written."""
+        self._frontier = False
+        self._refused: Blocked | None = None
         self._forked_from = forked_from
         """``(parent run, step)`` of a fork: it carries on the effects of its parent's unfinished
         steps (``StepContext._carried``)."""
@@ -351,7 +370,7 @@ class Run:
         The value returned is always the JSON round trip of ``fn``'s result, so first run and
         replay see the same types.
         """
-        seq, prior = self._enter(name, "call")
+        seq, prior = self._enter(name, "call", step_args(args, kwargs))
         if isinstance(prior, Committed):
             return result_of(prior.result)  # type: ignore[no-any-return]
         return self._execute(seq, name, "call", prior, lambda ctx: fn(*args, **kwargs))  # type: ignore[no-any-return]
@@ -466,11 +485,22 @@ class Run:
         )
 
     def chat(
-        self, messages: Sequence[Message], *, name: str = "chat", max_tokens: int = 512
+        self,
+        messages: Sequence[Message],
+        *,
+        name: str = "chat",
+        max_tokens: int = 512,
+        stream: bool | None = None,
     ) -> ChatReply:
         """Ask the model once. The answer (the *decision*) is committed before anything acts on
-        it; on resume a recorded decision is reused and the model is never asked again."""
-        seq, prior = self._enter(name, "chat")
+        it; on resume a recorded decision is reused and the model is never asked again.
+
+        ``stream``: ``None`` streams the answer's text to the run's stream ``tokens`` when the
+        model can (``StreamingChatModel``), ``False`` never does, ``True`` requires it (a
+        ``UsageError`` before anything is written if the model cannot). The recorded reply is
+        the same either way."""
+        streaming = self._streams_chat(stream)
+        seq, prior = self._enter(name, "chat", chat_args(messages, max_tokens))
         if isinstance(prior, Committed):
             return ChatReply.from_json(json.loads(prior.result or "{}"))
         if prior is not None and prior.decision is not None:
@@ -481,21 +511,35 @@ class Run:
         estimate = self.model.estimate(messages, max_tokens=max_tokens)
 
         def ask(ctx: StepContext) -> dict[str, Any]:
-            return self._decided(ctx, self._ask(ctx, messages, max_tokens), estimate)
+            reply = self._ask(ctx, messages, max_tokens, streaming)
+            return self._decided(ctx, reply, estimate)
 
         return ChatReply.from_json(self._execute(seq, name, "chat", prior, ask, reserve=estimate))
 
-    def _ask(self, ctx: StepContext, messages: Sequence[Message], max_tokens: int) -> ChatReply:
+    def _streams_chat(self, stream: bool | None) -> bool:
+        """Whether a chat call with ``stream=`` streams (``run.chat``), or ``UsageError``."""
+        if stream is not None and not isinstance(stream, bool):
+            raise UsageError(f"run.chat(stream=...) is None, False or True (got {stream!r})")
+        can = callable(getattr(self.model, "stream", None))
+        if stream and not can:
+            raise UsageError(
+                f"run.chat(stream=True) needs a model that streams, and {self.model!r} has no "
+                "stream(...) method: leave stream out (None) to stream only when the model can"
+            )
+        return can if stream is None else stream
+
+    def _ask(
+        self, ctx: StepContext, messages: Sequence[Message], max_tokens: int, streaming: bool
+    ) -> ChatReply:
         """One call of the model (on any thread): streamed to the run's stream ``tokens`` when
-        the model can (``StreamingChatModel``), the whole reply returned either way."""
+        ``streaming`` (``_streams_chat``), the whole reply returned either way."""
         key = effect_key(self.id, ctx.seq)
-        stream = getattr(self.model, "stream", None)
-        if callable(stream):
-            reply: ChatReply = stream(
+        if streaming:
+            reply: ChatReply = cast("StreamingChatModel", self.model).stream(
                 messages,
                 max_tokens=max_tokens,
                 idempotency_key=key,
-                on_text=lambda text: ctx.emit(text, "tokens"),
+                on_text=ctx.emit_text,
                 pace=self._pace,
             )
             return reply
@@ -535,7 +579,7 @@ class Run:
             ctx.emit(value, stream)
             return
         text = _entry_json(value, stream)
-        seq, prior = self._enter(f"emit {stream}", "emit")
+        seq, prior = self._enter(f"emit {stream}", "emit", {"value": value})
         if isinstance(prior, Committed):
             return  # recorded already: its entry is in the stream
         self._execute(seq, f"emit {stream}", "emit", prior, lambda ctx: None, entry=(stream, text))
@@ -553,7 +597,7 @@ class Run:
                 f"run.map(concurrency=...) must be a whole number >= 1 (got {concurrency!r})"
             )
         entered = [
-            (f"{name} [{i}]", item, *self._enter(f"{name} [{i}]", "call"))
+            (f"{name} [{i}]", item, *self._enter(f"{name} [{i}]", "call", step_args((item,), {})))
             for i, item in enumerate(items)
         ]
         results: list[Any] = [None] * len(entered)
@@ -704,7 +748,7 @@ class Run:
     # -- machinery --------------------------------------------------------------------------
 
     def _effect_step(self, call: EffectCall) -> Any:
-        seq, prior = self._enter(call.name, call.step_kind)
+        seq, prior = self._enter(call.name, call.step_kind, effect_args(call))
         if isinstance(prior, Committed):
             return result_of(prior.result)
         return self._execute(
@@ -734,7 +778,18 @@ class Run:
         self._stopping = exc
         return exc
 
-    def _enter(self, name: str, kind: str) -> tuple[int, Committed | StepRecord | None]:
+    def _enter(
+        self, name: str, kind: str, args: Any = None
+    ) -> tuple[int, Committed | StepRecord | None]:
+        """Number the step the code calls now and compare it with the step the log has at that
+        number (``docs/versions.md``): by name and kind, and by the hash of its name, kind and
+        ``args`` (``versions.call_hash``) on a probe and for a step not committed (a step
+        recorded before hashes were, schema 7 and older, has none). A difference is
+        ``Blocked``: nothing of the step runs."""
+        if self._refused is not None:
+            raise self._refused
+        if self._frontier:
+            raise _Frontier()
         if self._stopping is not None:
             raise self._stopping
         if self._parked is not None:
@@ -762,20 +817,91 @@ class Run:
         self._seq += 1
         seq = self._seq
         prior = self._steps.get(seq)
-        if (
-            prior is not None
-            and (prior.name != name or prior.kind != kind)
-            and not _same_as_stored(prior, name, kind)
-        ):
-            raise self._stop(
-                NonDeterminism(
-                    f"non-determinism at step {seq}: the log has {prior.kind} '{prior.name}' but "
-                    f"the agent now reached {kind} '{name}'; replays must make the same steps in "
-                    "the same order",
-                    run_id=self.id,
-                )
-            )
+        if prior is None:
+            if self._probe:
+                self._frontier = True
+                raise _Frontier()
+            self._journal.hashes[seq] = call_hash(name, kind, args)
+            return seq, None
+        if (prior.name != name or prior.kind != kind) and not _same_as_stored(prior, name, kind):
+            raise self._refuse(seq, prior, name, kind, args)
+        if prior.args_hash is not None and (self._probe or not isinstance(prior, Committed)):
+            # A committed step is compared by its arguments too on a probe only: the engine runs
+            # one before it claims a run last worked on by another version, and on the same
+            # version the code is the same (hashing every replayed step would double the time
+            # a long run takes to resume).
+            if call_hash(name, kind, args) != prior.args_hash:
+                raise self._refuse(seq, prior, name, kind, args)
+        if self._probe and not isinstance(prior, Committed):
+            self._frontier = True
+            raise _Frontier()
         return seq, prior
+
+    def _refuse(
+        self, seq: int, prior: Committed | StepRecord, name: str, kind: str, args: Any
+    ) -> Blocked:
+        """The code asks for another step than the log has at ``seq``: ``Blocked`` with the one
+        line that names both (remembered: agent code that swallows it cannot carry on)."""
+        recorded, asked = f"`{prior.name}(…)`", f"`{describe_call(name, args)}`"
+        if prior.kind != kind:
+            recorded, asked = f"{prior.kind} {recorded}", f"{kind} {asked}"
+        elif prior.name == name:
+            asked += " (the same step with other arguments)"
+        self._refused = Blocked(
+            divergence_line(
+                self.id, seq, recorded=recorded, version=self._recorded_version(seq), asked=asked
+            ),
+            run_id=self.id,
+            at_step=seq,
+        )
+        return self._refused
+
+    def _recorded_version(self, seq: int) -> str | None:
+        """The version that recorded step ``seq`` (read only when a refusal names it)."""
+        from steplog.log.versions import version_at
+
+        return version_at(self._journal.conn, self.id, seq)
+
+    def check_complete(self) -> None:
+        """The agent returned: a log that holds steps past the last one the code asked for was
+        recorded by other code (``Blocked``)."""
+        if self._refused is not None:
+            raise self._refused
+        later = [seq for seq in self._steps if seq > self._seq]
+        if later:
+            seq = min(later)
+            prior = self._steps[seq]
+            raise Blocked(
+                divergence_line(
+                    self.id,
+                    seq,
+                    recorded=f"`{prior.name}(…)`",
+                    version=self._recorded_version(seq),
+                    asked="nothing more (the agent returns)",
+                ),
+                run_id=self.id,
+                at_step=seq,
+            )
+
+    def patched(self, name: str) -> bool:
+        """``True`` where this run reaches this point on code that has the patch ``name``,
+        ``False`` where it replays history recorded before the patch (``docs/versions.md``).
+
+        The first time it is ``True`` it records a marker step (kind ``patch``, named
+        ``patch NAME``); a replay finds the marker and is ``True`` again. Where the log has
+        another step at this number, the run was recorded by code without the patch: ``False``,
+        and no step number is taken, so the old branch's steps keep theirs."""
+        if not isinstance(name, str) or not name.strip() or len(name) > 200:
+            raise UsageError(f"run.patched needs a name of 1 to 200 characters (got {name!r})")
+        step_name = f"patch {name}"
+        prior = self._steps.get(self._seq + 1)
+        if prior is not None and (prior.kind != PATCH_KIND or prior.name != as_stored(step_name)):
+            return False  # recorded before the patch: the old branch carries on
+        seq, prior = self._enter(step_name, PATCH_KIND)
+        if isinstance(prior, Committed):
+            return True
+        self._execute(seq, step_name, PATCH_KIND, prior, lambda ctx: True)
+        return True
 
     def _check_budgets(self, seq: int, name: str, reserve: Estimate | None) -> None:
         b, u, j = self.budget, self._journal.usage, self._journal
@@ -1003,6 +1129,44 @@ class Run:
             )
             crashpoints.reached("after_step_record", seq)
             return json.loads(result_json)
+
+
+class _Frontier(Exception):
+    """A probe (``Run(probe=True)``) reached the first step the log has not committed: the code
+    replays the recorded steps so far."""
+
+
+def step_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A ``run.step`` call's arguments as hashed (the function itself is not: see
+    ``docs/versions.md``)."""
+    return {"args": list(args), "kwargs": kwargs} if kwargs else list(args)
+
+
+def chat_args(messages: Sequence[Message], max_tokens: int) -> Any:
+    return {"messages": list(messages), "max_tokens": max_tokens}
+
+
+def effect_args(call: EffectCall) -> Any:
+    """An effect step's identity: its request's digest, and its target but for an HTTP post
+    (the outbox's URL may change from one engine to the next; the ledger keys posts by key)."""
+    if call.step_kind == "http_post":
+        return {"request": call.request_hash}
+    return {"target": call.target, "request": call.request_hash}
+
+
+def divergence_line(
+    run_id: str, seq: int, *, recorded: str, version: str | None, asked: str
+) -> str:
+    """The one line a refusal says (``docs/versions.md``)."""
+    fork = (
+        f"fork it from step {seq - 1} (`steplog fork {run_id} --at-step {seq}`)"
+        if seq > 1
+        else "start it anew on the current code"
+    )
+    return (
+        f"step {seq}: recorded {recorded} under version {short(version)}, the code asks {asked}: "
+        f"run it with compatible code, or {fork}"
+    )
 
 
 def _entry_json(value: Any, stream: str) -> str:

@@ -27,6 +27,11 @@ class Runnable(Claimant, Protocol):
     @property
     def retry(self) -> RetryPolicy: ...
 
+    @property
+    def version(self) -> str:
+        """The code version a run records (``docs/versions.md``)."""
+        ...
+
     def default_spec(self) -> str:
         """How ``steplog run`` names this agent when the caller gave no spec."""
         ...

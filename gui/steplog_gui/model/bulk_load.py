@@ -67,9 +67,10 @@ FOLDED = (
     EventKind.RETRIED,
     EventKind.WORKER_CLAIMED,
     EventKind.WORKER_RELEASED,
+    EventKind.RESUME_REFUSED,
 )
-"""Run control's and the queue's kinds: folded by ``RunState.apply`` itself (few per run; it owns
-their meaning)."""
+"""Run control's, the queue's and a refused resume's kinds: folded by ``RunState.apply`` itself
+(few per run; it owns their meaning)."""
 COPIED_STEP = _code(EventKind.STEP_COPIED)
 CONTROL = tuple(
     _code(k)
@@ -148,6 +149,7 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
                 dead_end = death.at
             lease_end[p] = dead_end
             run.incarnation = ev.incarnation
+            run.blocked = None
             if run.status == RunStatus.QUEUED:
                 run.status = RunStatus.RUNNING
             run.pid = d.get("pid")
@@ -157,6 +159,7 @@ def load_run(repo: LogRepository, run_id: str, upto: int) -> RunState:
             run.status = str(d.get("status", RunStatus.FAILED))
             run.reason = d.get("reason")
             run.finished = ev.ts
+            run.blocked = None
             run.pid = None
             run.waiting_for = run.waiting_since = None
             finishes[p] = ev

@@ -172,6 +172,10 @@ class RunState:
     host: str | None = None
     forked_from: tuple[str, int] | None = None
     """(parent run id, first step the fork ran itself)."""
+    blocked: tuple[str, int] | None = None
+    """(the refusal's line, the first divergent step) while code that cannot replay the run's
+    recorded steps was the last to try (``resume_refused``); cleared when an engine takes the run
+    again or it ends (docs/versions.md)."""
     waiting_for: str | None = None
     waiting_since: float | None = None
     """When the wait began: the log's ``since`` (or the first ``waiting`` of that wait), not
@@ -323,6 +327,9 @@ class RunState:
                 self.status, self.reason, self.finished = RunStatus.RUNNING, None, None
         elif kind == EventKind.LEASE_ACQUIRED:
             self._new_incarnation(ev, death)
+            self.blocked = None
+        elif kind == EventKind.RESUME_REFUSED:
+            self.blocked = (str(d.get("reason", "")), int(d.get("at_step") or 1))
         elif kind == EventKind.STEP_STARTED and ev.seq is not None:
             self._start(ev)
         elif kind == EventKind.DECISION_RECORDED and ev.seq in self._open:
@@ -383,6 +390,7 @@ class RunState:
         elif kind == EventKind.STEP_ATTEMPT_FAILED and ev.seq is not None:
             self._close(ev.seq, ev.ts, FAILED)
         elif kind == EventKind.RUN_FINISHED:
+            self.blocked = None
             self.status = str(d.get("status", RunStatus.FAILED))
             self.reason = d.get("reason")
             self.finished = ev.ts

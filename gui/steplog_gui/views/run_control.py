@@ -364,6 +364,48 @@ class WaitingBanner(QFrame):
         self.answered.emit(run.run_id, run.waiting_for, json.dumps({"approved": approved}), key)
 
 
+class BlockedBanner(QFrame):
+    """Shown while the selected run is blocked: code that cannot replay its recorded steps was
+    refused (docs/versions.md). The refusal's own line, and the way on: a fork that copies the
+    steps before the divergence and runs the rest on the current code."""
+
+    fork_at = Signal(int)
+    """Fork from this step (the first the fork runs itself) was asked for."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("blocked_banner")
+        self.setStyleSheet(
+            "#blocked_banner { background: #8a5a00; border-radius: 4px }"
+            " #blocked_banner QLabel { color: white; font-weight: bold }"
+        )
+        self.text = QLabel("")
+        self.text.setTextFormat(Qt.TextFormat.PlainText)
+        self.text.setWordWrap(True)
+        self.fork = QPushButton("Fork")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(8, 4, 8, 4)
+        row.addWidget(self.text, 1)
+        row.addWidget(self.fork)
+        self._at = 1
+        self.fork.clicked.connect(lambda: self.fork_at.emit(self._at))
+        self.hide()
+
+    def show_run(self, run: RunState | None) -> None:
+        blocked = run.blocked if run is not None and not run.terminal else None
+        self.setVisible(blocked is not None)
+        if blocked is None:
+            return
+        line, at = blocked
+        self._at = at
+        self.text.setText(line)
+        self.fork.setText(
+            f"Fork from step {at - 1} on the current code"
+            if at > 1
+            else "Start anew on the current code"
+        )
+
+
 class RunControl(QObject):
     """The Run menu's control actions for the selected run, and what they launch."""
 
@@ -408,6 +450,8 @@ class RunControl(QObject):
             lambda rid, name, data, key: self._signal(rid, name, data, key)
         )
         self.banner.custom.connect(self.send_signal)
+        self.blocked_banner = BlockedBanner()
+        self.blocked_banner.fork_at.connect(self.fork_at)
         self.update()
 
     def _action(self, text: str, slot: Callable[[], None], tip: str) -> QAction:
@@ -444,6 +488,7 @@ class RunControl(QObject):
             run is not None and run.steps_committed + 1 >= 1 and run.agent != "?"
         )
         self.banner.show_run(run)
+        self.blocked_banner.show_run(run)
 
     # -- the actions ------------------------------------------------------------------------
 
@@ -504,9 +549,16 @@ class RunControl(QObject):
         """Fork from the selected step: its recorded row is read first (off the GUI thread), so
         the dialog can offer to edit its result."""
         run = self.run()
+        if run is None:
+            return
+        self.fork_at(self._step or run.steps_committed + 1)
+
+    def fork_at(self, at: int) -> None:
+        """The fork dialog for a fork that runs from step ``at`` (the blocked banner's way on:
+        the step where the code and the log differ)."""
+        run = self.run()
         if run is None or self._engine_busy():
             return
-        at = self._step or run.steps_committed + 1
         path = self._monitor.path
         jobs.submit(
             lambda: _read_step(path, run.run_id, at),
@@ -552,6 +604,7 @@ class RunControl(QObject):
 
 
 __all__ = [
+    "BlockedBanner",
     "CommandResult",
     "ForkDialog",
     "RunControl",

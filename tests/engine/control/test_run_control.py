@@ -443,7 +443,7 @@ def test_retry_refuses_runs_that_have_not_failed_and_says_what_to_do_instead(
     assert digest(engine.db) == before
 
 
-def test_retry_after_non_determinism_needs_force_and_says_why(
+def test_changed_code_blocks_a_run_instead_of_failing_it_and_retry_has_nothing_to_do(
     engine: Engine, tmp_path: Path
 ) -> None:
     agent = tmp_path / "changing.py"
@@ -468,17 +468,16 @@ def test_retry_after_non_determinism_needs_force_and_says_why(
         env={"STEPLOG_CRASH_AT": "after_step_record@1"},
     )
     assert crashed.returncode == 86
-    agent.write_text(source.format("uno"))  # the code changed under a run in progress
-    failed = engine.run("run", f"{agent}:a", "--run-id", "nd", "--db", db)
-    assert failed.returncode == 4 and "non-determinism" in failed.stdout
+    agent.write_text(source.format("one, renamed"))  # the code changed under a run in progress
+    blocked = engine.run("run", f"{agent}:a", "--run-id", "nd", "--db", db)
+    assert blocked.returncode == 6 and "step 1: recorded `one(…)`" in blocked.stderr
+    assert engine.status("nd")["status"] == "running"
     before = digest(engine.db)
     refused = engine.run("retry", "nd", "--db", db)
-    assert refused.returncode == 2 and "steplog fork nd --at-step" in refused.stderr
+    assert refused.returncode == 2, "a blocked run has not failed: nothing to retry"
     assert digest(engine.db) == before
-    forced = engine.run("retry", "nd", "--db", db, "--force")
-    assert "--force" in forced.stderr and forced.returncode == 4, "same code, same non-determinism"
-    agent.write_text(source.format("one"))  # the code put back: the forced retry now finishes
-    assert engine.run("retry", "nd", "--db", db, "--force").returncode == 0
+    agent.write_text(source.format("one"))  # the code put back: the run carries on
+    assert engine.run("run", f"{agent}:a", "--run-id", "nd", "--db", db).returncode == 0
 
 
 def test_retry_after_an_unconfirmed_effect_needs_force_and_then_sends_it_again(

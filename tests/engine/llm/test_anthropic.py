@@ -177,7 +177,9 @@ def test_a_run_retries_an_overloaded_api_then_records_text_usage_cost_and_the_st
         assert reply["model"] == MODEL and reply["usage"]["input_tokens"] == tokens_in
         assert tokens_in > 0 and tokens_out > 0 and not estimated and cost > 0
         mine = [e["value"] for e in entries if e["step"] == seq and not e["cut"]]
-        assert "".join(mine) == reply["text"] and len(mine) > 1
+        # The pieces that come within one ~50 ms batch are one entry (docs/streams.md): the
+        # text is whole in the stream however many entries it took.
+        assert "".join(mine) == reply["text"] and mine
     status = engine.status("a")
     assert status["budget"]["cost_usd"]["used"] == pytest.approx(sum(r[-1] for r in rows))
     assert "DO-NOT-LEAK" not in done.stdout + done.stderr

@@ -105,6 +105,26 @@ def test_every_payload_the_engine_logs_matches_its_kinds_type(
     ok("signal", "wait", "approve", "--data", json.dumps({"approved": True}), "--key", "k1")
     ok("run", f"{AGENTS}:approval", "--run-id", "wait", "--param", f"witness={w}")
 
+    # Code changed under a run: refused (another step), then resumed by another version that fits.
+    changing = tmp_path / "changing.py"
+    source = "import steplog\n\n@steplog.agent\ndef a(run):\n    run.step({!r}, int, 1)\n"
+    source += "    run.step('two', int, 2)\n"
+    changing.write_text(source.format("one"))
+    crashed = engine.run(
+        "run",
+        f"{changing}:a",
+        "--run-id",
+        "changed",
+        "--db",
+        db,
+        env={"STEPLOG_CRASH_AT": "after_step_record@1"},
+    )
+    assert crashed.returncode == 86, crashed.stderr
+    changing.write_text(source.format("the other one"))
+    ok("run", f"{changing}:a", "--run-id", "changed", code=6)
+    changing.write_text(source.format("one") + "# a comment: another version that fits\n")
+    ok("run", f"{changing}:a", "--run-id", "changed")
+
     # A cancel asked of a live engine, and a stop (SIGTERM) that releases the lease.
     for run_id, how in (("cancelled", "cancel"), ("stopped", "sigterm")):
         proc = engine.start(
