@@ -15,13 +15,14 @@ Implementation lives in private-by-convention modules; this is the public surfac
 
 from __future__ import annotations
 
-from steplog.api import aread_stream, cancel, fork, read_stream, signal
+from steplog.api import aread_stream, cancel, fork, get_event, read_stream, send, signal
 from steplog.errors import (
     AgentSpecError,
     Blocked,
     Cancelled,
     ControlRefused,
     CorruptDatabase,
+    EventNotSet,
     Fenced,
     ForeignDatabase,
     GaveUp,
@@ -60,6 +61,7 @@ __all__ = [
     "ChatModel",
     "ChatReply",
     "CorruptDatabase",
+    "EventNotSet",
     "Fenced",
     "ForeignDatabase",
     "GaveUp",
@@ -87,5 +89,7 @@ __all__ = [
     "cancel",
     "current_key",
     "fork",
+    "get_event",
+    "send",
     "signal",
 ]

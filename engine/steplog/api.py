@@ -1,5 +1,5 @@
-"""Run control and streams for programs: what ``steplog signal``, ``cancel``, ``fork`` and
-``stream`` do, from Python.
+"""Run control, messages and streams for programs: what ``steplog signal``, ``send``, ``event``,
+``cancel``, ``fork`` and ``stream`` do, from Python.
 
 Thin on purpose: the work is in ``steplog.control``, imported on first use so that
 ``import steplog`` (and with it an engine's start after a kill) does not pay for it.
@@ -29,6 +29,36 @@ def signal(
     from steplog.log.location import parse
 
     return send(run_id, name, data, db=parse(db) if db else None, key=key).signal_id
+
+
+def send(
+    run_id: str,
+    topic: str,
+    value: Any = None,
+    *,
+    key: str | None = None,
+    db: str | Path | None = None,
+) -> int:
+    """Send ``run_id`` a message on ``topic`` with JSON ``value``: one ``run.recv(topic)``
+    receives it, exactly once, in send order per topic. With ``key``, sending again is the same
+    message (the same id, delivered once). Returns the message's id. ``UnknownRun`` /
+    ``ControlRefused`` for a run that does not exist or has finished."""
+    from steplog.control.mail import send as send_message
+    from steplog.log.location import parse
+
+    return send_message(run_id, topic, value, key=key, db=parse(db) if db else None).message_id
+
+
+def get_event(
+    run_id: str, key: str, *, timeout: float | None = None, db: str | Path | None = None
+) -> Any:
+    """The latest value ``run_id`` set as its event ``key`` (``run.set_event``). While it is
+    unset, wait up to ``timeout`` seconds (``None``: do not wait), then raise
+    ``steplog.EventNotSet``; a run that ended without setting it raises at once."""
+    from steplog.control.mail import get_event as read_event
+    from steplog.log.location import parse
+
+    return read_event(run_id, key, timeout=timeout, db=parse(db) if db else None)
 
 
 def cancel(run_id: str, reason: str | None = None, *, db: str | Path | None = None) -> bool:

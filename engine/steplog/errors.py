@@ -29,6 +29,8 @@ SteplogError
 ├── Blocked                  the code cannot replay the run's recorded steps: nothing
 │                            ran, nothing changed but a ``resume_refused`` event  (exit 6)
 ├── WaitTimeout              ``run.wait_for`` timed out (agent code may catch it)   (exit 4 if not)
+│   └── EventNotSet          ``steplog.get_event``: the key was still unset at its
+│                            timeout, or the run ended without setting it          (exit 4)
 ├── LeaseHeld                another live engine holds the run                      (exit 75)
 │   └── Fenced               this engine lost the run to a newer incarnation        (exit 75)
 ├── RunStopped               the run reached a terminal state other than success
@@ -245,6 +247,11 @@ class WaitTimeout(SteplogError):
     result, so a replay raises it again at the same point; agent code may catch it."""
 
     exit_code = EXIT_FAILED
+
+
+class EventNotSet(WaitTimeout):
+    """``steplog.get_event(run_id, key, timeout=...)`` (``steplog event``): the run had not set
+    ``key`` when the timeout passed, or it ended without setting it."""
 
 
 class LeaseHeld(SteplogError):

@@ -8,3 +8,5 @@ TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 AGENTS = TESTS / "helpers" / "agents_for_tests.py"
 """The test agents, named by path (``f"{AGENTS}:witness"``) as a user names their own file."""
+TIME_AGENTS = TESTS / "helpers" / "agents_time.py"
+"""The time and messages agents (``f"{TIME_AGENTS}:sleeper"``)."""

@@ -293,6 +293,66 @@ def signal(run_id: str, name: str, db: LogLocation | None, data_json: str, key: 
 
 @cli.command()
 @click.argument("run_id")
+@click.argument("topic")
+@db_option
+@click.option(
+    "--data",
+    "data_json",
+    default="null",
+    metavar="JSON",
+    help="The message's value, as JSON (default null).",
+)
+@click.option(
+    "--key",
+    default=None,
+    help="An idempotency key: sending the same key again is the same message, delivered once.",
+)
+@guard
+def send(run_id: str, topic: str, db: LogLocation | None, data_json: str, key: str | None) -> None:
+    """Send RUN_ID a message on TOPIC; one `run.recv(TOPIC)` receives it, once, in send order.
+
+    Prints the message's id (the same id again for a repeated --key)."""
+    from steplog.control.mail import send as send_message
+
+    try:
+        data = json.loads(data_json)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"--data is not JSON ({exc.msg} at character {exc.pos}); e.g. --data '{{\"n\": 1}}'"
+        ) from None
+    sent = send_message(run_id, topic, data, key=key, db=db)
+    click.echo(sent.message_id)
+    what = "already sent with this key" if sent.duplicate else "sent"
+    click.echo(f"message {what} to run {run_id} on topic {topic!r}", err=True)
+
+
+@cli.command()
+@click.argument("run_id")
+@click.argument("key")
+@db_option
+@click.option(
+    "--timeout",
+    type=float,
+    default=None,
+    metavar="S",
+    help="Wait up to S seconds for the run to set KEY (default: do not wait).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the value as JSON (the default too).")
+@guard
+def event(
+    run_id: str, key: str, db: LogLocation | None, timeout: float | None, as_json: bool
+) -> None:
+    """Print the latest value RUN_ID set as its event KEY (`run.set_event`), as JSON.
+
+    Exit 4 when it is still unset after --timeout, or the run ended without setting it."""
+    from steplog.control.mail import get_event
+
+    value = get_event(run_id, key, timeout=timeout, db=db)
+    click.echo(json.dumps(value, ensure_ascii=False, sort_keys=as_json))
+
+
+@cli.command()
+@click.argument("run_id")
 @db_option
 @click.option(
     "--force",
@@ -617,6 +677,15 @@ def status(run_id: str, db: LogLocation | None, as_json: bool) -> None:
     click.echo(_describe(s))
 
 
+def _waits(s: dict[str, Any]) -> str:
+    """What a waiting run waits for, in a few words."""
+    if "waiting_for_topic" in s:
+        return f" for a message on topic {s['waiting_for_topic']!r}"
+    if "sleeping_until" in s:
+        return f" (asleep until {s['sleeping_until']})"
+    return f" for signal {s['waiting_for']!r}"
+
+
 def _describe(s: dict[str, Any]) -> str:
     def fmt(b: dict[str, Any]) -> str:
         return f"{b['used']}" + (f"/{b['limit']}" if b["limit"] is not None else "")
@@ -632,9 +701,7 @@ def _describe(s: dict[str, Any]) -> str:
         "gone": " (its engine is gone: run the same command to resume)",
         "none": " (no engine holds it: run the same command to resume)",
     }
-    state = s["status"] + (
-        f" for signal {s['waiting_for']!r}" if s["status"] == RunStatus.WAITING else ""
-    )
+    state = s["status"] + (_waits(s) if s["status"] == RunStatus.WAITING else "")
     state += (
         engine.get(s["engine"], "") if s["status"] in (RunStatus.RUNNING, RunStatus.WAITING) else ""
     )

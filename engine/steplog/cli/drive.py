@@ -213,6 +213,9 @@ def _report(outcome: Any, db: LogLocation | None) -> None:
     if outcome.status == RunStatus.SUCCEEDED:
         echo(f"run {rid} succeeded: {json.dumps(outcome.result, ensure_ascii=False)}")
         return
+    if outcome.status == RunStatus.WAITING and not outcome.reason:
+        echo(f"{outcome.waits}; run the same command (or leave it to `steplog worker`) then")
+        sys.exit(EXIT_WAITING)
     if outcome.status == RunStatus.WAITING:
         where = f" --db {db}" if db else ""
         echo(

@@ -33,10 +33,11 @@ worker killed with SIGKILL takes its engines with it (``procs.die_with_parent``)
 the same host takes their runs over at once and one elsewhere when the leases expire.
 
 Not spun on: a run whose engine exited waiting (exit 6) is claimable again only once its signal
-is in or its wait timed out; one that ended (exit 0, 3, 4, 5) is finished; one whose engine keeps
-exiting abnormally
-(a crash, exit 1 or 2: an agent that no longer imports, a full disk) is tried again after 1, 2,
-4... s and left alone by this worker after ``MAX_ABNORMAL`` exits in a row.
+or message is in or its wait timed out (a sleep: once it is due, ``queue.WAKE_LEAD_SECONDS``
+early, so its engine is up to wake it on time); one that ended (exit 0, 3, 4, 5) is finished;
+one whose engine keeps exiting abnormally (a crash, exit 1 or 2: an agent that no longer
+imports, a full disk) is tried again after 1, 2, 4... s and left alone by this worker after
+``MAX_ABNORMAL`` exits in a row.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ _ENDED = {
     EXIT_CANCELLED: "was cancelled",
 }
 _HANDED_BACK = {
-    EXIT_WAITING: "waits for a signal",
+    EXIT_WAITING: "waits (for a signal or a message, or asleep)",
     EXIT_LEASE_HELD: "is held by another engine",
     EXIT_STOPPED: "was stopped at a safe point (resumable)",
 }

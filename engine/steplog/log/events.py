@@ -46,9 +46,14 @@ class EventKind(StrEnum):
     RUN_FINISHED = "run_finished"
     """The terminal record: status, reason, usage."""
     WAITING = "waiting"
-    """The run waits for a named signal (``run.wait_for``); ``deadline`` when it has a timeout,
-    ``since`` when it began. An engine relaunched after a kill writes it again as it takes the
-    wait up: it is back at work (what ends a kill's resume latency, like a step committed)."""
+    """The run waits for a named signal (``run.wait_for``), for a message on ``topic``
+    (``run.recv``) or until ``sleep_until`` (``run.sleep``); ``deadline`` when it has a timeout
+    (a sleep's is its wake-up time), ``since`` when it began. An engine relaunched after a kill
+    writes it again as it takes the wait up: it is back at work (what ends a kill's resume
+    latency, like a step committed)."""
+    MESSAGE_SENT = "message_sent"
+    """Someone sent the run a message on a topic (``steplog send``); a recv step consumes it
+    once."""
     SIGNAL_SENT = "signal_sent"
     """Someone sent the run a named signal (``steplog signal``); a wait step consumes it once."""
     CANCEL_REQUESTED = "cancel_requested"
@@ -159,10 +164,12 @@ class StepCommitted(TypedDict, total=False):
     """Seconds the attempt took; absent with ``started`` (it ran from then to the event's ts)."""
     usage: Required[Usage]
     name: str
-    """A wait step's (``run.wait_for``), with its ``kind`` and the ``signal_id`` it consumed; a
+    """A wait step's (``run.wait_for``, ``run.recv``, ``run.sleep``), with its ``kind`` and the
+    ``signal_id`` or ``message_id`` it consumed; a
     step whose start this event is too (``started``), with its ``kind``."""
     kind: str
     signal_id: int | None
+    message_id: int
     started: float
     """This event is the step's start as well (a deferred start, never written on its own): when
     the attempt began. ``attempt`` and ``recoveries`` as in ``step_started``, when not 1 and 0."""
@@ -184,11 +191,21 @@ class RunFinished(TypedDict, total=False):
 
 
 class Waiting(TypedDict, total=False):
-    signal: Required[str]
+    signal: str | None
+    """The signal waited for; ``None`` (or absent) when the wait is a sleep or a recv."""
+    topic: str
+    sleep_until: float
     deadline: float | None
     since: float
     """When the wait began: the first engine's time, the same after a kill (older logs lack it)."""
     usage: Usage
+
+
+class MessageSent(TypedDict, total=False):
+    topic: Required[str]
+    message_id: Required[int]
+    bytes: Required[int]
+    key: str
 
 
 class SignalSent(TypedDict, total=False):
@@ -263,6 +280,7 @@ PAYLOADS: dict[EventKind, type] = {
     EventKind.STEP_COMMITTED: StepCommitted,
     EventKind.RUN_FINISHED: RunFinished,
     EventKind.WAITING: Waiting,
+    EventKind.MESSAGE_SENT: MessageSent,
     EventKind.SIGNAL_SENT: SignalSent,
     EventKind.CANCEL_REQUESTED: CancelRequested,
     EventKind.RETRIED: Retried,

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from steplog.errors import Fenced, LogWriteError, first_line
 from steplog.log import interrupts
 from steplog.log.db import RUN_WRITE, RUN_WRITE_BATCHED, LogConnection, rollback
-from steplog.log.events import EventKind, StepCommitted, StepStarted
+from steplog.log.events import EventKind, StepCommitted, StepStarted, Waiting
 from steplog.log.lease import boot_clock
 
 if TYPE_CHECKING:
@@ -108,6 +108,13 @@ _COMMITTED_SQL = (
     "(?, ?, ?, ?, 'committed', 'recorded', ?, ?, ?, ?, ?, ?, ?)"
 )
 """A step whose start was deferred and never written: inserted committed, in one row."""
+
+_PUBLISH_SQL = (
+    "INSERT INTO run_event (run_id, key, value, seq, set_at) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, seq = excluded.seq, "
+    "set_at = excluded.set_at"
+)
+"""A run's event set by a step (``run.set_event``): the latest value wins."""
 
 _EVENT_SQL = (
     "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, ?, ?)"
@@ -638,9 +645,12 @@ class Journal:
         *,
         duration: float,
         entry: Pending | None = None,
+        publish: tuple[str, str] | None = None,
     ) -> None:
         """The checkpoint: the step's result is recorded; it will never run again. ``entry``: a
-        stream entry written in the same transaction (``run.emit`` between steps: exactly once)."""
+        stream entry written in the same transaction (``run.emit`` between steps: exactly once);
+        ``publish``: ``(key, value JSON)`` of the run's event set by this step (``run.set_event``),
+        written in the same transaction."""
         u = self.usage
         u.steps += 1
         d = self._deferred
@@ -652,6 +662,8 @@ class Journal:
                 from steplog.log.streams import insert
 
                 insert(self.conn, self.run_id, self.incarnation, [entry])
+            if publish is not None:
+                self.conn.execute(_PUBLISH_SQL, (self.run_id, *publish, seq, now))
             if d is not None and not d.written:
                 # Its start was never written: one row, inserted committed, and one event.
                 self.conn.execute(
@@ -702,30 +714,42 @@ class Journal:
 
     # -- waiting for a signal ---------------------------------------------------------------
 
-    def begin_wait(self, seq: int, name: str, decision: dict[str, Any]) -> None:
-        """The run now waits for signal ``name``: status ``waiting``, the wait's deadline kept in
-        the step's decision (so a resumed engine keeps the same deadline)."""
+    def begin_wait(
+        self,
+        seq: int,
+        name: str | None,
+        decision: dict[str, Any],
+        *,
+        topic: str | None = None,
+        sleep_until: float | None = None,
+    ) -> None:
+        """The run now waits: for signal ``name``, for a message on ``topic`` (``run.recv``), or
+        (both ``None``) until ``sleep_until`` (``run.sleep``). Status ``waiting``, the wait's
+        deadline kept in the step's decision (so a resumed engine keeps the same deadline) and on
+        the run row (``waiting_until``: a worker takes the run up again then)."""
         # The wait's start is the first engine's, kept in the step's decision: an engine that
         # takes the wait up again after a kill does not restart it (nor the monitor's "since").
         since = decision.get("since") or self._clock()
         with self._tx(
-            run_sets="status = 'waiting', waiting_for = ?, waiting_since = ?, waiting_until = ?",
-            run_args=(name, since, decision.get("deadline")),
+            run_sets="status = 'waiting', waiting_for = ?, waiting_since = ?, waiting_until = ?, "
+            "waiting_topic = ?",
+            run_args=(name, since, decision.get("deadline"), topic),
         ):
             self.conn.execute(
                 "UPDATE step SET phase = 'waiting', decision = ? WHERE run_id = ? AND seq = ?",
                 (dumps(decision), self.run_id, seq),
             )
-            self._event(
-                EventKind.WAITING,
-                seq,
-                {
-                    "signal": name,
-                    "deadline": decision.get("deadline"),
-                    "since": since,
-                    "usage": self.usage.snapshot(self.seconds_used()),
-                },
-            )
+            data: Waiting = {
+                "signal": name,
+                "deadline": decision.get("deadline"),
+                "since": since,
+                "usage": self.usage.snapshot(self.seconds_used()),
+            }
+            if topic is not None:
+                data["topic"] = topic
+            if sleep_until is not None:
+                data["sleep_until"] = sleep_until
+            self._event(EventKind.WAITING, seq, data)
 
     def commit_wait(
         self,
@@ -736,16 +760,24 @@ class Journal:
         *,
         signal_id: int | None,
         duration: float,
+        message_id: int | None = None,
     ) -> bool:
-        """Record the wait step with the signal it consumes, both in one transaction: a signal is
-        consumed exactly once however the engine dies. ``False`` if another engine consumed it
-        first (this one is then fenced anyway)."""
+        """Record the wait step with the signal (or message, ``message_id``) it consumes, both in
+        one transaction: each is consumed exactly once however the engine dies. ``False`` if
+        another engine consumed it first (this one is then fenced anyway)."""
         u = self.usage
         u.steps += 1
         now = self._clock()
         try:
             self._commit_wait(
-                seq, name, kind, result_json, signal_id=signal_id, duration=duration, now=now
+                seq,
+                name,
+                kind,
+                result_json,
+                signal_id=signal_id,
+                message_id=message_id,
+                duration=duration,
+                now=now,
             )
         except _SignalTaken:
             u.steps -= 1
@@ -762,16 +794,19 @@ class Journal:
         result_json: str,
         *,
         signal_id: int | None,
+        message_id: int | None,
         duration: float,
         now: float,
     ) -> None:
         u = self.usage
         with self._tx(run_sets="status = 'running', waiting_for = NULL, waiting_since = NULL"):
-            if signal_id is not None:
+            for table, row_id in (("signal", signal_id), ("message", message_id)):
+                if row_id is None:
+                    continue
                 cur = self.conn.execute(
-                    "UPDATE signal SET consumed_seq = ?, consumed_at = ? WHERE id = ? AND "
+                    f"UPDATE {table} SET consumed_seq = ?, consumed_at = ? WHERE id = ? AND "
                     "consumed_seq IS NULL",
-                    (seq, now, signal_id),
+                    (seq, now, row_id),
                 )
                 if cur.rowcount != 1:
                     raise _SignalTaken()
@@ -781,17 +816,16 @@ class Journal:
                 (result_json, now, self.run_id, seq),
             )
             self._open.discard(seq)
-            self._event(
-                EventKind.STEP_COMMITTED,
-                seq,
-                {
-                    "name": name,
-                    "kind": kind,
-                    "duration": round(duration, 6),
-                    "signal_id": signal_id,
-                    "usage": u.snapshot(self.seconds_used()),
-                },
-            )
+            data: StepCommitted = {
+                "name": name,
+                "kind": kind,
+                "duration": round(duration, 6),
+                "signal_id": signal_id,
+                "usage": u.snapshot(self.seconds_used()),
+            }
+            if message_id is not None:
+                data["message_id"] = message_id
+            self._event(EventKind.STEP_COMMITTED, seq, data)
 
     # -- effects (the idempotency ledger) ---------------------------------------------------
 

@@ -35,8 +35,14 @@ _CLAIMABLE = (
     "'waiting') AND (lease_pid IS "
     "NULL OR lease_expires IS NULL OR lease_expires <= ? OR lease_host = ?) AND (status <> "
     "'waiting' OR waiting_until <= ? OR EXISTS (SELECT 1 FROM signal WHERE signal.run_id = run.id "
-    "AND signal.name = run.waiting_for AND signal.consumed_seq IS NULL))"
+    "AND signal.name = run.waiting_for AND signal.consumed_seq IS NULL) OR EXISTS (SELECT 1 FROM "
+    "message WHERE message.run_id = run.id AND message.topic = run.waiting_topic AND "
+    "message.consumed_seq IS NULL))"
 )
+WAKE_LEAD_SECONDS = 1.0
+"""A waiting run whose wait ends within this long is claimable already: its engine starts and
+takes the wait up in time to end it on time (a sleep wakes on the second, not an engine start
+late)."""
 _CANDIDATES = _CLAIMABLE + "{agents} ORDER BY created_at, id LIMIT ? OFFSET ?"
 _CANDIDATE = _CLAIMABLE + " AND id = ?{lock}"
 
@@ -53,15 +59,17 @@ def candidates(
 ) -> list[LogRow]:
     """A page of the runs nobody may be working on, oldest first (columns by name): queued,
     running with a lease expired or held on ``host`` (the caller asks the OS), waiting with its
-    signal in or its wait over. ``agents``: only runs of these agent specs; ``prefix``: only
-    runs whose id starts with it (case-sensitive on both logs, unlike ``LIKE`` in SQLite)."""
+    signal or message in or its wait (or sleep) over. ``agents``: only runs of these agent
+    specs; ``prefix``: only runs whose id starts with it (case-sensitive on both logs, unlike
+    ``LIKE`` in SQLite)."""
     filters = (f" AND agent IN ({', '.join('?' for _ in agents)})" if agents else "") + (
         " AND substr(id, 1, ?) = ?" if prefix else ""
     )
     wanted = (*agents, *((len(prefix), prefix) if prefix else ()))
     with named_rows(conn):
         rows: list[LogRow] = conn.execute(
-            _CANDIDATES.format(agents=filters), (now, host, now, *wanted, limit, offset)
+            _CANDIDATES.format(agents=filters),
+            (now, host, now + WAKE_LEAD_SECONDS, *wanted, limit, offset),
         ).fetchall()
     return rows
 
@@ -78,7 +86,7 @@ def candidate_locked(
         return candidate
     with named_rows(conn):
         row: LogRow | None = conn.execute(
-            _CANDIDATE.format(lock=lock), (now, host, now, candidate["id"])
+            _CANDIDATE.format(lock=lock), (now, host, now + WAKE_LEAD_SECONDS, candidate["id"])
         ).fetchone()
     return row
 

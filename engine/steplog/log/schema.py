@@ -336,7 +336,34 @@ ALTER TABLE step ADD COLUMN args_hash TEXT;
 """
 
 _V9 = """
--- reserved: time and messages (issue 33)
+-- Time and messages (issue 33). ``waiting_topic``: the topic a ``waiting`` run's ``run.recv``
+-- waits on (NULL: it waits for a signal, ``waiting_for``, or sleeps until ``waiting_until``).
+ALTER TABLE run ADD COLUMN waiting_topic TEXT;
+-- Messages for ``run.recv``: sent by anyone (``steplog send``), consumed by exactly one recv step
+-- in the same transaction that records that step (``consumed_seq``), oldest first per topic.
+-- ``key`` makes a sender's retry harmless: the same key for the same run is one message.
+CREATE TABLE message (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id        TEXT NOT NULL,
+    topic         TEXT NOT NULL,
+    data          TEXT NOT NULL DEFAULT 'null',
+    key           TEXT,
+    sent_at       REAL NOT NULL,
+    consumed_seq  INTEGER,
+    consumed_at   REAL,
+    UNIQUE (run_id, key)
+);
+CREATE INDEX message_pending ON message (run_id, topic, id) WHERE consumed_seq IS NULL;
+-- A run's events (``run.set_event``): the latest value of each key, written by the step that set
+-- it (``seq``), in that step's transaction.
+CREATE TABLE run_event (
+    run_id  TEXT NOT NULL,
+    key     TEXT NOT NULL,
+    value   TEXT NOT NULL,
+    seq     INTEGER NOT NULL,
+    set_at  REAL NOT NULL,
+    PRIMARY KEY (run_id, key)
+);
 """
 
 _V10 = """
@@ -363,6 +390,8 @@ RUN_TABLES: tuple[tuple[str, str], ...] = (
     ("event", "run_id"),
     ("signal", "run_id"),
     ("stream", "run_id"),
+    ("message", "run_id"),
+    ("run_event", "run_id"),
     ("run_tag", "run_id"),
 )
 """Every table holding rows of one run, as (table, column naming the run), the run row first.

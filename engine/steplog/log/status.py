@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from steplog.errors import Cancelled, GaveUp, RunFailed, RunStopped, UnknownRun
@@ -44,7 +45,7 @@ _SELECT = (
     "step_executions, incarnation, limit_steps, limit_tokens, limit_seconds, limit_cost_usd, "
     "used_tokens + reserved_tokens, tokens_estimated, used_seconds, used_cost_usd + "
     "reserved_cost_usd, used_retries, limit_retries, created_at, updated_at, finished_at, "
-    "lease_pid, lease_host, {control}, {queue}, {versions} FROM run"
+    "lease_pid, lease_host, {control}, {queue}, {versions}, {waits} FROM run"
 )
 _CONTROL = "parent_run_id, parent_step, waiting_for, waiting_since"
 _NO_CONTROL = "NULL, NULL, NULL, NULL"  # a schema-1 log read without migrating it (read-only)
@@ -52,6 +53,8 @@ _QUEUE = "worker_host, worker_pid"
 _NO_QUEUE = "NULL, NULL"  # a schema-1 or -2 log read without migrating it
 _VERSIONS = "version, blocked"
 _NO_VERSIONS = "NULL, NULL"  # a log from before schema 8 read without migrating it
+_WAITS = "waiting_until, waiting_topic"
+_NO_WAITS = "NULL, NULL"  # a log from before schema 9 read without migrating it
 
 
 def _select_sql(conn: LogConnection) -> str:
@@ -61,6 +64,7 @@ def _select_sql(conn: LogConnection) -> str:
         control=_CONTROL if has_column(conn, "run", "parent_run_id") else _NO_CONTROL,
         queue=_QUEUE if has_column(conn, "run", "worker_pid") else _NO_QUEUE,
         versions=_VERSIONS if has_column(conn, "run", "version") else _NO_VERSIONS,
+        waits=_WAITS if has_column(conn, "run", "waiting_topic") else _NO_WAITS,
     )
 
 
@@ -101,6 +105,8 @@ def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
         worker_pid,
         version,
         blocked,
+        waiting_until,
+        waiting_topic,
     ) = r
     out: dict[str, Any] = {
         "run_id": rid,
@@ -140,6 +146,12 @@ def _as_status(r: tuple[Any, ...]) -> dict[str, Any]:
     if status == RunStatus.WAITING:
         out["waiting_for"] = waiting_for
         out["waiting_since"] = waiting_since
+        if waiting_topic is not None:
+            out["waiting_for_topic"] = waiting_topic
+        elif waiting_for is None and waiting_until is not None:
+            out["sleeping_until"] = datetime.fromtimestamp(waiting_until, UTC).isoformat(
+                timespec="milliseconds"
+            )
     return out
 
 

@@ -20,6 +20,10 @@ from steplog.log.connection import LogConnection
 MAX_SEQ = 2**63 - 1
 """The largest integer the log stores (SQLite, PostgreSQL ``bigint``): no step number is above."""
 
+WAIT_KINDS = frozenset({"wait", "sleep", "recv"})
+"""The kinds of step that wait (``run.wait_for``, ``run.sleep``, ``run.recv``): one taken up again
+by a later engine redoes nothing."""
+
 
 @dataclass(frozen=True)
 class StepRecord:

@@ -68,6 +68,7 @@ class RunRow(SQLModel, table=True):
     lease_expires_boot: float | None = None
     version: str | None = None
     blocked: str | None = None
+    waiting_topic: str | None = None
 
 
 class StepRow(SQLModel, table=True):
@@ -124,6 +125,34 @@ class SignalRow(SQLModel, table=True):
     sent_at: float
     consumed_seq: int | None = None
     consumed_at: float | None = None
+
+
+class MessageRow(SQLModel, table=True):
+    """A message for a run's ``recv`` (``steplog send``); ``consumed_seq``: the step that
+    received it."""
+
+    __tablename__ = "message"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str
+    topic: str
+    data: str = "null"
+    key: str | None = None
+    sent_at: float
+    consumed_seq: int | None = None
+    consumed_at: float | None = None
+
+
+class RunEventRow(SQLModel, table=True):
+    """The latest value of one of a run's events (``run.set_event``), set by step ``seq``."""
+
+    __tablename__ = "run_event"
+
+    run_id: str = Field(primary_key=True)
+    key: str = Field(primary_key=True)
+    value: str
+    seq: int
+    set_at: float
 
 
 class StreamRow(SQLModel, table=True):

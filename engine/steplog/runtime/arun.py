@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from steplog.errors import UsageError
@@ -31,6 +33,7 @@ from steplog.runtime.run import (
     effect_key,
     step_args,
 )
+from steplog.runtime.waits import WaitOn, check_name, check_seconds, check_timeout, wake_time
 
 T = TypeVar("T")
 
@@ -171,14 +174,57 @@ class AsyncRun:
         run = self._run
         self._own_task(f"wait {name}")
         seq, entered = run._enter_wait(name, timeout)
+        on = WaitOn("wait", signal=name)
 
         async def wait() -> Any:
             if entered is not None:
-                for pause in run._waiting(seq, *entered, name, timeout):
+                for pause in run._waiting(seq, *entered, on, timeout):
                     await asyncio.sleep(pause)
             return run._waited(name, seq)
 
         return wait()
+
+    def sleep(self, seconds: float) -> Awaitable[None]:
+        """``await run.sleep(seconds)``: as ``Run.sleep``."""
+        return self._sleep_until(time.time() + check_seconds(seconds))
+
+    def sleep_until(self, when: datetime | float) -> Awaitable[None]:
+        """``await run.sleep_until(when)``: as ``Run.sleep_until``."""
+        return self._sleep_until(wake_time(when))
+
+    def _sleep_until(self, until: float) -> Awaitable[None]:
+        run = self._run
+        self._own_task("sleep")
+        seq, entered = run._enter_waiting("sleep", "sleep")
+
+        async def wait() -> None:
+            if entered is not None:
+                for pause in run._waiting(seq, *entered, WaitOn("sleep"), None, until=until):
+                    await asyncio.sleep(pause)
+
+        return wait()
+
+    def recv(self, topic: str, *, timeout: float | None = None) -> Awaitable[Any]:
+        """``await run.recv(topic)``: as ``Run.recv``; other steps go on while it waits."""
+        run = self._run
+        check_name("run.recv", topic)
+        check_timeout("run.recv", timeout)
+        self._own_task(f"recv {topic}")
+        seq, entered = run._enter_waiting(f"recv {topic}", "recv")
+
+        async def wait() -> Any:
+            if entered is not None:
+                for pause in run._waiting(seq, *entered, WaitOn("recv", topic=topic), timeout):
+                    await asyncio.sleep(pause)
+            return run._received(seq)
+
+        return wait()
+
+    def set_event(self, key: str, value: Any) -> Awaitable[None]:
+        """``await run.set_event(key, value)``: as ``Run.set_event``."""
+        self._own_task(f"set_event {key}")
+        self._run.set_event(key, value)
+        return _recorded(None)
 
     def map(
         self, name: str, fn: Callable[[Any], Any], items: Iterable[Any], *, concurrency: int = 4

@@ -61,11 +61,20 @@ class Outcome:
     result: Any
     resumed: bool
     incarnation: int
+    waits: str = ""
+    """What a ``waiting`` run waits for, in words (a signal's name is ``reason``; a sleep or a
+    recv has none)."""
 
     def value(self) -> Any:
         """The agent's result, or the run's terminal error raised."""
         if self.status == RunStatus.SUCCEEDED:
             return self.result
+        if self.status == RunStatus.WAITING and not self.reason:
+            raise RunWaiting(
+                f"{self.waits}; run it again (or leave it to `steplog worker`) to carry it on",
+                run_id=self.run_id,
+                waiting_for="",
+            )
         if self.status == RunStatus.WAITING:
             raise RunWaiting(
                 f"run {self.run_id} waits for signal {self.reason!r}; send it with `steplog "
@@ -432,6 +441,7 @@ def _work(
         http=http,
         exit_when_waiting=exit_when_waiting,
         forked_from=_forked_from(row),
+        location=db_path,
     )
     from steplog.log.streams import StreamBuffer
 
@@ -504,7 +514,13 @@ def _drive(agent: Runnable, run: Run, journal: Journal, resumed: bool) -> Outcom
     except RunWaiting as parked:
         journal.release()  # status stays ``waiting``: a signal and the same command carry it on
         return Outcome(
-            run.id, RunStatus.WAITING, parked.waiting_for, None, resumed, journal.incarnation
+            run.id,
+            RunStatus.WAITING,
+            parked.waiting_for or None,
+            None,
+            resumed,
+            journal.incarnation,
+            str(parked),
         )
     except RunStopped as stop:
         details = (

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Generator, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar, cast
 
@@ -35,22 +36,25 @@ from steplog.errors import (
 )
 from steplog.llm.base import ChatModel, ChatReply, Estimate, Message, StreamingChatModel
 from steplog.log import interrupts
+from steplog.log.doorbell import Doorbell
 from steplog.log.journal import (
     Journal,
     cancel_request,
     deaths_inside,
     deaths_since_progress,
     dumps,
-    pending_signal,
     why_not_json,
 )
 from steplog.log.ledger import EffectRecord, carried_effect, load_effect, released_effects
+from steplog.log.location import LogLocation
+from steplog.log.queue import WAKE_LEAD_SECONDS
 from steplog.log.steps import Committed, StepRecord, as_stored, result_of
 from steplog.log.streams import STREAM_NAME_MAX, TOKENS, Pending
 from steplog.policies import Budget, RetryPolicy
 from steplog.runtime import crashpoints, effects
 from steplog.runtime.redact import redact
 from steplog.runtime.versions import call_hash, describe_call, short
+from steplog.runtime.waits import WaitOn, check_name, check_seconds, check_timeout, wake_time
 
 PATCH_KIND = "patch"
 """The kind of ``run.patched(name)``'s marker step (``steplog.log.versions`` reads it so)."""
@@ -321,9 +325,12 @@ class Run:
         http: effects.HttpClient,
         exit_when_waiting: bool = False,
         forked_from: tuple[str, int] | None = None,
+        location: LogLocation | None = None,
         probe: bool = False,
     ) -> None:
         self.id = run_id
+        self._location = location
+        """Where the log is: how a waiting step hears of commits (``log.doorbell``)."""
         self._probe = probe
         """Replay only (``steplog.runtime.replaycheck``): the first step the log has not
         committed raises ``_Frontier`` instead of running; nothing is written."""
@@ -623,9 +630,66 @@ class Run:
         """
         seq, entered = self._enter_wait(name, timeout)
         if entered is not None:
-            for pause in self._waiting(seq, *entered, name, timeout):
+            for pause in self._waiting(seq, *entered, WaitOn("wait", signal=name), timeout):
                 self._sleep(pause)
         return self._waited(name, seq)
+
+    def sleep(self, seconds: float) -> None:
+        """A durable sleep: a step (kind ``sleep``) that records its wake-up time, ``seconds``
+        from the first time it is reached, and returns then. A kill or a restart does not move
+        the wake-up time; while asleep the run is ``waiting`` (``status --json`` shows
+        ``sleeping_until``), its seconds budget does not run, and an engine started with
+        ``exit_when_waiting`` (a worker's) lets the run go until it is due."""
+        until = time.time() + check_seconds(seconds)
+        seq, entered = self._enter_waiting("sleep", "sleep")
+        if entered is not None:
+            for pause in self._waiting(seq, *entered, WaitOn("sleep"), None, until=until):
+                self._sleep(pause)
+
+    def sleep_until(self, when: datetime | float) -> None:
+        """``run.sleep`` until ``when``: an aware ``datetime`` or epoch seconds. The time the
+        first engine reached it with is the one kept on every replay."""
+        until = wake_time(when)
+        seq, entered = self._enter_waiting("sleep", "sleep")
+        if entered is not None:
+            for pause in self._waiting(seq, *entered, WaitOn("sleep"), None, until=until):
+                self._sleep(pause)
+
+    def recv(self, topic: str, *, timeout: float | None = None) -> Any:
+        """A step that receives the oldest message on ``topic`` not received yet (``steplog send
+        RUN TOPIC --data JSON``, ``steplog.send``) and returns its value; ``None`` after
+        ``timeout`` seconds without one (a message whose value is ``null`` also returns
+        ``None``: send a value that says something when that matters).
+
+        Messages are received in send order per topic, each once: a message is consumed in the
+        transaction that records this step, so a kill between its arrival and its use neither
+        loses nor repeats it. While it waits the run is ``waiting`` (``waiting_for_topic``)."""
+        check_name("run.recv", topic)
+        check_timeout("run.recv", timeout)
+        seq, entered = self._enter_waiting(f"recv {topic}", "recv")
+        if entered is not None:
+            for pause in self._waiting(seq, *entered, WaitOn("recv", topic=topic), timeout):
+                self._sleep(pause)
+        return self._received(seq)
+
+    def set_event(self, key: str, value: Any) -> None:
+        """Publish ``value`` (JSON) as the run's event ``key``: a step (kind ``set_event``) whose
+        checkpoint sets it, so it is set once per call however the run is killed; the latest
+        value set wins. Others read it with ``steplog.get_event(run_id, key)`` or ``steplog
+        event RUN_ID KEY``."""
+        check_name("run.set_event", key)
+        try:
+            text = dumps(value)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise UsageError(
+                f"run.set_event() got {type(value).__name__}, which cannot be recorded as JSON "
+                f"({why_not_json(exc)})"
+            ) from exc
+        name = f"set_event {key}"
+        seq, prior = self._enter(name, "set_event")
+        if isinstance(prior, Committed):
+            return
+        self._execute(seq, name, "set_event", prior, lambda ctx: None, publish=(key, text))
 
     def _enter_wait(
         self, name: str, timeout: float | None
@@ -636,15 +700,13 @@ class Run:
             raise UsageError(
                 f"run.wait_for needs a signal name of 1 to 200 characters (got {name!r})"
             )
-        if timeout is not None and not (
-            isinstance(timeout, (int, float)) and 0 <= timeout < float("inf")
-        ):
-            raise UsageError(
-                "run.wait_for(timeout=...) must be a finite number of seconds >= 0 (got "
-                f"{timeout!r})"
-            )
-        step_name = f"wait {name}"
-        seq, prior = self._enter(step_name, "wait")
+        check_timeout("run.wait_for", timeout)
+        return self._enter_waiting(f"wait {name}", "wait")
+
+    def _enter_waiting(
+        self, step_name: str, kind: str
+    ) -> tuple[int, tuple[str, StepRecord | None] | None]:
+        seq, prior = self._enter(step_name, kind)
         if isinstance(prior, Committed):
             return seq, None
         self._check_budgets(seq, step_name, None)
@@ -660,18 +722,32 @@ class Run:
             )
         return recorded.get("data")
 
+    def _received(self, seq: int) -> Any:
+        """The recorded outcome of a recv step: the message's value, ``None`` on a timeout."""
+        recorded = json.loads(self._steps[seq].result or "null")
+        return None if recorded.get("timeout") else recorded.get("data")
+
     def _waiting(
-        self, seq: int, step_name: str, prior: StepRecord | None, name: str, timeout: float | None
+        self,
+        seq: int,
+        step_name: str,
+        prior: StepRecord | None,
+        on: WaitOn,
+        timeout: float | None,
+        *,
+        until: float | None = None,
     ) -> Generator[float, None, None]:
-        """The wait step until a signal is consumed or the deadline passes; yields the pauses
-        between looks at the log (the driver sleeps them: ``time.sleep`` or ``asyncio.sleep``)."""
+        """The wait step until what it waits for is consumed or the deadline passes (``until``:
+        a sleep's wake-up time); yields the pauses between looks at the log (the driver sleeps
+        them: ``time.sleep`` or ``asyncio.sleep``). The log is looked at again when the doorbell
+        rings (``steplog.log.doorbell``), the deadline checked at every pause."""
         j = self._journal
         # A wait taken up again (after a kill or an exit while waiting) redoes nothing: it is not
         # counted as an execution, and it is no poison pill (recoveries carried, not counted).
         j.begin_attempt(
             seq,
             step_name,
-            "wait",
+            on.kind,
             attempt=(prior.attempts if prior else 0) + 1,
             recoveries=prior.recoveries if prior else 0,
             fresh=prior is None,
@@ -682,55 +758,60 @@ class Run:
         deadline = (
             decided.get("deadline")
             if "deadline" in decided
+            else until
+            if until is not None
             else (time.time() + timeout if timeout is not None else None)
         )
         started, waiting = time.time(), False
+        bell: Doorbell | None = None
+        look = True
         try:
             while True:
-                found = pending_signal(j.conn, self.id, name)
+                found = on.pending(j.conn, self.id) if look else None
                 expired = found is None and deadline is not None and time.time() >= deadline
                 if found is not None or expired:
-                    result: dict[str, Any] = {"signal": name}
-                    if found is not None:
-                        result.update(signal_id=found[0], data=json.loads(found[1]))
-                    else:
-                        result.update(
-                            timeout=True,
-                            waited=round(time.time() - (decided.get("since") or started), 3),
-                        )
-                    result_json = dumps(result)
+                    waited = time.time() - (decided.get("since") or started)
+                    result_json = dumps(on.result(found, deadline, waited))
                     crashpoints.reached("before_step_record", seq)
                     if j.commit_wait(
                         seq,
                         step_name,
-                        "wait",
+                        on.kind,
                         result_json,
-                        signal_id=found[0] if found else None,
                         duration=time.time() - started,
+                        **on.consumes(found),
                     ):
-                        self._steps[seq] = Committed(seq, step_name, "wait", result_json)
+                        self._steps[seq] = Committed(seq, step_name, on.kind, result_json)
                         crashpoints.reached("after_step_record", seq)
                         return
                     continue  # consumed by someone else in between: wait for the next one
                 if not waiting:
                     j.begin_wait(
                         seq,
-                        name,
+                        on.signal,
                         {
-                            "signal": name,
+                            **({"signal": on.signal} if on.signal is not None else {}),
+                            **({"topic": on.topic} if on.topic is not None else {}),
                             "deadline": deadline,
                             "since": decided.get("since") or started,
                         },
+                        topic=on.topic,
+                        sleep_until=deadline if on.kind == "sleep" else None,
                     )
                     j.pause_clock()
                     waiting = True
-                    if self._exit_when_waiting:
+                    # A wait that ends within the worker's lead (it claims such a run that much
+                    # early) is waited out here: letting it go would only be claimed back.
+                    if self._exit_when_waiting and (
+                        deadline is None or deadline - time.time() > WAKE_LEAD_SECONDS
+                    ):
                         self._parked = RunWaiting(
-                            f"run {self.id} waits for signal {name!r} (step {seq})",
+                            on.says(self.id, seq, deadline),
                             run_id=self.id,
-                            waiting_for=name,
+                            waiting_for=on.signal or "",
                         )
                         raise self._parked
+                    bell = Doorbell(j.conn, self._location)
                 cancel = j.cancel_requested or cancel_request(j.conn, self.id)
                 if cancel is not None:
                     j.cancel_requested = cancel
@@ -742,7 +823,10 @@ class Run:
                     )
                 interrupts.check()
                 yield 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.time()))
+                look = on.kind != "sleep" and (bell is None or bell.rang())
         finally:
+            if bell is not None:
+                bell.close()
             j.resume_clock()
 
     # -- machinery --------------------------------------------------------------------------
@@ -949,10 +1033,11 @@ class Run:
         *,
         reserve: Estimate | None = None,
         entry: tuple[str, str] | None = None,
+        publish: tuple[str, str] | None = None,
     ) -> Any:
         """Drive one step's attempts (``_attempts``) with ``attempt_fn`` as the body, here and
         now."""
-        attempts = self._attempts(seq, name, kind, prior, reserve, entry)
+        attempts = self._attempts(seq, name, kind, prior, reserve, entry, publish)
         order = next(attempts)
         while True:
             outcome: tuple[bool, Any]
@@ -982,6 +1067,7 @@ class Run:
         prior: StepRecord | None,
         reserve: Estimate | None,
         entry: tuple[str, str] | None = None,
+        publish: tuple[str, str] | None = None,
     ) -> Generator[StepContext | float, tuple[bool, Any], Any]:
         """One step's attempts as a protocol, the same for every way of running bodies.
 
@@ -1126,6 +1212,7 @@ class Run:
                 entry=None
                 if entry is None
                 else Pending(entry[0], entry[1], seq, attempts, time.time()),
+                publish=publish,
             )
             crashpoints.reached("after_step_record", seq)
             return json.loads(result_json)

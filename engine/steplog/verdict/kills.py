@@ -39,6 +39,7 @@ from typing import Literal
 
 from steplog.log.events import EventKind
 from steplog.log.logread import Event
+from steplog.log.steps import WAIT_KINDS
 
 Cause = Literal["retry", "stop", "wait", "kill", "committed", "unexplained"]
 FAULTY: frozenset[str] = frozenset({"committed", "unexplained"})
@@ -230,7 +231,7 @@ def _cause(before: _Attempt, inc: int, ended_cleanly: set[int], kind: str) -> Ca
         return "committed"
     if before.state == "failed":
         return "retry"
-    if before.kind == "wait" and kind == "wait":
+    if before.kind in WAIT_KINDS and kind in WAIT_KINDS:
         return "wait"
     if before.incarnation == inc:
         return "unexplained"

@@ -181,6 +181,8 @@ class RunState:
     """When the wait began: the log's ``since`` (or the first ``waiting`` of that wait), not
     when an engine relaunched after a kill took it up again."""
     _wait_seq: int | None = None
+    wakes: dict[int, float] = field(default_factory=dict)
+    """Sleep step -> its wake-up time (``run.sleep``; the log's ``sleep_until``)."""
     cancel_requested: str | None = None
     worker: tuple[str, int] | None = None
     """(host, pid) of the ``steplog worker`` that has the run, or last had it."""
@@ -213,6 +215,18 @@ class RunState:
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def waiting_step(self) -> int | None:
+        """The step the run waits in, while it waits."""
+        return self._wait_seq if self.status == RunStatus.WAITING else None
+
+    @property
+    def sleeping_until(self) -> float | None:
+        """When the run wakes, while it sleeps (``run.sleep``); ``None`` otherwise."""
+        if self.status != RunStatus.WAITING or self._wait_seq is None:
+            return None
+        return self.wakes.get(self._wait_seq)
 
     @property
     def steps_committed(self) -> int:
@@ -350,7 +364,10 @@ class RunState:
                 start=start, end=end, lane=0, outcome=COPIED, seq=ev.seq, phase=3
             )
         elif kind == EventKind.WAITING:
-            signal, since = str(d.get("signal")), d.get("since")
+            said, since = d.get("signal"), d.get("since")
+            signal = str(said) if said is not None else None
+            if isinstance(d.get("sleep_until"), (int, float)) and ev.seq is not None:
+                self.wakes[ev.seq] = float(d["sleep_until"])
             again = (
                 self.status == RunStatus.WAITING
                 and self.waiting_for == signal

@@ -340,7 +340,27 @@ def hover_lines(
     ]
     if tokens:
         lines.append(f"tokens: {tokens}" + (" (estimated)" if ex["estimated"][i] else ""))
+    if seq in run.wakes:
+        lines.append(f"wakes at {wake_label(run.wakes[seq])}")
     return "\n".join(lines)
+
+
+def wake_label(at: float) -> str:
+    """A sleep's wake-up time as the timeline says it (local time, to the second)."""
+    import time
+
+    return time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def wake_mark(run: RunState, *, by_step: bool = False) -> tuple[float, str] | None:
+    """Where the timeline marks the wake-up of the sleep the run is in, and its label; ``None``
+    when it is not asleep. On the time axis at the wake-up time; by step, just after the sleep."""
+    until = run.sleeping_until
+    if until is None:
+        return None
+    seq = run.waiting_step or 0
+    x = seq + 0.5 if by_step else until - origin(run)
+    return x, f"wakes at {wake_label(until)}"
 
 
 def describe(run: RunState, i: int, now: float) -> str:

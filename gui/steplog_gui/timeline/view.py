@@ -41,6 +41,7 @@ from steplog_gui.model.timeline_data import (
     name_filter,
     nearest,
     spans,
+    wake_mark,
     writing_bars,
 )
 
@@ -144,6 +145,14 @@ class TimelineView(QWidget):
         )
         self._fork_label = pg.TextItem("", anchor=(0, 1))
         for item in (self._fork_line, self._fork_label):
+            item.hide()
+            self.plot.addItem(item)
+        # A sleeping run's wake-up time (``run.sleep``): a dotted line there, labelled.
+        self._wake_line = pg.InfiniteLine(
+            angle=90, movable=False, pen=pg.mkPen("#888888", width=2, style=Qt.PenStyle.DotLine)
+        )
+        self._wake_label = pg.TextItem("", anchor=(1, 1))
+        for item in (self._wake_line, self._wake_label):
             item.hide()
             self.plot.addItem(item)
         self._empty = pg.TextItem("", anchor=(0.5, 0.5))
@@ -322,6 +331,7 @@ class TimelineView(QWidget):
             self._overview_stale = True
         self._draw_kills(run)
         self._draw_fork(run)
+        self._draw_wake(run)
         self._draw_selection()
         self._draw_empty(run)
         if run is not None and len(run.executions):
@@ -361,6 +371,18 @@ class TimelineView(QWidget):
         self._fork_label.setText(f"forked from {fork[0]} at step {fork[1]}")
         self._fork_label.setColor(self._palette.foreground)
         self._fork_label.setPos(x, max(1, run.incarnation) + 0.45)
+
+    def _draw_wake(self, run: RunState | None) -> None:
+        mark = wake_mark(run, by_step=self._by_step) if run is not None else None
+        self._wake_line.setVisible(mark is not None)
+        self._wake_label.setVisible(mark is not None)
+        if run is None or mark is None:
+            return
+        x, text = mark
+        self._wake_line.setPos(x)
+        self._wake_label.setText(text)
+        self._wake_label.setColor(self._palette.foreground)
+        self._wake_label.setPos(x, max(1, run.incarnation) + 0.45)
 
     def _draw(self, outcome: int, run: RunState | None, now: float) -> None:
         item = self._items[outcome]

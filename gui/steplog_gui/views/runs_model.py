@@ -80,6 +80,11 @@ def status_text(run: RunState) -> tuple[str, str | None]:
             if not run.engine_gone()
             else "no engine: a signal, then Resume run"
         )
+        if run.sleeping_until is not None:
+            wakes = time.strftime("%H:%M:%S", time.localtime(run.sleeping_until))
+            return RunStatus.WAITING, f"asleep since {since}, wakes at {wakes}"
+        if run.waiting_for is None:
+            return RunStatus.WAITING, f"waiting for a message since {since}"
         return (
             RunStatus.WAITING,
             f"waiting for the signal {run.waiting_for!r} since {since}; {engine}",

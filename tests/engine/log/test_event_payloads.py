@@ -4,8 +4,9 @@
 The engine is driven, as real processes, through every kind of event there is: a run killed
 mid-effect and resumed, a model decision, a failed attempt, a wait answered by a signal, a
 cancel asked of a live engine, a stop that releases the lease, a budget raised on a run that gave
-up, a retry, a fork, the queue and a worker, a prune. Then each logged payload is checked against
-its type: no required key missing, no key the type does not document.
+up, a retry, a fork, the queue and a worker, a prune, a message received, a sleep. Then each
+logged payload is checked against its type: no required key missing, no key the type does not
+document.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 
 from helpers.engine import Engine
-from helpers.paths import AGENTS
+from helpers.paths import AGENTS, TIME_AGENTS
 from steplog.log.events import PAYLOADS, EventKind, payload_problem
 
 
@@ -104,6 +105,13 @@ def test_every_payload_the_engine_logs_matches_its_kinds_type(
     )
     ok("signal", "wait", "approve", "--data", json.dumps({"approved": True}), "--key", "k1")
     ok("run", f"{AGENTS}:approval", "--run-id", "wait", "--param", f"witness={w}")
+
+    # Messages, a sleep and events (issue 33): a recv waiting, answered by a message.
+    ok("run", f"{TIME_AGENTS}:receiver", "--run-id", "inbox", "--param", "n=1",
+       "--exit-when-waiting", code=6)  # fmt: skip
+    ok("send", "inbox", "work", "--data", "1", "--key", "m1")
+    ok("run", f"{TIME_AGENTS}:receiver", "--run-id", "inbox")
+    ok("run", f"{TIME_AGENTS}:async_sleeper", "--run-id", "nap", "--param", "seconds=0.1")
 
     # Code changed under a run: refused (another step), then resumed by another version that fits.
     changing = tmp_path / "changing.py"

@@ -142,11 +142,19 @@ def test_an_empty_file_becomes_a_log(tmp_path: Path) -> None:
 
 
 def test_sqlmodel_tables_mirror_the_migrated_schema(db: Path) -> None:
-    from steplog.log.tables import EffectRow, EventRow, PrunedRow, RunRow, StepRow
+    from steplog.log.tables import (
+        EffectRow,
+        EventRow,
+        MessageRow,
+        PrunedRow,
+        RunEventRow,
+        RunRow,
+        StepRow,
+    )
 
     conn = open_log(db)
     try:
-        for model in (RunRow, StepRow, EffectRow, EventRow, PrunedRow):
+        for model in (RunRow, StepRow, EffectRow, EventRow, PrunedRow, MessageRow, RunEventRow):
             table = model.__table__  # type: ignore[attr-defined]
             actual = [r[1] for r in conn.execute(f"PRAGMA table_info({table.name})")]
             assert [c.name for c in table.columns] == actual, table.name
