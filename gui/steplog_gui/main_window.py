@@ -42,6 +42,7 @@ from steplog_gui.views.outbox_panel import OutboxPanel
 from steplog_gui.views.problem_banner import ProblemBanner
 from steplog_gui.views.prune_action import Pruner, ask_and_prune
 from steplog_gui.views.run_control import RunControl
+from steplog_gui.views.runs_filter import RunsFilterBar
 from steplog_gui.views.runs_model import RUN_ID_ROLE, RunsModel
 from steplog_gui.views.step_detail import StepDetailLoader, StepDetailView
 from steplog_gui.views.step_output import StepOutputFeed, StepOutputView
@@ -173,6 +174,23 @@ class MainWindow(QMainWindow):
         self.runs_view.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.runs_view.setWordWrap(False)  # cut on one line, not wrapped into a taller row
         self.runs_view.selectionModel().selectionChanged.connect(self._on_run_selected)
+        # A header click sorts the runs read. The arrow shows once the person sorts: shown from
+        # the start, every header would keep room for it and Status and Steps leave the dock.
+        header = self.runs_view.horizontalHeader()
+        self.runs_view.setSortingEnabled(True)
+        header.setSortIndicator(-1, Qt.SortOrder.DescendingOrder)
+        header.setSortIndicatorShown(False)
+        header.sortIndicatorChanged.connect(
+            lambda column, _order: header.setSortIndicatorShown(column >= 0)
+        )
+        self.runs_filter = RunsFilterBar()
+        self.runs_filter.query_changed.connect(self.runs_model.set_query)
+        runs_box = QWidget()
+        runs_layout = QVBoxLayout(runs_box)
+        runs_layout.setContentsMargins(0, 0, 0, 0)
+        runs_layout.setSpacing(2)
+        runs_layout.addWidget(self.runs_filter)
+        runs_layout.addWidget(self.runs_view, 1)
         self.loader = StepDetailLoader(lambda: self.monitor.path, self)
         self.detail = StepDetailView(self.loader, self.watcher)
         self.output_feed = StepOutputFeed(
@@ -182,9 +200,7 @@ class MainWindow(QMainWindow):
         )
         self.output = StepOutputView(self.output_feed)
         self.outbox_panel = OutboxPanel(self.watcher)
-        self._runs_dock = self._dock(
-            "Runs", "runs", self.runs_view, Qt.DockWidgetArea.LeftDockWidgetArea
-        )
+        self._runs_dock = self._dock("Runs", "runs", runs_box, Qt.DockWidgetArea.LeftDockWidgetArea)
         self._detail_dock = self._dock(
             "Step detail", "detail", self.detail, Qt.DockWidgetArea.RightDockWidgetArea
         )
@@ -512,7 +528,9 @@ class MainWindow(QMainWindow):
     def _on_runs_added(self, run_ids: list[str]) -> None:
         wanted = self.engine.spec.run_id if self.engine.spec else None
         if wanted in run_ids or (self._run_id is None and not wanted):
-            self.select_run(wanted or run_ids[-1])
+            # nothing chosen yet: the newest run the list shows (the top row)
+            top = self.runs_model.run_id(0) if self.runs_model.rowCount() else run_ids[-1]
+            self.select_run(wanted or top)
         elif (
             self._run_id is not None
         ):  # inserting rows at the top moved the selection: keep the run
@@ -526,6 +544,8 @@ class MainWindow(QMainWindow):
     def _on_run_selected(self, _sel: QItemSelection, _desel: QItemSelection) -> None:
         rows = self.runs_view.selectionModel().selectedRows()
         run_id = rows[0].data(RUN_ID_ROLE) if rows else None
+        if run_id is not None:
+            self.monitor.want(run_id)  # an old run of a big log is loaded when it is selected
         if run_id == self._run_id:
             return
         self._run_id = run_id

@@ -10,9 +10,26 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from steplog.cli.drive import execute_with, fail, guard, limits, log_path, parse_params
+from steplog.cli.drive import (
+    execute_with,
+    fail,
+    guard,
+    limits,
+    log_path,
+    parse_params,
+    parse_tags,
+)
 from steplog.cli.options import Seconds
-from steplog.cli.run_options import DB, ENGINE_OPTIONS, OUTBOX, PARAM, RUN_OPTIONS, WORKDIR, Option
+from steplog.cli.run_options import (
+    DB,
+    ENGINE_OPTIONS,
+    OUTBOX,
+    PARAM,
+    RUN_OPTIONS,
+    TAG,
+    WORKDIR,
+    Option,
+)
 from steplog.errors import EXIT_USAGE, UsageError
 from steplog.log.location import LogLocation
 from steplog.log.runstatus import RunStatus
@@ -493,6 +510,7 @@ def _launch_given(o: dict[str, Any]) -> Launch | None:
 @_click_option(WORKDIR)
 @_click_option(OUTBOX)
 @_click_option(PARAM)
+@_click_option(TAG)
 @_engine_options
 @guard
 def submit(
@@ -502,6 +520,7 @@ def submit(
     workdir: Path | None,
     outbox: str | None,
     params: tuple[str, ...],
+    tags: tuple[str, ...],
     **engine: Any,
 ) -> None:
     """Record a run of AGENT as `queued` for `steplog worker`; print its id. Nothing runs here.
@@ -522,6 +541,7 @@ def submit(
         limits=limits(engine),
         model=engine["model"],
         launch=Launch.from_options(engine),
+        tags=parse_tags(tags),
     )
     click.echo(rid)
 
@@ -763,6 +783,38 @@ def stream(
 @cli.command()
 @db_option
 @click.option(
+    "--status",
+    default=None,
+    metavar="S,...",
+    help="Runs in any of these statuses (queued, running, waiting, succeeded, gave_up, failed, "
+    "cancelled).",
+)
+@click.option("--agent", default=None, metavar="AGENT", help="Runs of this agent.")
+@click.option(
+    "--tag",
+    "tags",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Runs with this tag (repeatable: runs with all of them).",
+)
+@click.option(
+    "--since",
+    default=None,
+    metavar="WHEN",
+    help="Runs created at or after WHEN: ISO 8601 (2026-12-07T09:30Z; no offset: local time) "
+    "or a span back from now (30m, 2h, 3d).",
+)
+@click.option(
+    "--until", default=None, metavar="WHEN", help="Runs created before WHEN (as --since)."
+)
+@click.option(
+    "--search",
+    default=None,
+    metavar="TEXT",
+    help="Runs whose id, agent, params, reason or tags contain TEXT (any case).",
+)
+@click.option("--limit", type=int, default=None, metavar="N", help="At most N runs (the newest).")
+@click.option(
     "--json", "as_json", is_flag=True, help="A JSON list of status objects, newest first."
 )
 @click.option(
@@ -782,21 +834,43 @@ def stream(
     ),
 )
 @guard
-def runs(db: LogLocation | None, as_json: bool, version: str | None, patch: str | None) -> None:
-    """List the runs in the log."""
+def runs(
+    db: LogLocation | None,
+    status: str | None,
+    agent: str | None,
+    tags: tuple[str, ...],
+    since: str | None,
+    until: str | None,
+    search: str | None,
+    limit: int | None,
+    as_json: bool,
+    version: str | None,
+    patch: str | None,
+) -> None:
+    """List the runs in the log, newest first; the options narrow the list."""
+    from steplog.log.find import find_runs, query_from_options
     from steplog.log.integrity import probe, refusing_damage
-    from steplog.log.status import all_runs
 
+    query = query_from_options(
+        status=status,
+        agent=agent,
+        tags=tags,
+        since=since,
+        until=until,
+        search=search,
+        version=version,
+        limit=None if patch is not None else limit,  # --patch narrows after the query
+    )
     path, conn = _open_for_reading(db)
     try:
         with refusing_damage(path):
             probe(conn, path, None)
-            rows = all_runs(conn)
+            rows = find_runs(conn, query)
             if patch is not None:
                 from steplog.log.versions import runs_before_patch
 
                 wanted = set(runs_before_patch(conn, patch))
-                rows = [r for r in rows if r["run_id"] in wanted]
+                rows = [r for r in rows if r["run_id"] in wanted][:limit]
     finally:
         conn.close()
     if version is not None:
@@ -805,7 +879,7 @@ def runs(db: LogLocation | None, as_json: bool, version: str | None, patch: str 
         click.echo(json.dumps(rows, ensure_ascii=False))
         return
     if not rows:
-        click.echo("no runs yet")
+        click.echo("no runs match" if query.filtered else "no runs yet")
     for s in rows:
         state = (
             "stopped"
@@ -813,10 +887,11 @@ def runs(db: LogLocation | None, as_json: bool, version: str | None, patch: str 
             else s["status"]
         )
         worker = f"  worker {s['worker']['host']}:{s['worker']['pid']}" if s.get("worker") else ""
+        tagged = "  " + " ".join(f"{k}={v}" for k, v in s["tags"].items()) if s["tags"] else ""
         blocked = f"  blocked: {s['blocked']['reason']}" if s.get("blocked") else ""
         click.echo(
             f"{s['run_id']:<28} {s['agent']:<20} {state:<10} steps {s['steps_committed']:>5}  "
-            f"incarnations {s['incarnations']}{worker}{blocked}"
+            f"incarnations {s['incarnations']}{worker}{blocked}{tagged}"
         )
 
 
@@ -910,9 +985,9 @@ def cost(
     """What the runs cost: tokens and dollars by model, agent, day, run or tag, steps that
     finished in the window counted (a fork's copied steps count in its parent)."""
     from steplog.cli.cost_table import cost_lines
-    from steplog.cli.when import parse_when
     from steplog.log.cost import check_grouping, cost_by
     from steplog.log.integrity import probe, refusing_damage
+    from steplog.log.when import parse_when
 
     check_grouping(by)
     start = None if since is None else parse_when(since, option="--since")

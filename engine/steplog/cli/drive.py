@@ -77,6 +77,15 @@ def parse_params(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def parse_tags(values: tuple[str, ...]) -> dict[str, str]:
+    """Repeated ``--tag KEY=VALUE`` (``steplog.log.tags`` says what a tag may be)."""
+    if not values:
+        return {}
+    from steplog.log.tags import parse_tags as parse
+
+    return parse(values)
+
+
 def limits(o: dict[str, Any]) -> dict[str, Any]:
     """The budget overrides among the engine options ``o``."""
     return {
@@ -96,6 +105,7 @@ def run_agent(
     outbox: str | None,
     params: tuple[str, ...],
     killed_at: float | None,
+    tags: tuple[str, ...] = (),
     **engine: Any,
 ) -> None:
     """``steplog run``: start or resume a run of ``agent`` with the parsed options."""
@@ -118,6 +128,7 @@ def run_agent(
         outbox=outbox,
         params=parse_params(params),
         killed_at=killed_at,
+        tags=parse_tags(tags),
     )
 
 
@@ -131,6 +142,7 @@ def execute_with(
     outbox: str | None = None,
     params: dict[str, Any] | None = None,
     killed_at: float | None = None,
+    tags: dict[str, str] | None = None,
 ) -> None:
     """Drive ``agent``'s run with the engine options ``o``, print how it ended, exit with its
     code."""
@@ -162,6 +174,7 @@ def execute_with(
             on_start=started,
             killed_at=killed_at,
             exit_when_waiting=o["exit_when_waiting"],
+            tags=tags,
         )
     )
     _report(outcome, db)

@@ -92,6 +92,15 @@ PARAM = Option(
     metavar="KEY=VALUE",
     help="An agent parameter (repeatable).",
 )
+TAG = Option(
+    "--tag",
+    "tags",
+    multiple=True,
+    default=(),
+    metavar="KEY=VALUE",
+    help="A tag of the new run, to find it by (`steplog runs --tag`) and group costs by "
+    "(repeatable).",
+)
 
 RUN_OPTIONS = (
     Option(
@@ -103,6 +112,7 @@ RUN_OPTIONS = (
     WORKDIR,
     OUTBOX,
     PARAM,
+    TAG,
     Option(
         "--killed-at",
         "killed_at",
@@ -173,4 +183,14 @@ ENGINE_OPTIONS = (
 """The options of every command that drives an engine (run, retry, fork, submit)."""
 
 
-__all__ = ["DB", "ENGINE_OPTIONS", "OUTBOX", "PARAM", "RUN_OPTIONS", "WORKDIR", "Kind", "Option"]
+__all__ = [
+    "DB",
+    "ENGINE_OPTIONS",
+    "OUTBOX",
+    "PARAM",
+    "RUN_OPTIONS",
+    "TAG",
+    "WORKDIR",
+    "Kind",
+    "Option",
+]

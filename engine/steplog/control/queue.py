@@ -19,7 +19,7 @@ candidate is free, and judges again the one it chose once that is locked for its
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,7 @@ from steplog.log.launch import Launch
 from steplog.log.lease import DEFAULT_LEASE_SECONDS, Holder, me, row_vacancy, vacancy
 from steplog.log.location import LogLocation
 from steplog.log.runs import enqueue, run_exists
+from steplog.log.tags import check_tags
 
 if TYPE_CHECKING:
     from steplog.runtime.agent import Agent
@@ -55,9 +56,11 @@ def submit(
     limits: dict[str, Any] | None = None,
     model: str | None = None,
     launch: Launch = AS_BEFORE,
+    tags: Mapping[str, str] | None = None,
 ) -> str:
     """Record a new ``queued`` run of ``agent``; its id. Refused (``UsageError``, nothing
-    written) on exactly what ``steplog run`` refuses, and on an id that exists already."""
+    written) on exactly what ``steplog run`` refuses, and on an id that exists already.
+    ``tags``: the run's tags (``steplog.log.tags``)."""
     from steplog.log.runids import new_run_id
     from steplog.runtime.engine import check_start
 
@@ -73,6 +76,7 @@ def submit(
         new=True,
         model=model,
     )
+    checked_tags = check_tags(tags)
     rid = run_id or new_run_id()
     path = location(db)
     conn = open_log(path)
@@ -97,6 +101,7 @@ def submit(
                     limits=limits or {},
                     model=model,
                     lease_seconds=lease,
+                    tags=checked_tags,
                 ),
                 time.time(),
                 launch=launch,

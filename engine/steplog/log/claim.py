@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,6 +24,7 @@ from steplog.log.lease import boot_clock, me, row_vacancy
 from steplog.log.location import LogLocation
 from steplog.log.runstatus import RunStatus
 from steplog.log.status import TERMINAL
+from steplog.log.tags import tags_of, write_tags
 from steplog.policies import Budget
 
 if TYPE_CHECKING:
@@ -64,6 +66,8 @@ class Request:
     lease_seconds: float
     killed_at: float | None = None
     """When whoever relaunches this engine killed the previous one (recorded with the claim)."""
+    tags: Mapping[str, str] | None = None
+    """A new run's tags (``tags.check_tags`` checked them); a resume must not name others."""
     version: str | None = None
     """The version of the agent's code (``docs/versions.md``): recorded on the run."""
 
@@ -176,6 +180,7 @@ def create_run(
             "params": req.params,
             "model": req.model or "offline",
             "budget": _limits_json(b),
+            **({"tags": dict(req.tags)} if req.tags else {}),
             **({"version": req.version} if req.version is not None else {}),
             **(
                 {"queued": True, "launch": json.loads(launch.to_json())}
@@ -184,6 +189,7 @@ def create_run(
             ),
         },
     )
+    write_tags(conn, req.run_id, req.tags or {})
     if launch is not None:
         announce_claimable(conn, req.run_id)  # an idle worker claims it at once, not at its poll
     created = _select(conn, req.run_id)
@@ -191,7 +197,7 @@ def create_run(
     return created
 
 
-def _check_resume(row: LogRow, req: Request) -> None:
+def _check_resume(conn: LogConnection, row: LogRow, req: Request) -> None:
     """A resume must be the same run: same agent, same params, same workdir."""
     rid = req.run_id
     if row["agent"] != req.spec:
@@ -205,6 +211,13 @@ def _check_resume(row: LogRow, req: Request) -> None:
         )
     if req.workdir is not None and str(req.workdir.expanduser().resolve()) != row["workdir"]:
         raise UsageError(f"run {rid} works in {row['workdir']}; omit --workdir to resume it")
+    if req.tags:
+        recorded = tags_of(conn, [rid])[rid]
+        if dict(req.tags) != recorded:
+            raise UsageError(
+                f"run {rid} was started with tags {recorded or 'none'}; tags are set when a run "
+                "starts: resume it without --tag"
+            )
 
 
 def _update_run(
@@ -352,7 +365,7 @@ def claim(conn: LogConnection, req: Request) -> Claimed | Finished:
         if row is None:
             row = create_run(conn, req, now)
         else:
-            _check_resume(row, req)
+            _check_resume(conn, row, req)
             raised = (
                 budget_of(row).merged(**req.limits)
                 if any(v is not None for v in req.limits.values())

@@ -6,20 +6,21 @@ finished, not by when its run started. A fork's copies of its parent's steps (``
 no engine ran them) are left out: their tokens were spent, and are counted, in the parent.
 
 SQL sums per run (and per 15-minute slot for ``day``); the groups are folded here, in Python,
-because a run's tag is JSON and a local day is a time zone's business: every zone in use is a
-whole number of 15-minute slots from UTC, so a slot lies inside one local day in any of them.
+because a run's tags are rows of their own (``tags.tags_of``, read once for the runs summed) and
+a local day is a time zone's business: every zone in use is a whole number of 15-minute slots
+from UTC, so a slot lies inside one local day in any of them.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from steplog.errors import UsageError
-from steplog.log.db import LogConnection, has_column
+from steplog.log.db import LogConnection
+from steplog.log.tags import tags_of
 
 SLOT_SECONDS = 900
 """The time grain of ``by="day"``: a quarter hour (see the module docstring)."""
@@ -86,11 +87,7 @@ def _local_day(slot: int) -> str:
     return time.strftime("%Y-%m-%d", time.localtime(slot * SLOT_SECONDS))
 
 
-def _tags(text: Any) -> dict[str, Any]:
-    try:
-        value = json.loads(text) if text else {}
-    except (TypeError, ValueError):
-        return {}
+def _tags(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
@@ -190,7 +187,6 @@ def _spending(
 ) -> list[tuple[Any, ...]]:
     """Per run and 15-minute slot: ``(run id, agent, model, tags, slot, steps, tokens in, tokens
     out, cached, estimated tokens, cost)``."""
-    has_tags = has_column(conn, "run", "tags")
     slot = f"CAST(ROUND(s.finished_at / {SLOT_SECONDS} - 0.5) AS INTEGER)"
     where = ["s.incarnation > 0", "s.finished_at IS NOT NULL"]
     args: list[Any] = []
@@ -200,17 +196,18 @@ def _spending(
     if until is not None:
         where.append("s.finished_at < ?")
         args.append(until)
-    tags = "r.tags" if has_tags else "NULL"
     sql = (
-        f"SELECT s.run_id, r.agent, r.model, {tags}, {slot} AS slot, COUNT(*),"
+        f"SELECT s.run_id, r.agent, r.model, NULL, {slot} AS slot, COUNT(*),"
         " SUM(s.tokens_in), SUM(s.tokens_out), SUM(s.tokens_cached),"
         " SUM(s.tokens_estimated * (s.tokens_in + s.tokens_out)),"
         " SUM(s.cost_usd)"
         " FROM step s JOIN run r ON r.id = s.run_id"
         f" WHERE {' AND '.join(where)}"
-        " GROUP BY s.run_id, r.agent, r.model, slot" + (", r.tags" if has_tags else "")
+        " GROUP BY s.run_id, r.agent, r.model, slot"
     )
-    return list(conn.execute(sql, args).fetchall())
+    rows = list(conn.execute(sql, args).fetchall())
+    tags = tags_of(conn, (r[0] for r in rows))  # one read of the runs' tags, not a join per step
+    return [(r[0], r[1], r[2], tags[r[0]], *r[4:]) for r in rows]
 
 
 def _tag_value(tags: dict[str, Any], key: str) -> str:

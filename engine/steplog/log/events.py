@@ -93,6 +93,7 @@ class RunCreated(TypedDict, total=False):
     launch: dict[str, Any]
     forked_from: dict[str, Any]
     copied_span: list[float | None]
+    tags: dict[str, str]
     version: str
     """The version of the code that started the run (``docs/versions.md``)."""
 

@@ -793,6 +793,7 @@ class PostgresBackend:
 
     json: JsonSql = PgJsonSql()
     is_server = True
+    like_any_case = "ILIKE"
     notifies_commits = True
     space: Space = PG_SPACE
     """Readers learn of commits from the ``event`` table's notifications (``pglisten``)."""

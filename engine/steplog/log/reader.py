@@ -243,6 +243,21 @@ class LogRepository:
             raise self._unavailable(exc) from exc
         return newest if upto is None else min(newest, upto)
 
+    def has_run(self, run_id: str) -> bool:
+        return bool(self._query("SELECT 1 FROM run WHERE id = ?", (run_id,)))
+
+    def unfinished_run_ids(self) -> set[str]:
+        """The runs not finished (queued, running, waiting): a monitor keeps each of them."""
+        from steplog.log.runstatus import ACTIVE
+
+        marks = ", ".join("?" for _ in ACTIVE)
+        return {
+            r[0]
+            for r in self._query(
+                f"SELECT id FROM run WHERE status IN ({marks})", tuple(str(s) for s in ACTIVE)
+            )
+        }
+
     def run_ids(self, upto: int) -> list[str]:
         """Every run with events up to id ``upto``, in the order of its first event. A prune's
         record (``runs_pruned``, run id ``""``) belongs to no run: it is not listed (it was, as a

@@ -19,6 +19,7 @@ from steplog.log.launch import Launch
 from steplog.log.status import TERMINAL
 from steplog.log.steps import copy_committed_steps, copy_edited_step, result_of, step_record
 from steplog.log.streams import copy_for_fork
+from steplog.log.tags import copy_tags
 from steplog.policies import Budget
 
 
@@ -252,6 +253,7 @@ def create_fork(
     )
     copy_committed_steps(conn, pid, new_id, at_step)
     copy_for_fork(conn, pid, new_id, at_step)
+    copy_tags(conn, pid, new_id)  # a fork is found by its parent's tags
     original: Any = None
     if edited_result is not None:
         copy_edited_step(conn, pid, new_id, at_step, edited_result)

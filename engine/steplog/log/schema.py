@@ -313,6 +313,16 @@ BEGIN SELECT RAISE(ABORT, 'the stream table is append-only (only steplog prune r
 # Reserved while issues 31-33 are built side by side (filled in before any release writes them):
 # v8 code versions (issue 31), v9 time and messages (issue 33), v10 finding runs: tags and the
 # runs list's index (issue 32).
+#
+# v10, finding runs (``steplog runs`` filters, the monitor's lazy runs list, ``cost --by tag:K``):
+# a run's tags are rows of ``run_tag``, one per key, not a JSON column on ``run``. A tag filter
+# is then a seek in ``run_tag_by_value`` (key, value) -> run ids, on SQLite and PostgreSQL alike,
+# where a JSON column would be parsed for every run (100,000 runs: every row, every query); a
+# grouping by one key reads that key's rows only. Tags travel with the run as one more of its
+# tables (``RUN_TABLES``: export, import, prune). ``run_by_created`` gives the newest page (ties
+# broken by id, the order every runs list uses) without sorting the table; ``run_by_agent`` the
+# newest of one agent. ``run_by_status`` (v4) serves a status filter.
+#
 # Code versions (``docs/versions.md``): ``run.version`` is the version of the code that last
 # worked on the run (its start's is in ``run_created``, each change a ``version_changed`` event);
 # ``run.blocked`` is the last refusal of incompatible code (JSON ``{"reason", "at_step"}``),
@@ -357,7 +367,15 @@ CREATE TABLE run_event (
 """
 
 _V10 = """
--- reserved: finding runs (issue 32)
+CREATE TABLE run_tag (
+    run_id TEXT NOT NULL,
+    key    TEXT NOT NULL,
+    value  TEXT NOT NULL,
+    PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+CREATE INDEX run_tag_by_value ON run_tag (key, value, run_id);
+CREATE INDEX run_by_created ON run (created_at, id);
+CREATE INDEX run_by_agent ON run (agent, created_at);
 """
 
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
@@ -374,6 +392,7 @@ RUN_TABLES: tuple[tuple[str, str], ...] = (
     ("stream", "run_id"),
     ("message", "run_id"),
     ("run_event", "run_id"),
+    ("run_tag", "run_id"),
 )
 """Every table holding rows of one run, as (table, column naming the run), the run row first.
 

@@ -568,6 +568,7 @@ class SqliteBackend:
     is_server = False
     notifies_commits = False
     space: Space = FILE_SPACE
+    like_any_case = "LIKE"
 
     def load_driver(self) -> None:
         """Nothing: SQLite's module is loaded with the log package."""

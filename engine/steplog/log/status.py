@@ -18,7 +18,16 @@ if TYPE_CHECKING:
     from steplog.log.location import LogLocation
 
 # The statuses themselves are defined in ``runstatus``; re-exported for the readers of this module.
-__all__ = ["ACTIVE", "TERMINAL", "RunStatus", "all_runs", "outcome_error", "run_status"]
+__all__ = [
+    "ACTIVE",
+    "TERMINAL",
+    "RunStatus",
+    "all_runs",
+    "outcome_error",
+    "run_status",
+    "select_statuses",
+    "with_tags",
+]
 
 
 def outcome_error(run_id: str, status: str, reason: str | None) -> RunStopped:
@@ -164,7 +173,7 @@ def run_status(
         raise UnknownRun(
             f"no run {run_id!r}{where}{_pruned(conn, run_id)}; `steplog runs` lists the runs there"
         )
-    return _as_status(row)
+    return with_tags(conn, [_as_status(row)])[0]
 
 
 def _pruned(conn: LogConnection, run_id: str) -> str:
@@ -189,7 +198,30 @@ def _pruned(conn: LogConnection, run_id: str) -> str:
 
 def all_runs(conn: LogConnection) -> list[dict[str, Any]]:
     """Every run, newest first."""
-    return [
-        _as_status(r)
-        for r in conn.execute(_select_sql(conn) + " ORDER BY created_at DESC, id DESC")
-    ]
+    return with_tags(
+        conn,
+        [
+            _as_status(r)
+            for r in conn.execute(_select_sql(conn) + " ORDER BY created_at DESC, id DESC")
+        ],
+    )
+
+
+def select_statuses(
+    conn: LogConnection, where: str, args: tuple[Any, ...], tail: str = ""
+) -> list[dict[str, Any]]:
+    """The status objects of the runs ``WHERE where`` (``tail``: ORDER BY/LIMIT), tags in."""
+    return with_tags(
+        conn,
+        [_as_status(r) for r in conn.execute(f"{_select_sql(conn)} WHERE {where} {tail}", args)],
+    )
+
+
+def with_tags(conn: LogConnection, statuses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``statuses`` each with its run's ``"tags"`` (``{}``: none), read in one query a page."""
+    from steplog.log.tags import tags_of
+
+    tags = tags_of(conn, [s["run_id"] for s in statuses])
+    for s in statuses:
+        s["tags"] = tags[s["run_id"]]
+    return statuses

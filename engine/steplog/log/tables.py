@@ -170,6 +170,16 @@ class StreamRow(SQLModel, table=True):
     value: str
 
 
+class RunTagRow(SQLModel, table=True):
+    """One tag of a run (``--tag KEY=VALUE``, ``tags={...}``): one row per key."""
+
+    __tablename__ = "run_tag"
+
+    run_id: str = Field(primary_key=True)
+    key: str = Field(primary_key=True)
+    value: str
+
+
 class EventRow(SQLModel, table=True):
     __tablename__ = "event"
 

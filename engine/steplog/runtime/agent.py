@@ -116,12 +116,14 @@ class Agent(Generic[P, R]):
         model: str | None = None,
         base_url: str | None = None,
         pace: float = 0.0,
+        tags: dict[str, str] | None = None,
         **params: Any,
     ) -> R:
         """Start run ``run_id`` (a new id when omitted) or resume it; return the agent's result.
 
-        Raises ``GaveUp`` or ``RunFailed`` when the run ends that way, ``LeaseHeld`` when another
-        live engine is working on it.
+        ``tags``: text labels of a new run (``steplog runs --tag KEY=VALUE`` finds it by them);
+        a resume may repeat them or leave them out. Raises ``GaveUp`` or ``RunFailed`` when the
+        run ends that way, ``LeaseHeld`` when another live engine is working on it.
         """
         from dataclasses import asdict
 
@@ -139,6 +141,7 @@ class Agent(Generic[P, R]):
             model=model,
             base_url=base_url,
             pace=pace,
+            tags=tags,
         )
         return outcome.value()  # type: ignore[no-any-return]
 

@@ -11,6 +11,7 @@ import json
 import math
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from steplog.log.runids import check_run_id, new_run_id
 from steplog.log.runstatus import RunStatus
 from steplog.log.status import outcome_error
 from steplog.log.steps import load_steps
+from steplog.log.tags import check_tags
 from steplog.policies import check_seconds
 from steplog.runtime.effects import HttpClient
 from steplog.runtime.params import bind_params
@@ -222,6 +224,7 @@ def execute(
     on_start: Any = None,
     killed_at: float | None = None,
     exit_when_waiting: bool = False,
+    tags: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Start or resume a run and drive it to a terminal state (or until killed).
 
@@ -231,8 +234,10 @@ def execute(
     previous engine of this run; recorded with the lease it takes over, so every reader dates
     the kill (and measures resume latency) the same way. ``exit_when_waiting``: when the run
     waits for a signal, release it and return (status ``waiting``) instead of waiting.
+    ``tags``: a new run's tags (``steplog.log.tags``); resuming with other tags is refused.
     """
     spec = agent.default_spec()
+    checked_tags = check_tags(tags)
     bound = check_start(
         agent,
         run_id=run_id,
@@ -275,6 +280,7 @@ def execute(
             on_start=on_start,
             killed_at=killed_at,
             exit_when_waiting=exit_when_waiting,
+            tags=checked_tags,
         )
 
 
@@ -296,6 +302,7 @@ def _execute(
     on_start: Any,
     killed_at: float | None,
     exit_when_waiting: bool,
+    tags: dict[str, str],
 ) -> Outcome:
     conn = open_log(db_path, synchronous=synchronous)
     journal: Journal | None = None
@@ -329,6 +336,7 @@ def _execute(
                         model=model,
                         lease_seconds=lease_seconds,
                         killed_at=killed_at,
+                        tags=tags,
                         version=agent.version,
                     ),
                 )

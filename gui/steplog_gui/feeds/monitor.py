@@ -61,6 +61,7 @@ class Monitor(QObject):
         self._tailer.history_started.connect(self._history_started)
         self._tailer.runs_loaded.connect(self.adopt)
         self._tailer.details_loaded.connect(self.adopt_details)
+        self._tailer.run_loaded.connect(self.adopt_late)
         self._tailer.problem_changed.connect(self._problem)
         self._tailer.start()
 
@@ -143,6 +144,22 @@ class Monitor(QObject):
             touched = set(self.state.runs)
         if touched:
             self.runs_changed.emit(touched)
+
+    def want(self, run_id: str) -> None:
+        """Have run ``run_id``'s state (an old run a person selected): at once if it is held,
+        else loaded off the GUI thread (``runs_added`` and ``runs_changed`` then say so)."""
+        if run_id not in self.state.runs and self._tailer is not None:
+            self._tailer.want(run_id)
+
+    def adopt_late(self, run: RunState, details: RunDetails) -> None:
+        """One run older than the history kept, loaded when it was wanted or changed."""
+        if run.run_id in self.state.runs:
+            return
+        add_details(run, details)
+        self.state.runs[run.run_id] = run
+        self.order.append(run.run_id)
+        self.runs_added.emit([run.run_id])
+        self.runs_changed.emit({run.run_id})
 
     def _reset(self) -> None:
         self.state = LogState()

@@ -27,8 +27,10 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
 
+from steplog.log.events import EventKind
 from steplog.log.follow import Notifier, notifier
 from steplog.log.location import LogLocation, parse
+from steplog.log.logread import Event
 from steplog.log.reader import LogAbsent, LogNotReady, LogRepository, LogUnavailable
 from steplog_gui.feeds.commit_watch import CommitWatch
 from steplog_gui.model.bulk_load import RunDetails, load_details, load_run
@@ -42,6 +44,10 @@ behind an open transaction with a lower id (writers of different runs commit sid
 BATCH = 5000
 SLICE_S = 0.15
 """A bulk load hands over what it has about this often (the window paints in between)."""
+HISTORY_RUNS = 200
+"""A log opened is loaded for its newest this-many runs and every unfinished one, whatever its
+size (the runs list reads its own pages: ``model.runs_list``). An older run is loaded when it is
+asked for (``Tailer.want``: selected) or when the log changes it (a retry, an import)."""
 
 
 class _TailWorker(QObject):
@@ -60,6 +66,9 @@ class _TailWorker(QObject):
     """A list of ``RunState`` (in the order of their first events) loaded up to event id N."""
     details_loaded = Signal(object, bool)
     """A list of ``bulk_load.RunDetails``; and whether more follow (False: the history is in)."""
+    run_loaded = Signal(object, object)
+    """One run loaded late (a ``RunState`` and its ``RunDetails``), up to the bookmark: the
+    events after it follow."""
 
     def __init__(self, path: LogLocation, *, announced: bool) -> None:
         super().__init__()
@@ -74,6 +83,8 @@ class _TailWorker(QObject):
         self._hinted = False
         self._notified_upto = 0
         """The highest event id an announcement named."""
+        self.known: set[str] = set()
+        """The runs handed over (loaded, or seen from their first event)."""
         self.cancelled = False
         """Set from the GUI thread when the tail stops: a bulk load in progress gives up between
         runs."""
@@ -194,6 +205,7 @@ class _TailWorker(QObject):
             events = self.repo.events_since(self.bookmark, limit=BATCH)
             if not events:
                 return
+            self._load_unknown(events)
             self.bookmark = events[-1].id
             more = len(events) == BATCH
             self.events_read.emit(events, more)
@@ -207,7 +219,11 @@ class _TailWorker(QObject):
         if upto == 0:
             return
         self.history_started.emit()
-        run_ids = self.repo.run_ids(upto)
+        every = self.repo.run_ids(upto)
+        unfinished = self.repo.unfinished_run_ids()
+        newest = set(every[-HISTORY_RUNS:])
+        run_ids = [r for r in every if r in newest or r in unfinished]
+        self.known = set(run_ids)
         runs: list[RunState] = []
         since = time.monotonic()
         for i, run_id in enumerate(run_ids):
@@ -228,6 +244,35 @@ class _TailWorker(QObject):
                 details, since = [], time.monotonic()
         self.bookmark = upto
 
+    def _load_unknown(self, events: list[Event]) -> None:
+        """Hand over, before ``events``, each run they touch that was not loaded (older than the
+        history kept) as it stood at the bookmark."""
+        first_kind: dict[str, str] = {}
+        for e in events:
+            if e.run_id and e.run_id not in self.known:
+                first_kind.setdefault(e.run_id, e.kind)
+        for run_id, kind in first_kind.items():
+            self.known.add(run_id)
+            if kind != EventKind.RUN_CREATED:
+                self._hand_over(run_id)
+
+    def _hand_over(self, run_id: str) -> None:
+        state = load_run(self.repo, run_id, self.bookmark)
+        self.run_loaded.emit(state, load_details(self.repo, run_id, self.bookmark))
+
+    @Slot(str)
+    def want(self, run_id: str) -> None:
+        """Load run ``run_id`` now if it was not (a person selected it)."""
+        if self.bookmark == 0 or run_id in self.known or self.cancelled:
+            return
+        try:
+            if not self.repo.has_run(run_id):
+                return
+            self.known.add(run_id)
+            self._hand_over(run_id)
+        except (LogAbsent, LogNotReady, LogUnavailable):
+            return
+
 
 class Tailer(QObject):
     """The GUI-side face of the tail: start/stop, and signals delivered on the GUI thread."""
@@ -244,7 +289,10 @@ class Tailer(QObject):
     """A list of ``RunState`` loaded from the history up to event id N (oldest run first)."""
     details_loaded = Signal(object, bool)
     """Step names and chart series (``RunDetails``) for loaded runs; False: the history is in."""
+    run_loaded = Signal(object, object)
+    """A run older than the history kept, loaded late (``RunState``, ``RunDetails``)."""
     _hint_received = Signal()
+    _run_wanted = Signal(str)
     _stop_requested = Signal()
 
     _announced = Signal(int)
@@ -266,6 +314,8 @@ class Tailer(QObject):
         self._worker.history_started.connect(self.history_started)
         self._worker.runs_loaded.connect(self.runs_loaded)
         self._worker.details_loaded.connect(self.details_loaded)
+        self._worker.run_loaded.connect(self.run_loaded)
+        self._run_wanted.connect(self._worker.want)
         self._hint_received.connect(self._worker.hint)
         self._stop_requested.connect(self._worker.stop)
         self._thread.started.connect(self._worker.start)
@@ -283,6 +333,10 @@ class Tailer(QObject):
         self._watch_timer = QTimer(self)
         self._watch_timer.setInterval(1000)
         self._watch_timer.timeout.connect(self._ensure_watch)
+
+    def want(self, run_id: str) -> None:
+        """Load run ``run_id`` if the history kept left it out (``run_loaded`` brings it)."""
+        self._run_wanted.emit(run_id)
 
     def start(self) -> None:
         self._thread.start()

@@ -1,4 +1,6 @@
-"""The runs list as a Qt item model over ``Monitor`` (newest first)."""
+"""The runs list as a Qt item model: the rows of a ``RunsList`` (newest first, a page at a time,
+one ``RunQuery``), each drawn from the ``Monitor``'s state of that run when it has one (live),
+else from what the log's read API said of it."""
 
 from __future__ import annotations
 
@@ -8,16 +10,32 @@ from typing import Any
 
 from PySide6.QtCore import QModelIndex, Qt, QTimer
 
+from steplog.log.find import RunQuery
 from steplog.log.runstatus import RunStatus
 from steplog_gui import theme
 from steplog_gui.feeds.monitor import Monitor
 from steplog_gui.model.run_state import RunState
+from steplog_gui.model.runs_list import LogRunsSource, RunsList, RunsSource, summary_state
 from steplog_gui.views.table_model import Index, TableModel
 
-COLUMNS = ("Run", "Status", "Steps", "Agent", "Budget use", "Started", "Duration", "Host")
+COLUMNS = (
+    "Run",
+    "Status",
+    "Steps",
+    "Agent",
+    "Budget use",
+    "Started",
+    "Duration",
+    "Host",
+    "Tokens",
+    "Cost",
+    "Tags",
+)
 """The columns a person needs first come first: a narrow Runs dock still shows run, status, steps.
 Host is the machine that works (or last worked) the run: a log on a server serves a fleet."""
-RUN, STATUS, STEPS, AGENT, BUDGET, STARTED, DURATION, HOST = range(len(COLUMNS))
+RUN, STATUS, STEPS, AGENT, BUDGET, STARTED, DURATION, HOST, TOKENS, COST, TAGS = range(len(COLUMNS))
+SORT_ROLE = Qt.ItemDataRole.UserRole + 2
+"""A cell's value for sorting (numbers as numbers)."""
 RUN_ID_ROLE = Qt.ItemDataRole.UserRole + 1
 
 
@@ -123,14 +141,20 @@ def fmt_duration(seconds: float) -> str:
 
 
 class RunsModel(TableModel):
-    """One row per run in the log; status is coloured text; refreshes live."""
+    """One row per run the query selects, read a page at a time (``fetchMore`` as the view
+    scrolls); refreshes live: a run new to the log is admitted at its place, a changed one
+    redrawn, a pruned one dropped."""
 
-    def __init__(self, monitor: Monitor, parent: Any = None) -> None:
+    def __init__(
+        self, monitor: Monitor, parent: Any = None, *, source: RunsSource | None = None
+    ) -> None:
         super().__init__(parent)
         self._monitor = monitor
-        self._ids: list[str] = list(reversed(monitor.order))
-        self._row: dict[str, int] = {}
-        self._reindex()
+        self._list = RunsList(source or LogRunsSource(monitor.path))
+        self._own_source = source is None
+        self._summaries: dict[str, RunState] = {}
+        self._sort: tuple[int, Qt.SortOrder] | None = None
+        self._list.reload()
         monitor.runs_added.connect(self._on_added)
         monitor.runs_changed.connect(self._on_changed)
         monitor.state_reset.connect(self._on_reset)
@@ -140,28 +164,79 @@ class RunsModel(TableModel):
         self._clock.timeout.connect(self._tick)
         self._clock.start()
 
-    def _reindex(self) -> None:
-        self._row = {rid: i for i, rid in enumerate(self._ids)}
+    # -- the query -------------------------------------------------------------------------------
+
+    @property
+    def query(self) -> RunQuery:
+        return self._list.query
+
+    @property
+    def problem(self) -> str:
+        """Why the runs could not be read ('' when they could)."""
+        return self._list.problem
+
+    def set_query(self, query: RunQuery) -> None:
+        """Show the runs ``query`` selects (its first page)."""
+        self.beginResetModel()
+        self._summaries.clear()
+        self._list.reload(query)
+        self._sort_ids()
+        self.endResetModel()
 
     # -- model API --------------------------------------------------------------------------
 
     headers = COLUMNS
 
     def row_count(self) -> int:
-        return len(self._ids)
+        return len(self._list)
+
+    def canFetchMore(self, parent: Index = QModelIndex()) -> bool:  # noqa: B008, N802 (Qt's name)
+        return not parent.isValid() and self._list.more
+
+    def fetchMore(self, parent: Index = QModelIndex()) -> None:  # noqa: B008, N802 (Qt's name)
+        if parent.isValid() or not self._list.more:
+            return
+        try:
+            page = self._list.read_more()
+        except Exception:  # noqa: BLE001 (the log went away: nothing more to show now)
+            return
+        fresh = [r for r in page.runs if r["run_id"] not in self._list.runs]
+        first = len(self._list)
+        if fresh:
+            self.beginInsertRows(QModelIndex(), first, first + len(fresh) - 1)
+        self._list.take(page)
+        if fresh:
+            self.endInsertRows()
+            self._resort()  # a sorted list: the page's runs go to their places
+
+    def run(self, row: int) -> RunState | None:
+        """What is drawn in ``row``: the monitor's live state of the run, else the log's."""
+        rid = self._list.ids[row]
+        live = self._monitor.run(rid)
+        if live is not None:
+            return live
+        summary = self._summaries.get(rid)
+        if summary is None:
+            summary = self._summaries[rid] = summary_state(self._list.runs[rid])
+        return summary
+
+    def tags(self, row: int) -> dict[str, str]:
+        return dict(self._list.runs[self._list.ids[row]].get("tags") or {})
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         row = self.row_at(index)
         if row is None:
             return None
-        run = self._monitor.run(self._ids[row])
+        run = self.run(row)
         if run is None:
             return None
         col = index.column()
         if role == RUN_ID_ROLE:
             return run.run_id
         if role == Qt.ItemDataRole.DisplayRole:
-            return self._display(run, col)
+            return self._display(run, row, col)
+        if role == SORT_ROLE:
+            return self._sort_value(run, row, col)
         if role == Qt.ItemDataRole.ForegroundRole and col == STATUS:
             shown = status_text(run)[0].replace(" ", "_")
             return theme.qcolor(theme.current().status.get(shown, theme.current().foreground))
@@ -174,11 +249,19 @@ class RunsModel(TableModel):
                 return run.run_id + family(run)
             if col == HOST:
                 return host_text(run)[1]
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (STEPS, BUDGET, DURATION):
+            if col == TAGS:
+                return "\n".join(f"{k} = {v}" for k, v in self.tags(row).items()) or None
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (
+            STEPS,
+            BUDGET,
+            DURATION,
+            TOKENS,
+            COST,
+        ):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
-    def _display(self, run: RunState, col: int) -> str:
+    def _display(self, run: RunState, row: int, col: int) -> str:
         if col == RUN:
             return f"↳ {run.run_id}" if run.forked_from else run.run_id
         if col == AGENT:
@@ -198,46 +281,122 @@ class RunsModel(TableModel):
                 if not math.isnan(run.created)
                 else ""
             )
+        if col == TOKENS:
+            return f"{int(run.usage.get('tokens', 0)):,}"
+        if col == COST:
+            return f"${run.usage.get('cost_usd', 0.0):.4f}"
+        if col == TAGS:
+            return " ".join(f"{k}={v}" for k, v in self.tags(row).items())
         return fmt_duration(run.duration(time.time()))
 
+    def _sort_value(self, run: RunState, row: int, col: int) -> Any:
+        if col == STARTED:
+            return (run.created, run.run_id)
+        if col == DURATION:
+            return run.duration(time.time())
+        if col == STEPS:
+            return run.steps_committed
+        if col == TOKENS:
+            return run.usage.get("tokens", 0.0)
+        if col == COST:
+            return run.usage.get("cost_usd", 0.0)
+        if col == BUDGET:
+            frac = budget_use(run)[0]
+            return -1.0 if math.isnan(frac) else frac
+        return self._display(run, row, col).lower()
+
+    def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
+        """Order the runs read so far by ``column`` (the view's header); -1: newest first, as
+        read. Pages read later go to their places."""
+        self.layoutAboutToBeChanged.emit()
+        self._sort = None if column < 0 else (column, order)
+        self._sort_ids()
+        self.layoutChanged.emit()
+
+    def _resort(self) -> None:
+        if self._sort is not None:
+            self.layoutAboutToBeChanged.emit()
+            self._sort_ids()
+            self.layoutChanged.emit()
+
+    def _sort_ids(self) -> None:
+        if self._sort is None:
+            from steplog_gui.model.runs_list import key_of
+
+            self._list.ids.sort(key=lambda r: key_of(self._list.runs[r]), reverse=True)
+            return
+        column, order = self._sort
+        index = {rid: i for i, rid in enumerate(self._list.ids)}
+        values = {
+            rid: self._sort_value(
+                self.run(index[rid]) or summary_state(self._list.runs[rid]), index[rid], column
+            )
+            for rid in self._list.ids
+        }
+        self._list.ids.sort(key=lambda r: values[r], reverse=order == Qt.SortOrder.DescendingOrder)
+
     def run_id(self, row: int) -> str:
-        return self._ids[row]
+        return self._list.ids[row]
 
     def row_of(self, run_id: str) -> int:
-        return self._row.get(run_id, -1)
+        return self._list.row_of(run_id)
 
     # -- updates ----------------------------------------------------------------------------
 
     def _on_added(self, run_ids: list[str]) -> None:
-        fresh = [r for r in run_ids if r not in self._row]
-        if not fresh:
+        """Runs new to the monitor: those the query selects take their rows now (before the
+        window's own handler selects one of them). A bulk load of an old log hands over its runs
+        oldest first, thousands at a time: the ones older than every run read are not even
+        asked for (they come with their pages)."""
+        if self._list.problem:
+            self.set_query(self._list.query)
             return
-        self.beginInsertRows(QModelIndex(), 0, len(fresh) - 1)
-        self._ids[0:0] = list(reversed(fresh))
-        self._reindex()
-        self.endInsertRows()
+        bottom = self._list.oldest_read() if self._list.more else None
+        wanted = []
+        for rid in run_ids:
+            if rid in self._list.runs:
+                continue
+            live = self._monitor.run(rid)
+            if bottom is not None and live is not None and live.created < bottom:
+                continue
+            wanted.append(rid)
+        if not wanted:
+            return
+        try:
+            runs = self._list.admissible(wanted)
+        except Exception:  # noqa: BLE001 (the log is away: the next change tries again)
+            return
+        for run in runs:
+            row = self._list.place(run)
+            self.beginInsertRows(QModelIndex(), row, row)
+            self._list.insert(run)
+            self.endInsertRows()
+        self._resort()
 
     def _on_removed(self, run_ids: list[str]) -> None:
-        for row in sorted((self._row[r] for r in run_ids if r in self._row), reverse=True):
+        for rid in run_ids:
+            self._summaries.pop(rid, None)
+        for row in self._list.rows_of(run_ids):  # descending
             self.beginRemoveRows(QModelIndex(), row, row)
-            del self._ids[row]
-            self._reindex()
+            self._list.remove([self._list.ids[row]])
             self.endRemoveRows()
 
     def _on_changed(self, run_ids: set[str]) -> None:
-        rows = [self._row[r] for r in run_ids if r in self._row]
+        rows = [self._list.row_of(r) for r in run_ids if r in self._list.runs]
+        for r in run_ids:
+            self._summaries.pop(r, None)
         if rows:
             self.dataChanged.emit(self.index(min(rows), 0), self.index(max(rows), len(COLUMNS) - 1))
 
     def _on_reset(self) -> None:
-        self.beginResetModel()
-        self._ids = list(reversed(self._monitor.order))
-        self._reindex()
-        self.endResetModel()
+        if self._own_source:
+            self._list.source.close()
+            self._list.source = LogRunsSource(self._monitor.path)
+        self.set_query(self._list.query)
 
     def _tick(self) -> None:
         running = [
-            i for i, rid in enumerate(self._ids) if (r := self._monitor.run(rid)) and not r.terminal
+            i for i in range(len(self._list)) if (r := self.run(i)) is not None and not r.terminal
         ]
         if running:
             self.dataChanged.emit(

@@ -198,7 +198,9 @@ def test_a_running_run_whose_engine_died_reads_stopped_with_what_to_do(
     monitor = started_monitor(qtbot, engine.db)
     try:
         model = RunsModel(monitor)
-        qtbot.waitUntil(lambda: model.rowCount() == 1, timeout=10_000)
+        qtbot.waitUntil(
+            lambda: model.rowCount() == 1 and monitor.run("orphan") is not None, timeout=10_000
+        )
         assert monitor.run("orphan").status == "running"  # what the log says
         status = model.index(0, 1)  # Run, Status, ...: the status is the second column
         assert status.data() == "stopped"  # what is true: no engine is working on it

@@ -29,12 +29,18 @@ def _tailer(window: MainWindow) -> Any:
 
 
 def _write(db: PgUrl, *events: tuple[str, str, int, str | None, dict[str, Any]]) -> int:
-    """Events appended through the engine's own log connection, in one transaction; the newest
-    id."""
+    """Events appended through the engine's own log connection, in one transaction (with the run
+    row a ``run_created`` comes with); the newest id."""
     conn = open_log(db)
     try:
         conn.execute("BEGIN IMMEDIATE")
         for run_id, kind, incarnation, seq, data in events:
+            if kind == "run_created":  # the engine writes a run's row with its first event
+                conn.execute(
+                    "INSERT INTO run (id, agent, created_at, updated_at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (id) DO NOTHING",
+                    (run_id, data.get("agent", "?"), time.time(), time.time()),
+                )
             conn.execute(
                 "INSERT INTO event (run_id, ts, incarnation, kind, seq, data) VALUES (?, ?, ?, ?, "
                 "?, ?)",

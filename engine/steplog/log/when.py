@@ -1,7 +1,8 @@
 """``--since`` / ``--until``: a moment as ISO 8601 or as a span back from now.
 
 One parser for every command that takes a time window (``runs``, ``cost``, ``cancel``/``retry``
-filters), so ``2h`` or ``2026-12-01`` mean the same everywhere.
+filters, the monitor's filter bar), so ``2h`` or ``2026-12-01`` mean the same everywhere. It
+lives in the log package because a ``RunQuery`` (``find``) is read from the options here too.
 """
 
 from __future__ import annotations
@@ -32,3 +33,6 @@ def parse_when(text: str, *, option: str = "--since", now: float | None = None) 
             "2026-12-01T09:30, 2026-12-01T08:30Z) or a span back from now (30m, 2h, 3d, 1w)"
         ) from None
     return moment.timestamp()
+
+
+__all__ = ["parse_when"]
