@@ -70,6 +70,10 @@ ILLUSTRATIVE: dict[tuple[str, str], str] = {
     ): "the README's three lines with a placeholder agent; the README's own lines are run",
     ("docs/effects.md", "steplog outbox [--host"): "a synopsis of the command, not a command",
     (
+        "docs/run-control.md",
+        "steplog cancel run-17 run-18",
+    ): "runs the page never made; tests/engine/control/test_bulk_actions.py acts on many real runs",
+    (
         "docs/monitor.md",
         "steplog demo --compare --approve",
     ): "opens desktop windows; tests/gui drive the monitor and compare mode offscreen",

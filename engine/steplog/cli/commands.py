@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
+from steplog.cli.bulk import Outcome, filter_options, given, select_runs
 from steplog.cli.drive import (
     execute_with,
     fail,
@@ -206,7 +207,7 @@ def run(**kwargs: Any) -> None:
 
 
 @cli.command()
-@click.argument("run_id")
+@click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
 @db_option
 @click.option("--reason", default=None, help="Why: recorded with the cancellation.")
 @click.option(
@@ -215,12 +216,30 @@ def run(**kwargs: Any) -> None:
     type=Seconds(min=0),
     default=30.0,
     show_default=True,
-    help="Seconds to wait for a live engine to stop (0: ask and return).",
+    help="Seconds to wait for live engines to stop (0: ask and return).",
 )
+@filter_options
 @guard
-def cancel(run_id: str, db: LogLocation | None, reason: str | None, wait_seconds: float) -> None:
-    """End RUN_ID as `cancelled`: it never runs again; a live engine stops at its next step boundary
-    (exit 5)."""
+def cancel(
+    run_ids: tuple[str, ...],
+    db: LogLocation | None,
+    reason: str | None,
+    wait_seconds: float,
+    dry_run: bool,
+    **filters: Any,
+) -> None:
+    """End runs as `cancelled`: RUN_ID, several, or those the filters match (as `steplog runs`
+    filters them). A cancelled run never runs again; a live engine stops at its next step
+    boundary (exit 5). For several runs: a line each, a summary, exit 2 if any was refused."""
+    if len(run_ids) == 1 and not dry_run and not given(filters):
+        _cancel_one(run_ids[0], db, reason, wait_seconds)
+        return
+    _cancel_many(run_ids, db, reason, wait_seconds, dry_run, filters)
+
+
+def _cancel_one(
+    run_id: str, db: LogLocation | None, reason: str | None, wait_seconds: float
+) -> None:
     from steplog.control.commands import cancel as cancel_run
     from steplog.control.commands import wait_until_finished
 
@@ -247,6 +266,52 @@ def cancel(run_id: str, db: LogLocation | None, reason: str | None, wait_seconds
             f"run {run_id}: cancel requested; its engine has not reached a step boundary yet "
             f"(`steplog status {run_id}` shows when it has)"
         )
+
+
+def _cancel_many(
+    run_ids: tuple[str, ...],
+    db: LogLocation | None,
+    reason: str | None,
+    wait_seconds: float,
+    dry_run: bool,
+    filters: dict[str, Any],
+) -> None:
+    import time
+
+    from steplog.control.commands import cancel as cancel_run
+    from steplog.control.commands import wait_until_finished
+    from steplog.log.status import TERMINAL
+
+    selection = select_runs(db, run_ids, filters)
+    out = Outcome("cancelled", refused=selection.unknown_refusals())
+    for s in selection.runs:
+        rid, status = s["run_id"], s["status"]
+        if status in TERMINAL:
+            why = f"run {rid} already ended {status}; only a run that has not finished can be "
+            out.refused.append((rid, why + "cancelled"))
+        elif dry_run:
+            out.done.append((rid, f"would cancel {rid} ({status})"))
+        else:
+
+            def act(rid: str = rid) -> tuple[bool, str]:
+                done = cancel_run(rid, reason, db=db)
+                return done.done, f"cancelled {rid}" if done.done else f"asked {rid} to stop"
+
+            out.attempt(rid, act)
+    deadline = time.monotonic() + wait_seconds
+    asked, out.pending = out.pending, []
+    for rid, line in asked:
+        left = max(0.0, deadline - time.monotonic())
+        status = wait_until_finished(rid, db=db, timeout=left) if left else RunStatus.RUNNING
+        if status == RunStatus.CANCELLED:
+            out.done.append((rid, f"cancelled {rid} (its engine stopped at a step boundary)"))
+        elif status in TERMINAL:
+            out.refused.append(
+                (rid, f"run {rid} ended {status} before its engine reached a step boundary")
+            )
+        else:
+            out.pending.append((rid, f"{line}; its engine has not reached a step boundary yet"))
+    sys.exit(out.report(dry_run))
 
 
 @cli.command()
@@ -352,7 +417,7 @@ def event(
 
 
 @cli.command()
-@click.argument("run_id")
+@click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
 @db_option
 @click.option(
     "--force",
@@ -368,9 +433,29 @@ def event(
     help="Only set the run going again; run it later with `steplog run`.",
 )
 @_engine_options
+@filter_options
 @guard
-def retry(run_id: str, db: LogLocation | None, force: bool, no_start: bool, **engine: Any) -> None:
-    """Run a `failed` run again from its failed step, with fresh attempt counters."""
+def retry(
+    run_ids: tuple[str, ...],
+    db: LogLocation | None,
+    force: bool,
+    no_start: bool,
+    dry_run: bool,
+    **options: Any,
+) -> None:
+    """Run a `failed` run again from its failed step, with fresh attempt counters. Several runs
+    (ids or the `steplog runs` filters) are each set going again for `steplog worker` (or
+    `steplog run AGENT --run-id ID`), a line each and a summary; exit 2 if any was refused."""
+    filters = {k: options.pop(k) for k in ("status", "agent", "tag", "since", "until", "search")}
+    if len(run_ids) == 1 and not dry_run and not given(filters):
+        _retry_one(run_ids[0], db, force, no_start, options)
+        return
+    _retry_many(run_ids, db, force, dry_run, filters, options)
+
+
+def _retry_one(
+    run_id: str, db: LogLocation | None, force: bool, no_start: bool, engine: dict[str, Any]
+) -> None:
     from steplog.control.commands import prepare_retry
     from steplog.runtime.agent import resolve
 
@@ -386,6 +471,41 @@ def retry(run_id: str, db: LogLocation | None, force: bool, no_start: bool, **en
         )
         return
     execute_with(resolve(prepared.agent), engine, run_id=run_id, db=db)
+
+
+def _retry_many(
+    run_ids: tuple[str, ...],
+    db: LogLocation | None,
+    force: bool,
+    dry_run: bool,
+    filters: dict[str, Any],
+    engine: dict[str, Any],
+) -> None:
+    from steplog.control.commands import prepare_retry, why_not_retry
+
+    selection = select_runs(db, run_ids, filters)
+    out = Outcome("set to run again", refused=selection.unknown_refusals())
+    for s in selection.runs:
+        rid = s["run_id"]
+        if s["status"] != RunStatus.FAILED:
+            out.refused.append((rid, why_not_retry(s)))
+        elif dry_run:
+            out.done.append((rid, f"would retry {rid} from its failed step"))
+        else:
+
+            def act(rid: str = rid) -> tuple[bool, str]:
+                prepared = prepare_retry(rid, db=db, force=force, launch=_launch_given(engine))
+                for warning in prepared.warnings:
+                    click.echo(f"steplog: {rid}: {warning}", err=True)
+                return True, f"{rid} set to run again from its failed step"
+
+            out.attempt(rid, act)
+    if out.done and not dry_run:
+        click.echo(
+            "steplog: `steplog worker` runs them (or one by one: steplog run AGENT --run-id ID)",
+            err=True,
+        )
+    sys.exit(out.report(dry_run))
 
 
 @cli.command()

@@ -301,6 +301,12 @@ def _carried_unconfirmed(conn: LogConnection, row: LogRow) -> list[str]:
     return keys
 
 
+def why_not_retry(status: dict[str, Any]) -> str:
+    """Why a run (its ``status --json`` object) is not retried: the words ``retry`` refuses it
+    with."""
+    return _why_not_retry({**status, "id": status["run_id"]})  # type: ignore[arg-type]
+
+
 def _why_not_retry(row: LogRow) -> str:
     rid, status = row["id"], row["status"]
     if status == RunStatus.SUCCEEDED:
