@@ -283,12 +283,12 @@ def _cancel_many(
     from steplog.log.status import TERMINAL
 
     selection = select_runs(db, run_ids, filters)
-    out = Outcome("cancelled", refused=selection.unknown_refusals())
+    out = Outcome(RunStatus.CANCELLED, refused=selection.unknown_refusals())
     for s in selection.runs:
         rid, status = s["run_id"], s["status"]
         if status in TERMINAL:
-            why = f"run {rid} already ended {status}; only a run that has not finished can be "
-            out.refused.append((rid, why + "cancelled"))
+            why = f"run {rid} already ended {status}; only a run that has not finished can be"
+            out.refused.append((rid, f"{why} cancelled"))
         elif dry_run:
             out.done.append((rid, f"would cancel {rid} ({status})"))
         else:

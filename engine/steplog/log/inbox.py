@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from steplog.log.db import LogConnection, has_column
+from steplog.log.runstatus import RunStatus
 from steplog.log.steps import result_of
 
 
@@ -31,9 +32,9 @@ def waiting_for_signals(conn: LogConnection, *, limit: int = 500) -> list[Waitin
         return []  # a log from before run control has no waits
     rows = conn.execute(
         "SELECT id, agent, waiting_for, waiting_since FROM run"
-        " WHERE status = 'waiting' AND waiting_for IS NOT NULL"
+        " WHERE status = ? AND waiting_for IS NOT NULL"
         " ORDER BY waiting_since, id LIMIT ?",
-        (limit,),
+        (RunStatus.WAITING, limit),
     ).fetchall()
     out = []
     for run_id, agent, signal, since in rows:

@@ -125,9 +125,9 @@ def runs_before_patch(conn: LogConnection, name: str) -> list[str]:
     return [
         str(r[0])
         for r in conn.execute(
-            "SELECT r.id FROM run r WHERE r.status NOT IN ('succeeded', 'gave_up', 'failed', "
-            "'cancelled') AND NOT EXISTS (SELECT 1 FROM step s WHERE s.run_id = r.id AND "
-            "s.kind = ? AND s.name = ? AND s.status = 'committed') ORDER BY r.created_at, r.id",
-            (PATCH_KIND, patch_step_name(name)),
+            "SELECT r.id FROM run r WHERE r.status NOT IN (?, ?, ?, ?) AND NOT EXISTS (SELECT 1"
+            " FROM step s WHERE s.run_id = r.id AND s.kind = ? AND s.name = ? AND s.status ="
+            " 'committed') ORDER BY r.created_at, r.id",
+            (*sorted(TERMINAL), PATCH_KIND, patch_step_name(name)),
         )
     ]

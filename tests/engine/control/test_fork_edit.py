@@ -66,7 +66,14 @@ def test_a_failed_step_can_be_given_the_result_it_should_have_had(
     engine: Engine, tmp_path: Any
 ) -> None:
     witness = tmp_path / "witness.json"
-    args = ["--param", "n=2", "--param", f"witness={witness}", "--param", "fixed_when=/nowhere"]
+    args = [
+        "--param",
+        "n=2",
+        "--param",
+        f"witness={witness}",
+        "--param",
+        f"fixed_when={tmp_path / 'never-made'}",
+    ]
     failed = engine.run("run", f"{AGENTS}:fixable", "--run-id", "p", "--db", str(engine.db), *args)
     assert failed.returncode == 4, failed.stderr
     check = engine.query("SELECT seq FROM step WHERE run_id = 'p' AND name = 'check'")[0][0]

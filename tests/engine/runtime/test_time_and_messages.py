@@ -104,6 +104,7 @@ def test_sleep_until_a_past_time_returns_at_once_and_bad_times_fail_the_run(
     assert done.returncode == 4 and "aware datetime" in done.stdout + done.stderr
 
 
+@pytest.mark.slow  # 20 s on SQLite, 55-73 s on PostgreSQL (2026-12-07)
 def test_messages_arrive_once_each_in_send_order_while_the_receiver_is_killed(
     engine: Engine,
 ) -> None:

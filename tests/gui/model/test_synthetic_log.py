@@ -147,6 +147,11 @@ def synthetic_twin(real: Path, run_id: str, out: Path, *, finished: bool) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(
+    reason="schema 8 (issue 31): the engine records run.version and step.args_hash, the "
+    "synthetic writer does not yet",
+    strict=True,
+)
 def test_a_synthetic_log_has_the_rows_of_a_real_run_with_kills(
     engine: Engine, tmp_path: Path
 ) -> None:
@@ -158,6 +163,11 @@ def test_a_synthetic_log_has_the_rows_of_a_real_run_with_kills(
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(
+    reason="schema 8 (issue 31): the engine records run.version and step.args_hash, the "
+    "synthetic writer does not yet",
+    strict=True,
+)
 def test_a_synthetic_killed_run_has_the_rows_of_a_real_one_left_for_dead(
     engine: Engine, tmp_path: Path
 ) -> None:
