@@ -35,6 +35,7 @@ def stop(worker: subprocess.Popen[str]) -> str:
     return err
 
 
+@pytest.mark.slow  # 17-22 s on each backend in the whole suite (2026-12-07)
 def test_one_worker_slot_serves_other_runs_while_one_sleeps_and_one_waits_for_a_message(
     engine: Engine,
 ) -> None:

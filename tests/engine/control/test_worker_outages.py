@@ -281,6 +281,7 @@ def test_a_worker_stopped_while_the_server_is_down_exits_0_promptly_and_its_run_
     assert len(keys) == len(set(keys)) == 60
 
 
+@pytest.mark.slow  # 23 s in the whole suite (2026-12-07)
 def test_a_database_dropped_under_a_worker_ends_it_with_exit_2_not_a_wait(
     postgres_server: Any, tmp_path: Path
 ) -> None:

@@ -45,6 +45,7 @@ def witness_run(
     ]
 
 
+@pytest.mark.slow  # 25 s on each backend in the whole suite (2026-12-07)
 def test_two_engines_started_together_one_works_the_other_exits_75(
     engine: Engine, tmp_path: Path
 ) -> None:
@@ -177,6 +178,7 @@ def test_sigterm_stops_cleanly_and_releases_the_lease_for_an_immediate_resume(
     assert engine.run(*args).returncode == 0
 
 
+@pytest.mark.slow  # 21-26 s on each backend in the whole suite (2026-12-07)
 def test_sigterm_at_random_moments_always_stops_cleanly(engine: Engine, tmp_path: Path) -> None:
     """A storm of SIGTERMs: each engine stops with exit 130 (or, before it installed its handler,
     the default -15), never a traceback or a half-written log, and the run finishes once."""

@@ -22,6 +22,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -177,4 +178,4 @@ CrashAndResume.TestCase.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-TestCrashAndResume = CrashAndResume.TestCase
+TestCrashAndResume = pytest.mark.slow(CrashAndResume.TestCase)  # 63 s in the whole suite

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication
@@ -163,6 +164,7 @@ def compare_figures(compare: CompareWindow) -> Any:
     )
 
 
+@pytest.mark.slow  # 29 s in the whole suite (2026-12-07)
 def test_auto_kill_kills_both_together_until_the_durable_run_is_done_then_the_naive_one_finishes(  # type: ignore[no-untyped-def]
     qtbot, window: MainWindow
 ) -> None:
