@@ -87,10 +87,6 @@ def _local_day(slot: int) -> str:
     return time.strftime("%Y-%m-%d", time.localtime(slot * SLOT_SECONDS))
 
 
-def _tags(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def cost_by(
     conn: LogConnection,
     by: str,
@@ -102,7 +98,7 @@ def cost_by(
     unbounded), grouped ``by`` (``GROUPINGS`` or ``tag:KEY``), most expensive first (then most
     tokens, then by key). Steps with neither tokens nor cost are counted in ``steps`` too."""
     key_of = _key_of(by)
-    return _fold(_spending(conn, since, until), key_of)
+    return _fold(_spending(conn, since, until, tags=by.startswith("tag:")), key_of)
 
 
 @dataclass(frozen=True)
@@ -141,7 +137,7 @@ def read_costs(
         raise UsageError(f"bucket {bucket!r}: use hour or day")
     conn = open_readonly(location, one_shot=True)
     try:
-        rows = _spending(conn, since, until)
+        rows = _spending(conn, since, until, tags=by.startswith("tag:"))
     finally:
         conn.close()
     per_bucket: dict[tuple[float, str], list[float]] = {}
@@ -179,14 +175,15 @@ def _key_of(by: str) -> Callable[[tuple[Any, ...]], str]:
     if by == "day":
         return lambda r: _local_day(int(r[4]))
     tag_key = by[4:].strip()
-    return lambda r: _tag_value(_tags(r[3]), tag_key)
+    return lambda r: _tag_value(r[3], tag_key)
 
 
 def _spending(
-    conn: LogConnection, since: float | None, until: float | None
+    conn: LogConnection, since: float | None, until: float | None, *, tags: bool
 ) -> list[tuple[Any, ...]]:
     """Per run and 15-minute slot: ``(run id, agent, model, tags, slot, steps, tokens in, tokens
-    out, cached, estimated tokens, cost)``."""
+    out, cached, estimated tokens, cost)``; ``tags`` read (else ``{}``) only when asked: a
+    grouping by model or agent never needs them."""
     slot = f"CAST(ROUND(s.finished_at / {SLOT_SECONDS} - 0.5) AS INTEGER)"
     where = ["s.incarnation > 0", "s.finished_at IS NOT NULL"]
     args: list[Any] = []
@@ -206,8 +203,10 @@ def _spending(
         " GROUP BY s.run_id, r.agent, r.model, slot"
     )
     rows = list(conn.execute(sql, args).fetchall())
-    tags = tags_of(conn, (r[0] for r in rows))  # one read of the runs' tags, not a join per step
-    return [(r[0], r[1], r[2], tags[r[0]], *r[4:]) for r in rows]
+    if not tags:
+        return [(*r[:3], {}, *r[4:]) for r in rows]
+    of_run = tags_of(conn, (r[0] for r in rows))  # one read of the runs' tags, not a join a step
+    return [(r[0], r[1], r[2], of_run[r[0]], *r[4:]) for r in rows]
 
 
 def _tag_value(tags: dict[str, Any], key: str) -> str:
