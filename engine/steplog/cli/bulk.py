@@ -25,7 +25,8 @@ _FILTERS: tuple[tuple[str, dict[str, Any]], ...] = (
         {
             "default": None,
             "metavar": "S,...",
-            "help": "Runs in any of these statuses (e.g. failed,gave_up).",
+            "help": "Runs in any of these statuses (queued, running, waiting, succeeded, "
+            "gave_up, failed, cancelled).",
         },
     ),
     ("--agent", {"default": None, "metavar": "AGENT", "help": "Runs of this agent."}),
@@ -34,24 +35,47 @@ _FILTERS: tuple[tuple[str, dict[str, Any]], ...] = (
         {
             "multiple": True,
             "metavar": "KEY=VALUE",
-            "help": "Runs with this tag (repeatable: all of them).",
+            "help": "Runs with this tag (repeatable: runs with all of them).",
         },
     ),
-    ("--since", {"default": None, "metavar": "WHEN", "help": "Runs created at or after WHEN."}),
-    ("--until", {"default": None, "metavar": "WHEN", "help": "Runs created before WHEN."}),
-    ("--search", {"default": None, "metavar": "TEXT", "help": "Runs whose text contains TEXT."}),
     (
-        "--dry-run",
-        {"is_flag": True, "help": "Print what would be done to each run; change nothing."},
+        "--since",
+        {
+            "default": None,
+            "metavar": "WHEN",
+            "help": "Runs created at or after WHEN: ISO 8601 (2026-12-07T09:30Z; no offset: "
+            "local time) or a span back from now (30m, 2h, 3d).",
+        },
+    ),
+    (
+        "--until",
+        {"default": None, "metavar": "WHEN", "help": "Runs created before WHEN (as --since)."},
+    ),
+    (
+        "--search",
+        {
+            "default": None,
+            "metavar": "TEXT",
+            "help": "Runs whose id, agent, params, reason or tags contain TEXT (any case).",
+        },
     ),
 )
+"""The filters of ``steplog runs``, declared once for every command that finds runs."""
 
 
 def filter_options(fn: F) -> F:
-    """The ``runs`` filters (and ``--dry-run``) on a command that acts on many runs."""
+    """The ``runs`` filters on a command (its parameters ``status``, ``agent``, ``tag``,
+    ``since``, ``until``, ``search``)."""
     for name, kwargs in reversed(_FILTERS):
         fn = click.option(name, **kwargs)(fn)
     return fn
+
+
+def dry_run_option(fn: F) -> F:
+    """``--dry-run`` on a command that acts on many runs."""
+    return click.option(
+        "--dry-run", is_flag=True, help="Print what would be done to each run; change nothing."
+    )(fn)
 
 
 @dataclass(frozen=True)
@@ -68,7 +92,7 @@ class Selection:
 
 def given(options: dict[str, Any]) -> bool:
     """Whether any filter was given."""
-    return any(options.get(name[2:].replace("-", "_")) for name, _kw in _FILTERS[:-1])
+    return any(options.get(name[2:]) for name, _kw in _FILTERS)
 
 
 def select_runs(

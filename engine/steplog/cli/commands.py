@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from steplog.cli.bulk import Outcome, filter_options, given, select_runs
+from steplog.cli.bulk import Outcome, dry_run_option, filter_options, given, select_runs
 from steplog.cli.drive import (
     execute_with,
     fail,
@@ -219,6 +219,7 @@ def run(**kwargs: Any) -> None:
     help="Seconds to wait for live engines to stop (0: ask and return).",
 )
 @filter_options
+@dry_run_option
 @guard
 def cancel(
     run_ids: tuple[str, ...],
@@ -434,6 +435,7 @@ def event(
 )
 @_engine_options
 @filter_options
+@dry_run_option
 @guard
 def retry(
     run_ids: tuple[str, ...],
@@ -902,37 +904,7 @@ def stream(
 
 @cli.command()
 @db_option
-@click.option(
-    "--status",
-    default=None,
-    metavar="S,...",
-    help="Runs in any of these statuses (queued, running, waiting, succeeded, gave_up, failed, "
-    "cancelled).",
-)
-@click.option("--agent", default=None, metavar="AGENT", help="Runs of this agent.")
-@click.option(
-    "--tag",
-    "tags",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Runs with this tag (repeatable: runs with all of them).",
-)
-@click.option(
-    "--since",
-    default=None,
-    metavar="WHEN",
-    help="Runs created at or after WHEN: ISO 8601 (2026-12-07T09:30Z; no offset: local time) "
-    "or a span back from now (30m, 2h, 3d).",
-)
-@click.option(
-    "--until", default=None, metavar="WHEN", help="Runs created before WHEN (as --since)."
-)
-@click.option(
-    "--search",
-    default=None,
-    metavar="TEXT",
-    help="Runs whose id, agent, params, reason or tags contain TEXT (any case).",
-)
+@filter_options
 @click.option("--limit", type=int, default=None, metavar="N", help="At most N runs (the newest).")
 @click.option(
     "--json", "as_json", is_flag=True, help="A JSON list of status objects, newest first."
@@ -958,7 +930,7 @@ def runs(
     db: LogLocation | None,
     status: str | None,
     agent: str | None,
-    tags: tuple[str, ...],
+    tag: tuple[str, ...],
     since: str | None,
     until: str | None,
     search: str | None,
@@ -974,7 +946,7 @@ def runs(
     query = query_from_options(
         status=status,
         agent=agent,
-        tags=tags,
+        tags=tag,
         since=since,
         until=until,
         search=search,
@@ -993,8 +965,6 @@ def runs(
                 rows = [r for r in rows if r["run_id"] in wanted][:limit]
     finally:
         conn.close()
-    if version is not None:
-        rows = [r for r in rows if r.get("version") == version]
     if as_json:
         click.echo(json.dumps(rows, ensure_ascii=False))
         return
