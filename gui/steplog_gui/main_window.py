@@ -512,10 +512,12 @@ class MainWindow(QMainWindow):
         if self.costs_view is None or self.costs_view.location != self.monitor.path:
             if self.costs_view is not None:
                 self.costs_view.close()
+            first = self.costs_view is None
             self.costs_view = CostsView(self.monitor.path, self)
             self.costs_view.run_chosen.connect(self.select_run)
-            self.monitor.runs_changed.connect(lambda _ids: self.costs_view.log_changed())
-            self.monitor.runs_added.connect(lambda *_a: self.costs_view.log_changed())
+            if first:  # once: the monitor stays, the window follows whichever log it shows
+                self.monitor.runs_changed.connect(lambda _ids: self.costs_view.log_changed())
+                self.monitor.runs_added.connect(lambda *_a: self.costs_view.log_changed())
         self.costs_view.show()
         self.costs_view.raise_()
         self.costs_view.activateWindow()
